@@ -1,0 +1,88 @@
+//! Stage two: the annotated fn into a typed [`JobFn`].
+
+use proc_macro2::Ident;
+use syn::spanned::Spanned;
+use syn::{FnArg, ItemFn, Pat, Type};
+
+use crate::args::Errors;
+
+/// One argument of the job fn.
+pub(crate) struct Arg {
+    pub(crate) ident: Ident,
+    pub(crate) ty: Type,
+    /// Supplied by the worker (`JobContext`, `Data<T>`), not part of the payload.
+    pub(crate) injected: bool,
+}
+
+/// The checked fn.
+pub(crate) struct JobFn {
+    pub(crate) item: ItemFn,
+    pub(crate) args: Vec<Arg>,
+}
+
+impl JobFn {
+    pub(crate) fn payload(&self) -> impl Iterator<Item = &Arg> {
+        self.args.iter().filter(|a| !a.injected)
+    }
+
+    /// Checks the fn's shape; every problem is recorded in `errors`.
+    pub(crate) fn check(item: ItemFn, errors: &mut Errors) -> Self {
+        let sig = &item.sig;
+        if sig.asyncness.is_none() {
+            errors.at(
+                sig.fn_token.span,
+                "#[job] functions must be `async`: write `async fn`",
+            );
+        }
+        if let Some(param) = sig.generics.params.first() {
+            errors.at(
+                param.span(),
+                "#[job] functions cannot be generic: a job's payload type must be concrete",
+            );
+        }
+        if let Some(clause) = &sig.generics.where_clause {
+            errors.at(
+                clause.span(),
+                "#[job] functions cannot have a `where` clause",
+            );
+        }
+        if let Some(variadic) = &sig.variadic {
+            errors.at(variadic.span(), "#[job] functions cannot be variadic");
+        }
+        let mut args = Vec::new();
+        for input in &sig.inputs {
+            match input {
+                FnArg::Receiver(receiver) => errors.at(
+                    receiver.span(),
+                    "#[job] functions cannot take `self`: write a free function",
+                ),
+                FnArg::Typed(typed) => match &*typed.pat {
+                    Pat::Ident(pat) if pat.by_ref.is_none() && pat.subpat.is_none() => {
+                        args.push(Arg {
+                            ident: pat.ident.clone(),
+                            ty: (*typed.ty).clone(),
+                            injected: is_injected(&typed.ty),
+                        });
+                    }
+                    other => errors.at(
+                        other.span(),
+                        "#[job] arguments must be plain names, like `user_id: i64`; they become fields of the job type",
+                    ),
+                },
+            }
+        }
+        JobFn { item, args }
+    }
+}
+
+/// `JobContext` and `Data<T>` are provided by the worker at run time.
+fn is_injected(ty: &Type) -> bool {
+    match ty {
+        Type::Path(path) if path.qself.is_none() => path
+            .path
+            .segments
+            .last()
+            .is_some_and(|seg| seg.ident == "JobContext" || seg.ident == "Data"),
+        _ => false,
+    }
+}

@@ -1,0 +1,82 @@
+//! The one clock every query takes `now` from, so tests can control time.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+/// A source of "now". Every time comparison in the store uses this, never the database's
+/// own `now()`.
+pub trait Clock: Send + Sync + 'static {
+    /// The current time.
+    fn now(&self) -> DateTime<Utc>;
+}
+
+/// The system clock (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// A clock that moves only when told; clones share the same time. For tests of delays,
+/// backoff and schedules without sleeping.
+///
+/// ```
+/// use sk_runtime::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new(chrono::Utc::now());
+/// let before = clock.now();
+/// clock.advance(Duration::from_secs(60));
+/// assert_eq!((clock.now() - before).num_seconds(), 60);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ManualClock(Arc<Mutex<DateTime<Utc>>>);
+
+impl ManualClock {
+    /// A clock standing at `start`.
+    pub fn new(start: DateTime<Utc>) -> Self {
+        ManualClock(Arc::new(Mutex::new(start)))
+    }
+
+    /// Moves the clock forward.
+    ///
+    /// # Panics
+    /// If `by` does not fit a `chrono::Duration`.
+    pub fn advance(&self, by: Duration) {
+        let by = chrono::Duration::from_std(by).expect("an advance of less than 292 years");
+        *self.lock() += by;
+    }
+
+    /// Sets the clock to `at`.
+    pub fn set(&self, at: DateTime<Utc>) {
+        *self.lock() = at;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, DateTime<Utc>> {
+        // A poisoned lock still holds a valid time.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.lock()
+    }
+}
+
+pub(crate) type SharedClock = Arc<dyn Clock>;
+
+/// `at + d`, saturating instead of overflowing.
+pub(crate) fn add(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| at.checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}

@@ -1,0 +1,187 @@
+//! The one public error enum of the library, and the error a job handler returns.
+
+use std::fmt;
+
+/// What went wrong in sk itself (not inside a job).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The database refused or failed a statement, or could not be reached.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// A job payload could not be serialized to JSON.
+    #[error("cannot serialize the payload of job `{task_type}`: {source}")]
+    Serialize {
+        /// The job's task type.
+        task_type: &'static str,
+        /// Why serde refused it.
+        source: serde_json::Error,
+    },
+    /// An argument was out of its allowed range (a name, a size, a cron expression, ...).
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// What was invalid, e.g. "queue name".
+        what: &'static str,
+        /// Why, in words a user can act on.
+        reason: String,
+    },
+    /// Two `#[job]` fns registered the same task type.
+    #[error("task type `{task_type}` is registered twice: at {first} and at {second}; give one of them `name = \"...\"`")]
+    DuplicateTaskType {
+        /// The clashing name.
+        task_type: String,
+        /// Where the first registration is (`file:line`).
+        first: String,
+        /// Where the second registration is (`file:line`).
+        second: String,
+    },
+    /// A job asks for `Data<T>` that the worker was not given.
+    #[error("job `{task_type}` takes `Data<{type_name}>`, but the worker has no such data; add it with `Worker::builder(..).data(..)`")]
+    MissingData {
+        /// The job's task type.
+        task_type: &'static str,
+        /// The Rust type name of the missing data.
+        type_name: &'static str,
+    },
+    /// Applying the schema migrations failed.
+    #[error("migration {version} failed: {source}")]
+    Migration {
+        /// The migration's version number.
+        version: i32,
+        /// The database error.
+        source: sqlx::Error,
+    },
+    /// The database holds a schema newer than this sk version knows.
+    #[error("the database schema is at version {found}, newer than this sk ({known}); upgrade sk")]
+    SchemaTooNew {
+        /// The version found in the database.
+        found: i32,
+        /// The newest version this build knows.
+        known: i32,
+    },
+}
+
+impl Error {
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        Error::Invalid {
+            what,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// `Result` with sk's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The error a job returns. Recoverable (retried with the job's backoff) unless made
+/// fatal with [`JobError::fatal`]; any `std::error::Error` converts into a recoverable one,
+/// so `?` works in handlers.
+///
+/// ```
+/// use sk_runtime::JobError;
+///
+/// fn check(amount: i64) -> Result<(), JobError> {
+///     if amount < 0 {
+///         return Err(JobError::fatal("negative amount: will never succeed"));
+///     }
+///     let _n: i32 = "42".parse()?; // a ParseIntError becomes a recoverable JobError
+///     Ok(())
+/// }
+/// # check(1).unwrap();
+/// ```
+pub struct JobError {
+    pub(crate) kind: String,
+    pub(crate) message: String,
+    pub(crate) detail: Option<String>,
+    pub(crate) fatal: bool,
+}
+
+impl JobError {
+    /// A recoverable error: the job is retried after its backoff until `max_attempts`.
+    pub fn new(message: impl fmt::Display) -> Self {
+        JobError {
+            kind: "error".into(),
+            message: message.to_string(),
+            detail: None,
+            fatal: false,
+        }
+    }
+
+    /// A fatal error: the job is not retried.
+    pub fn fatal(message: impl fmt::Display) -> Self {
+        JobError::new(message).into_fatal()
+    }
+
+    /// Makes this error fatal.
+    #[must_use]
+    pub fn into_fatal(mut self) -> Self {
+        self.fatal = true;
+        self
+    }
+
+    /// Sets the error type recorded in `task_last_error_type`.
+    #[must_use]
+    pub fn with_kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = kind.into();
+        self
+    }
+
+    /// Sets the longer detail recorded in `task_last_error_detail`.
+    #[must_use]
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    /// Whether the job will not be retried.
+    pub fn is_fatal(&self) -> bool {
+        self.fatal
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub(crate) fn payload(task_type: &str, error: &serde_json::Error) -> Self {
+        JobError::fatal(format!(
+            "payload of `{task_type}` does not deserialize: {error}"
+        ))
+        .with_kind("payload")
+    }
+}
+
+impl fmt::Debug for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobError")
+            .field("kind", &self.kind)
+            .field("message", &self.message)
+            .field("fatal", &self.fatal)
+            .finish()
+    }
+}
+
+impl fmt::Display for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for JobError {
+    fn from(error: E) -> Self {
+        let mut detail = String::new();
+        let mut source = error.source();
+        while let Some(s) = source {
+            detail.push_str("caused by: ");
+            detail.push_str(&s.to_string());
+            detail.push('\n');
+            source = s.source();
+        }
+        JobError {
+            kind: std::any::type_name::<E>().to_owned(),
+            message: error.to_string(),
+            detail: (!detail.is_empty()).then_some(detail),
+            fatal: false,
+        }
+    }
+}

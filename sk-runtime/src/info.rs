@@ -1,0 +1,260 @@
+//! Queue info: counts per status, a peek at the head of the queue, one job by id.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::Result;
+use crate::store::{postgres, Schema};
+
+/// A job's status in `task_results_t.task_status` (the seed's codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum JobStatus {
+    /// Posted, not yet run (1).
+    Unprocessed = 1,
+    /// A worker holds it now (2).
+    Processing = 2,
+    /// Succeeded (3).
+    Processed = 3,
+    /// Failed with a recoverable error and waits for its retry (4).
+    Error = 4,
+    /// Failed with a recoverable error and has one attempt left (5).
+    Faulted = 5,
+    /// Failed for good: attempts exhausted, a fatal error, or a payload that does not
+    /// deserialize (6).
+    Fatal = 6,
+    /// Cancelled before it ran (7).
+    Cancelled = 7,
+    /// A code this version does not know.
+    Unknown = 0,
+}
+
+impl JobStatus {
+    pub(crate) fn from_code(code: i16) -> Self {
+        match code {
+            1 => JobStatus::Unprocessed,
+            2 => JobStatus::Processing,
+            3 => JobStatus::Processed,
+            4 => JobStatus::Error,
+            5 => JobStatus::Faulted,
+            6 => JobStatus::Fatal,
+            7 => JobStatus::Cancelled,
+            _ => JobStatus::Unknown,
+        }
+    }
+
+    /// Whether the job is finished (processed, fatal or cancelled).
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Processed | JobStatus::Fatal | JobStatus::Cancelled
+        )
+    }
+}
+
+/// Counts from [`QueueInfo::counts`].
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct QueueCounts {
+    /// Results rows per status.
+    pub by_status: Vec<(JobStatus, i64)>,
+    /// Live jobs that can run now.
+    pub available: i64,
+    /// Live jobs waiting for their not-before time (delayed or retrying).
+    pub scheduled: i64,
+    /// Live jobs under a valid lease.
+    pub running: i64,
+    /// Live jobs whose holder's lease ran out; the next claim takes them.
+    pub lease_expired: i64,
+}
+
+impl QueueCounts {
+    /// The number of results rows with `status`.
+    pub fn status(&self, status: JobStatus) -> i64 {
+        self.by_status
+            .iter()
+            .filter(|(s, _)| *s == status)
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// A job at the head of the queue, from [`QueueInfo::peek`].
+#[derive(Debug, Clone, sqlx::FromRow)]
+#[non_exhaustive]
+pub struct QueuedJob {
+    /// Job id.
+    #[sqlx(rename = "task_id")]
+    pub id: Uuid,
+    /// Task type.
+    #[sqlx(rename = "task_type")]
+    pub task_type: String,
+    /// Queue.
+    #[sqlx(rename = "task_queue")]
+    pub queue: String,
+    /// Priority (lower runs first).
+    #[sqlx(rename = "task_priority")]
+    pub priority: i32,
+    /// Attempts used so far.
+    #[sqlx(rename = "task_attempt")]
+    pub attempt: i32,
+    /// Attempt limit.
+    #[sqlx(rename = "task_max_attempts")]
+    pub max_attempts: i32,
+    /// Not-before time.
+    #[sqlx(rename = "task_locked_until_ts")]
+    pub run_at: DateTime<Utc>,
+    /// When it was enqueued.
+    #[sqlx(rename = "task_posted_at_ts")]
+    pub posted_at: DateTime<Utc>,
+}
+
+/// Everything recorded about one job, from [`QueueInfo::job`].
+#[derive(Debug, Clone, sqlx::FromRow)]
+#[non_exhaustive]
+pub struct JobRecord {
+    /// Job id.
+    #[sqlx(rename = "task_id")]
+    pub id: Uuid,
+    /// Task type.
+    #[sqlx(rename = "task_type")]
+    pub task_type: String,
+    /// Who posted it.
+    #[sqlx(rename = "task_source")]
+    pub source: String,
+    /// Queue.
+    #[sqlx(rename = "task_queue")]
+    pub queue: String,
+    /// The JSON payload.
+    #[sqlx(rename = "task_payload")]
+    pub payload: String,
+    /// Status code; see [`JobRecord::status`].
+    #[sqlx(rename = "task_status")]
+    pub status_code: i16,
+    /// Priority.
+    #[sqlx(rename = "task_priority")]
+    pub priority: i32,
+    /// How many runs failed.
+    #[sqlx(rename = "task_error_count")]
+    pub error_count: i32,
+    /// The last error's type.
+    #[sqlx(rename = "task_last_error_type")]
+    pub last_error_type: Option<String>,
+    /// The last error's message.
+    #[sqlx(rename = "task_last_error_message")]
+    pub last_error_message: Option<String>,
+    /// The last error's detail (source chain, panic location, ...).
+    #[sqlx(rename = "task_last_error_detail")]
+    pub last_error_detail: Option<String>,
+    /// Whether the last error was recoverable.
+    #[sqlx(rename = "task_last_error_is_recoverable")]
+    pub last_error_recoverable: Option<bool>,
+    /// Duration of the last run in milliseconds.
+    #[sqlx(rename = "task_processing_time_milliseconds")]
+    pub processing_time_ms: i64,
+    /// When it was enqueued.
+    #[sqlx(rename = "task_posted_at_ts")]
+    pub posted_at: DateTime<Utc>,
+    /// When it first started.
+    #[sqlx(rename = "task_first_processing_attempted_at_ts")]
+    pub first_attempt_at: Option<DateTime<Utc>>,
+    /// When it last started.
+    #[sqlx(rename = "task_last_processing_attempted_at_ts")]
+    pub last_attempt_at: Option<DateTime<Utc>>,
+    /// When it was finished (processed or fatal).
+    #[sqlx(rename = "task_processing_finalized_at_ts")]
+    pub finalized_at: Option<DateTime<Utc>>,
+    /// Attempts used, while the job is live.
+    #[sqlx(rename = "task_attempt")]
+    pub attempt: Option<i32>,
+    /// Attempt limit, while the job is live.
+    #[sqlx(rename = "task_max_attempts")]
+    pub max_attempts: Option<i32>,
+    /// Not-before time or lease expiry, while the job is live.
+    #[sqlx(rename = "task_locked_until_ts")]
+    pub locked_until: Option<DateTime<Utc>>,
+    /// The worker holding it, while running.
+    #[sqlx(rename = "task_locked_by")]
+    pub locked_by: Option<String>,
+}
+
+impl JobRecord {
+    /// The status.
+    pub fn status(&self) -> JobStatus {
+        JobStatus::from_code(self.status_code)
+    }
+}
+
+/// Read-only views of the queue for operators and tests.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool) -> sk_runtime::Result<()> {
+/// use sk_runtime::{JobStatus, QueueInfo};
+///
+/// let info = QueueInfo::new(pool);
+/// let counts = info.counts().await?;
+/// println!("{} waiting, {} fatal", counts.available, counts.status(JobStatus::Fatal));
+/// for job in info.peek(10).await? {
+///     println!("next: {} {} (priority {})", job.id, job.task_type, job.priority);
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct QueueInfo {
+    pool: PgPool,
+    schema: Schema,
+    clock: std::sync::Arc<dyn Clock>,
+}
+
+impl QueueInfo {
+    /// Queue info on the default schema.
+    pub fn new(pool: PgPool) -> Self {
+        QueueInfo {
+            pool,
+            schema: Schema::default(),
+            clock: std::sync::Arc::new(SystemClock),
+        }
+    }
+
+    /// Reads another schema/prefix.
+    #[must_use]
+    pub fn schema(mut self, schema: Schema) -> Self {
+        self.schema = schema;
+        self
+    }
+
+    /// Uses `clock` to tell available from scheduled jobs.
+    #[must_use]
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = std::sync::Arc::new(clock);
+        self
+    }
+
+    /// Counts per status, and the live queue by state.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn counts(&self) -> Result<QueueCounts> {
+        postgres::counts(&self.pool, &self.schema, self.clock.now()).await
+    }
+
+    /// The next `limit` waiting jobs in the order workers take them (delayed ones included,
+    /// by their not-before time).
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn peek(&self, limit: i64) -> Result<Vec<QueuedJob>> {
+        postgres::peek(&self.pool, &self.schema, limit).await
+    }
+
+    /// Status and result of one job; `None` if no such job was ever posted (or its result
+    /// was pruned).
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn job(&self, id: Uuid) -> Result<Option<JobRecord>> {
+        postgres::job(&self.pool, &self.schema, id).await
+    }
+}

@@ -1,0 +1,175 @@
+//! What a job is: its type's options, the context it runs with, and shared data.
+
+use std::any::Any;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::retry::Backoff;
+
+/// The default number of attempts (first run plus retries) of a job.
+pub const DEFAULT_MAX_ATTEMPTS: i32 = 25;
+
+/// Implemented by every type `#[job]` generates; not meant to be implemented by hand.
+pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
+    /// The stable name stored in `task_type`.
+    const TASK_TYPE: &'static str;
+    /// The defaults from the `#[job(...)]` attribute.
+    const OPTIONS: JobOptions;
+}
+
+/// A job type's defaults, from its `#[job(...)]` attribute.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct JobOptions {
+    /// Queue name (default `"default"`).
+    pub queue: &'static str,
+    /// Lower runs first (default 0).
+    pub priority: i32,
+    /// First run plus retries (default [`DEFAULT_MAX_ATTEMPTS`]).
+    pub max_attempts: i32,
+    /// Delay before each retry.
+    pub backoff: Backoff,
+    /// Longest a run may take before it counts as a (recoverable) failure; none by default.
+    pub timeout: Option<Duration>,
+}
+
+/// Builds a [`JobOptions`] (used by the generated code).
+pub const fn options(
+    queue: &'static str,
+    priority: i32,
+    max_attempts: Option<i32>,
+    backoff: Backoff,
+    timeout: Option<Duration>,
+) -> JobOptions {
+    let max_attempts = match max_attempts {
+        Some(n) => n,
+        None => DEFAULT_MAX_ATTEMPTS,
+    };
+    JobOptions {
+        queue,
+        priority,
+        max_attempts,
+        backoff,
+        timeout,
+    }
+}
+
+/// What a running job knows about itself; take it as an argument of the job fn.
+///
+/// ```
+/// use sk_runtime::{job, JobContext, JobError};
+///
+/// #[job]
+/// async fn long_export(ctx: JobContext) -> Result<(), JobError> {
+///     for _chunk in 0..100 {
+///         if ctx.is_cancelled() {
+///             // The worker is stopping: return early; the job is retried later.
+///             return Err(JobError::new("interrupted by shutdown"));
+///         }
+///         // ... export one chunk ...
+///     }
+///     tracing::info!(id = %ctx.id(), attempt = ctx.attempt(), "export done");
+///     Ok(())
+/// }
+/// ```
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    pub(crate) id: Uuid,
+    pub(crate) task_type: Arc<str>,
+    pub(crate) queue: Arc<str>,
+    pub(crate) attempt: i32,
+    pub(crate) max_attempts: i32,
+    pub(crate) priority: i32,
+    pub(crate) posted_at: DateTime<Utc>,
+    pub(crate) cancel: CancellationToken,
+}
+
+impl JobContext {
+    /// The job's id, as returned by `enqueue`.
+    pub fn id(&self) -> Uuid {
+        self.id
+    }
+    /// The task type.
+    pub fn task_type(&self) -> &str {
+        &self.task_type
+    }
+    /// The queue the job was taken from.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+    /// This run's number: 1 for the first run, 2 for the first retry, ...
+    pub fn attempt(&self) -> i32 {
+        self.attempt
+    }
+    /// The job's attempt limit.
+    pub fn max_attempts(&self) -> i32 {
+        self.max_attempts
+    }
+    /// The job's priority.
+    pub fn priority(&self) -> i32 {
+        self.priority
+    }
+    /// When the job was enqueued.
+    pub fn posted_at(&self) -> DateTime<Utc> {
+        self.posted_at
+    }
+    /// Whether the worker asked this job to stop (graceful shutdown or a lost lease).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+    /// Completes when the worker asks this job to stop: a graceful shutdown began (the job
+    /// then has the grace period to finish) or its lease was lost to another worker.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await;
+    }
+}
+
+/// Shared application data registered with [`WorkerBuilder::data`](crate::WorkerBuilder::data);
+/// take `Data<T>` as an argument of a job fn to receive it. A worker refuses to start when
+/// a registered job asks for data it was not given.
+///
+/// ```
+/// use sk_runtime::{job, Data, JobError};
+///
+/// struct Mailer { from: String }
+///
+/// #[job(queue = "mail")]
+/// async fn send_mail(to: String, mailer: Data<Mailer>) -> Result<(), JobError> {
+///     println!("{} -> {to}", mailer.from);
+///     Ok(())
+/// }
+/// ```
+pub struct Data<T: ?Sized>(Arc<T>);
+
+impl<T: ?Sized> Data<T> {
+    /// The shared `Arc`.
+    pub fn into_inner(self) -> Arc<T> {
+        self.0
+    }
+}
+
+impl<T: ?Sized> Clone for Data<T> {
+    fn clone(&self) -> Self {
+        Data(self.0.clone())
+    }
+}
+
+impl<T: ?Sized> Deref for Data<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: Send + Sync + 'static> Data<T> {
+    pub(crate) fn downcast(any: Arc<dyn Any + Send + Sync>) -> Option<Self> {
+        any.downcast::<T>().ok().map(Data)
+    }
+}

@@ -1,0 +1,148 @@
+//! # sk — background jobs on PostgreSQL
+//!
+//! Mark an ordinary `async fn` with [`#[job]`](job); sk turns it into a typed,
+//! serializable job with a generated `.enqueue()`, and [`Worker`]s claim and run those
+//! jobs with `FOR UPDATE SKIP LOCKED`, honouring each job's priority, delay, retry,
+//! timeout and cron schedule. Jobs can be enqueued inside the application's own
+//! transaction; a job is finished exactly once, and a crashed worker's jobs come back
+//! when their lease runs out.
+//!
+//! ```no_run
+//! use sk_runtime::{job, JobContext, JobError};
+//!
+//! #[job(queue = "mail", priority = 10, max_attempts = 5, backoff = "exponential", timeout = "30s")]
+//! async fn send_welcome(user_id: i64, template: String, ctx: JobContext) -> Result<(), JobError> {
+//!     println!("attempt {} of welcome mail {template} to user {user_id}", ctx.attempt());
+//!     Ok(())
+//! }
+//!
+//! #[job(schedule = "0 0 3 * * *")] // every day at 03:00 UTC
+//! async fn nightly_report() -> Result<(), JobError> {
+//!     Ok(())
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let pool = sqlx::PgPool::connect("postgres://postgres@127.0.0.1/postgres").await?;
+//!     sk_runtime::migrate(&pool, &Default::default()).await?;
+//!
+//!     let id = SendWelcome::new(42, "hello".into()).enqueue(&pool).await?;
+//!     println!("enqueued {id}");
+//!
+//!     // Runs until Ctrl-C / SIGTERM, then stops gracefully.
+//!     sk_runtime::Worker::builder(pool).concurrency(32).build()?.run().await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! ## Linking
+//! Jobs register themselves at link time. A job defined in a library crate that the
+//! worker binary never references may be dropped by the linker and then not registered;
+//! the worker logs the task types it runs at start. To force-link a job crate, reference
+//! it from the binary, e.g. `use my_jobs as _;`, or name one of its job types.
+
+mod client;
+mod clock;
+mod error;
+mod info;
+mod job;
+mod maintenance;
+mod registry;
+mod retry;
+mod schedule;
+mod store;
+mod worker;
+
+pub use client::{Enqueue, DEFAULT_MAX_PAYLOAD_BYTES};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::{Error, JobError, Result};
+pub use info::{JobRecord, JobStatus, QueueCounts, QueueInfo, QueuedJob};
+pub use job::{Data, Job, JobContext, JobOptions, DEFAULT_MAX_ATTEMPTS};
+pub use retry::Backoff;
+pub use store::Schema;
+pub use worker::{migrate, Worker, WorkerBuilder};
+
+/// Turns an `async fn` into a background job.
+///
+/// The fn stays callable as it is. Beside it, `#[job]` generates a type named in
+/// PascalCase (`send_welcome` → `SendWelcome`) whose fields are the fn's payload
+/// arguments (serialized with serde, so each must be `Serialize + DeserializeOwned`),
+/// with `new(..)`, `enqueue(executor)`, `enqueue_many(executor, jobs)` and per-call
+/// overrides (`with_priority`, `run_at`, `run_after`, `with_queue`, `with_source`) that
+/// return an [`Enqueue`]. The job registers itself at link time.
+///
+/// Arguments of type [`JobContext`] or [`Data<T>`](Data) are injected by the worker and
+/// are not part of the payload. The fn returns `()` or `Result<(), E>` with
+/// `E: Into<JobError>` (every `std::error::Error` is).
+///
+/// # Keys
+/// | key | value | default |
+/// |---|---|---|
+/// | `name` | the stable `task_type` stored with each job | the fn's name |
+/// | `queue` | queue name | `"default"` |
+/// | `priority` | integer, lower runs first | `0` |
+/// | `max_attempts` | first run plus retries, at least 1 | `25` |
+/// | `backoff` | `"exponential"`, `"linear"`, `"constant"`, or a path to a `fn(u32) -> Duration` | `"exponential"` |
+/// | `backoff_base` | first (or constant) delay, a duration like `"2s"` | `"1s"` |
+/// | `backoff_max` | cap of the delay | `"1h"` |
+/// | `timeout` | a duration; a run over it is a recoverable failure | none |
+/// | `schedule` | a cron expression (5 fields, or 6/7 with seconds first), UTC; only on fns without payload arguments | none |
+///
+/// Mistakes are compile errors pointing at the offending token: an unknown or duplicated
+/// key, a literal of the wrong type, a cron expression that does not parse, a fn that is
+/// not `async`, takes `self`, is generic, or has an argument that is not serializable.
+///
+/// # Examples
+/// Every key:
+/// ```
+/// use sk_runtime::{job, JobError};
+///
+/// #[job(name = "billing.charge", queue = "billing", priority = -5, max_attempts = 3,
+///       backoff = "linear", backoff_base = "10s", backoff_max = "5m", timeout = "2m")]
+/// async fn charge(invoice_id: i64, cents: u64) -> Result<(), JobError> {
+///     if cents == 0 {
+///         return Err(JobError::fatal("nothing to charge"));
+///     }
+///     Ok(())
+/// }
+///
+/// #[job(schedule = "*/15 * * * *")] // every 15 minutes
+/// async fn refresh_rates() {}
+///
+/// fn custom(attempt: u32) -> std::time::Duration {
+///     std::time::Duration::from_secs(u64::from(attempt) * 30)
+/// }
+///
+/// #[job(backoff = custom)]
+/// async fn sync_account(account: String) -> Result<(), std::io::Error> {
+///     Ok(())
+/// }
+///
+/// use sk_runtime::Job as _;
+/// assert_eq!(Charge::TASK_TYPE, "billing.charge");
+/// assert_eq!(Charge::OPTIONS.max_attempts, 3);
+/// assert_eq!(RefreshRates::TASK_TYPE, "refresh_rates");
+/// let _job = SyncAccount::new("acme".into());
+/// ```
+pub use sk_macros::job;
+
+#[doc(hidden)]
+pub mod __private {
+    //! What the code generated by `#[job]` uses; not a public API.
+    pub use crate::job::{options, Job};
+    pub use crate::registry::{
+        HandlerFuture, HandlerInput, HandlerResult, Inject, IntoJobResult, Registration,
+        Requirement,
+    };
+    pub use inventory;
+    pub use serde;
+    pub use sqlx::PgExecutor;
+    pub use std::time::Duration;
+    pub use uuid::Uuid;
+
+    /// The instant type of `run_at`.
+    pub type DateTime = chrono::DateTime<chrono::Utc>;
+
+    /// Compiles only when `T` can be a payload field.
+    pub fn assert_payload<T: serde::Serialize + serde::de::DeserializeOwned>() {}
+}

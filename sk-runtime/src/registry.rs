@@ -1,0 +1,190 @@
+//! Jobs registered at link time through `inventory`, and what the generated handlers use.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, JobError, Result};
+use crate::job::{Data, JobContext, JobOptions};
+
+/// The future a handler returns.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), JobError>> + Send>>;
+/// A handler's result: the payload and injected arguments are resolved before the future
+/// is built, so a bad payload is an error here and never a panic.
+pub type HandlerResult = Result<HandlerFuture, JobError>;
+
+/// One `#[job]` fn, submitted to `inventory` by the generated code.
+#[derive(Debug)]
+pub struct Registration {
+    /// The stable task type.
+    pub task_type: &'static str,
+    /// Defaults from the attribute.
+    pub options: JobOptions,
+    /// A normalized cron expression (6 or 7 fields) for scheduled jobs.
+    pub schedule: Option<&'static str>,
+    /// Builds the job's future from a claimed row.
+    pub handler: fn(HandlerInput) -> HandlerResult,
+    /// The `Data<T>` types the fn takes.
+    pub requirements: fn() -> Vec<Requirement>,
+    /// Where the fn is defined, for the duplicate-name error.
+    pub file: &'static str,
+    /// The line of the fn.
+    pub line: u32,
+}
+
+inventory::collect!(Registration);
+
+/// A `Data<T>` a job needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Requirement {
+    pub(crate) type_id: TypeId,
+    pub(crate) type_name: &'static str,
+}
+
+/// Everything a handler gets: the raw payload, the context and the shared data.
+pub struct HandlerInput {
+    pub(crate) payload: String,
+    pub(crate) ctx: JobContext,
+    pub(crate) data: Arc<DataMap>,
+}
+
+impl HandlerInput {
+    /// Deserializes the payload; a failure is a fatal error naming the reason.
+    ///
+    /// # Errors
+    /// The payload does not match the job type.
+    pub fn decode<J: DeserializeOwned>(&self) -> Result<J, JobError> {
+        serde_json::from_str(&self.payload).map_err(|e| JobError::payload(&self.ctx.task_type, &e))
+    }
+}
+
+/// An argument the worker provides instead of the payload.
+pub trait Inject: Sized {
+    /// Produces the argument for one run.
+    ///
+    /// # Errors
+    /// The worker does not have what the argument needs.
+    fn inject(input: &HandlerInput) -> Result<Self, JobError>;
+    /// What must be registered on the worker for [`Inject::inject`] to succeed.
+    fn requirement() -> Option<Requirement>;
+}
+
+impl Inject for JobContext {
+    fn inject(input: &HandlerInput) -> Result<Self, JobError> {
+        Ok(input.ctx.clone())
+    }
+    fn requirement() -> Option<Requirement> {
+        None
+    }
+}
+
+impl<T: Send + Sync + 'static> Inject for Data<T> {
+    fn inject(input: &HandlerInput) -> Result<Self, JobError> {
+        input
+            .data
+            .0
+            .get(&TypeId::of::<T>())
+            .cloned()
+            .and_then(Data::downcast)
+            .ok_or_else(|| {
+                JobError::new(format!(
+                    "no Data<{}> registered on the worker",
+                    std::any::type_name::<T>()
+                ))
+            })
+    }
+    fn requirement() -> Option<Requirement> {
+        Some(Requirement {
+            type_id: TypeId::of::<T>(),
+            type_name: std::any::type_name::<T>(),
+        })
+    }
+}
+
+/// What a job fn may return: `()` or `Result<(), E>` with `E: Into<JobError>`.
+pub trait IntoJobResult {
+    /// Converts the fn's output.
+    ///
+    /// # Errors
+    /// The fn returned an error.
+    fn into_job_result(self) -> Result<(), JobError>;
+}
+
+impl IntoJobResult for () {
+    fn into_job_result(self) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+impl<E: Into<JobError>> IntoJobResult for Result<(), E> {
+    fn into_job_result(self) -> Result<(), JobError> {
+        self.map_err(Into::into)
+    }
+}
+
+/// Shared data by type.
+#[derive(Default)]
+pub(crate) struct DataMap(pub(crate) HashMap<TypeId, Arc<dyn Any + Send + Sync>>);
+
+/// The handlers this worker runs, by task type.
+pub(crate) struct Registry {
+    pub(crate) jobs: HashMap<&'static str, &'static Registration>,
+}
+
+impl Registry {
+    /// Collects every linked `#[job]`, optionally restricted to `only`; fails on
+    /// duplicate names and on missing data.
+    pub(crate) fn collect(only: Option<&[String]>, data: &DataMap) -> Result<Self> {
+        let mut jobs: HashMap<&'static str, &'static Registration> = HashMap::new();
+        for reg in inventory::iter::<Registration> {
+            if only.is_some_and(|only| !only.iter().any(|t| t == reg.task_type)) {
+                continue;
+            }
+            if let Some(first) = jobs.get(reg.task_type) {
+                let (a, b) = order(first, reg);
+                return Err(Error::DuplicateTaskType {
+                    task_type: reg.task_type.to_owned(),
+                    first: format!("{}:{}", a.file, a.line),
+                    second: format!("{}:{}", b.file, b.line),
+                });
+            }
+            for req in (reg.requirements)() {
+                if !data.0.contains_key(&req.type_id) {
+                    return Err(Error::MissingData {
+                        task_type: reg.task_type,
+                        type_name: req.type_name,
+                    });
+                }
+            }
+            jobs.insert(reg.task_type, reg);
+        }
+        if let Some(only) = only {
+            if let Some(missing) = only.iter().find(|t| !jobs.contains_key(t.as_str())) {
+                return Err(Error::invalid(
+                    "task type",
+                    format!("`{missing}` was asked for but no #[job] with that name is linked into this binary"),
+                ));
+            }
+        }
+        Ok(Registry { jobs })
+    }
+
+    pub(crate) fn task_types(&self) -> Vec<String> {
+        let mut types: Vec<String> = self.jobs.keys().map(|t| (*t).to_owned()).collect();
+        types.sort();
+        types
+    }
+}
+
+/// Orders two registrations by location so the error message is stable.
+fn order<'a>(a: &'a Registration, b: &'a Registration) -> (&'a Registration, &'a Registration) {
+    if (a.file, a.line) <= (b.file, b.line) {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}

@@ -1,0 +1,161 @@
+//! The storage boundary. All SQL lives below this module; the worker and the client speak
+//! only in the backend-neutral types defined here, so MySQL/MariaDB and SQLite stores can
+//! sit beside `postgres` with their own migrations folders.
+
+pub(crate) mod postgres;
+
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+
+/// Where sk's tables live: a schema and a name prefix (default `public` and `sk_`, giving
+/// `public.sk_tasks_queue_t`). Both must be lowercase SQL identifiers, so they can never
+/// carry SQL into a statement.
+///
+/// ```
+/// use sk_runtime::Schema;
+///
+/// let schema = Schema::new("jobs", "billing_").unwrap();
+/// assert_eq!(schema.table("tasks_queue_t"), "jobs.billing_tasks_queue_t");
+/// assert!(Schema::new("jobs; DROP TABLE x", "sk_").is_err());
+/// ```
+#[derive(Clone)]
+pub struct Schema {
+    schema: String,
+    prefix: String,
+    pub(crate) sql: Arc<postgres::Statements>,
+}
+
+static DEFAULT_SCHEMA: LazyLock<Schema> = LazyLock::new(|| {
+    Schema::new("public", "sk_").expect("the default names are valid identifiers")
+});
+
+impl Default for Schema {
+    fn default() -> Self {
+        DEFAULT_SCHEMA.clone()
+    }
+}
+
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Schema")
+            .field("schema", &self.schema)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+impl Schema {
+    /// A schema name and a table-name prefix.
+    ///
+    /// # Errors
+    /// A name is not a lowercase identifier (`[a-z_][a-z0-9_]*`, at most 30 bytes; the
+    /// prefix may be empty).
+    pub fn new(schema: &str, prefix: &str) -> Result<Self> {
+        check_identifier("schema name", schema, false)?;
+        check_identifier("table prefix", prefix, true)?;
+        let mut s = Schema {
+            schema: schema.to_owned(),
+            prefix: prefix.to_owned(),
+            sql: Arc::default(),
+        };
+        s.sql = Arc::new(postgres::Statements::new(&s));
+        Ok(s)
+    }
+
+    /// The qualified name of one of sk's tables, e.g. `table("tasks_queue_t")`.
+    pub fn table(&self, name: &str) -> String {
+        format!("{}.{}{}", self.schema, self.prefix, name)
+    }
+
+    /// The LISTEN/NOTIFY channel (the seed's `sk_task_queue_item_added` by default).
+    pub fn channel(&self) -> String {
+        if self.schema == "public" {
+            format!("{}task_queue_item_added", self.prefix)
+        } else {
+            format!("{}_{}task_queue_item_added", self.schema, self.prefix)
+        }
+    }
+
+    pub(crate) fn schema_name(&self) -> &str {
+        &self.schema
+    }
+
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+}
+
+fn check_identifier(what: &'static str, name: &str, may_be_empty: bool) -> Result<()> {
+    let mut chars = name.chars();
+    let valid_start = match chars.next() {
+        None => may_be_empty,
+        Some(c) => c.is_ascii_lowercase() || c == '_',
+    };
+    if !valid_start
+        || !chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        || name.len() > 30
+    {
+        return Err(Error::invalid(
+            what,
+            format!("{name:?} must be a lowercase identifier ([a-z_][a-z0-9_]*, at most 30 bytes)"),
+        ));
+    }
+    Ok(())
+}
+
+/// A job to insert.
+pub(crate) struct NewJob {
+    pub(crate) id: Uuid,
+    pub(crate) task_type: &'static str,
+    pub(crate) source: String,
+    pub(crate) payload: String,
+    pub(crate) queue: String,
+    pub(crate) priority: i32,
+    pub(crate) run_at: DateTime<Utc>,
+    pub(crate) max_attempts: i32,
+    pub(crate) unique_key: Option<String>,
+}
+
+/// A job this worker now holds a lease on.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ClaimedJob {
+    pub(crate) task_id: Uuid,
+    pub(crate) task_type: String,
+    pub(crate) task_payload: String,
+    pub(crate) task_attempt: i32,
+    pub(crate) task_max_attempts: i32,
+    pub(crate) task_priority: i32,
+    pub(crate) task_queue: String,
+    pub(crate) task_posted_at_ts: DateTime<Utc>,
+}
+
+/// The fencing token of one claim: a finalization must present both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Lease {
+    pub(crate) id: Uuid,
+    pub(crate) attempt: i32,
+}
+
+/// A successful run to record.
+pub(crate) struct Success {
+    pub(crate) lease: Lease,
+    pub(crate) millis: i64,
+}
+
+/// A failed run to record.
+pub(crate) struct Failure {
+    pub(crate) lease: Lease,
+    pub(crate) millis: i64,
+    pub(crate) status: crate::info::JobStatus,
+    /// `Some` to retry at that time, `None` to finalize.
+    pub(crate) retry_at: Option<DateTime<Utc>>,
+    pub(crate) kind: String,
+    pub(crate) message: String,
+    pub(crate) detail: Option<String>,
+    pub(crate) recoverable: bool,
+}

@@ -1,0 +1,514 @@
+//! PostgreSQL: migrations and every statement sk runs. Every time comparison takes `now`
+//! from the caller's clock as a parameter; the database's own `now()` is never used.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgExecutor, PgPool, Row};
+use uuid::Uuid;
+
+use super::{ClaimedJob, Failure, Lease, NewJob, Schema, Success};
+use crate::error::{Error, Result};
+use crate::info::{JobRecord, QueueCounts, QueuedJob};
+
+/// Versioned migrations, applied in order; `__SCHEMA__`/`__PREFIX__` are substituted.
+const MIGRATIONS: &[(i32, &str, &str)] = &[(
+    1,
+    "initial seed schema",
+    include_str!("../../../migrations/postgres/0001_init.sql"),
+)];
+
+/// The statements of one schema, formatted once and then reused, so sqlx's per-connection
+/// cache prepares each of them once per connection.
+#[derive(Default)]
+pub(crate) struct Statements {
+    enqueue_one: String,
+    enqueue_many: String,
+    claim: String,
+    complete: String,
+    fail: String,
+    give_back: String,
+    extend: String,
+    counts_by_status: String,
+    counts_live: String,
+    peek: String,
+    job: String,
+    prune: String,
+    metrics: String,
+    channel: String,
+}
+
+impl Statements {
+    pub(crate) fn new(schema: &Schema) -> Self {
+        let q = schema.table("tasks_queue_t");
+        let r = schema.table("task_results_t");
+        let s = schema.table("task_execution_time_stats_t");
+        let m = schema.table("metrics_t");
+        // Records the run time of the rows of CTE `done(task_type, ms)` per task type; the
+        // same statement finalizes the jobs, so stats and results never disagree.
+        let stats = format!(
+            "stats AS (
+                INSERT INTO {s} AS s (et_task_type, et_avg_execution_time_ms, et_fastest_execution_time_ms,
+                    et_longest_execution_time_ms, et_total_execution_time_ms, et_total_execution_count, et_last_updated_ts)
+                SELECT task_type, sum(ms) / count(*), min(ms), max(ms), sum(ms), count(*), $now
+                FROM done GROUP BY task_type
+                ON CONFLICT (et_task_type) DO UPDATE SET
+                    et_total_execution_time_ms = s.et_total_execution_time_ms + EXCLUDED.et_total_execution_time_ms,
+                    et_total_execution_count = s.et_total_execution_count + EXCLUDED.et_total_execution_count,
+                    et_avg_execution_time_ms = (s.et_total_execution_time_ms + EXCLUDED.et_total_execution_time_ms)
+                        / (s.et_total_execution_count + EXCLUDED.et_total_execution_count),
+                    et_fastest_execution_time_ms = least(s.et_fastest_execution_time_ms, EXCLUDED.et_fastest_execution_time_ms),
+                    et_longest_execution_time_ms = greatest(s.et_longest_execution_time_ms, EXCLUDED.et_longest_execution_time_ms),
+                    et_last_updated_ts = EXCLUDED.et_last_updated_ts
+            )"
+        );
+        // One statement for a failed run: with a retry time ($4) the row waits again,
+        // without one it leaves the queue; both fenced like `complete`.
+        let fail = format!(
+            "WITH kept AS (
+                UPDATE {q} SET task_locked_until_ts = $4, task_locked_by = NULL
+                WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3 AND $4::timestamptz IS NOT NULL
+                RETURNING task_id, task_type
+            ), gone AS (
+                DELETE FROM {q}
+                WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3 AND $4::timestamptz IS NULL
+                RETURNING task_id, task_type
+            ), done AS (
+                SELECT task_id, task_type, $10::int8 AS ms FROM kept
+                UNION ALL SELECT task_id, task_type, $10::int8 FROM gone
+            ), res AS (
+                UPDATE {r} r SET task_status = $5, task_error_count = r.task_error_count + 1,
+                    task_last_error_type = $6, task_last_error_message = $7, task_last_error_detail = $8,
+                    task_last_error_is_recoverable = $9, task_processing_time_milliseconds = $10,
+                    task_processing_finalized_at_ts = CASE WHEN $4::timestamptz IS NULL THEN $11 END
+                FROM done WHERE r.task_id = done.task_id
+            ),
+            {}
+            SELECT count(*) FROM done",
+            stats.replace("$now", "$11")
+        );
+        Statements {
+            // The results row is written first: its unique key makes a cron tick enqueue
+            // at most once across workers, and the queue row exists only if it was new.
+            enqueue_one: format!(
+                "WITH res AS (
+                    INSERT INTO {r} (task_id, task_type, task_source, task_payload, task_queue, task_status,
+                        task_priority, task_unique_key, task_posted_at_ts)
+                    VALUES ($1, $2, $3, $4::jsonb, $5, 1, $6, $7, $8)
+                    ON CONFLICT (task_unique_key) DO NOTHING
+                    RETURNING task_id, task_payload
+                ), q AS (
+                    INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
+                    SELECT task_id, $2, $3, task_payload, $6, $8, $9, $5, $10 FROM res
+                    RETURNING task_id
+                )
+                SELECT (SELECT task_id FROM q) FROM (SELECT pg_notify($11, '')) AS notify"
+            ),
+            // WITH ORDINALITY keeps the caller's order in the FIFO lock handle.
+            enqueue_many: format!(
+                "WITH input AS (
+                    SELECT * FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::text[], $5::varchar[],
+                        $6::int4[], $7::timestamptz[], $8::int4[], $9::varchar[]) WITH ORDINALITY
+                    AS i(task_id, task_type, task_source, payload, task_queue, task_priority, run_at, max_attempts, unique_key, ord)
+                ), res AS (
+                    INSERT INTO {r} (task_id, task_type, task_source, task_payload, task_queue, task_status,
+                        task_priority, task_unique_key, task_posted_at_ts)
+                    SELECT task_id, task_type, task_source, payload::jsonb, task_queue, 1, task_priority, unique_key, $10
+                    FROM input
+                    ON CONFLICT (task_unique_key) DO NOTHING
+                    RETURNING task_id, task_payload
+                ), q AS (
+                    INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
+                    SELECT i.task_id, i.task_type, i.task_source, res.task_payload, i.task_priority, $10,
+                        i.run_at, i.task_queue, i.max_attempts
+                    FROM res JOIN input i USING (task_id) ORDER BY i.ord
+                    RETURNING task_id
+                )
+                SELECT (SELECT count(*) FROM q) FROM (SELECT pg_notify($11, '')) AS notify"
+            ),
+            // Served by tasks_queue_dequeue_idx, which has exactly this order. SKIP LOCKED
+            // lets concurrent workers take disjoint batches without waiting on each other.
+            claim: format!(
+                "WITH next AS (
+                    SELECT task_id FROM {q}
+                    WHERE task_locked_until_ts <= $1
+                      AND task_type = ANY($2)
+                      AND ($3::varchar[] IS NULL OR task_queue = ANY($3))
+                    ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
+                    LIMIT $4
+                    FOR UPDATE SKIP LOCKED
+                ), claimed AS (
+                    UPDATE {q} q SET task_locked_until_ts = $5, task_locked_by = $6, task_attempt = q.task_attempt + 1
+                    FROM next WHERE q.task_id = next.task_id
+                    RETURNING q.task_id, q.task_type, q.task_payload::text AS task_payload, q.task_attempt,
+                        q.task_max_attempts, q.task_priority, q.task_queue, q.task_posted_at_ts, q.task_lock_handle_id
+                ), started AS (
+                    UPDATE {r} r SET task_status = 2,
+                        task_first_processing_attempted_at_ts = coalesce(r.task_first_processing_attempted_at_ts, $1),
+                        task_last_processing_attempted_at_ts = $1
+                    FROM claimed WHERE r.task_id = claimed.task_id
+                )
+                SELECT task_id, task_type, task_payload, task_attempt, task_max_attempts, task_priority, task_queue,
+                    task_posted_at_ts
+                FROM claimed ORDER BY task_priority, task_lock_handle_id"
+            ),
+            // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
+            complete: format!(
+                "WITH input AS (
+                    SELECT * FROM unnest($1::uuid[], $2::int4[], $3::int8[]) AS i(task_id, attempt, ms)
+                ), done AS (
+                    DELETE FROM {q} q USING input
+                    WHERE q.task_id = input.task_id AND q.task_attempt = input.attempt AND q.task_locked_by = $4
+                    RETURNING q.task_id, q.task_type, input.ms
+                ), res AS (
+                    UPDATE {r} r SET task_status = 3, task_processing_time_milliseconds = done.ms,
+                        task_processing_finalized_at_ts = $5
+                    FROM done WHERE r.task_id = done.task_id
+                ),
+                {}
+                SELECT task_id FROM done",
+                stats.replace("$now", "$5")
+            ),
+            fail,
+            // A given-back job did not use up an attempt, and is claimable at once.
+            give_back: format!(
+                "WITH back AS (
+                    UPDATE {q} q SET task_locked_until_ts = $1, task_locked_by = NULL, task_attempt = q.task_attempt - 1
+                    FROM unnest($2::uuid[], $3::int4[]) AS i(task_id, attempt)
+                    WHERE q.task_id = i.task_id AND q.task_attempt = i.attempt AND q.task_locked_by = $4
+                    RETURNING q.task_id
+                ), res AS (
+                    UPDATE {r} r SET task_status = CASE WHEN r.task_error_count > 0 THEN 4 ELSE 1 END
+                    FROM back WHERE r.task_id = back.task_id
+                )
+                SELECT count(*) FROM back"
+            ),
+            extend: format!(
+                "UPDATE {q} q SET task_locked_until_ts = $1
+                 FROM unnest($2::uuid[], $3::int4[]) AS i(task_id, attempt)
+                 WHERE q.task_id = i.task_id AND q.task_attempt = i.attempt AND q.task_locked_by = $4
+                 RETURNING q.task_id"
+            ),
+            counts_by_status: format!("SELECT task_status, count(*) FROM {r} GROUP BY task_status"),
+            counts_live: format!(
+                "SELECT
+                    count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
+                    count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1),
+                    count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1),
+                    count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts <= $1)
+                 FROM {q}"
+            ),
+            peek: format!(
+                "SELECT task_id, task_type, task_queue, task_priority, task_attempt, task_max_attempts,
+                    task_locked_until_ts, task_posted_at_ts
+                 FROM {q} WHERE task_locked_by IS NULL
+                 ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT $1"
+            ),
+            job: format!(
+                "SELECT r.task_id, r.task_type, r.task_source, r.task_queue, r.task_payload::text AS task_payload,
+                    r.task_status, r.task_priority, r.task_error_count, r.task_last_error_type,
+                    r.task_last_error_message, r.task_last_error_detail, r.task_last_error_is_recoverable,
+                    r.task_processing_time_milliseconds, r.task_posted_at_ts, r.task_first_processing_attempted_at_ts,
+                    r.task_last_processing_attempted_at_ts, r.task_processing_finalized_at_ts,
+                    q.task_attempt, q.task_max_attempts, q.task_locked_until_ts, q.task_locked_by
+                 FROM {r} r LEFT JOIN {q} q ON q.task_id = r.task_id WHERE r.task_id = $1"
+            ),
+            // Served by task_results_finalized_idx; bounded so one run never holds locks long.
+            prune: format!(
+                "DELETE FROM {r} WHERE task_id IN (
+                    SELECT task_id FROM {r} WHERE task_processing_finalized_at_ts < $1 LIMIT $2)"
+            ),
+            metrics: format!(
+                "INSERT INTO {m} (metric_process_id, metric_id, metric_category, metric_value, metric_last_updated_ts)
+                 SELECT $1, id, 'worker', value, $4 FROM unnest($2::varchar[], $3::int8[]) AS i(id, value)
+                 ON CONFLICT (metric_process_id, metric_id) DO UPDATE
+                 SET metric_value = EXCLUDED.metric_value, metric_last_updated_ts = EXCLUDED.metric_last_updated_ts"
+            ),
+            channel: schema.channel(),
+        }
+    }
+}
+
+/// Brings the schema to the newest version. Concurrent callers serialize on an advisory
+/// lock, so several workers starting at once apply each migration exactly once.
+pub(crate) async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        .bind(format!("sk-migrate:{}", schema.table("")))
+        .execute(&mut *tx)
+        .await?;
+    let versions = schema.table("schema_migrations_t");
+    sqlx::raw_sql(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {s};
+         CREATE TABLE IF NOT EXISTS {versions} (
+             version integer NOT NULL PRIMARY KEY,
+             description text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         );",
+        s = schema.schema_name()
+    ))
+    .execute(&mut *tx)
+    .await?;
+    let current: Option<i32> = sqlx::query_scalar(&format!("SELECT max(version) FROM {versions}"))
+        .fetch_one(&mut *tx)
+        .await?;
+    let current = current.unwrap_or(0);
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    if current > known {
+        return Err(Error::SchemaTooNew {
+            found: current,
+            known,
+        });
+    }
+    for (version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        let sql = sql
+            .replace("__SCHEMA__", schema.schema_name())
+            .replace("__PREFIX__", schema.prefix());
+        sqlx::raw_sql(&sql)
+            .execute(&mut *tx)
+            .await
+            .map_err(|source| Error::Migration {
+                version: *version,
+                source,
+            })?;
+        sqlx::query(&format!(
+            "INSERT INTO {versions} (version, description) VALUES ($1, $2)"
+        ))
+        .bind(version)
+        .bind(description)
+        .execute(&mut *tx)
+        .await?;
+        tracing::info!(version, description, "sk: applied migration");
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Inserts one job; `None` when its unique key already exists.
+pub(crate) async fn enqueue_one<'e, E: PgExecutor<'e>>(
+    executor: E,
+    schema: &Schema,
+    job: NewJob,
+    now: DateTime<Utc>,
+) -> Result<Option<Uuid>> {
+    let sql = &schema.sql;
+    let id: Option<Uuid> = sqlx::query_scalar(&sql.enqueue_one)
+        .bind(job.id)
+        .bind(job.task_type)
+        .bind(job.source)
+        .bind(job.payload)
+        .bind(job.queue)
+        .bind(job.priority)
+        .bind(job.unique_key)
+        .bind(now)
+        .bind(job.run_at)
+        .bind(job.max_attempts)
+        .bind(&sql.channel)
+        .fetch_one(executor)
+        .await?;
+    Ok(id)
+}
+
+/// Inserts many jobs in one statement; returns how many were new.
+pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
+    executor: E,
+    schema: &Schema,
+    jobs: Vec<NewJob>,
+    now: DateTime<Utc>,
+) -> Result<i64> {
+    let n = jobs.len();
+    let (mut ids, mut types, mut sources, mut payloads, mut queues) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut priorities, mut run_ats, mut max_attempts, mut keys) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for job in jobs {
+        ids.push(job.id);
+        types.push(job.task_type);
+        sources.push(job.source);
+        payloads.push(job.payload);
+        queues.push(job.queue);
+        priorities.push(job.priority);
+        run_ats.push(job.run_at);
+        max_attempts.push(job.max_attempts);
+        keys.push(job.unique_key);
+    }
+    let inserted: i64 = sqlx::query_scalar(&schema.sql.enqueue_many)
+        .bind(ids)
+        .bind(types)
+        .bind(sources)
+        .bind(payloads)
+        .bind(queues)
+        .bind(priorities)
+        .bind(run_ats)
+        .bind(max_attempts)
+        .bind(keys)
+        .bind(now)
+        .bind(&schema.sql.channel)
+        .fetch_one(executor)
+        .await?;
+    Ok(inserted)
+}
+
+/// The worker's view of the store: every statement that runs under a lease.
+#[derive(Clone)]
+pub(crate) struct PgStore {
+    pub(crate) pool: PgPool,
+    pub(crate) schema: Schema,
+    pub(crate) worker_id: String,
+}
+
+impl PgStore {
+    pub(crate) async fn claim(
+        &self,
+        task_types: &[String],
+        queues: Option<&[String]>,
+        limit: i64,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<ClaimedJob>> {
+        Ok(sqlx::query_as(&self.schema.sql.claim)
+            .bind(now)
+            .bind(task_types)
+            .bind(queues)
+            .bind(limit)
+            .bind(lease_until)
+            .bind(&self.worker_id)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// Finalizes successful runs; returns the ids whose lease was still held.
+    pub(crate) async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        let ids: Vec<Uuid> = done.iter().map(|s| s.lease.id).collect();
+        let attempts: Vec<i32> = done.iter().map(|s| s.lease.attempt).collect();
+        let millis: Vec<i64> = done.iter().map(|s| s.millis).collect();
+        Ok(sqlx::query_scalar(&self.schema.sql.complete)
+            .bind(ids)
+            .bind(attempts)
+            .bind(millis)
+            .bind(&self.worker_id)
+            .bind(now)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// Records a failed run (retry or final); false when the lease was lost (fenced).
+    pub(crate) async fn fail(&self, f: &Failure, now: DateTime<Utc>) -> Result<bool> {
+        let n: i64 = sqlx::query_scalar(&self.schema.sql.fail)
+            .bind(f.lease.id)
+            .bind(f.lease.attempt)
+            .bind(&self.worker_id)
+            .bind(f.retry_at)
+            .bind(f.status as i16)
+            .bind(&f.kind)
+            .bind(&f.message)
+            .bind(&f.detail)
+            .bind(f.recoverable)
+            .bind(f.millis)
+            .bind(now)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Releases leases at once (graceful stop), without using up an attempt.
+    pub(crate) async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<i64> {
+        let (ids, attempts): (Vec<Uuid>, Vec<i32>) =
+            leases.iter().map(|l| (l.id, l.attempt)).unzip();
+        Ok(sqlx::query_scalar(&self.schema.sql.give_back)
+            .bind(now)
+            .bind(ids)
+            .bind(attempts)
+            .bind(&self.worker_id)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    /// Extends the leases still held; returns their ids (a missing one was lost).
+    pub(crate) async fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        let (ids, attempts): (Vec<Uuid>, Vec<i32>) =
+            leases.iter().map(|l| (l.id, l.attempt)).unzip();
+        Ok(sqlx::query_scalar(&self.schema.sql.extend)
+            .bind(until)
+            .bind(ids)
+            .bind(attempts)
+            .bind(&self.worker_id)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    pub(crate) async fn prune(&self, older_than: DateTime<Utc>, limit: i64) -> Result<u64> {
+        let done = sqlx::query(&self.schema.sql.prune)
+            .bind(older_than)
+            .bind(limit)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    pub(crate) async fn write_metrics(
+        &self,
+        metrics: &[(&str, i64)],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let (ids, values): (Vec<&str>, Vec<i64>) = metrics.iter().copied().unzip();
+        sqlx::query(&self.schema.sql.metrics)
+            .bind(&self.worker_id)
+            .bind(ids)
+            .bind(values)
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+pub(crate) async fn counts(
+    pool: &PgPool,
+    schema: &Schema,
+    now: DateTime<Utc>,
+) -> Result<QueueCounts> {
+    let mut counts = QueueCounts::default();
+    for row in sqlx::query(&schema.sql.counts_by_status)
+        .fetch_all(pool)
+        .await?
+    {
+        let status: i16 = row.try_get(0)?;
+        let n: i64 = row.try_get(1)?;
+        counts
+            .by_status
+            .push((crate::info::JobStatus::from_code(status), n));
+    }
+    let row = sqlx::query(&schema.sql.counts_live)
+        .bind(now)
+        .fetch_one(pool)
+        .await?;
+    counts.available = row.try_get(0)?;
+    counts.scheduled = row.try_get(1)?;
+    counts.running = row.try_get(2)?;
+    counts.lease_expired = row.try_get(3)?;
+    Ok(counts)
+}
+
+pub(crate) async fn peek(pool: &PgPool, schema: &Schema, limit: i64) -> Result<Vec<QueuedJob>> {
+    Ok(sqlx::query_as(&schema.sql.peek)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?)
+}
+
+pub(crate) async fn job(pool: &PgPool, schema: &Schema, id: Uuid) -> Result<Option<JobRecord>> {
+    Ok(sqlx::query_as(&schema.sql.job)
+        .bind(id)
+        .fetch_optional(pool)
+        .await?)
+}

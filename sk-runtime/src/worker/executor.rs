@@ -1,0 +1,204 @@
+//! Runs one claimed job in its own tokio task, with its timeout, catching panics.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::FutureExt;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+
+use super::completer::Completion;
+use super::{RunState, Running, Shared};
+use crate::error::JobError;
+use crate::job::JobContext;
+use crate::registry::{HandlerInput, Registration};
+use crate::store::{ClaimedJob, Lease};
+
+pub(super) fn spawn(
+    shared: &Arc<Shared>,
+    job: ClaimedJob,
+    completions: &UnboundedSender<Completion>,
+) {
+    let permit = Arc::clone(&shared.slots)
+        .try_acquire_owned()
+        .expect("the producer claims no more jobs than free slots, and only it takes slots");
+    let lease = Lease {
+        id: job.task_id,
+        attempt: job.task_attempt,
+    };
+    let cancel = shared.jobs_cancel.child_token();
+    shared.running().insert(
+        lease,
+        Running {
+            cancel: cancel.clone(),
+            state: RunState::Claimed,
+            abort: None,
+        },
+    );
+    let task = tokio::spawn(run_one(
+        shared.clone(),
+        job,
+        cancel,
+        completions.clone(),
+        permit,
+    ));
+    if let Some(entry) = shared.running().get_mut(&lease) {
+        entry.abort = Some(task.abort_handle());
+    }
+}
+
+async fn run_one(
+    shared: Arc<Shared>,
+    job: ClaimedJob,
+    cancel: CancellationToken,
+    completions: UnboundedSender<Completion>,
+    permit: OwnedSemaphorePermit,
+) {
+    let lease = Lease {
+        id: job.task_id,
+        attempt: job.task_attempt,
+    };
+    {
+        let mut running = shared.running();
+        let Some(entry) = running.get_mut(&lease) else {
+            return;
+        };
+        if entry.state != RunState::Claimed {
+            // The stop already gave it back.
+            return;
+        }
+        if shared.stopping.is_cancelled() {
+            // Claimed but not started when the stop began: hand it back untouched.
+            entry.state = RunState::GivenBack;
+            drop(running);
+            let _ = completions.send(Completion::GiveBack(lease));
+            return;
+        }
+        entry.state = RunState::Started;
+    }
+    let registration = shared
+        .registry
+        .jobs
+        .get(job.task_type.as_str())
+        .copied()
+        .expect("the claim selects only task types in the registry");
+    let max_attempts = job.task_max_attempts;
+    let started = Instant::now();
+    let result = if job.task_attempt > max_attempts {
+        // Only a lease that ran out (a crashed or stalled worker) gets a job here.
+        Err(JobError::fatal(format!(
+            "attempt {} exceeds max_attempts {max_attempts}: earlier attempts lost their lease (worker crash or stall)",
+            job.task_attempt
+        ))
+        .with_kind("lease_expired"))
+    } else {
+        execute(&shared, registration, job, cancel).await
+    };
+    let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    drop(permit);
+    {
+        let mut running = shared.running();
+        match running.get_mut(&lease) {
+            Some(entry) if entry.state == RunState::Started => entry.state = RunState::Finished,
+            // The stop interrupted it and gives its lease back.
+            _ => return,
+        }
+    }
+    if shared.maybe_more.load(Ordering::Relaxed) {
+        shared.wake.notify_one();
+    }
+    let _ = completions.send(Completion::Finished {
+        lease,
+        max_attempts,
+        registration,
+        result,
+        millis,
+    });
+}
+
+async fn execute(
+    shared: &Shared,
+    registration: &'static Registration,
+    job: ClaimedJob,
+    cancel: CancellationToken,
+) -> Result<(), JobError> {
+    let ctx = JobContext {
+        id: job.task_id,
+        task_type: job.task_type.into(),
+        queue: job.task_queue.into(),
+        attempt: job.task_attempt,
+        max_attempts: job.task_max_attempts,
+        priority: job.task_priority,
+        posted_at: job.task_posted_at_ts,
+        cancel,
+    };
+    let input = HandlerInput {
+        payload: job.task_payload,
+        ctx,
+        data: shared.data.clone(),
+    };
+    let future = match std::panic::catch_unwind(AssertUnwindSafe(|| (registration.handler)(input)))
+    {
+        Ok(Ok(future)) => future,
+        Ok(Err(error)) => return Err(error),
+        Err(panic) => return Err(panic_error(&*panic)),
+    };
+    let future = AssertUnwindSafe(future).catch_unwind();
+    let outcome = match registration.options.timeout {
+        Some(limit) => match tokio::time::timeout(limit, future).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                return Err(JobError::new(format!(
+                    "timed out after {}",
+                    humantime::format_duration(limit)
+                ))
+                .with_kind("timeout"));
+            }
+        },
+        None => future.await,
+    };
+    outcome.unwrap_or_else(|panic| Err(panic_error(&*panic)))
+}
+
+fn panic_error(panic: &(dyn std::any::Any + Send)) -> JobError {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_owned());
+    JobError::new(format!("panicked: {message}")).with_kind("panic")
+}
+
+/// The stop: running jobs get the grace period; what still runs after it is interrupted
+/// and its lease given back, so another worker takes it at once.
+pub(super) async fn drain(shared: &Shared, completions: &UnboundedSender<Completion>) {
+    let all = u32::try_from(shared.config.concurrency).unwrap_or(u32::MAX);
+    if let Ok(Ok(_all_slots)) =
+        tokio::time::timeout(shared.config.grace_period, shared.slots.acquire_many(all)).await
+    {
+        return;
+    }
+    let mut interrupted = Vec::new();
+    {
+        let mut running = shared.running();
+        for (lease, entry) in running.iter_mut() {
+            if matches!(entry.state, RunState::Claimed | RunState::Started) {
+                entry.state = RunState::GivenBack;
+                if let Some(abort) = &entry.abort {
+                    abort.abort();
+                }
+                interrupted.push(*lease);
+            }
+        }
+    }
+    tracing::warn!(
+        jobs = interrupted.len(),
+        "sk: grace period over; interrupting running jobs and giving their leases back"
+    );
+    for lease in interrupted {
+        let _ = completions.send(Completion::GiveBack(lease));
+    }
+}

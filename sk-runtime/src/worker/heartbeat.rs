@@ -1,0 +1,44 @@
+//! Extends the leases of jobs this worker holds, and notices leases it lost.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::{RunState, Shared};
+use crate::store::Lease;
+
+pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
+    let every = shared
+        .config
+        .heartbeat
+        .expect("build() sets the heartbeat interval");
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let leases: Vec<Lease> = shared.running().keys().copied().collect();
+        if leases.is_empty() {
+            continue;
+        }
+        let until = crate::clock::add(shared.now(), shared.config.lease);
+        match shared.store.extend(&leases, until).await {
+            Ok(held) if held.len() < leases.len() => {
+                let running = shared.running();
+                for lease in leases.iter().filter(|l| !held.contains(&l.id)) {
+                    // A finished job may have been finalized since the keys were read.
+                    if let Some(entry) = running.get(lease).filter(|e| e.state != RunState::Finished) {
+                        tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: lease lost to another worker; asking the job to stop");
+                        entry.cancel.cancel();
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(
+                jobs = leases.len(),
+                "sk: heartbeat failed; leases run out at the latest {:?} after the last success unless it recovers: {e}",
+                shared.config.lease
+            ),
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! The worker: a builder, and the pipeline of DESIGN.md (listener + poll -> producer ->
+//! executor -> completer; heartbeat, scheduler and maintenance beside them).
+
+mod completer;
+mod executor;
+mod heartbeat;
+mod listener;
+mod producer;
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::clock::{Clock, SharedClock, SystemClock};
+use crate::error::{Error, Result};
+use crate::registry::{DataMap, Registry};
+use crate::store::postgres::{self, PgStore};
+use crate::store::{Lease, Schema};
+
+/// Builds a [`Worker`]; every setting has a documented default.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool) -> sk_runtime::Result<()> {
+/// use std::time::Duration;
+///
+/// struct AppState { greeting: String }
+///
+/// sk_runtime::Worker::builder(pool)
+///     .concurrency(32)
+///     .queues(["default", "mail"])
+///     .data(AppState { greeting: "hello".into() })
+///     .grace_period(Duration::from_secs(10))
+///     .build()?
+///     .run() // until Ctrl-C or SIGTERM, then a graceful stop
+///     .await
+/// # }
+/// ```
+#[must_use]
+pub struct WorkerBuilder {
+    pool: PgPool,
+    config: Config,
+    queues: Option<Vec<String>>,
+    only: Option<Vec<String>>,
+    data: DataMap,
+    schema: Schema,
+    clock: SharedClock,
+    id: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) concurrency: usize,
+    pub(crate) lease: Duration,
+    pub(crate) heartbeat: Option<Duration>,
+    pub(crate) poll_interval: Duration,
+    pub(crate) grace_period: Duration,
+    pub(crate) auto_migrate: bool,
+    pub(crate) result_retention: Duration,
+    pub(crate) maintenance_interval: Duration,
+}
+
+impl WorkerBuilder {
+    /// Jobs run at once (default 10). Each claim takes at most the free slots.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.config.concurrency = n;
+        self
+    }
+
+    /// Only take jobs from these queues (default: every queue).
+    pub fn queues<I, S>(mut self, queues: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.queues = Some(queues.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Only run these task types (default: every `#[job]` linked into the binary).
+    pub fn task_types<I, S>(mut self, types: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.only = Some(types.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Shares `value` with jobs that take a `Data<T>` argument.
+    pub fn data<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.data.0.insert(
+            TypeId::of::<T>(),
+            Arc::new(value) as Arc<dyn Any + Send + Sync>,
+        );
+        self
+    }
+
+    /// How long a claim holds a job before another worker may take it (default 30 s).
+    /// Running jobs extend it by heartbeat, so it bounds how long a crashed worker's jobs
+    /// wait, not how long a job may run.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease;
+        self
+    }
+
+    /// How often running leases are extended (default: a third of the lease).
+    pub fn heartbeat_interval(mut self, every: Duration) -> Self {
+        self.config.heartbeat = Some(every);
+        self
+    }
+
+    /// How often the worker looks for jobs without a notification (default 1 s). A lost
+    /// notification costs at most this much latency.
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.config.poll_interval = every;
+        self
+    }
+
+    /// How long running jobs may take to finish after a stop is asked (default 30 s);
+    /// jobs still running then are interrupted and given back for another worker.
+    pub fn grace_period(mut self, grace: Duration) -> Self {
+        self.config.grace_period = grace;
+        self
+    }
+
+    /// Where the tables live (default `public`, prefix `sk_`).
+    pub fn schema(mut self, schema: Schema) -> Self {
+        self.schema = schema;
+        self
+    }
+
+    /// The clock every query takes `now` from (default: the system clock).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Whether to create or upgrade the schema at start (default true). When off, run
+    /// [`migrate`](crate::migrate) yourself.
+    pub fn auto_migrate(mut self, on: bool) -> Self {
+        self.config.auto_migrate = on;
+        self
+    }
+
+    /// How long finished jobs' results are kept (default 7 days).
+    pub fn result_retention(mut self, keep: Duration) -> Self {
+        self.config.result_retention = keep;
+        self
+    }
+
+    /// How often results are pruned and metrics written (default 60 s).
+    pub fn maintenance_interval(mut self, every: Duration) -> Self {
+        self.config.maintenance_interval = every;
+        self
+    }
+
+    /// This worker's id in `task_locked_by` and `sk_metrics_t` (default: `sk-<pid>-<random>`).
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Checks the settings and the registered jobs.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a setting out of range, [`Error::DuplicateTaskType`] when two
+    /// jobs share a name, [`Error::MissingData`] when a job takes `Data<T>` that was not
+    /// given.
+    pub fn build(self) -> Result<Worker> {
+        let c = &self.config;
+        if c.concurrency == 0 {
+            return Err(Error::invalid("concurrency", "must be at least 1"));
+        }
+        if c.lease < Duration::from_millis(100) {
+            return Err(Error::invalid("lease", "must be at least 100 ms"));
+        }
+        if c.poll_interval.is_zero() || c.maintenance_interval.is_zero() {
+            return Err(Error::invalid(
+                "interval",
+                "poll and maintenance intervals must be longer than zero",
+            ));
+        }
+        let heartbeat = c.heartbeat.unwrap_or(c.lease / 3);
+        if heartbeat.is_zero() || heartbeat >= c.lease {
+            return Err(Error::invalid(
+                "heartbeat interval",
+                "must be longer than zero and shorter than the lease",
+            ));
+        }
+        for queue in self.queues.iter().flatten() {
+            crate::client::check_name("queue name", queue)?;
+        }
+        let registry = Registry::collect(self.only.as_deref(), &self.data)?;
+        let schedules = crate::schedule::Schedules::new(&registry)?;
+        let id = self.id.unwrap_or_else(|| {
+            format!(
+                "sk-{}-{}",
+                std::process::id(),
+                &Uuid::new_v4().simple().to_string()[..8]
+            )
+        });
+        crate::client::check_name("worker id", &id)?;
+        let mut config = self.config;
+        config.heartbeat = Some(heartbeat);
+        Ok(Worker {
+            shared: Arc::new(Shared {
+                store: PgStore {
+                    pool: self.pool,
+                    schema: self.schema,
+                    worker_id: id,
+                },
+                task_types: registry.task_types(),
+                registry,
+                schedules,
+                queues: self.queues,
+                data: Arc::new(self.data),
+                clock: self.clock,
+                slots: Arc::new(Semaphore::new(config.concurrency)),
+                config,
+                wake: Notify::new(),
+                maybe_more: AtomicBool::new(false),
+                running: Mutex::new(HashMap::new()),
+                stopping: CancellationToken::new(),
+                jobs_cancel: CancellationToken::new(),
+                metrics: Metrics::default(),
+            }),
+        })
+    }
+}
+
+/// Runs jobs of the task types linked into this binary.
+pub struct Worker {
+    shared: Arc<Shared>,
+}
+
+/// State shared by the pipeline's tasks.
+pub(crate) struct Shared {
+    pub(crate) store: PgStore,
+    pub(crate) registry: Registry,
+    pub(crate) schedules: crate::schedule::Schedules,
+    pub(crate) task_types: Vec<String>,
+    pub(crate) queues: Option<Vec<String>>,
+    pub(crate) data: Arc<DataMap>,
+    pub(crate) clock: SharedClock,
+    pub(crate) config: Config,
+    pub(crate) slots: Arc<Semaphore>,
+    /// Wakes the producer: a notification, a freed slot after a full claim, a reconnect.
+    pub(crate) wake: Notify,
+    /// The last claim filled every free slot, so more jobs may be waiting.
+    pub(crate) maybe_more: AtomicBool,
+    /// Jobs claimed and not yet finalized, by id.
+    pub(crate) running: Mutex<HashMap<Lease, Running>>,
+    /// Cancelled when a graceful stop begins.
+    pub(crate) stopping: CancellationToken,
+    /// Parent of every job's cancellation token.
+    pub(crate) jobs_cancel: CancellationToken,
+    pub(crate) metrics: Metrics,
+}
+
+/// One claimed job's state; decisions about it are taken under the `running` lock so a
+/// job is either finalized by its run or given back by the stop, never both.
+pub(crate) struct Running {
+    pub(crate) cancel: CancellationToken,
+    pub(crate) state: RunState,
+    pub(crate) abort: Option<tokio::task::AbortHandle>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunState {
+    Claimed,
+    Started,
+    /// The run is over; its outcome is with the completer.
+    Finished,
+    /// Interrupted or never started; its lease is being given back.
+    GivenBack,
+}
+
+impl Shared {
+    pub(crate) fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.clock.now()
+    }
+
+    pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<Lease, Running>> {
+        // The map stays consistent even if a holder panicked: every update is one insert,
+        // remove or field store.
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sleeps for `d` unless the worker is stopping; returns false when stopping.
+    pub(crate) async fn pause(&self, d: Duration) -> bool {
+        tokio::select! {
+            () = self.stopping.cancelled() => false,
+            () = tokio::time::sleep(d) => true,
+        }
+    }
+}
+
+/// Counters written to `sk_metrics_t` by the maintenance task.
+#[derive(Default)]
+pub(crate) struct Metrics {
+    pub(crate) claimed: AtomicU64,
+    pub(crate) succeeded: AtomicU64,
+    pub(crate) retried: AtomicU64,
+    pub(crate) failed: AtomicU64,
+    pub(crate) fenced: AtomicU64,
+    pub(crate) given_back: AtomicU64,
+    pub(crate) claim_errors: AtomicU64,
+}
+
+impl Metrics {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> Vec<(&'static str, i64)> {
+        let get = |c: &AtomicU64| i64::try_from(c.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
+        vec![
+            ("jobs_claimed", get(&self.claimed)),
+            ("jobs_succeeded", get(&self.succeeded)),
+            ("jobs_retried", get(&self.retried)),
+            ("jobs_failed", get(&self.failed)),
+            ("jobs_fenced", get(&self.fenced)),
+            ("jobs_given_back", get(&self.given_back)),
+            ("claim_errors", get(&self.claim_errors)),
+        ]
+    }
+}
+
+impl Worker {
+    /// Starts configuring a worker on `pool`.
+    pub fn builder(pool: PgPool) -> WorkerBuilder {
+        WorkerBuilder {
+            pool,
+            config: Config {
+                concurrency: 10,
+                lease: Duration::from_secs(30),
+                heartbeat: None,
+                poll_interval: Duration::from_secs(1),
+                grace_period: Duration::from_secs(30),
+                auto_migrate: true,
+                result_retention: Duration::from_secs(7 * 24 * 3600),
+                maintenance_interval: Duration::from_secs(60),
+            },
+            queues: None,
+            only: None,
+            data: DataMap::default(),
+            schema: Schema::default(),
+            clock: Arc::new(SystemClock),
+            id: None,
+        }
+    }
+
+    /// This worker's id (`task_locked_by`).
+    pub fn id(&self) -> &str {
+        &self.shared.store.worker_id
+    }
+
+    /// The task types this worker runs.
+    pub fn task_types(&self) -> &[String] {
+        &self.shared.task_types
+    }
+
+    /// Runs until Ctrl-C or SIGTERM, then stops gracefully.
+    ///
+    /// # Errors
+    /// As [`Worker::run_until`].
+    pub async fn run(self) -> Result<()> {
+        self.run_until(shutdown_signal()).await
+    }
+
+    /// Runs until `stop` completes, then stops gracefully: no more claims, running jobs
+    /// get the grace period, the leases of the rest are given back at once.
+    ///
+    /// # Errors
+    /// Only at start: the migration fails or the database cannot be reached. Once running,
+    /// database errors are logged and retried with backoff; the worker does not exit.
+    pub async fn run_until<F: Future<Output = ()>>(self, stop: F) -> Result<()> {
+        let shared = self.shared;
+        if shared.config.auto_migrate {
+            postgres::migrate(&shared.store.pool, &shared.store.schema).await?;
+        }
+        tracing::info!(
+            worker = %shared.store.worker_id,
+            task_types = ?shared.task_types,
+            queues = ?shared.queues,
+            concurrency = shared.config.concurrency,
+            "sk: worker started"
+        );
+        let (tx, rx) = mpsc::unbounded_channel();
+        let background = CancellationToken::new();
+        let completer = tokio::spawn(completer::run(shared.clone(), rx));
+        let heartbeat = tokio::spawn(heartbeat::run(shared.clone(), background.clone()));
+        let listener = tokio::spawn(listener::run(shared.clone()));
+        let scheduler = tokio::spawn(crate::schedule::run(shared.clone()));
+        let maintenance = tokio::spawn(crate::maintenance::run(shared.clone()));
+
+        let producer = tokio::spawn(producer::run(shared.clone(), tx.clone()));
+        stop.await;
+        tracing::info!(worker = %shared.store.worker_id, "sk: stopping; no more claims");
+        shared.stopping.cancel();
+        shared.jobs_cancel.cancel();
+        // The producer returns at its next idle point, never in the middle of a claim, so
+        // every job it claimed is known to the running map below.
+        let _ = producer.await;
+        executor::drain(&shared, &tx).await;
+        drop(tx);
+        // The completer finishes what is queued (retrying the database) before heartbeats
+        // stop, so no finished job's lease runs out before its result is written.
+        let _ = completer.await;
+        background.cancel();
+        let _ = tokio::join!(heartbeat, listener, scheduler, maintenance);
+        crate::maintenance::write_metrics(&shared).await;
+        tracing::info!(worker = %shared.store.worker_id, "sk: worker stopped");
+        Ok(())
+    }
+}
+
+/// Applies sk's migrations (what a worker does at start unless `auto_migrate(false)`).
+///
+/// # Errors
+/// The database fails, or holds a schema newer than this build knows.
+pub async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
+    postgres::migrate(pool, schema).await
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!("sk: cannot listen for SIGTERM ({e}); stopping on Ctrl-C only");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
