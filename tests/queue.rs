@@ -1,1 +1,896 @@
+//! Integration tests of the queue against a real PostgreSQL, one database per test.
 
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{Timelike, Utc};
+use sk_runtime::{
+    job, Clock, Data, Error, Job, JobContext, JobError, JobStatus, ManualClock, Worker,
+    WorkerBuilder,
+};
+use sk_tests::{recv, wait_until, RunningWorker, TestDb};
+use tokio::sync::{mpsc, watch};
+use uuid::Uuid;
+
+const T: Duration = Duration::from_secs(20);
+
+/// What a test job reports when it runs.
+#[derive(Debug)]
+struct Event {
+    id: Uuid,
+    label: String,
+    attempt: i32,
+}
+
+#[derive(Clone)]
+struct Probe(mpsc::UnboundedSender<Event>);
+
+impl Probe {
+    fn saw(&self, ctx: &JobContext, label: &str) {
+        let _ = self.0.send(Event {
+            id: ctx.id(),
+            label: label.to_owned(),
+            attempt: ctx.attempt(),
+        });
+    }
+}
+
+fn probe() -> (Probe, mpsc::UnboundedReceiver<Event>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (Probe(tx), rx)
+}
+
+/// A job blocks until its gate opens.
+#[derive(Clone)]
+struct Gate(watch::Receiver<bool>);
+
+fn gate(open: bool) -> (watch::Sender<bool>, Gate) {
+    let (tx, rx) = watch::channel(open);
+    (tx, Gate(rx))
+}
+
+#[job]
+async fn record(label: String, ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
+    probe.saw(&ctx, &label);
+    Ok(())
+}
+
+#[job(max_attempts = 5, backoff = "exponential", backoff_base = "10s")]
+async fn flaky(ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
+    probe.saw(&ctx, "flaky");
+    if ctx.attempt() < 3 {
+        return Err(JobError::new(format!("failure number {}", ctx.attempt())));
+    }
+    Ok(())
+}
+
+#[job(max_attempts = 3, backoff = "constant", backoff_base = "10ms")]
+async fn always_fails(ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
+    probe.saw(&ctx, "always_fails");
+    Err(JobError::new(format!(
+        "still broken at attempt {}",
+        ctx.attempt()
+    )))
+}
+
+#[job]
+async fn refuses(ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
+    probe.saw(&ctx, "refuses");
+    Err(JobError::fatal("invalid account: retrying cannot help"))
+}
+
+#[job(backoff = "constant", backoff_base = "10ms")]
+async fn panics_once(ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
+    probe.saw(&ctx, "panics_once");
+    assert!(ctx.attempt() > 1, "boom on attempt {}", ctx.attempt());
+    Ok(())
+}
+
+#[job(timeout = "100ms", backoff = "constant", backoff_base = "10ms")]
+async fn slow_once(ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
+    probe.saw(&ctx, "slow_once");
+    if ctx.attempt() == 1 {
+        // The job's own (too slow) work; the timeout interrupts it.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    }
+    Ok(())
+}
+
+#[job]
+async fn typed(
+    count: i64,
+    name: String,
+    ctx: JobContext,
+    probe: Data<Probe>,
+) -> Result<(), JobError> {
+    probe.saw(&ctx, &format!("{name}:{count}"));
+    Ok(())
+}
+
+#[job]
+async fn gated(
+    label: String,
+    ctx: JobContext,
+    probe: Data<Probe>,
+    gate: Data<Gate>,
+) -> Result<(), JobError> {
+    probe.saw(&ctx, &label);
+    let mut open = gate.0.clone();
+    let _ = open.wait_for(|open| *open).await;
+    Ok(())
+}
+
+#[job(schedule = "* * * * * *")]
+async fn every_second(ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
+    probe.saw(&ctx, "tick");
+    Ok(())
+}
+
+/// Counts runs per job id across workers.
+#[derive(Clone)]
+struct Tally {
+    runs: Arc<Mutex<HashMap<Uuid, u32>>>,
+    mine: Arc<AtomicU64>,
+}
+
+#[job]
+async fn counted(n: u32, ctx: JobContext, tally: Data<Tally>) -> Result<(), JobError> {
+    let _ = n;
+    *tally.runs.lock().unwrap().entry(ctx.id()).or_default() += 1;
+    tally.mine.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+#[job(name = "same_name")]
+async fn first_of_two() {}
+
+#[job(name = "same_name")]
+async fn second_of_two() {}
+
+#[job]
+async fn wants_data(config: Data<String>) {
+    let _ = config;
+}
+
+/// A worker on `db` that runs only `types` and polls often (tests also rely on
+/// LISTEN/NOTIFY where they say so).
+fn worker(db: &TestDb, types: &[&str]) -> WorkerBuilder {
+    Worker::builder(db.pool.clone())
+        .task_types(types.iter().copied())
+        .poll_interval(Duration::from_millis(50))
+        .grace_period(Duration::from_secs(5))
+}
+
+/// Inserts a job row the way an older or foreign producer might, bypassing the typed API.
+async fn insert_raw(db: &TestDb, task_type: &str, payload: &str) -> Uuid {
+    let id = Uuid::new_v4();
+    sqlx::query(
+        "WITH r AS (
+            INSERT INTO sk_task_results_t (task_id, task_type, task_source, task_payload, task_queue,
+                task_status, task_priority, task_posted_at_ts)
+            VALUES ($1, $2, 'test', $3::jsonb, 'default', 1, 0, now()))
+         INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_priority,
+             task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
+         VALUES ($1, $2, 'test', $3::jsonb, 0, now(), now(), 'default', 25)",
+    )
+    .bind(id)
+    .bind(task_type)
+    .bind(payload)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_by_priority_then_fifo() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    for (label, priority) in [
+        ("p5-a", 5),
+        ("p1-a", 1),
+        ("p3", 3),
+        ("p1-b", 1),
+        ("p5-b", 5),
+        ("p-7", -7),
+    ] {
+        Record::new(label.into())
+            .with_priority(priority)
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+    }
+    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).concurrency(1).data(probe));
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        order.push(recv(&mut rx, "a record job", T).await.label);
+    }
+    w.stop().await;
+    assert_eq!(order, ["p-7", "p1-a", "p1-b", "p3", "p5-a", "p5-b"]);
+    let counts = db.info().counts().await.unwrap();
+    assert_eq!(counts.status(JobStatus::Processed), 6);
+    assert_eq!(
+        counts.available + counts.scheduled + counts.running,
+        0,
+        "the queue table is empty"
+    );
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_job_does_not_run_early() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+    let later = clock.now() + chrono::Duration::hours(1);
+    let delayed = Record::new("delayed".into())
+        .run_at(later)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let now = Record::new("now".into())
+        .with_priority(10)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE])
+            .concurrency(4)
+            .clock(clock.clone())
+            .data(probe),
+    );
+
+    // The claim that found `now` would have taken `delayed` too (it sorts first by
+    // priority) had it been due.
+    let first = recv(&mut rx, "the immediate job", T).await;
+    assert_eq!((first.id, first.label.as_str()), (now, "now"));
+    let record = db.job(delayed).await;
+    assert_eq!(record.status(), JobStatus::Unprocessed);
+    assert_eq!(record.attempt, Some(0));
+    assert_eq!(record.first_attempt_at, None);
+    let counts = db.info().clock(clock.clone()).counts().await.unwrap();
+    assert_eq!(counts.scheduled, 1);
+
+    clock.advance(Duration::from_secs(3600));
+    let second = recv(&mut rx, "the delayed job", T).await;
+    assert_eq!(second.id, delayed);
+    let record = db
+        .wait_job(delayed, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    assert_eq!(record.first_attempt_at, Some(clock.now()));
+    assert!(record.first_attempt_at.unwrap() >= later);
+    w.stop().await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_with_the_jobs_backoff_then_succeeds() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let id = Flaky::new().enqueue(&db.pool).await.unwrap();
+    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+    let t0 = clock.now();
+    let w = RunningWorker::start(
+        worker(&db, &[Flaky::TASK_TYPE])
+            .clock(clock.clone())
+            .data(probe),
+    );
+    let info = db.info().clock(clock.clone());
+
+    // Attempt 1 fails: retry after base = 10 s.
+    assert_eq!(recv(&mut rx, "attempt 1", T).await.attempt, 1);
+    let r = db.wait_job(id, T, |r| r.error_count == 1).await;
+    assert_eq!(r.status(), JobStatus::Error);
+    assert_eq!(r.locked_until, Some(t0 + chrono::Duration::seconds(10)));
+    assert_eq!(r.locked_by, None);
+    assert_eq!(r.last_error_message.as_deref(), Some("failure number 1"));
+    assert_eq!(r.last_error_recoverable, Some(true));
+    assert_eq!(
+        (r.first_attempt_at, r.last_attempt_at, r.finalized_at),
+        (Some(t0), Some(t0), None)
+    );
+
+    // Not due 9 s later; due at 10 s.
+    clock.advance(Duration::from_secs(9));
+    assert_eq!(
+        (
+            info.counts().await.unwrap().scheduled,
+            info.counts().await.unwrap().available
+        ),
+        (1, 0)
+    );
+    clock.advance(Duration::from_secs(1));
+    let t1 = clock.now();
+    assert_eq!(recv(&mut rx, "attempt 2", T).await.attempt, 2);
+    let r = db.wait_job(id, T, |r| r.error_count == 2).await;
+    assert_eq!(r.status(), JobStatus::Error);
+    assert_eq!(
+        r.locked_until,
+        Some(t1 + chrono::Duration::seconds(20)),
+        "exponential: 2 x base"
+    );
+
+    clock.advance(Duration::from_secs(20));
+    let t2 = clock.now();
+    assert_eq!(recv(&mut rx, "attempt 3", T).await.attempt, 3);
+    let r = db
+        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    assert_eq!(r.error_count, 2);
+    assert_eq!(
+        (r.first_attempt_at, r.last_attempt_at, r.finalized_at),
+        (Some(t0), Some(t2), Some(t2))
+    );
+    assert_eq!(r.attempt, None, "a finished job leaves the queue table");
+    w.stop().await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fatal_after_max_attempts() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let id = AlwaysFails::new().enqueue(&db.pool).await.unwrap();
+    let w = RunningWorker::start(worker(&db, &[AlwaysFails::TASK_TYPE]).data(probe));
+    let r = db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await;
+    w.stop().await;
+    let attempts: Vec<i32> = std::iter::from_fn(|| rx.try_recv().ok())
+        .map(|e| e.attempt)
+        .collect();
+    assert_eq!(attempts, [1, 2, 3]);
+    assert_eq!(r.error_count, 3);
+    assert_eq!(
+        r.last_error_message.as_deref(),
+        Some("still broken at attempt 3")
+    );
+    assert_eq!(r.last_error_recoverable, Some(true));
+    assert!(r.finalized_at.is_some() && r.finalized_at >= r.last_attempt_at);
+    assert_eq!(r.attempt, None, "a fatal job leaves the queue table");
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fatal_error_is_not_retried() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let id = Refuses::new().enqueue(&db.pool).await.unwrap();
+    let w = RunningWorker::start(worker(&db, &[Refuses::TASK_TYPE]).data(probe));
+    let r = db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await;
+    w.stop().await;
+    assert_eq!(std::iter::from_fn(|| rx.try_recv().ok()).count(), 1);
+    assert_eq!(r.error_count, 1);
+    assert_eq!(r.last_error_recoverable, Some(false));
+    assert_eq!(
+        r.last_error_message.as_deref(),
+        Some("invalid account: retrying cannot help")
+    );
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panics_and_timeouts_are_retried() {
+    let db = TestDb::new().await;
+    let (probe, _rx) = probe();
+    let panicking = PanicsOnce::new().enqueue(&db.pool).await.unwrap();
+    let slow = SlowOnce::new().enqueue(&db.pool).await.unwrap();
+    let w = RunningWorker::start(
+        worker(&db, &[PanicsOnce::TASK_TYPE, SlowOnce::TASK_TYPE]).data(probe),
+    );
+    let p = db
+        .wait_job(panicking, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    let s = db
+        .wait_job(slow, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    w.stop().await;
+    assert_eq!(
+        (p.error_count, p.last_error_type.as_deref()),
+        (1, Some("panic"))
+    );
+    assert!(
+        p.last_error_message
+            .as_deref()
+            .unwrap()
+            .contains("boom on attempt 1"),
+        "{p:?}"
+    );
+    assert_eq!(
+        (s.error_count, s.last_error_type.as_deref()),
+        (1, Some("timeout"))
+    );
+    assert_eq!(
+        s.last_error_message.as_deref(),
+        Some("timed out after 100ms")
+    );
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_that_does_not_deserialize_is_fatal_with_its_reason() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let bad = insert_raw(&db, Typed::TASK_TYPE, r#"{"count": "twelve", "name": "x"}"#).await;
+    let good = Typed::new(12, "ok".into()).enqueue(&db.pool).await.unwrap();
+    let w = RunningWorker::start(worker(&db, &[Typed::TASK_TYPE]).data(probe));
+    let r = db
+        .wait_job(bad, T, |r| r.status() == JobStatus::Fatal)
+        .await;
+    db.wait_job(good, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    w.stop().await;
+    let ran: Vec<String> = std::iter::from_fn(|| rx.try_recv().ok())
+        .map(|e| e.label)
+        .collect();
+    assert_eq!(ran, ["ok:12"], "the bad payload never reached the fn");
+    assert_eq!(
+        (
+            r.error_count,
+            r.last_error_type.as_deref(),
+            r.last_error_recoverable
+        ),
+        (1, Some("payload"), Some(false))
+    );
+    let message = r.last_error_message.unwrap();
+    assert!(
+        message.contains("payload of `typed` does not deserialize"),
+        "{message}"
+    );
+    assert!(
+        message.contains("invalid type: string \"twelve\", expected i64"),
+        "{message}"
+    );
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_of_unknown_task_types_are_left_untouched() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let unknown = insert_raw(&db, "nobody_runs_this", "{}").await;
+    let known = Record::new("known".into()).enqueue(&db.pool).await.unwrap();
+    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
+    assert_eq!(recv(&mut rx, "the known job", T).await.id, known);
+    db.wait_job(known, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    w.stop().await;
+    let r = db.job(unknown).await;
+    assert_eq!(
+        (r.status(), r.attempt, r.locked_by.as_deref(), r.error_count),
+        (JobStatus::Unprocessed, Some(0), None, 0)
+    );
+    let head = db.info().peek(10).await.unwrap();
+    assert_eq!(
+        head.iter()
+            .map(|j| (j.id, j.task_type.as_str()))
+            .collect::<Vec<_>>(),
+        [(unknown, "nobody_runs_this")]
+    );
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_in_a_transaction_is_visible_after_commit_and_gone_after_rollback() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    // Polling once a minute: only the NOTIFY sent at commit can wake this worker in time.
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE])
+            .poll_interval(Duration::from_secs(60))
+            .data(probe),
+    );
+    let info = db.info();
+
+    let mut tx = db.pool.begin().await.unwrap();
+    let rolled_back = Record::new("rolled back".into())
+        .enqueue(&mut *tx)
+        .await
+        .unwrap();
+    assert!(
+        info.job(rolled_back).await.unwrap().is_none(),
+        "invisible before commit"
+    );
+    tx.rollback().await.unwrap();
+    assert!(
+        info.job(rolled_back).await.unwrap().is_none(),
+        "gone after rollback"
+    );
+
+    let mut tx = db.pool.begin().await.unwrap();
+    let committed = Record::new("committed".into())
+        .enqueue(&mut *tx)
+        .await
+        .unwrap();
+    assert!(
+        info.job(committed).await.unwrap().is_none(),
+        "invisible before commit"
+    );
+    assert!(info.peek(10).await.unwrap().is_empty());
+    tx.commit().await.unwrap();
+
+    let ran = recv(&mut rx, "the committed job", Duration::from_secs(10)).await;
+    assert_eq!((ran.id, ran.label.as_str()), (committed, "committed"));
+    db.wait_job(committed, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    w.stop().await;
+    assert!(rx.try_recv().is_err(), "the rolled-back job never ran");
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_workers_run_20000_jobs_exactly_once() {
+    const JOBS: u32 = 20_000;
+    let db = TestDb::new().await;
+    let ids = Counted::enqueue_many(&db.pool, (0..JOBS).map(Counted::new))
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), JOBS as usize);
+    let runs = Arc::new(Mutex::new(HashMap::new()));
+    let tallies: Vec<Tally> = (0..2)
+        .map(|_| Tally {
+            runs: runs.clone(),
+            mine: Arc::default(),
+        })
+        .collect();
+    let second_pool = db.second_pool().await;
+    let a = RunningWorker::start(
+        worker(&db, &[Counted::TASK_TYPE])
+            .concurrency(16)
+            .data(tallies[0].clone()),
+    );
+    let b = RunningWorker::start(
+        Worker::builder(second_pool)
+            .task_types([Counted::TASK_TYPE])
+            .poll_interval(Duration::from_millis(50))
+            .concurrency(16)
+            .data(tallies[1].clone()),
+    );
+    let info = db.info();
+    wait_until(
+        "20,000 processed results",
+        Duration::from_secs(120),
+        || async {
+            let counts = info.counts().await.ok()?;
+            (counts.status(JobStatus::Processed) == i64::from(JOBS)).then_some(())
+        },
+    )
+    .await;
+    a.stop().await;
+    b.stop().await;
+
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(runs.len(), JOBS as usize, "every job ran");
+    assert!(runs.values().all(|n| *n == 1), "no job ran twice");
+    assert!(ids.iter().all(|id| runs.contains_key(id)));
+    let (ran_a, ran_b) = (
+        tallies[0].mine.load(Ordering::Relaxed),
+        tallies[1].mine.load(Ordering::Relaxed),
+    );
+    assert_eq!(ran_a + ran_b, u64::from(JOBS));
+    assert!(
+        ran_a > 0 && ran_b > 0,
+        "both workers took jobs: {ran_a} / {ran_b}"
+    );
+    let counts = info.counts().await.unwrap();
+    assert_eq!(
+        counts.available + counts.scheduled + counts.running + counts.lease_expired,
+        0
+    );
+    let (finalized, total): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM sk_task_results_t WHERE task_processing_finalized_at_ts IS NOT NULL),
+                (SELECT et_total_execution_count FROM sk_task_execution_time_stats_t WHERE et_task_type = 'counted')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (finalized, total),
+        (i64::from(JOBS), i64::from(JOBS)),
+        "each job finalized once"
+    );
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cron_job_is_enqueued_once_per_tick_with_two_workers() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    // Half a second past a whole second, so every advance crosses exactly one tick.
+    let start = Utc::now().with_nanosecond(500_000_000).unwrap() + chrono::Duration::seconds(1);
+    let clock = ManualClock::new(start);
+    let second_pool = db.second_pool().await;
+    let a = RunningWorker::start(
+        worker(&db, &[EverySecond::TASK_TYPE])
+            .clock(clock.clone())
+            .data(probe.clone()),
+    );
+    let b = RunningWorker::start(
+        Worker::builder(second_pool)
+            .task_types([EverySecond::TASK_TYPE])
+            .poll_interval(Duration::from_millis(50))
+            .clock(clock.clone())
+            .data(probe),
+    );
+    db.wait_worker_up(&a.id).await;
+    db.wait_worker_up(&b.id).await;
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        clock.advance(Duration::from_secs(1));
+        let event = recv(&mut rx, "a scheduled run", T).await;
+        seen.push(event.id);
+        db.wait_job(event.id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+    }
+    a.stop().await;
+    b.stop().await;
+    assert!(rx.try_recv().is_err(), "no tick ran twice");
+    let keys: Vec<(String, chrono::DateTime<Utc>)> = sqlx::query_as(
+        "SELECT r.task_unique_key, r.task_first_processing_attempted_at_ts FROM sk_task_results_t r
+         WHERE task_type = 'every_second' ORDER BY task_unique_key",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let ticks: Vec<String> = (1..=5)
+        .map(|s| {
+            format!(
+                "every_second@{}",
+                (start.with_nanosecond(0).unwrap() + chrono::Duration::seconds(s)).to_rfc3339()
+            )
+        })
+        .collect();
+    assert_eq!(
+        keys.iter().map(|k| k.0.clone()).collect::<Vec<_>>(),
+        ticks,
+        "one job per tick"
+    );
+    assert_eq!(seen.len(), 5);
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_gives_unfinished_jobs_back_at_once() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let ids = Gated::enqueue_many(&db.pool, ["a", "b", "c"].map(|l| Gated::new(l.into())))
+        .await
+        .unwrap();
+    let (_closed_forever, closed) = gate(false);
+    let w = RunningWorker::start(
+        worker(&db, &[Gated::TASK_TYPE])
+            .concurrency(2)
+            .grace_period(Duration::from_millis(200))
+            .data(probe.clone())
+            .data(closed),
+    );
+    let started = [
+        recv(&mut rx, "a started job", T).await.id,
+        recv(&mut rx, "a started job", T).await.id,
+    ];
+    let stop = std::time::Instant::now();
+    w.stop().await;
+    assert!(
+        stop.elapsed() < Duration::from_secs(5),
+        "stopped after the grace period: {:?}",
+        stop.elapsed()
+    );
+    for id in started {
+        let r = db.job(id).await;
+        assert_eq!(
+            (r.status(), r.attempt, r.locked_by.as_deref()),
+            (JobStatus::Unprocessed, Some(0), None),
+            "{r:?}"
+        );
+        assert!(
+            r.locked_until.unwrap() <= Utc::now(),
+            "claimable at once, not after the lease"
+        );
+    }
+
+    // Another worker (lease 30 s) takes all three well before any lease could run out.
+    let (_open_tx, open) = gate(true);
+    let w = RunningWorker::start(
+        worker(&db, &[Gated::TASK_TYPE])
+            .concurrency(4)
+            .data(probe)
+            .data(open),
+    );
+    for id in ids {
+        db.wait_job(id, Duration::from_secs(10), |r| {
+            r.status() == JobStatus::Processed
+        })
+        .await;
+    }
+    w.stop().await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_lost_its_lease_cannot_finalize() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+    let id = Gated::new("x".into()).enqueue(&db.pool).await.unwrap();
+    let (release_a, closed) = gate(false);
+    let a = RunningWorker::start(
+        // One slot, held by the stalled run, so A cannot re-claim the job itself.
+        worker(&db, &[Gated::TASK_TYPE])
+            .concurrency(1)
+            .lease(Duration::from_secs(3600))
+            .clock(clock.clone())
+            .data(probe.clone())
+            .data(closed),
+    );
+    assert_eq!(recv(&mut rx, "worker A's run", T).await.attempt, 1);
+
+    // A stalls past its lease; B takes the job over and finishes it.
+    clock.advance(Duration::from_secs(7200));
+    let (_open_tx, open) = gate(true);
+    let b = RunningWorker::start(
+        worker(&db, &[Gated::TASK_TYPE])
+            .clock(clock.clone())
+            .data(probe)
+            .data(open),
+    );
+    assert_eq!(recv(&mut rx, "worker B's run", T).await.attempt, 2);
+    let r = db
+        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    b.stop().await;
+
+    // A finishes late: its result is refused.
+    release_a.send(true).unwrap();
+    let a_id = a.id.clone();
+    a.stop().await;
+    let fenced: i64 = sqlx::query_scalar(
+        "SELECT metric_value FROM sk_metrics_t WHERE metric_process_id = $1 AND metric_id = 'jobs_fenced'",
+    )
+    .bind(&a_id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(fenced, 1, "worker A's late result was refused");
+    let after = db.job(id).await;
+    assert_eq!(
+        (after.status(), after.error_count, after.finalized_at),
+        (JobStatus::Processed, 0, r.finalized_at)
+    );
+    let finalizations: i64 = sqlx::query_scalar(
+        "SELECT et_total_execution_count FROM sk_task_execution_time_stats_t WHERE et_task_type = 'gated'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(finalizations, 1, "one finalization recorded");
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_dequeue_function_keeps_its_ordering() {
+    let db = TestDb::new().await;
+    let low = Record::new("low".into())
+        .with_priority(2)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let first = Record::new("first".into())
+        .with_priority(1)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let second = Record::new("second".into())
+        .with_priority(1)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let dequeue = |types: Vec<&'static str>, exclude: Vec<Uuid>| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_as::<_, (Uuid, i32, String)>(
+                "SELECT task_id, task_attempt, task_locked_by FROM sk_try_dequeue_task($1, $2, now())",
+            )
+            .bind(types)
+            .bind(exclude)
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(
+        dequeue(vec!["record"], vec![]).await,
+        Some((first, 1, "sk_try_dequeue_task".to_owned()))
+    );
+    assert_eq!(
+        dequeue(vec!["record"], vec![second]).await.map(|r| r.0),
+        Some(low)
+    );
+    assert_eq!(dequeue(vec!["other"], vec![]).await, None);
+    assert_eq!(
+        dequeue(vec!["record"], vec![]).await.map(|r| r.0),
+        Some(second)
+    );
+    assert_eq!(db.job(first).await.status(), JobStatus::Processing);
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn worker_start_names_duplicate_task_types_and_missing_data() {
+    let pool = sqlx::PgPool::connect_lazy(&sk_tests::database_url()).unwrap();
+    let error = Worker::builder(pool.clone())
+        .build()
+        .err()
+        .expect("two jobs share a name");
+    let Error::DuplicateTaskType {
+        task_type,
+        first,
+        second,
+    } = &error
+    else {
+        panic!("{error}")
+    };
+    assert_eq!(task_type, "same_name");
+    assert!(
+        first.starts_with("tests/queue.rs:")
+            && second.starts_with("tests/queue.rs:")
+            && first != second,
+        "{error}"
+    );
+    assert!(error
+        .to_string()
+        .contains("give one of them `name = \"...\"`"));
+
+    let error = Worker::builder(pool.clone())
+        .task_types([WantsData::TASK_TYPE])
+        .build()
+        .err()
+        .expect("no data");
+    assert_eq!(
+        error.to_string(),
+        "job `wants_data` takes `Data<alloc::string::String>`, but the worker has no such data; add it with `Worker::builder(..).data(..)`"
+    );
+    let error = Worker::builder(pool)
+        .task_types(["not_linked"])
+        .build()
+        .err()
+        .expect("unknown type");
+    assert!(
+        error
+            .to_string()
+            .contains("`not_linked` was asked for but no #[job] with that name is linked"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn bad_enqueue_input_is_refused_with_a_clear_error() {
+    let pool = sqlx::PgPool::connect_lazy(&sk_tests::database_url()).unwrap();
+    let error = Record::new("x".into())
+        .with_queue("")
+        .enqueue(&pool)
+        .await
+        .unwrap_err();
+    assert_eq!(error.to_string(), "invalid queue name: must not be empty");
+    let error = Record::new("x".into())
+        .with_queue("q".repeat(256))
+        .enqueue(&pool)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid queue name: is 256 bytes long, over the limit of 255"
+    );
+    let error = sk_runtime::Enqueue::new(Record::new("x".repeat(100)))
+        .with_max_payload(64)
+        .enqueue(&pool)
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("job `record` has a payload of 112 bytes, over the limit of 64 bytes"),
+        "{error}"
+    );
+}

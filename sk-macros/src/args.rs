@@ -267,7 +267,15 @@ fn normalize_cron(expr: &str) -> Result<String, String> {
     };
     <cron::Schedule as std::str::FromStr>::from_str(&normalized)
         .map(|_| normalized)
-        .map_err(|e| e.to_string())
+        // The parser's message repeats the input with a caret; keep only its reason line.
+        .map_err(|e| {
+            e.to_string()
+                .lines()
+                .map(str::trim)
+                .rfind(|l| !l.is_empty())
+                .unwrap_or_default()
+                .to_owned()
+        })
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound as _, Utc};
 
 /// A source of "now". Every time comparison in the store uses this, never the database's
 /// own `now()`.
@@ -38,9 +38,10 @@ impl Clock for SystemClock {
 pub struct ManualClock(Arc<Mutex<DateTime<Utc>>>);
 
 impl ManualClock {
-    /// A clock standing at `start`.
+    /// A clock standing at `start`, truncated to microseconds (the store's precision), so
+    /// times read back from the tables compare equal to the clock's.
     pub fn new(start: DateTime<Utc>) -> Self {
-        ManualClock(Arc::new(Mutex::new(start)))
+        ManualClock(Arc::new(Mutex::new(start.trunc_subsecs(6))))
     }
 
     /// Moves the clock forward.

@@ -152,6 +152,11 @@ impl Registry {
                     second: format!("{}:{}", b.file, b.line),
                 });
             }
+            jobs.insert(reg.task_type, reg);
+        }
+        let mut sorted: Vec<&Registration> = jobs.values().copied().collect();
+        sorted.sort_by_key(|r| r.task_type);
+        for reg in sorted {
             for req in (reg.requirements)() {
                 if !data.0.contains_key(&req.type_id) {
                     return Err(Error::MissingData {
@@ -160,7 +165,6 @@ impl Registry {
                     });
                 }
             }
-            jobs.insert(reg.task_type, reg);
         }
         if let Some(only) = only {
             if let Some(missing) = only.iter().find(|t| !jobs.contains_key(t.as_str())) {

@@ -71,12 +71,11 @@ fn latest_due(
     latest
 }
 
-pub(crate) async fn run(shared: Arc<Shared>) {
+pub(crate) async fn run(shared: Arc<Shared>, start: DateTime<Utc>) {
     let schedules = &shared.schedules.0;
     if schedules.is_empty() {
         return;
     }
-    let start = shared.now();
     let mut last: Vec<DateTime<Utc>> = vec![start; schedules.len()];
     loop {
         let now = shared.now();

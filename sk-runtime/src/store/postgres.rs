@@ -2,7 +2,7 @@
 //! from the caller's clock as a parameter; the database's own `now()` is never used.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgExecutor, PgPool, Row};
+use sqlx::{Executor, PgExecutor, PgPool, Row};
 use uuid::Uuid;
 
 use super::{ClaimedJob, Failure, Lease, NewJob, Schema, Success};
@@ -238,7 +238,7 @@ pub(crate) async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
         .execute(&mut *tx)
         .await?;
     let versions = schema.table("schema_migrations_t");
-    sqlx::raw_sql(&format!(
+    let bootstrap = format!(
         "CREATE SCHEMA IF NOT EXISTS {s};
          CREATE TABLE IF NOT EXISTS {versions} (
              version integer NOT NULL PRIMARY KEY,
@@ -246,9 +246,9 @@ pub(crate) async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
              applied_at timestamptz NOT NULL DEFAULT now()
          );",
         s = schema.schema_name()
-    ))
-    .execute(&mut *tx)
-    .await?;
+    );
+    // A plain string runs through the simple protocol, which allows several statements.
+    (&mut *tx).execute(bootstrap.as_str()).await?;
     let current: Option<i32> = sqlx::query_scalar(&format!("SELECT max(version) FROM {versions}"))
         .fetch_one(&mut *tx)
         .await?;
@@ -264,8 +264,8 @@ pub(crate) async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
         let sql = sql
             .replace("__SCHEMA__", schema.schema_name())
             .replace("__PREFIX__", schema.prefix());
-        sqlx::raw_sql(&sql)
-            .execute(&mut *tx)
+        (&mut *tx)
+            .execute(sql.as_str())
             .await
             .map_err(|source| Error::Migration {
                 version: *version,

@@ -396,12 +396,16 @@ impl Worker {
             concurrency = shared.config.concurrency,
             "sk: worker started"
         );
+        // Schedules count ticks from here; the metrics row then announces the worker, so
+        // whoever sees it knows every tick after this instant will be enqueued.
+        let started = shared.now();
+        crate::maintenance::write_metrics(&shared).await;
         let (tx, rx) = mpsc::unbounded_channel();
         let background = CancellationToken::new();
         let completer = tokio::spawn(completer::run(shared.clone(), rx));
         let heartbeat = tokio::spawn(heartbeat::run(shared.clone(), background.clone()));
         let listener = tokio::spawn(listener::run(shared.clone()));
-        let scheduler = tokio::spawn(crate::schedule::run(shared.clone()));
+        let scheduler = tokio::spawn(crate::schedule::run(shared.clone(), started));
         let maintenance = tokio::spawn(crate::maintenance::run(shared.clone()));
 
         let producer = tokio::spawn(producer::run(shared.clone(), tx.clone()));
@@ -424,6 +428,17 @@ impl Worker {
         Ok(())
     }
 }
+
+// The worker must be spawnable on a multi-threaded runtime; this fails to compile if a
+// non-`Send` value (or a sqlx executor borrow that is not general enough) is held across
+// an await anywhere in the pipeline.
+const _: () = {
+    fn assert_send<T: Send>(_: &T) {}
+    #[allow(dead_code)]
+    fn check(worker: Worker) {
+        assert_send(&worker.run_until(std::future::pending::<()>()));
+    }
+};
 
 /// Applies sk's migrations (what a worker does at start unless `auto_migrate(false)`).
 ///

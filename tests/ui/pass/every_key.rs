@@ -1,0 +1,45 @@
+use std::time::Duration;
+
+use sk_runtime::{job, Data, Job, JobContext, JobError};
+
+struct Mailer;
+
+#[job(name = "mail.welcome", queue = "mail", priority = -10, max_attempts = 5, backoff = "linear",
+      backoff_base = "2s", backoff_max = "1m", timeout = "30s")]
+async fn send_welcome(user_id: i64, template: String, ctx: JobContext, mailer: Data<Mailer>) -> Result<(), JobError> {
+    let _ = (user_id, template, ctx.attempt(), &*mailer);
+    Ok(())
+}
+
+fn every_ten_seconds(_attempt: u32) -> Duration {
+    Duration::from_secs(10)
+}
+
+#[job(backoff = every_ten_seconds)]
+async fn custom_backoff(values: Vec<u8>) -> Result<(), std::io::Error> {
+    let _ = values;
+    Ok(())
+}
+
+#[job(schedule = "0 0 3 * * *")]
+async fn nightly() {}
+
+#[job(schedule = "*/5 * * * *", backoff = "constant")]
+pub async fn every_five_minutes(ctx: JobContext) -> Result<(), JobError> {
+    let _ = ctx;
+    Ok(())
+}
+
+fn main() {
+    assert_eq!(SendWelcome::TASK_TYPE, "mail.welcome");
+    assert_eq!(SendWelcome::OPTIONS.queue, "mail");
+    assert_eq!(SendWelcome::OPTIONS.priority, -10);
+    assert_eq!(SendWelcome::OPTIONS.timeout, Some(Duration::from_secs(30)));
+    assert_eq!(CustomBackoff::OPTIONS.backoff.delay(3), Duration::from_secs(10));
+    assert_eq!(Nightly::TASK_TYPE, "nightly");
+    let job = SendWelcome::new(1, "hi".into());
+    assert_eq!((job.user_id, job.template.as_str()), (1, "hi"));
+    let _later = EveryFiveMinutes::new().with_priority(3).run_after(Duration::from_secs(1));
+    // The fn itself stays callable.
+    let _future = nightly();
+}
