@@ -124,6 +124,15 @@ async fn gated(
     Ok(())
 }
 
+#[job]
+async fn takes_a_while(millis: u64, ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
+    probe.saw(&ctx, "started");
+    // The job's own work, longer than the worker's lease.
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+    probe.saw(&ctx, "finished");
+    Ok(())
+}
+
 #[job(schedule = "* * * * * *")]
 async fn every_second(ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
     probe.saw(&ctx, "tick");
@@ -765,6 +774,29 @@ async fn a_worker_that_lost_its_lease_cannot_finalize() {
     .await
     .unwrap();
     assert_eq!(finalizations, 1, "one finalization recorded");
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_keep_a_long_job_from_being_taken_over() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let lease = Duration::from_millis(300);
+    let id = TakesAWhile::new(1500).enqueue(&db.pool).await.unwrap();
+    let a = RunningWorker::start(
+        worker(&db, &[TakesAWhile::TASK_TYPE]).lease(lease).heartbeat_interval(Duration::from_millis(100)).data(probe.clone()),
+    );
+    assert_eq!(recv(&mut rx, "the job to start", T).await.label, "started");
+    // B polls every 50 ms with free slots for the whole run: five leases long.
+    let b = RunningWorker::start(worker(&db, &[TakesAWhile::TASK_TYPE]).lease(lease).data(probe));
+    let done = recv(&mut rx, "the job to finish", T).await;
+    assert_eq!((done.id, done.label.as_str(), done.attempt), (id, "finished", 1), "no second start in between");
+    let r = db.wait_job(id, T, |r| r.status() == JobStatus::Processed).await;
+    a.stop().await;
+    b.stop().await;
+    assert!(rx.try_recv().is_err(), "the job ran once");
+    assert_eq!(r.error_count, 0);
+    assert!(r.processing_time_ms >= 1500, "{}", r.processing_time_ms);
     db.drop().await;
 }
 
