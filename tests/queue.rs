@@ -784,19 +784,91 @@ async fn heartbeats_keep_a_long_job_from_being_taken_over() {
     let lease = Duration::from_millis(300);
     let id = TakesAWhile::new(1500).enqueue(&db.pool).await.unwrap();
     let a = RunningWorker::start(
-        worker(&db, &[TakesAWhile::TASK_TYPE]).lease(lease).heartbeat_interval(Duration::from_millis(100)).data(probe.clone()),
+        worker(&db, &[TakesAWhile::TASK_TYPE])
+            .lease(lease)
+            .heartbeat_interval(Duration::from_millis(100))
+            .data(probe.clone()),
     );
     assert_eq!(recv(&mut rx, "the job to start", T).await.label, "started");
     // B polls every 50 ms with free slots for the whole run: five leases long.
-    let b = RunningWorker::start(worker(&db, &[TakesAWhile::TASK_TYPE]).lease(lease).data(probe));
+    let b = RunningWorker::start(
+        worker(&db, &[TakesAWhile::TASK_TYPE])
+            .lease(lease)
+            .data(probe),
+    );
     let done = recv(&mut rx, "the job to finish", T).await;
-    assert_eq!((done.id, done.label.as_str(), done.attempt), (id, "finished", 1), "no second start in between");
-    let r = db.wait_job(id, T, |r| r.status() == JobStatus::Processed).await;
+    assert_eq!(
+        (done.id, done.label.as_str(), done.attempt),
+        (id, "finished", 1),
+        "no second start in between"
+    );
+    let r = db
+        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+        .await;
     a.stop().await;
     b.stop().await;
     assert!(rx.try_recv().is_err(), "the job ran once");
     assert_eq!(r.error_count, 0);
     assert!(r.processing_time_ms >= 1500, "{}", r.processing_time_ms);
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_schema_and_a_queue_filter() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let schema = sk_runtime::Schema::new("jobs", "app_").unwrap();
+    sk_runtime::migrate(&db.pool, &schema).await.unwrap();
+    let enqueue = |label: &str, queue: &str| {
+        sk_runtime::Enqueue::new(Record::new(label.into()))
+            .with_queue(queue)
+            .with_schema(&schema)
+            .enqueue(&db.pool)
+    };
+    let mail = enqueue("mail", "mail").await.unwrap();
+    let other = enqueue("other", "reports").await.unwrap();
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE])
+            .schema(schema.clone())
+            .queues(["mail"])
+            .data(probe),
+    );
+    assert_eq!(recv(&mut rx, "the mail job", T).await.id, mail);
+    let info = sk_runtime::QueueInfo::new(db.pool.clone()).schema(schema.clone());
+    wait_until("the mail job's result", T, || async {
+        info.job(mail)
+            .await
+            .ok()
+            .flatten()
+            .filter(|r| r.status() == JobStatus::Processed)
+    })
+    .await;
+    w.stop().await;
+    assert_eq!(
+        info.job(other).await.unwrap().unwrap().status(),
+        JobStatus::Unprocessed,
+        "other queues untouched"
+    );
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'jobs' ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        tables,
+        [
+            "app_metrics_t",
+            "app_schema_migrations_t",
+            "app_task_execution_time_stats_t",
+            "app_task_results_t",
+            "app_tasks_queue_t"
+        ]
+    );
+    assert!(
+        db.info().job(mail).await.unwrap().is_none(),
+        "nothing in the default schema"
+    );
     db.drop().await;
 }
 
