@@ -143,6 +143,14 @@ pub mod __private {
     /// The instant type of `run_at`.
     pub type DateTime = chrono::DateTime<chrono::Utc>;
 
+    /// Applies migrations up to `version` only, to test upgrades from an older schema.
+    ///
+    /// # Errors
+    /// As [`crate::migrate`].
+    pub async fn migrate_to(pool: &sqlx::PgPool, schema: &crate::Schema, version: i32) -> crate::Result<()> {
+        crate::store::postgres::migrate_to(pool, schema, version).await
+    }
+
     /// Compiles only when `T` can be a payload field.
     pub fn assert_payload<T: serde::Serialize + serde::de::DeserializeOwned>() {}
 }

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
+use crate::job::JobOptions;
 use crate::registry::{Registration, Registry};
 use crate::store::{postgres, NewJob};
 use crate::worker::Shared;
@@ -16,25 +17,66 @@ use crate::worker::Shared;
 /// Ticks further behind than this many are skipped: only the latest missed tick runs.
 const MAX_CATCH_UP: usize = 1000;
 
-pub(crate) struct Schedules(Vec<(&'static Registration, cron::Schedule)>);
+/// One scheduled job: what to enqueue at each tick.
+struct Entry {
+    task_type: &'static str,
+    payload: String,
+    options: JobOptions,
+    schedule: cron::Schedule,
+    /// The unique key is `{key_prefix}@{tick}`.
+    key_prefix: String,
+}
+
+/// A periodic job given at run time with
+/// [`WorkerBuilder::periodic`](crate::WorkerBuilder::periodic).
+pub(crate) struct Periodic {
+    pub(crate) cron: String,
+    pub(crate) task_type: &'static str,
+    pub(crate) payload: std::result::Result<String, serde_json::Error>,
+    pub(crate) options: JobOptions,
+}
+
+pub(crate) struct Schedules(Vec<Entry>);
 
 impl Schedules {
-    pub(crate) fn new(registry: &Registry) -> Result<Self> {
+    pub(crate) fn new(registry: &Registry, periodic: Vec<Periodic>) -> Result<Self> {
         let mut all = Vec::new();
-        for registration in registry.jobs.values() {
-            if let Some(expr) = registration.schedule {
-                let schedule = parse(expr).map_err(|reason| {
-                    Error::invalid(
-                        "cron schedule",
-                        format!("job `{}`: {reason}", registration.task_type),
-                    )
-                })?;
-                all.push((*registration, schedule));
-            }
+        let mut registered: Vec<&Registration> = registry.jobs.values().copied().collect();
+        registered.sort_by_key(|r| r.task_type);
+        for registration in registered {
+            let Some(expr) = registration.schedule else { continue };
+            let schedule = parse(expr).map_err(|reason| {
+                Error::invalid("cron schedule", format!("job `{}`: {reason}", registration.task_type))
+            })?;
+            all.push(Entry {
+                task_type: registration.task_type,
+                // Scheduled fns take no payload arguments (checked by #[job]).
+                payload: "{}".to_owned(),
+                options: registration.options,
+                schedule,
+                key_prefix: registration.task_type.to_owned(),
+            });
         }
-        all.sort_by_key(|(r, _)| r.task_type);
+        for p in periodic {
+            let schedule = parse(&p.cron).map_err(|reason| {
+                Error::invalid("cron schedule", format!("periodic job `{}`: {reason}", p.task_type))
+            })?;
+            let payload = p
+                .payload
+                .map_err(|source| Error::Serialize { task_type: p.task_type, source })?;
+            // Two periodic entries of one type differ by payload; so do their keys.
+            let key_prefix = format!("{}#{:016x}", p.task_type, fnv1a(payload.as_bytes()));
+            all.push(Entry { task_type: p.task_type, payload, options: p.options, schedule, key_prefix });
+        }
         Ok(Schedules(all))
     }
+}
+
+/// A stable hash (unlike `DefaultHasher`, the same in every process and version).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |hash, b| (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// Parses a 5-field (minutes), 6-field (seconds first) or 7-field (with years) expression.
@@ -44,15 +86,16 @@ pub(crate) fn parse(expr: &str) -> std::result::Result<cron::Schedule, String> {
         6 | 7 => expr.trim().to_owned(),
         n => return Err(format!("{expr:?} has {n} fields; expected 5, 6 or 7")),
     };
-    cron::Schedule::from_str(&normalized).map_err(|e| format!("{expr:?} does not parse: {e}"))
+    cron::Schedule::from_str(&normalized).map_err(|e| {
+        // The parser's message repeats the input with a caret; keep only its reason line.
+        let text = e.to_string();
+        let reason = text.lines().map(str::trim).rfind(|l| !l.is_empty()).unwrap_or_default().to_owned();
+        format!("{expr:?} does not parse: {reason}")
+    })
 }
 
 /// The latest tick in `(after, now]`, if any.
-fn latest_due(
-    schedule: &cron::Schedule,
-    after: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> Option<DateTime<Utc>> {
+fn latest_due(schedule: &cron::Schedule, after: DateTime<Utc>, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     let mut latest = None;
     for (n, tick) in schedule.after(&after).enumerate() {
         if tick > now {
@@ -60,43 +103,41 @@ fn latest_due(
         }
         if n >= MAX_CATCH_UP {
             // Far behind (a clock jump): take the last tick before now directly.
-            return schedule
-                .after(&now)
-                .next_back()
-                .filter(|t| *t > after)
-                .or(Some(tick));
+            return schedule.after(&now).next_back().filter(|t| *t > after).or(Some(tick));
         }
         latest = Some(tick);
     }
     latest
 }
 
+/// Enqueues due ticks until the worker stops; `start` is when the worker came up, so only
+/// ticks after it count.
 pub(crate) async fn run(shared: Arc<Shared>, start: DateTime<Utc>) {
-    let schedules = &shared.schedules.0;
-    if schedules.is_empty() {
+    let entries = &shared.schedules.0;
+    if entries.is_empty() {
         return;
     }
-    let mut last: Vec<DateTime<Utc>> = vec![start; schedules.len()];
+    let mut last: Vec<DateTime<Utc>> = vec![start; entries.len()];
     loop {
         let now = shared.now();
         let mut wait = shared.config.poll_interval;
-        for ((registration, schedule), last) in schedules.iter().zip(last.iter_mut()) {
-            if let Some(tick) = latest_due(schedule, *last, now) {
-                match enqueue(&shared, registration, tick, now).await {
-                    // A failed enqueue is retried on the next pass; the unique key keeps
-                    // the tick single even if the first attempt did commit.
+        for (entry, last) in entries.iter().zip(last.iter_mut()) {
+            if let Some(tick) = latest_due(&entry.schedule, *last, now) {
+                match enqueue(&shared, entry, tick, now).await {
+                    // Retried on the next pass; the unique key keeps the tick single even
+                    // if this attempt did commit.
                     Err(e) => {
-                        tracing::warn!(task_type = registration.task_type, %tick, "sk: cannot enqueue scheduled tick: {e}")
+                        tracing::warn!(task_type = entry.task_type, %tick, "sk: cannot enqueue scheduled tick: {e}");
                     }
                     Ok(new) => {
                         if new {
-                            tracing::info!(task_type = registration.task_type, %tick, "sk: enqueued scheduled job");
+                            tracing::info!(task_type = entry.task_type, %tick, "sk: enqueued scheduled job");
                         }
                         *last = tick;
                     }
                 }
             }
-            if let Some(next) = schedule.after(last).next() {
+            if let Some(next) = entry.schedule.after(last).next() {
                 let until = (next - now).to_std().unwrap_or(Duration::ZERO);
                 wait = wait.min(until.max(Duration::from_millis(1)));
             }
@@ -107,24 +148,17 @@ pub(crate) async fn run(shared: Arc<Shared>, start: DateTime<Utc>) {
     }
 }
 
-async fn enqueue(
-    shared: &Shared,
-    registration: &Registration,
-    tick: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> Result<bool> {
-    let options = &registration.options;
+async fn enqueue(shared: &Shared, entry: &Entry, tick: DateTime<Utc>, now: DateTime<Utc>) -> Result<bool> {
     let job = NewJob {
         id: Uuid::now_v7(),
-        task_type: registration.task_type,
+        task_type: entry.task_type,
         source: "sk-scheduler".to_owned(),
-        // Scheduled fns take no payload arguments (checked by #[job]).
-        payload: "{}".to_owned(),
-        queue: options.queue.to_owned(),
-        priority: options.priority,
+        payload: entry.payload.clone(),
+        queue: entry.options.queue.to_owned(),
+        priority: entry.options.priority,
         run_at: tick,
-        max_attempts: options.max_attempts,
-        unique_key: Some(format!("{}@{}", registration.task_type, tick.to_rfc3339())),
+        max_attempts: entry.options.max_attempts,
+        unique_key: Some(format!("{}@{}", entry.key_prefix, tick.to_rfc3339())),
     };
     let id = postgres::enqueue_one(&shared.store.pool, &shared.store.schema, job, now).await?;
     Ok(id.is_some())
@@ -136,9 +170,7 @@ mod tests {
     use chrono::TimeZone;
 
     fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 1, 1, h, m, s)
-            .single()
-            .expect("a valid time")
+        Utc.with_ymd_and_hms(2026, 1, 1, h, m, s).single().expect("a valid time")
     }
 
     #[test]
@@ -146,9 +178,10 @@ mod tests {
         assert!(parse("*/5 * * * *").is_ok());
         assert!(parse("0 0 3 * * *").is_ok());
         assert!(parse("0 0 3 * * * 2030").is_ok());
-        assert!(parse("0 0 25 * * *")
-            .unwrap_err()
-            .contains("does not parse"));
+        assert_eq!(
+            parse("0 0 25 * * *").unwrap_err(),
+            "\"0 0 25 * * *\" does not parse: Hours must be less than 23. ('25' specified.)"
+        );
         assert!(parse("hourly").unwrap_err().contains("expected 5, 6 or 7"));
     }
 
@@ -156,18 +189,16 @@ mod tests {
     fn latest_due_takes_only_the_newest_missed_tick() {
         let every_minute = parse("* * * * *").expect("valid");
         assert_eq!(latest_due(&every_minute, at(3, 0, 0), at(3, 0, 59)), None);
-        assert_eq!(
-            latest_due(&every_minute, at(3, 0, 0), at(3, 1, 0)),
-            Some(at(3, 1, 0))
-        );
-        assert_eq!(
-            latest_due(&every_minute, at(3, 0, 0), at(3, 5, 30)),
-            Some(at(3, 5, 0))
-        );
+        assert_eq!(latest_due(&every_minute, at(3, 0, 0), at(3, 1, 0)), Some(at(3, 1, 0)));
+        assert_eq!(latest_due(&every_minute, at(3, 0, 0), at(3, 5, 30)), Some(at(3, 5, 0)));
         let every_second = parse("* * * * * *").expect("valid");
-        assert_eq!(
-            latest_due(&every_second, at(0, 0, 0), at(5, 0, 0)),
-            Some(at(4, 59, 59))
-        );
+        assert_eq!(latest_due(&every_second, at(0, 0, 0), at(5, 0, 0)), Some(at(4, 59, 59)));
+    }
+
+    #[test]
+    fn periodic_keys_are_stable() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"{\"kind\":\"weekly\"}"), fnv1a(b"{\"kind\":\"weekly\"}"));
+        assert_ne!(fnv1a(b"{\"kind\":\"weekly\"}"), fnv1a(b"{\"kind\":\"daily\"}"));
     }
 }

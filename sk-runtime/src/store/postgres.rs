@@ -232,6 +232,11 @@ impl Statements {
 /// Brings the schema to the newest version. Concurrent callers serialize on an advisory
 /// lock, so several workers starting at once apply each migration exactly once.
 pub(crate) async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
+    migrate_to(pool, schema, i32::MAX).await
+}
+
+/// Applies the migrations up to `target` (tests use it to build an older schema).
+pub(crate) async fn migrate_to(pool: &PgPool, schema: &Schema, target: i32) -> Result<()> {
     let mut tx = pool.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
         .bind(format!("sk-migrate:{}", schema.table("")))
@@ -260,7 +265,7 @@ pub(crate) async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
             known,
         });
     }
-    for (version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+    for (version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > current && m.0 <= target) {
         let sql = sql
             .replace("__SCHEMA__", schema.schema_name())
             .replace("__PREFIX__", schema.prefix());

@@ -53,6 +53,7 @@ pub struct WorkerBuilder {
     schema: Schema,
     clock: SharedClock,
     id: Option<String>,
+    periodic: Vec<crate::schedule::Periodic>,
 }
 
 #[derive(Debug, Clone)]
@@ -162,6 +163,31 @@ impl WorkerBuilder {
         self
     }
 
+    /// Enqueues `job` at every tick of `cron` (5 fields, or 6/7 with seconds first; UTC),
+    /// once per tick however many workers run the same schedule. For schedules known only
+    /// at run time; `#[job(schedule = "...")]` covers the static case.
+    ///
+    /// ```no_run
+    /// # use sk_runtime::{job, Worker};
+    /// #[job]
+    /// async fn send_digest(kind: String) {}
+    ///
+    /// # fn f(pool: sqlx::PgPool) -> sk_runtime::Result<()> {
+    /// let cron = std::env::var("DIGEST_CRON").unwrap_or_else(|_| "0 8 * * MON".into());
+    /// let worker = Worker::builder(pool).periodic(&cron, SendDigest::new("weekly".into())).build()?;
+    /// # Ok(()) }
+    /// ```
+    /// An expression that does not parse makes [`WorkerBuilder::build`] fail, naming it.
+    pub fn periodic<J: crate::Job>(mut self, cron: &str, job: J) -> Self {
+        self.periodic.push(crate::schedule::Periodic {
+            cron: cron.to_owned(),
+            task_type: J::TASK_TYPE,
+            payload: serde_json::to_string(&job),
+            options: J::OPTIONS,
+        });
+        self
+    }
+
     /// This worker's id in `task_locked_by` and `sk_metrics_t` (default: `sk-<pid>-<random>`).
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
@@ -171,7 +197,7 @@ impl WorkerBuilder {
     /// Checks the settings and the registered jobs.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a setting out of range, [`Error::DuplicateTaskType`] when two
+    /// [`Error::Invalid`] for a setting out of range or a cron expression that does not parse, [`Error::DuplicateTaskType`] when two
     /// jobs share a name, [`Error::MissingData`] when a job takes `Data<T>` that was not
     /// given.
     pub fn build(self) -> Result<Worker> {
@@ -199,7 +225,7 @@ impl WorkerBuilder {
             crate::client::check_name("queue name", queue)?;
         }
         let registry = Registry::collect(self.only.as_deref(), &self.data)?;
-        let schedules = crate::schedule::Schedules::new(&registry)?;
+        let schedules = crate::schedule::Schedules::new(&registry, self.periodic)?;
         let id = self.id.unwrap_or_else(|| {
             format!(
                 "sk-{}-{}",
@@ -357,6 +383,7 @@ impl Worker {
             schema: Schema::default(),
             clock: Arc::new(SystemClock),
             id: None,
+            periodic: Vec::new(),
         }
     }
 
