@@ -45,7 +45,9 @@ fn args() -> Result<Args, String> {
             "--rate" => a.rate = value.parse().map_err(|e| bad(&e))?,
             "--concurrency" => a.concurrency = value.parse().map_err(|e| bad(&e))?,
             "--report-secs" => a.report = Duration::from_secs(value.parse().map_err(|e| bad(&e))?),
-            "--retention-secs" => a.retention = Duration::from_secs(value.parse().map_err(|e| bad(&e))?),
+            "--retention-secs" => {
+                a.retention = Duration::from_secs(value.parse().map_err(|e| bad(&e))?)
+            }
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -62,9 +64,15 @@ async fn main() {
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = args()?;
-    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let pool = PgPoolOptions::new().max_connections(10).connect(&url).await?;
-    sqlx::query("DROP SCHEMA IF EXISTS sk_soak CASCADE").execute(&pool).await?;
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let pool = PgPoolOptions::new()
+        .max_connections(10)
+        .connect(&url)
+        .await?;
+    sqlx::query("DROP SCHEMA IF EXISTS sk_soak CASCADE")
+        .execute(&pool)
+        .await?;
     let schema = Schema::new("sk_soak", "sk_")?;
     sk_runtime::migrate(&pool, &schema).await?;
     println!(
@@ -103,11 +111,19 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let _ = stop_tx.send(());
     worker.await??;
     let done = processed(&pool).await?;
-    println!("soak: enqueued {enqueued}, processed {done}, lost {}", enqueued - done);
+    println!(
+        "soak: enqueued {enqueued}, processed {done}, lost {}",
+        enqueued - done
+    );
     Ok(())
 }
 
-async fn produce(pool: PgPool, schema: Schema, rate: u64, total: Duration) -> Result<i64, sk_runtime::Error> {
+async fn produce(
+    pool: PgPool,
+    schema: Schema,
+    rate: u64,
+    total: Duration,
+) -> Result<i64, sk_runtime::Error> {
     let tick = Duration::from_millis(100);
     let per_tick = (rate / 10).max(1);
     let mut interval = tokio::time::interval(tick);
@@ -116,7 +132,9 @@ async fn produce(pool: PgPool, schema: Schema, rate: u64, total: Duration) -> Re
     let mut n = 0u64;
     while start.elapsed() < total {
         interval.tick().await;
-        let jobs: Vec<_> = (n..n + per_tick).map(|i| Enqueue::new(SoakNoop::new(i)).with_schema(&schema)).collect();
+        let jobs: Vec<_> = (n..n + per_tick)
+            .map(|i| Enqueue::new(SoakNoop::new(i)).with_schema(&schema))
+            .collect();
         SoakNoop::enqueue_many(&pool, jobs).await?;
         n += per_tick;
     }
@@ -132,7 +150,12 @@ async fn processed(pool: &PgPool) -> sqlx::Result<i64> {
     Ok(n.unwrap_or(0))
 }
 
-async fn report(pool: &PgPool, elapsed: Duration, last_done: i64, interval: Duration) -> Result<i64, sqlx::Error> {
+async fn report(
+    pool: &PgPool,
+    elapsed: Duration,
+    last_done: i64,
+    interval: Duration,
+) -> Result<i64, sqlx::Error> {
     let done = processed(pool).await?;
     let (live, dead, queue_bytes, results_bytes): (i64, i64, i64, i64) = sqlx::query_as(
         "SELECT s.n_live_tup, s.n_dead_tup,
@@ -142,9 +165,11 @@ async fn report(pool: &PgPool, elapsed: Duration, last_done: i64, interval: Dura
     )
     .fetch_one(pool)
     .await?;
-    let conns: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
-        .fetch_one(pool)
-        .await?;
+    let conns: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()",
+    )
+    .fetch_one(pool)
+    .await?;
     println!(
         "t={:>5.0}s done={done} rate={:.0}/s queue_live={live} queue_dead={dead} queue_bytes={queue_bytes} results_bytes={results_bytes} rss_kb={} connections={conns}",
         elapsed.as_secs_f64(),

@@ -147,7 +147,11 @@ pub mod __private {
     ///
     /// # Errors
     /// As [`crate::migrate`].
-    pub async fn migrate_to(pool: &sqlx::PgPool, schema: &crate::Schema, version: i32) -> crate::Result<()> {
+    pub async fn migrate_to(
+        pool: &sqlx::PgPool,
+        schema: &crate::Schema,
+        version: i32,
+    ) -> crate::Result<()> {
         crate::store::postgres::migrate_to(pool, schema, version).await
     }
 

@@ -44,9 +44,14 @@ impl Schedules {
         let mut registered: Vec<&Registration> = registry.jobs.values().copied().collect();
         registered.sort_by_key(|r| r.task_type);
         for registration in registered {
-            let Some(expr) = registration.schedule else { continue };
+            let Some(expr) = registration.schedule else {
+                continue;
+            };
             let schedule = parse(expr).map_err(|reason| {
-                Error::invalid("cron schedule", format!("job `{}`: {reason}", registration.task_type))
+                Error::invalid(
+                    "cron schedule",
+                    format!("job `{}`: {reason}", registration.task_type),
+                )
             })?;
             all.push(Entry {
                 task_type: registration.task_type,
@@ -59,14 +64,24 @@ impl Schedules {
         }
         for p in periodic {
             let schedule = parse(&p.cron).map_err(|reason| {
-                Error::invalid("cron schedule", format!("periodic job `{}`: {reason}", p.task_type))
+                Error::invalid(
+                    "cron schedule",
+                    format!("periodic job `{}`: {reason}", p.task_type),
+                )
             })?;
-            let payload = p
-                .payload
-                .map_err(|source| Error::Serialize { task_type: p.task_type, source })?;
+            let payload = p.payload.map_err(|source| Error::Serialize {
+                task_type: p.task_type,
+                source,
+            })?;
             // Two periodic entries of one type differ by payload; so do their keys.
             let key_prefix = format!("{}#{:016x}", p.task_type, fnv1a(payload.as_bytes()));
-            all.push(Entry { task_type: p.task_type, payload, options: p.options, schedule, key_prefix });
+            all.push(Entry {
+                task_type: p.task_type,
+                payload,
+                options: p.options,
+                schedule,
+                key_prefix,
+            });
         }
         Ok(Schedules(all))
     }
@@ -74,9 +89,9 @@ impl Schedules {
 
 /// A stable hash (unlike `DefaultHasher`, the same in every process and version).
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325, |hash, b| (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Parses a 5-field (minutes), 6-field (seconds first) or 7-field (with years) expression.
@@ -89,13 +104,22 @@ pub(crate) fn parse(expr: &str) -> std::result::Result<cron::Schedule, String> {
     cron::Schedule::from_str(&normalized).map_err(|e| {
         // The parser's message repeats the input with a caret; keep only its reason line.
         let text = e.to_string();
-        let reason = text.lines().map(str::trim).rfind(|l| !l.is_empty()).unwrap_or_default().to_owned();
+        let reason = text
+            .lines()
+            .map(str::trim)
+            .rfind(|l| !l.is_empty())
+            .unwrap_or_default()
+            .to_owned();
         format!("{expr:?} does not parse: {reason}")
     })
 }
 
 /// The latest tick in `(after, now]`, if any.
-fn latest_due(schedule: &cron::Schedule, after: DateTime<Utc>, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+fn latest_due(
+    schedule: &cron::Schedule,
+    after: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
     let mut latest = None;
     for (n, tick) in schedule.after(&after).enumerate() {
         if tick > now {
@@ -103,7 +127,11 @@ fn latest_due(schedule: &cron::Schedule, after: DateTime<Utc>, now: DateTime<Utc
         }
         if n >= MAX_CATCH_UP {
             // Far behind (a clock jump): take the last tick before now directly.
-            return schedule.after(&now).next_back().filter(|t| *t > after).or(Some(tick));
+            return schedule
+                .after(&now)
+                .next_back()
+                .filter(|t| *t > after)
+                .or(Some(tick));
         }
         latest = Some(tick);
     }
@@ -148,7 +176,12 @@ pub(crate) async fn run(shared: Arc<Shared>, start: DateTime<Utc>) {
     }
 }
 
-async fn enqueue(shared: &Shared, entry: &Entry, tick: DateTime<Utc>, now: DateTime<Utc>) -> Result<bool> {
+async fn enqueue(
+    shared: &Shared,
+    entry: &Entry,
+    tick: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<bool> {
     let job = NewJob {
         id: Uuid::now_v7(),
         task_type: entry.task_type,
@@ -170,7 +203,9 @@ mod tests {
     use chrono::TimeZone;
 
     fn at(h: u32, m: u32, s: u32) -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 1, 1, h, m, s).single().expect("a valid time")
+        Utc.with_ymd_and_hms(2026, 1, 1, h, m, s)
+            .single()
+            .expect("a valid time")
     }
 
     #[test]
@@ -189,16 +224,31 @@ mod tests {
     fn latest_due_takes_only_the_newest_missed_tick() {
         let every_minute = parse("* * * * *").expect("valid");
         assert_eq!(latest_due(&every_minute, at(3, 0, 0), at(3, 0, 59)), None);
-        assert_eq!(latest_due(&every_minute, at(3, 0, 0), at(3, 1, 0)), Some(at(3, 1, 0)));
-        assert_eq!(latest_due(&every_minute, at(3, 0, 0), at(3, 5, 30)), Some(at(3, 5, 0)));
+        assert_eq!(
+            latest_due(&every_minute, at(3, 0, 0), at(3, 1, 0)),
+            Some(at(3, 1, 0))
+        );
+        assert_eq!(
+            latest_due(&every_minute, at(3, 0, 0), at(3, 5, 30)),
+            Some(at(3, 5, 0))
+        );
         let every_second = parse("* * * * * *").expect("valid");
-        assert_eq!(latest_due(&every_second, at(0, 0, 0), at(5, 0, 0)), Some(at(4, 59, 59)));
+        assert_eq!(
+            latest_due(&every_second, at(0, 0, 0), at(5, 0, 0)),
+            Some(at(4, 59, 59))
+        );
     }
 
     #[test]
     fn periodic_keys_are_stable() {
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a(b"{\"kind\":\"weekly\"}"), fnv1a(b"{\"kind\":\"weekly\"}"));
-        assert_ne!(fnv1a(b"{\"kind\":\"weekly\"}"), fnv1a(b"{\"kind\":\"daily\"}"));
+        assert_eq!(
+            fnv1a(b"{\"kind\":\"weekly\"}"),
+            fnv1a(b"{\"kind\":\"weekly\"}")
+        );
+        assert_ne!(
+            fnv1a(b"{\"kind\":\"weekly\"}"),
+            fnv1a(b"{\"kind\":\"daily\"}")
+        );
     }
 }

@@ -21,6 +21,8 @@ pub fn database_url() -> String {
 pub struct TestDb {
     /// A pool on the test database.
     pub pool: PgPool,
+    /// The test database's URL, for worker processes.
+    pub url: String,
     name: String,
     admin: PgPool,
     options: PgConnectOptions,
@@ -64,6 +66,7 @@ impl TestDb {
             .expect("migrate the test database");
         TestDb {
             pool,
+            url: with_database(&url, &name),
             name,
             admin,
             options,
@@ -135,6 +138,22 @@ impl TestDb {
         ))
         .execute(&self.admin)
         .await;
+    }
+}
+
+/// `url` with its database name replaced by `name`.
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let authority_end = base.find("://").map_or(0, |i| i + 3);
+    let prefix = match base[authority_end..].find('/') {
+        Some(slash) => &base[..authority_end + slash],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{prefix}/{name}?{q}"),
+        None => format!("{prefix}/{name}"),
     }
 }
 

@@ -33,6 +33,9 @@ pub(crate) struct Statements {
     job: String,
     prune: String,
     metrics: String,
+    dead_tuples: String,
+    queue_table: String,
+    results_table: String,
     channel: String,
 }
 
@@ -224,6 +227,13 @@ impl Statements {
                  ON CONFLICT (metric_process_id, metric_id) DO UPDATE
                  SET metric_value = EXCLUDED.metric_value, metric_last_updated_ts = EXCLUDED.metric_last_updated_ts"
             ),
+            // Cumulative statistics, kept by the server whether or not autovacuum runs.
+            dead_tuples: format!(
+                "SELECT relid = '{q}'::regclass, n_live_tup, n_dead_tup FROM pg_stat_user_tables
+                 WHERE relid IN ('{q}'::regclass, '{r}'::regclass)"
+            ),
+            queue_table: q.clone(),
+            results_table: r.clone(),
             channel: schema.channel(),
         }
     }
@@ -265,7 +275,8 @@ pub(crate) async fn migrate_to(pool: &PgPool, schema: &Schema, target: i32) -> R
             known,
         });
     }
-    for (version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > current && m.0 <= target) {
+    for (version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > current && m.0 <= target)
+    {
         let sql = sql
             .replace("__SCHEMA__", schema.schema_name())
             .replace("__PREFIX__", schema.prefix());
@@ -363,6 +374,13 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
     Ok(inserted)
 }
 
+/// Tuple counts of one of sk's tables.
+pub(crate) struct TableHealth {
+    pub(crate) is_queue: bool,
+    pub(crate) live: i64,
+    pub(crate) dead: i64,
+}
+
 /// The worker's view of the store: every statement that runs under a lease.
 #[derive(Clone)]
 pub(crate) struct PgStore {
@@ -458,6 +476,49 @@ impl PgStore {
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected())
+    }
+
+    /// Live and dead tuples of the queue and results tables.
+    pub(crate) async fn table_health(&self) -> Result<Vec<TableHealth>> {
+        let rows: Vec<(bool, i64, i64)> = sqlx::query_as(&self.schema.sql.dead_tuples)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(is_queue, live, dead)| TableHealth {
+                is_queue,
+                live,
+                dead,
+            })
+            .collect())
+    }
+
+    /// Vacuums the queue (or results) table unless another worker is doing it; returns
+    /// whether this worker did.
+    pub(crate) async fn vacuum(&self, queue: bool) -> Result<bool> {
+        let table = if queue {
+            &self.schema.sql.queue_table
+        } else {
+            &self.schema.sql.results_table
+        };
+        let mut conn = self.pool.acquire().await?;
+        let key = format!("sk-vacuum:{table}");
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext($1))")
+            .bind(&key)
+            .fetch_one(&mut *conn)
+            .await?;
+        if !locked {
+            return Ok(false);
+        }
+        let statement = format!("VACUUM (ANALYZE) {table}");
+        let vacuumed = (&mut *conn).execute(statement.as_str()).await;
+        let unlocked = sqlx::query("SELECT pg_advisory_unlock(hashtext($1))")
+            .bind(&key)
+            .execute(&mut *conn)
+            .await;
+        vacuumed?;
+        unlocked?;
+        Ok(true)
     }
 
     pub(crate) async fn write_metrics(

@@ -66,6 +66,7 @@ pub(crate) struct Config {
     pub(crate) auto_migrate: bool,
     pub(crate) result_retention: Duration,
     pub(crate) maintenance_interval: Duration,
+    pub(crate) vacuum: bool,
 }
 
 impl WorkerBuilder {
@@ -185,6 +186,14 @@ impl WorkerBuilder {
             payload: serde_json::to_string(&job),
             options: J::OPTIONS,
         });
+        self
+    }
+
+    /// Whether workers vacuum the queue and results tables themselves once dead rows
+    /// outnumber live ones (default true). Turn it off only when autovacuum is on and
+    /// tuned for these tables; see `docs/reliability.md`.
+    pub fn vacuum(mut self, on: bool) -> Self {
+        self.config.vacuum = on;
         self
     }
 
@@ -376,6 +385,7 @@ impl Worker {
                 auto_migrate: true,
                 result_retention: Duration::from_secs(7 * 24 * 3600),
                 maintenance_interval: Duration::from_secs(60),
+                vacuum: true,
             },
             queues: None,
             only: None,

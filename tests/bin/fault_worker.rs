@@ -1,0 +1,109 @@
+//! A worker process for the fault-injection suite (`tests/faults.rs`): runs `burn` jobs,
+//! each of which records its start in `fault_runs` and then works for its `millis`.
+//!
+//! ```text
+//! DATABASE_URL=... sk-fault-worker --id w1 --concurrency 16 --lease-ms 1000 --grace-ms 5000 --poll-ms 100
+//! ```
+//! Stops gracefully on SIGTERM/SIGINT; logs to stderr.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use sk_runtime::{job, Data, JobContext, JobError, Worker};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+/// Where `burn` records its runs.
+struct RunLog(PgPool);
+
+#[job(max_attempts = 1000, backoff = "constant", backoff_base = "50ms")]
+async fn burn(millis: u64, ctx: JobContext, log: Data<RunLog>) -> Result<(), JobError> {
+    sqlx::query("INSERT INTO fault_runs (task_id, attempt, pid) VALUES ($1, $2, $3)")
+        .bind(ctx.id())
+        .bind(ctx.attempt())
+        .bind(i32::try_from(std::process::id()).unwrap_or(-1))
+        .execute(&log.0)
+        .await?;
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+    Ok(())
+}
+
+struct Args {
+    id: String,
+    concurrency: usize,
+    lease: Duration,
+    grace: Duration,
+    poll: Duration,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        id: format!("fault-{}", std::process::id()),
+        concurrency: 16,
+        lease: Duration::from_secs(1),
+        grace: Duration::from_secs(5),
+        poll: Duration::from_millis(100),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let ms = || {
+            value
+                .parse::<u64>()
+                .map(Duration::from_millis)
+                .map_err(|e| format!("{flag} {value}: {e}"))
+        };
+        match flag.as_str() {
+            "--id" => args.id = value.clone(),
+            "--concurrency" => {
+                args.concurrency = value.parse().map_err(|e| format!("{flag} {value}: {e}"))?
+            }
+            "--lease-ms" => args.lease = ms()?,
+            "--grace-ms" => args.grace = ms()?,
+            "--poll-ms" => args.poll = ms()?,
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    Ok(args)
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let args = parse_args()?;
+    let url = std::env::var("DATABASE_URL").map_err(|_| "DATABASE_URL is not set")?;
+    let pool = PgPoolOptions::new()
+        .max_connections(u32::try_from(args.concurrency).unwrap_or(64) + 4)
+        // Fail fast while the database is away, so the worker's own retry (and its log)
+        // takes over instead of a long silent wait inside the pool.
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_lazy(&url)?;
+    Worker::builder(pool.clone())
+        .id(args.id)
+        .task_types([<Burn as sk_runtime::Job>::TASK_TYPE])
+        .concurrency(args.concurrency)
+        .lease(args.lease)
+        .grace_period(args.grace)
+        .poll_interval(args.poll)
+        .data(RunLog(pool))
+        .build()?
+        .run()
+        .await?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sk-fault-worker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,752 @@
+//! Fault injection against real worker processes (`sk-fault-worker`) and the real
+//! PostgreSQL: SIGKILL with restarts, backends terminated mid-run, a database that goes
+//! away and comes back, a worker paused past its lease, SIGTERM. Each test checks the
+//! tables afterwards: every job has exactly one final result, none is lost, none is
+//! finalized twice. Figures go to stderr and to `target/fault-report.txt`.
+//!
+//! The pauses between faults (`fault_pause`) are the fault schedule itself, drawn from a
+//! seeded generator (`FAULT_SEED` replays a run); every wait for an outcome is a poll of
+//! the database under a timeout.
+
+#![allow(clippy::unwrap_used)]
+
+use std::fs::File;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use sk_runtime::{job, JobStatus};
+use sk_tests::{wait_until, TestDb};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util_free::Switch;
+use uuid::Uuid;
+
+/// The job the worker binary runs; declared here with the same name and payload so the
+/// test can enqueue it (this binary never runs it).
+#[job]
+async fn burn(millis: u64) {
+    let _ = millis;
+}
+
+const WORKER: &str = env!("CARGO_BIN_EXE_sk-fault-worker");
+
+/// The fault tests run one at a time: each drives several processes with up to ~20
+/// connections apiece, and in parallel they would exhaust the server's connection slots
+/// (100 by default) and share two cores, which would measure the machine, not sk.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// One worker process.
+struct Proc {
+    child: Child,
+    id: String,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(url: &str, id: &str, args: &[&str]) -> Proc {
+        let log = log_dir().join(format!("{id}.log"));
+        let file = File::create(&log).unwrap();
+        let child = Command::new(WORKER)
+            .env("DATABASE_URL", url)
+            .env("RUST_LOG", "sk_runtime=info")
+            .arg("--id")
+            .arg(id)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        Proc {
+            child,
+            id: id.to_owned(),
+            log,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {}", self.pid());
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// Waits for the process to exit (polling, under a timeout); returns its exit code.
+    async fn exit_code(&mut self, timeout: Duration) -> Option<i32> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "{} did not exit within {timeout:?}",
+                self.id
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// CPU seconds used so far (user + system), from /proc.
+    fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+        ticks / 100.0
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn log_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fault-logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn report(line: &str) {
+    eprintln!("{line}");
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fault-report.txt");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    writeln!(f, "{line}").unwrap();
+}
+
+/// A small seeded generator for the fault schedule (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn from_env() -> (Rng, u64) {
+        let seed = std::env::var("FAULT_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| Utc::now().timestamp_subsec_nanos() as u64 | 1);
+        (Rng(seed), seed)
+    }
+
+    fn millis(&mut self, from: u64, to: u64) -> Duration {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        Duration::from_millis(from + self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % (to - from))
+    }
+}
+
+/// The fault schedule's pause between two faults.
+async fn fault_pause(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+async fn setup(jobs: u32, millis: u64) -> (TestDb, Vec<Uuid>) {
+    let db = TestDb::new().await;
+    sqlx::query(
+        "CREATE TABLE fault_runs (task_id uuid NOT NULL, attempt int NOT NULL, pid int NOT NULL,
+                                  started_at timestamptz NOT NULL DEFAULT clock_timestamp())",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut ids = Vec::new();
+    for chunk in (0..jobs).collect::<Vec<_>>().chunks(10_000) {
+        ids.extend(
+            Burn::enqueue_many(&db.pool, chunk.iter().map(|_| Burn::new(millis)))
+                .await
+                .unwrap(),
+        );
+    }
+    (db, ids)
+}
+
+/// Jobs with a final, successful result.
+async fn processed(db: &TestDb) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM sk_task_results_t WHERE task_status = 3")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+async fn wait_processed(db: &TestDb, n: usize, timeout: Duration) {
+    wait_until(&format!("{n} finalized jobs"), timeout, || async {
+        (processed(db).await >= n as i64).then_some(())
+    })
+    .await;
+}
+
+/// The end state every fault test must reach: each job exactly one final (processed)
+/// result, none left in the queue, at least one run each, and no run that started after
+/// the job's final result (a second finalization needs a second claim, which needs the
+/// queue row the first finalization deleted). Returns how many jobs ran more than once.
+async fn assert_each_job_finished_once(db: &TestDb, ids: &[Uuid]) -> i64 {
+    let (results, processed_rows, finalized, queue_rows): (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM sk_task_results_t),
+                (SELECT count(*) FROM sk_task_results_t WHERE task_status = 3),
+                (SELECT count(*) FROM sk_task_results_t WHERE task_processing_finalized_at_ts IS NOT NULL),
+                (SELECT count(*) FROM sk_tasks_queue_t)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let n = ids.len() as i64;
+    assert_eq!(
+        (results, processed_rows, finalized, queue_rows),
+        (n, n, n, 0),
+        "lost = {}",
+        n - processed_rows
+    );
+    let (never_ran, ran_after_final, reran): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM sk_task_results_t r WHERE NOT EXISTS (SELECT 1 FROM fault_runs f WHERE f.task_id = r.task_id)),
+                (SELECT count(*) FROM fault_runs f JOIN sk_task_results_t r USING (task_id)
+                 WHERE f.started_at > r.task_processing_finalized_at_ts),
+                (SELECT count(*) FROM (SELECT task_id FROM fault_runs GROUP BY task_id HAVING count(*) > 1) d)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(never_ran, 0, "every finalized job ran");
+    assert_eq!(
+        ran_after_final, 0,
+        "no job ran (let alone was finalized) after its final result"
+    );
+    reran
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_with_restarts_loses_nothing_and_finalizes_once() {
+    let _serial = SERIAL.lock().await;
+    const JOBS: u32 = 30_000;
+    const LEASE_MS: u64 = 1000;
+    let (db, ids) = setup(JOBS, 20).await;
+    let (mut rng, seed) = Rng::from_env();
+    let args = [
+        "--concurrency",
+        "16",
+        "--lease-ms",
+        "1000",
+        "--poll-ms",
+        "100",
+    ];
+    let mut victims = vec![Proc::spawn(&db.url, "kill-victim-0", &args)];
+    let mut steady = [
+        Proc::spawn(&db.url, "kill-steady-1", &args),
+        Proc::spawn(&db.url, "kill-steady-2", &args),
+    ];
+    let started = Instant::now();
+    let mut kills: Vec<(i32, DateTime<Utc>)> = Vec::new();
+    let mut expiries: Vec<f64> = Vec::new();
+    let mut held_at_kill = 0i64;
+    for k in 1..=6 {
+        fault_pause(rng.millis(400, 1600)).await;
+        let victim = victims.last_mut().unwrap();
+        assert!(victim.alive(), "the victim was running");
+        let left = i64::from(JOBS) - processed(&db).await;
+        assert!(
+            left > 0,
+            "kill {k} came after the burn-down ended; the suite needs longer jobs"
+        );
+        victim.child.kill().unwrap(); // SIGKILL
+        victim.child.wait().unwrap();
+        kills.push((victim.pid() as i32, Utc::now()));
+        // What the kill stranded: jobs leased to the dead process, claimable again when
+        // their lease runs out.
+        let (held, remaining): (i64, Option<f64>) = sqlx::query_as(
+            "SELECT count(*), extract(epoch FROM max(task_locked_until_ts) - clock_timestamp())::float8
+             FROM sk_tasks_queue_t WHERE task_locked_by = $1",
+        )
+        .bind(&victim.id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        held_at_kill += held;
+        expiries.extend(remaining);
+        report(&format!(
+            "kill-9: kill {k} of pid {} with {left} jobs left",
+            victim.pid()
+        ));
+        victims.push(Proc::spawn(&db.url, &format!("kill-victim-{k}"), &args));
+    }
+    wait_processed(&db, JOBS as usize, Duration::from_secs(300)).await;
+    let elapsed = started.elapsed();
+    for p in victims.iter_mut().rev().take(1).chain(steady.iter_mut()) {
+        p.signal("TERM");
+        assert_eq!(
+            p.exit_code(Duration::from_secs(30)).await,
+            Some(0),
+            "{} exits 0 on SIGTERM",
+            p.id
+        );
+    }
+    let reran = assert_each_job_finished_once(&db, &ids).await;
+
+    // Runs cut short by a kill ran again, once their lease had run out.
+    let killed_pids: Vec<i32> = kills.iter().map(|k| k.0).collect();
+    let reruns: Vec<(i32, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT first.pid, next.started_at FROM fault_runs first
+         JOIN LATERAL (SELECT started_at FROM fault_runs n WHERE n.task_id = first.task_id AND n.attempt > first.attempt
+                       ORDER BY n.attempt LIMIT 1) next ON true
+         WHERE first.pid = ANY($1)",
+    )
+    .bind(&killed_pids)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let mut recovery: Vec<f64> = reruns
+        .iter()
+        .map(|(pid, at)| {
+            let killed_at = kills.iter().find(|k| k.0 == *pid).unwrap().1;
+            (*at - killed_at).as_seconds_f64()
+        })
+        .collect();
+    recovery.sort_by(f64::total_cmp);
+    expiries.sort_by(f64::total_cmp);
+    assert!(
+        !recovery.is_empty(),
+        "some runs were cut short by the kills"
+    );
+    let lease = LEASE_MS as f64 / 1000.0;
+    // Stranded leases ran out within one lease of the kill (heartbeats extend by one lease).
+    assert!(
+        expiries.iter().all(|e| *e <= lease + 0.05),
+        "a lease outlived the kill by more than the lease: {expiries:?}"
+    );
+    // The last heartbeat before a kill extended the lease from at most a third of a lease
+    // earlier, so a rerun cannot start sooner than 2/3 of a lease after the kill.
+    assert!(
+        recovery[0] >= lease * 2.0 / 3.0 - 0.05,
+        "a rerun started before the lease ran out: {recovery:?}"
+    );
+    report(&format!(
+        "kill-9: seed={seed} jobs={JOBS} workers=3 kills={k} restarts={k} lost=0 finalized_twice=0 reran_jobs={reran} \
+         leased_to_killed={held_at_kill} lease_s={lease:.1} lease_left_at_kill_s(max)={:.2} \
+         rerun_after_kill_s(min/p50/max)={:.2}/{:.2}/{:.2} (lease expiry, then FIFO behind older waiting jobs) burn_down_s={:.1}",
+        expiries.last().copied().unwrap_or(f64::NAN),
+        recovery[0],
+        percentile(&recovery, 0.5),
+        recovery.last().unwrap(),
+        elapsed.as_secs_f64(),
+        k = kills.len(),
+    ));
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_backends_are_reconnected_and_nothing_is_lost() {
+    let _serial = SERIAL.lock().await;
+    const JOBS: u32 = 10_000;
+    let (db, ids) = setup(JOBS, 5).await;
+    let args = [
+        "--concurrency",
+        "8",
+        "--lease-ms",
+        "2000",
+        "--poll-ms",
+        "100",
+    ];
+    let mut workers = [
+        Proc::spawn(&db.url, "term-a", &args),
+        Proc::spawn(&db.url, "term-b", &args),
+    ];
+    let mut terminated = 0i64;
+    for round in 0..3 {
+        wait_processed(&db, 1500 + round * 2000, Duration::from_secs(60)).await;
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()) t",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        terminated += n;
+    }
+    wait_processed(&db, JOBS as usize, Duration::from_secs(120)).await;
+    for w in &mut workers {
+        assert!(w.alive(), "{} survived the terminations", w.id);
+        w.signal("TERM");
+        assert_eq!(w.exit_code(Duration::from_secs(30)).await, Some(0));
+        let log = w.log_text();
+        assert!(
+            log.contains("listener connection lost") || log.contains("listener failed"),
+            "{} noticed: {log}",
+            w.id
+        );
+    }
+    let reran = assert_each_job_finished_once(&db, &ids).await;
+    let retried: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM sk_task_results_t WHERE task_error_count > 0")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    report(&format!(
+        "db-terminate: jobs={JOBS} workers=2 rounds=3 backends_terminated={terminated} lost=0 finalized_twice=0 \
+         reran_jobs={reran} jobs_with_a_recorded_error={retried}"
+    ));
+    db.drop().await;
+}
+
+/// A TCP proxy to PostgreSQL that can be cut (every connection dropped, new ones refused)
+/// and restored: the database "goes away" for the worker behind it only.
+struct Proxy {
+    port: u16,
+    switch: Arc<Switch>,
+}
+
+impl Proxy {
+    async fn start() -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let switch = Arc::new(Switch::new());
+        let s = switch.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    continue;
+                };
+                let Some(cut) = s.up() else { continue }; // down: drop the connection
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect("127.0.0.1:5432").await else {
+                        return;
+                    };
+                    let mut client = client;
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        () = cut.cancelled() => {}
+                    }
+                });
+            }
+        });
+        Proxy { port, switch }
+    }
+}
+
+/// What the proxy needs: whether it is up, and a signal that cuts live connections.
+mod tokio_util_free {
+    use std::sync::Mutex;
+    use tokio::sync::watch;
+
+    /// Up/down state; going down signals every live connection to close.
+    pub(crate) struct Switch(Mutex<Option<watch::Sender<bool>>>);
+
+    /// Completes when the switch goes down.
+    pub(crate) struct Cut(watch::Receiver<bool>);
+
+    impl Cut {
+        pub(crate) async fn cancelled(mut self) {
+            let _ = self.0.wait_for(|down| *down).await;
+        }
+    }
+
+    impl Switch {
+        pub(crate) fn new() -> Self {
+            Switch(Mutex::new(Some(watch::channel(false).0)))
+        }
+        pub(crate) fn up(&self) -> Option<Cut> {
+            self.0
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map(|tx| Cut(tx.subscribe()))
+        }
+        pub(crate) fn down(&self) {
+            if let Some(tx) = self.0.lock().unwrap().take() {
+                let _ = tx.send(true);
+            }
+        }
+        pub(crate) fn restore(&self) {
+            *self.0.lock().unwrap() = Some(watch::channel(false).0);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_database_is_away_keeps_trying_without_spinning() {
+    let _serial = SERIAL.lock().await;
+    const JOBS: u32 = 3000;
+    let (db, ids) = setup(JOBS, 2).await;
+    let proxy = Proxy::start().await;
+    let via_proxy = db.url.replace(":5432/", &format!(":{}/", proxy.port));
+    assert_ne!(via_proxy, db.url, "the test database URL names port 5432");
+    let mut w = Proc::spawn(
+        &via_proxy,
+        "away",
+        &[
+            "--concurrency",
+            "8",
+            "--poll-ms",
+            "100",
+            "--lease-ms",
+            "2000",
+        ],
+    );
+    wait_processed(&db, 500, Duration::from_secs(60)).await;
+
+    proxy.switch.down();
+    let down_at = processed(&db).await;
+    let cpu_before = w.cpu_seconds();
+    let outage = Instant::now();
+    wait_until(
+        "the worker to log failed claims",
+        Duration::from_secs(30),
+        || async { (w.log_text().matches("sk: claim failed").count() >= 3).then_some(()) },
+    )
+    .await;
+    fault_pause(Duration::from_secs(3)).await; // the outage goes on
+    let outage_s = outage.elapsed().as_secs_f64();
+    let cpu = w.cpu_seconds() - cpu_before;
+    assert!(
+        w.alive(),
+        "the worker did not exit while the database was away"
+    );
+    assert!(
+        cpu < 0.25 * outage_s,
+        "the worker spun: {cpu:.2} s CPU in {outage_s:.1} s"
+    );
+    let log = w.log_text();
+    let failures = log.matches("sk: claim failed").count();
+    assert!(
+        log.contains("retrying in 100ms") && log.contains("retrying in 200ms"),
+        "backoff grows: {log}"
+    );
+
+    proxy.switch.restore();
+    wait_processed(&db, JOBS as usize, Duration::from_secs(60)).await;
+    w.signal("TERM");
+    assert_eq!(w.exit_code(Duration::from_secs(30)).await, Some(0));
+    assert!(w.log_text().contains("claiming works again"));
+    let reran = assert_each_job_finished_once(&db, &ids).await;
+    report(&format!(
+        "db-away: jobs={JOBS} processed_before_outage={down_at} outage_s={outage_s:.1} claim_failures_logged={failures} \
+         cpu_s_during_outage={cpu:.3} lost=0 finalized_twice=0 reran_jobs={reran}"
+    ));
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_worker_resumed_after_its_lease_is_fenced() {
+    let _serial = SERIAL.lock().await;
+    let (db, ids) = setup(1, 1500).await;
+    let id = ids[0];
+    let mut a = Proc::spawn(
+        &db.url,
+        "stale-a",
+        &["--concurrency", "1", "--lease-ms", "600", "--poll-ms", "50"],
+    );
+    wait_until(
+        "worker A to start the job",
+        Duration::from_secs(30),
+        || async {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM fault_runs")
+                .fetch_one(&db.pool)
+                .await
+                .ok()?;
+            (n == 1).then_some(())
+        },
+    )
+    .await;
+    a.signal("STOP");
+    let stopped_at = Utc::now();
+    let mut b = Proc::spawn(
+        &db.url,
+        "stale-b",
+        &["--concurrency", "4", "--lease-ms", "600", "--poll-ms", "50"],
+    );
+    let r = db
+        .wait_job(id, Duration::from_secs(30), |r| {
+            r.status() == JobStatus::Processed
+        })
+        .await;
+    a.signal("CONT");
+    // A wakes with its sleep over, tries to finalize, and is refused.
+    wait_until(
+        "worker A's refused result",
+        Duration::from_secs(30),
+        || async {
+            a.log_text()
+                .contains("result refused: this worker lost the job's lease")
+                .then_some(())
+        },
+    )
+    .await;
+    for w in [&mut a, &mut b] {
+        w.signal("TERM");
+        assert_eq!(w.exit_code(Duration::from_secs(30)).await, Some(0));
+    }
+    let fenced: i64 = sqlx::query_scalar(
+        "SELECT metric_value FROM sk_metrics_t WHERE metric_process_id = 'stale-a' AND metric_id = 'jobs_fenced'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(fenced, 1);
+    let b_started: DateTime<Utc> =
+        sqlx::query_scalar("SELECT started_at FROM fault_runs WHERE attempt = 2")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let takeover = (b_started - stopped_at).as_seconds_f64();
+    let runs: Vec<(i32, i32)> =
+        sqlx::query_as("SELECT attempt, pid FROM fault_runs ORDER BY attempt")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(runs.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(
+        runs.iter().map(|r| r.1 as u32).collect::<Vec<_>>(),
+        [a.pid(), b.pid()]
+    );
+    let after = db.job(id).await;
+    assert_eq!(
+        (after.status(), after.finalized_at, after.error_count),
+        (JobStatus::Processed, r.finalized_at, 0)
+    );
+    assert_each_job_finished_once(&db, &ids).await;
+    assert!(
+        takeover >= 0.6 * 2.0 / 3.0 - 0.05,
+        "B took over before A's lease ran out: {takeover:.2} s"
+    );
+    report(&format!(
+        "stale-worker: A SIGSTOPped mid-job (lease 0.6 s); B took the job over {takeover:.2} s later and finished it; \
+         A resumed: its late result was fenced (jobs_fenced=1), one final result"
+    ));
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_running_jobs_and_gives_the_rest_back() {
+    let _serial = SERIAL.lock().await;
+    const JOBS: u32 = 400;
+    let (db, ids) = setup(JOBS, 200).await;
+    let mut a = Proc::spawn(
+        &db.url,
+        "term-graceful",
+        &[
+            "--concurrency",
+            "8",
+            "--grace-ms",
+            "5000",
+            "--lease-ms",
+            "30000",
+        ],
+    );
+    wait_processed(&db, 40, Duration::from_secs(30)).await;
+    let asked = Instant::now();
+    a.signal("TERM");
+    assert_eq!(a.exit_code(Duration::from_secs(10)).await, Some(0));
+    let stop_s = asked.elapsed().as_secs_f64();
+    // Everything A started has its result; nothing is still leased to A.
+    let (started_unfinished, held): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM fault_runs f JOIN sk_task_results_t r USING (task_id) WHERE r.task_status <> 3),
+                (SELECT count(*) FROM sk_tasks_queue_t WHERE task_locked_by IS NOT NULL)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (started_unfinished, held),
+        (0, 0),
+        "running jobs finished, the rest given back"
+    );
+    let done_by_a = processed(&db).await;
+
+    // Interrupted past a short grace period: given back at once, not after the 30 s lease.
+    let mut b = Proc::spawn(
+        &db.url,
+        "term-short-grace",
+        &[
+            "--concurrency",
+            "8",
+            "--grace-ms",
+            "100",
+            "--lease-ms",
+            "30000",
+        ],
+    );
+    wait_until("B to start jobs", Duration::from_secs(30), || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM sk_tasks_queue_t WHERE task_locked_by = 'term-short-grace'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .ok()?;
+        (n > 0).then_some(())
+    })
+    .await;
+    b.signal("TERM");
+    assert_eq!(b.exit_code(Duration::from_secs(10)).await, Some(0));
+    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM sk_tasks_queue_t WHERE task_locked_by IS NOT NULL OR task_locked_until_ts > now()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(held, 0, "every lease given back and claimable now");
+
+    let c = Proc::spawn(
+        &db.url,
+        "term-finisher",
+        &["--concurrency", "32", "--lease-ms", "30000"],
+    );
+    let finish = Instant::now();
+    wait_processed(&db, JOBS as usize, Duration::from_secs(20)).await;
+    c.signal("TERM");
+    assert_each_job_finished_once(&db, &ids).await;
+    report(&format!(
+        "sigterm: exit 0 after {stop_s:.2} s (grace 5 s); {done_by_a} jobs done by A, 0 started-but-unfinished, 0 leases held; \
+         short-grace worker interrupted and gave back its leases; the rest finished {:.1} s later (lease 30 s)",
+        finish.elapsed().as_secs_f64()
+    ));
+    drop(c);
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn a_wrong_database_url_is_a_one_line_error() {
+    for url in ["postgres://postgres@127.0.0.1:1/nowhere", "not a url"] {
+        let out = Command::new(WORKER)
+            .env("DATABASE_URL", url)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{url}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "one line for {url}: {stderr}"
+        );
+        assert!(stderr.starts_with("sk-fault-worker: "), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        report(&format!("bad-url: {url:?} -> {}", stderr.trim()));
+    }
+}
