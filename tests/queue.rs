@@ -154,6 +154,12 @@ async fn counted(n: u32, ctx: JobContext, tally: Data<Tally>) -> Result<(), JobE
     Ok(())
 }
 
+#[job(name = "evil\"'; DELETE FROM sk_task_results_t; --")]
+async fn evil_name(label: String, ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
+    probe.saw(&ctx, &label);
+    Ok(())
+}
+
 #[job(name = "same_name")]
 async fn first_of_two() {}
 
@@ -997,4 +1003,177 @@ async fn bad_enqueue_input_is_refused_with_a_clear_error() {
             .contains("job `record` has a payload of 112 bytes, over the limit of 64 bytes"),
         "{error}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priorities_at_the_integer_limits() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    for (label, priority) in [
+        ("max", i32::MAX),
+        ("min", i32::MIN),
+        ("zero", 0),
+        ("minus one", -1),
+    ] {
+        Record::new(label.into())
+            .with_priority(priority)
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+    }
+    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).concurrency(1).data(probe));
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        order.push(recv(&mut rx, "a job", T).await.label);
+    }
+    w.stop().await;
+    assert_eq!(order, ["min", "minus one", "zero", "max"]);
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_full_of_quotes_and_sql_are_stored_as_data() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let queue = "q'; DROP TABLE sk_tasks_queue_t; --";
+    let source = "Robert'); DROP TABLE students;-- \\ \"x\" $1 $$";
+    let id = sk_runtime::Enqueue::new(EvilName::new("it's \"quoted\"".into()))
+        .with_queue(queue)
+        .with_source(source)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let w = RunningWorker::start(
+        worker(&db, &[EvilName::TASK_TYPE])
+            .queues([queue])
+            .data(probe),
+    );
+    let ran = recv(&mut rx, "the job", T).await;
+    assert_eq!((ran.id, ran.label.as_str()), (id, "it's \"quoted\""));
+    let r = db
+        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    w.stop().await;
+    assert_eq!(
+        (r.task_type.as_str(), r.queue.as_str(), r.source.as_str()),
+        (EvilName::TASK_TYPE, queue, source)
+    );
+    assert_eq!(
+        db.info()
+            .counts()
+            .await
+            .unwrap()
+            .status(JobStatus::Processed),
+        1,
+        "both tables intact"
+    );
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_time_schedules_parse_or_fail_with_a_clear_error() {
+    let db = TestDb::new().await;
+    let error = worker(&db, &[Record::TASK_TYPE])
+        .data(probe_only())
+        .periodic("61 * * * *", Record::new("never".into()))
+        .build()
+        .err()
+        .expect("a bad expression");
+    let text = error.to_string();
+    assert!(text.starts_with("invalid cron schedule: periodic job `record`: \"61 * * * *\" does not parse: Minutes must be"), "{text}");
+    assert!(text.ends_with("('61' specified.)"), "{text}");
+    let error = worker(&db, &[Record::TASK_TYPE])
+        .data(probe_only())
+        .periodic("daily", Record::new("x".into()))
+        .build()
+        .err()
+        .unwrap();
+    assert!(
+        error
+            .to_string()
+            .contains("\"daily\" has 1 fields; expected 5, 6 or 7"),
+        "{error}"
+    );
+
+    // A good one runs with its payload, once per tick.
+    let (probe, mut rx) = probe();
+    let clock = ManualClock::new(
+        Utc::now().with_nanosecond(500_000_000).unwrap() + chrono::Duration::seconds(1),
+    );
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE])
+            .clock(clock.clone())
+            .periodic("* * * * * *", Record::new("from the schedule".into()))
+            .data(probe),
+    );
+    db.wait_worker_up(&w.id).await;
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        recv(&mut rx, "the periodic job", T).await.label,
+        "from the schedule"
+    );
+    w.stop().await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_from_an_older_version_is_brought_forward() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let old = sk_runtime::Schema::new("old", "sk_").unwrap();
+    sk_runtime::__private::migrate_to(&db.pool, &old, 1)
+        .await
+        .unwrap();
+    let id = sk_runtime::Enqueue::new(Record::new("queued under v1".into()))
+        .with_schema(&old)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE])
+            .schema(old.clone())
+            .data(probe),
+    );
+    assert_eq!(recv(&mut rx, "the v1 job", T).await.id, id);
+    w.stop().await;
+    let versions: Vec<i32> =
+        sqlx::query_scalar("SELECT version FROM old.sk_schema_migrations_t ORDER BY 1")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(versions, [1, 2]);
+    let options: Vec<String> = sqlx::query_scalar(
+        "SELECT unnest(reloptions) FROM pg_class WHERE oid = 'old.sk_task_results_t'::regclass ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        options,
+        [
+            "autovacuum_analyze_scale_factor=0.05",
+            "autovacuum_vacuum_scale_factor=0.05"
+        ]
+    );
+
+    // A schema newer than this build is refused, not touched.
+    sqlx::query("INSERT INTO old.sk_schema_migrations_t (version, description) VALUES (99, 'from the future')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let worker = worker(&db, &[Record::TASK_TYPE])
+        .schema(old)
+        .data(probe_only())
+        .build()
+        .unwrap();
+    let error = worker.run_until(std::future::pending()).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "the database schema is at version 99, newer than this sk (2); upgrade sk"
+    );
+    db.drop().await;
+}
+
+fn probe_only() -> Probe {
+    probe().0
 }

@@ -10,11 +10,18 @@ use crate::error::{Error, Result};
 use crate::info::{JobRecord, QueueCounts, QueuedJob};
 
 /// Versioned migrations, applied in order; `__SCHEMA__`/`__PREFIX__` are substituted.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "initial seed schema",
-    include_str!("../../../migrations/postgres/0001_init.sql"),
-)];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "initial seed schema",
+        include_str!("../../../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        2,
+        "results table autovacuum",
+        include_str!("../../../migrations/postgres/0002_results_autovacuum.sql"),
+    ),
+];
 
 /// The statements of one schema, formatted once and then reused, so sqlx's per-connection
 /// cache prepares each of them once per connection.
