@@ -1,0 +1,395 @@
+//! Benchmark: sk against the database's own limit, on the same machine and in one run.
+//!
+//! ```text
+//! cargo run --release -p sk-examples --bin bench -- [--jobs 100000] [--single 5000]
+//!     [--concurrency 64] [--slow-jobs 20000] [--latency-jobs 500] [--repeat 1] [--only NAME,...]
+//! ```
+//! Prints one line per figure, `name value unit`, machine-readable; with `--repeat R` each
+//! measure runs R times and the median is printed (the runs go to stderr). Measures:
+//! - `enqueue_single`: N jobs enqueued one at a time (one statement, one commit each), one
+//!   client; `raw_insert_single`: the same with one plain INSERT per transaction into a
+//!   plain table of the queue table's shape.
+//! - `enqueue_bulk`: N jobs through `enqueue_many` (10,000 per statement);
+//!   `raw_insert_bulk`: INSERT ... SELECT FROM unnest(...) into the plain table.
+//! - `burn_down`: a backlog of N no-op jobs run by one worker at `--concurrency`, from the
+//!   first claim to the last result recorded; `raw_burn_down`: the same backlog in the plain
+//!   table, four clients each claiming 100 rows with SKIP LOCKED and deleting them in one
+//!   statement.
+//! - `pickup_latency_p50/p95/p99/max`: with the worker idle, jobs enqueued one at a time at
+//!   random 5-50 ms gaps; from just before `enqueue` to the handler's first line.
+//! - `slow_jobs`: handlers that sleep 100 ms, at concurrency 256.
+//!
+//! Uses schemas `sk_bench` and `sk_bench_raw`, recreated at each start.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sk_runtime::{job, Data, Enqueue, Schema, Worker};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+use tokio::sync::mpsc;
+
+#[job]
+async fn bench_noop(n: u64) {
+    let _ = n;
+}
+
+#[job]
+async fn bench_sleep(n: u64) {
+    let _ = n;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// Reports the enqueue-to-start latency of each run.
+struct Latency(mpsc::UnboundedSender<f64>);
+
+#[job]
+async fn bench_ping(sent_micros: i64, latency: Data<Latency>) {
+    let _ = latency.0.send((now_micros() - sent_micros) as f64 / 1000.0);
+}
+
+fn now_micros() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
+}
+
+struct Args {
+    jobs: u64,
+    single: u64,
+    concurrency: usize,
+    slow_jobs: u64,
+    latency_jobs: u64,
+    repeat: usize,
+    only: Option<Vec<String>>,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        jobs: 100_000,
+        single: 5_000,
+        concurrency: 64,
+        slow_jobs: 20_000,
+        latency_jobs: 500,
+        repeat: 1,
+        only: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let num = || value.parse::<u64>().map_err(|e| format!("{flag} {value}: {e}"));
+        match flag.as_str() {
+            "--jobs" => a.jobs = num()?,
+            "--single" => a.single = num()?,
+            "--concurrency" => a.concurrency = num()? as usize,
+            "--slow-jobs" => a.slow_jobs = num()?,
+            "--latency-jobs" => a.latency_jobs = num()?,
+            "--repeat" => a.repeat = num()?.max(1) as usize,
+            "--only" => a.only = Some(value.split(',').map(str::to_owned).collect()),
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    Ok(a)
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+struct Bench {
+    pool: PgPool,
+    schema: Schema,
+    args: Args,
+    results: Vec<(String, f64, &'static str)>,
+}
+
+#[tokio::main]
+async fn main() {
+    if let Err(e) = run().await {
+        eprintln!("bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<(), BoxError> {
+    let args = args()?;
+    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let pool = PgPoolOptions::new().max_connections(16).connect(&url).await?;
+    let mut b = Bench { pool, schema: Schema::new("sk_bench", "sk_")?, args, results: Vec::new() };
+    b.reset().await?;
+    let machine = machine();
+    eprintln!("bench: {machine}");
+
+    if b.wants("enqueue_single") {
+        let n = b.args.single;
+        b.measure("enqueue_single", "jobs/s", |b| Box::pin(b.enqueue_single(n))).await?;
+        b.measure("raw_insert_single", "rows/s", |b| Box::pin(b.raw_insert_single(n))).await?;
+    }
+    if b.wants("enqueue_bulk") {
+        let n = b.args.jobs;
+        b.measure("enqueue_bulk", "jobs/s", |b| Box::pin(b.enqueue_bulk(n))).await?;
+        b.measure("raw_insert_bulk", "rows/s", |b| Box::pin(b.raw_insert_bulk(n))).await?;
+    }
+    if b.wants("burn_down") {
+        let (n, c) = (b.args.jobs, b.args.concurrency);
+        b.measure("burn_down", "jobs/s", |b| Box::pin(b.burn_down(n, c, false))).await?;
+        b.measure("raw_burn_down", "jobs/s", |b| Box::pin(b.raw_burn_down(n))).await?;
+    }
+    if b.wants("latency") {
+        b.latency().await?;
+    }
+    if b.wants("slow_jobs") {
+        let n = b.args.slow_jobs;
+        b.measure("slow_jobs", "jobs/s", |b| Box::pin(b.burn_down(n, 256, true))).await?;
+    }
+    for (name, value, unit) in &b.results {
+        println!("{name} {value:.1} {unit}");
+    }
+    let get = |name: &str| b.results.iter().find(|r| r.0 == name).map(|r| r.1);
+    for (sk, raw) in [("enqueue_single", "raw_insert_single"), ("enqueue_bulk", "raw_insert_bulk"), ("burn_down", "raw_burn_down")] {
+        if let (Some(sk_v), Some(raw_v)) = (get(sk), get(raw)) {
+            println!("{sk}_ratio {:.2} of_raw", sk_v / raw_v);
+        }
+    }
+    Ok(())
+}
+
+fn machine() -> String {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_owned()))
+        .unwrap_or_default();
+    format!("{cpus} cpus, MemTotal {mem} kB")
+}
+
+impl Bench {
+    fn wants(&self, name: &str) -> bool {
+        self.args.only.as_ref().is_none_or(|only| only.iter().any(|o| o == name))
+    }
+
+    /// Runs `f` `repeat` times (each on empty tables) and records the median rate.
+    async fn measure<F>(&mut self, name: &str, unit: &'static str, f: F) -> Result<(), BoxError>
+    where
+        F: for<'a> Fn(&'a Bench) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<f64, BoxError>> + Send + 'a>>,
+    {
+        let mut runs = Vec::new();
+        for i in 0..self.args.repeat {
+            self.reset().await?;
+            let v = f(self).await?;
+            eprintln!("bench: {name} run {} = {v:.1} {unit}", i + 1);
+            runs.push(v);
+        }
+        runs.sort_by(f64::total_cmp);
+        self.results.push((name.to_owned(), runs[runs.len() / 2], unit));
+        Ok(())
+    }
+
+    /// Empty tables (and a vacuumed catalog) for every measure.
+    async fn reset(&self) -> Result<(), BoxError> {
+        sqlx::query("DROP SCHEMA IF EXISTS sk_bench CASCADE").execute(&self.pool).await?;
+        sqlx::query("DROP SCHEMA IF EXISTS sk_bench_raw CASCADE").execute(&self.pool).await?;
+        sk_runtime::migrate(&self.pool, &self.schema).await?;
+        sqlx::raw_sql(
+            "CREATE SCHEMA sk_bench_raw;
+             CREATE TABLE sk_bench_raw.queue (LIKE sk_bench.sk_tasks_queue_t INCLUDING ALL);",
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn enqueue_single(&self, n: u64) -> Result<f64, BoxError> {
+        let start = Instant::now();
+        for i in 0..n {
+            Enqueue::new(BenchNoop::new(i)).with_schema(&self.schema).enqueue(&self.pool).await?;
+        }
+        Ok(n as f64 / start.elapsed().as_secs_f64())
+    }
+
+    async fn raw_insert_single(&self, n: u64) -> Result<f64, BoxError> {
+        let start = Instant::now();
+        for i in 0..n {
+            sqlx::query(
+                "INSERT INTO sk_bench_raw.queue (task_id, task_type, task_source, task_payload, task_priority,
+                    task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
+                 VALUES ($1, 'bench_noop', 'app', $2::jsonb, 0, $3, $3, 'default', 25)",
+            )
+            .bind(uuid::Uuid::now_v7())
+            .bind(format!("{{\"n\":{i}}}"))
+            .bind(chrono::Utc::now())
+            .execute(&self.pool)
+            .await?;
+        }
+        Ok(n as f64 / start.elapsed().as_secs_f64())
+    }
+
+    async fn enqueue_bulk(&self, n: u64) -> Result<f64, BoxError> {
+        let start = Instant::now();
+        let mut i = 0;
+        while i < n {
+            let chunk: Vec<_> =
+                (i..(i + 10_000).min(n)).map(|k| Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema)).collect();
+            i += chunk.len() as u64;
+            BenchNoop::enqueue_many(&self.pool, chunk).await?;
+        }
+        Ok(n as f64 / start.elapsed().as_secs_f64())
+    }
+
+    async fn raw_insert_bulk(&self, n: u64) -> Result<f64, BoxError> {
+        let start = Instant::now();
+        let mut i = 0;
+        while i < n {
+            let end = (i + 10_000).min(n);
+            let ids: Vec<uuid::Uuid> = (i..end).map(|_| uuid::Uuid::now_v7()).collect();
+            let payloads: Vec<String> = (i..end).map(|k| format!("{{\"n\":{k}}}")).collect();
+            sqlx::query(
+                "INSERT INTO sk_bench_raw.queue (task_id, task_type, task_source, task_payload, task_priority,
+                    task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
+                 SELECT id, 'bench_noop', 'app', p::jsonb, 0, $3, $3, 'default', 25
+                 FROM unnest($1::uuid[], $2::text[]) AS i(id, p)",
+            )
+            .bind(ids)
+            .bind(payloads)
+            .bind(chrono::Utc::now())
+            .execute(&self.pool)
+            .await?;
+            i = end;
+        }
+        Ok(n as f64 / start.elapsed().as_secs_f64())
+    }
+
+    /// Fills the queue with `n` jobs (bulk, untimed), then times one worker burning them.
+    async fn burn_down(&self, n: u64, concurrency: usize, slow: bool) -> Result<f64, BoxError> {
+        let mut i = 0;
+        while i < n {
+            let end = (i + 10_000).min(n);
+            if slow {
+                let chunk: Vec<_> = (i..end).map(|k| Enqueue::new(BenchSleep::new(k)).with_schema(&self.schema)).collect();
+                BenchSleep::enqueue_many(&self.pool, chunk).await?;
+            } else {
+                let chunk: Vec<_> = (i..end).map(|k| Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema)).collect();
+                BenchNoop::enqueue_many(&self.pool, chunk).await?;
+            }
+            i = end;
+        }
+        sqlx::query("VACUUM ANALYZE sk_bench.sk_tasks_queue_t").execute(&self.pool).await?;
+        sqlx::query("VACUUM ANALYZE sk_bench.sk_task_results_t").execute(&self.pool).await?;
+        let task_type = if slow { "bench_sleep" } else { "bench_noop" };
+        let worker = Worker::builder(self.pool.clone())
+            .schema(self.schema.clone())
+            .task_types([task_type])
+            .concurrency(concurrency)
+            .build()?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(worker.run_until(async move {
+            let _ = stop_rx.await;
+        }));
+        loop {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let left: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sk_bench.sk_tasks_queue_t)")
+                .fetch_one(&self.pool)
+                .await?;
+            if !left {
+                break;
+            }
+        }
+        let _ = stop_tx.send(());
+        running.await??;
+        let (done, seconds): (i64, f64) = sqlx::query_as(
+            "SELECT count(*), extract(epoch FROM max(task_processing_finalized_at_ts) - min(task_first_processing_attempted_at_ts))::float8
+             FROM sk_bench.sk_task_results_t WHERE task_status = 3",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        if done != n as i64 {
+            return Err(format!("burn-down finished {done} of {n} jobs").into());
+        }
+        Ok(n as f64 / seconds)
+    }
+
+    async fn raw_burn_down(&self, n: u64) -> Result<f64, BoxError> {
+        self.raw_insert_bulk(n).await?;
+        sqlx::query("VACUUM ANALYZE sk_bench_raw.queue").execute(&self.pool).await?;
+        let start = Instant::now();
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            let pool = self.pool.clone();
+            clients.push(tokio::spawn(async move {
+                let mut done = 0u64;
+                loop {
+                    let ids: Vec<uuid::Uuid> = sqlx::query_scalar(
+                        "WITH next AS (
+                            SELECT task_id FROM sk_bench_raw.queue WHERE task_locked_until_ts <= now()
+                            ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
+                            LIMIT 100 FOR UPDATE SKIP LOCKED)
+                         UPDATE sk_bench_raw.queue q SET task_locked_until_ts = now() + interval '30 seconds',
+                            task_attempt = q.task_attempt + 1
+                         FROM next WHERE q.task_id = next.task_id RETURNING q.task_id",
+                    )
+                    .fetch_all(&pool)
+                    .await?;
+                    if ids.is_empty() {
+                        return Ok::<u64, sqlx::Error>(done);
+                    }
+                    done += ids.len() as u64;
+                    sqlx::query("DELETE FROM sk_bench_raw.queue WHERE task_id = ANY($1)").bind(ids).execute(&pool).await?;
+                }
+            }));
+        }
+        let mut done = 0;
+        for c in clients {
+            done += c.await??;
+        }
+        if done != n {
+            return Err(format!("raw burn-down finished {done} of {n}").into());
+        }
+        Ok(n as f64 / start.elapsed().as_secs_f64())
+    }
+
+    async fn latency(&mut self) -> Result<(), BoxError> {
+        let mut all: HashMap<&str, Vec<f64>> = HashMap::new();
+        for run in 0..self.args.repeat {
+            self.reset().await?;
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let worker = Worker::builder(self.pool.clone())
+                .schema(self.schema.clone())
+                .task_types(["bench_ping"])
+                .concurrency(16)
+                .data(Latency(tx))
+                .build()?;
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            let running = tokio::spawn(worker.run_until(async move {
+                let _ = stop_rx.await;
+            }));
+            // Let the worker come up and go idle (LISTEN established) before measuring.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let mut rng = now_micros() as u64 | 1;
+            let mut samples = Vec::new();
+            for _ in 0..self.args.latency_jobs {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                tokio::time::sleep(Duration::from_millis(5 + rng % 46)).await;
+                Enqueue::new(BenchPing::new(now_micros())).with_schema(&self.schema).enqueue(&self.pool).await?;
+            }
+            for _ in 0..self.args.latency_jobs {
+                match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+                    Ok(Some(ms)) => samples.push(ms),
+                    _ => return Err("a latency job did not run within 10 s".into()),
+                }
+            }
+            let _ = stop_tx.send(());
+            running.await??;
+            samples.sort_by(f64::total_cmp);
+            let pick = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
+            let (p50, p95, p99, max) = (pick(0.5), pick(0.95), pick(0.99), samples[samples.len() - 1]);
+            eprintln!("bench: pickup latency run {}: p50 {p50:.2} p95 {p95:.2} p99 {p99:.2} max {max:.2} ms", run + 1);
+            for (k, v) in [("p50", p50), ("p95", p95), ("p99", p99), ("max", max)] {
+                all.entry(k).or_default().push(v);
+            }
+        }
+        for k in ["p50", "p95", "p99", "max"] {
+            let mut v = all.remove(k).unwrap_or_default();
+            v.sort_by(f64::total_cmp);
+            self.results.push((format!("pickup_latency_{k}"), v[v.len() / 2], "ms"));
+        }
+        Ok(())
+    }
+}
