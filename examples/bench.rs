@@ -49,7 +49,9 @@ async fn bench_ping(sent_micros: i64, latency: Data<Latency>) {
 }
 
 fn now_micros() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
 }
 
 struct Args {
@@ -75,7 +77,11 @@ fn args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let num = || value.parse::<u64>().map_err(|e| format!("{flag} {value}: {e}"));
+        let num = || {
+            value
+                .parse::<u64>()
+                .map_err(|e| format!("{flag} {value}: {e}"))
+        };
         match flag.as_str() {
             "--jobs" => a.jobs = num()?,
             "--single" => a.single = num()?,
@@ -109,40 +115,70 @@ async fn main() {
 
 async fn run() -> Result<(), BoxError> {
     let args = args()?;
-    let url = std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let pool = PgPoolOptions::new().max_connections(16).connect(&url).await?;
-    let mut b = Bench { pool, schema: Schema::new("sk_bench", "sk_")?, args, results: Vec::new() };
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let pool = PgPoolOptions::new()
+        .max_connections(16)
+        .connect(&url)
+        .await?;
+    let mut b = Bench {
+        pool,
+        schema: Schema::new("sk_bench", "sk_")?,
+        args,
+        results: Vec::new(),
+    };
     b.reset().await?;
     let machine = machine();
     eprintln!("bench: {machine}");
 
     if b.wants("enqueue_single") {
         let n = b.args.single;
-        b.measure("enqueue_single", "jobs/s", |b| Box::pin(b.enqueue_single(n))).await?;
-        b.measure("raw_insert_single", "rows/s", |b| Box::pin(b.raw_insert_single(n))).await?;
+        b.measure("enqueue_single", "jobs/s", |b| {
+            Box::pin(b.enqueue_single(n))
+        })
+        .await?;
+        b.measure("raw_insert_single", "rows/s", |b| {
+            Box::pin(b.raw_insert_single(n))
+        })
+        .await?;
     }
     if b.wants("enqueue_bulk") {
         let n = b.args.jobs;
-        b.measure("enqueue_bulk", "jobs/s", |b| Box::pin(b.enqueue_bulk(n))).await?;
-        b.measure("raw_insert_bulk", "rows/s", |b| Box::pin(b.raw_insert_bulk(n))).await?;
+        b.measure("enqueue_bulk", "jobs/s", |b| Box::pin(b.enqueue_bulk(n)))
+            .await?;
+        b.measure("raw_insert_bulk", "rows/s", |b| {
+            Box::pin(b.raw_insert_bulk(n))
+        })
+        .await?;
     }
     if b.wants("burn_down") {
         let (n, c) = (b.args.jobs, b.args.concurrency);
-        b.measure("burn_down", "jobs/s", |b| Box::pin(b.burn_down(n, c, false))).await?;
-        b.measure("raw_burn_down", "jobs/s", |b| Box::pin(b.raw_burn_down(n))).await?;
+        b.measure("burn_down", "jobs/s", |b| {
+            Box::pin(b.burn_down(n, c, false))
+        })
+        .await?;
+        b.measure("raw_burn_down", "jobs/s", |b| Box::pin(b.raw_burn_down(n)))
+            .await?;
     }
     if b.wants("latency") {
         b.latency().await?;
     }
     if b.wants("slow_jobs") {
         let n = b.args.slow_jobs;
-        b.measure("slow_jobs", "jobs/s", |b| Box::pin(b.burn_down(n, 256, true))).await?;
+        b.measure("slow_jobs", "jobs/s", |b| {
+            Box::pin(b.burn_down(n, 256, true))
+        })
+        .await?;
     }
     for (name, value, unit) in &b.results {
         println!("{name} {value:.1} {unit}");
     }
     let get = |name: &str| b.results.iter().find(|r| r.0 == name).map(|r| r.1);
-    for (sk, raw) in [("enqueue_single", "raw_insert_single"), ("enqueue_bulk", "raw_insert_bulk"), ("burn_down", "raw_burn_down")] {
+    for (sk, raw) in [
+        ("enqueue_single", "raw_insert_single"),
+        ("enqueue_bulk", "raw_insert_bulk"),
+        ("burn_down", "raw_burn_down"),
+    ] {
         if let (Some(sk_v), Some(raw_v)) = (get(sk), get(raw)) {
             println!("{sk}_ratio {:.2} of_raw", sk_v / raw_v);
         }
@@ -154,20 +190,31 @@ fn machine() -> String {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     let mem = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|m| m.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_owned()))
+        .and_then(|m| {
+            m.lines()
+                .next()
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("?").to_owned())
+        })
         .unwrap_or_default();
     format!("{cpus} cpus, MemTotal {mem} kB")
 }
 
 impl Bench {
     fn wants(&self, name: &str) -> bool {
-        self.args.only.as_ref().is_none_or(|only| only.iter().any(|o| o == name))
+        self.args
+            .only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|o| o == name))
     }
 
     /// Runs `f` `repeat` times (each on empty tables) and records the median rate.
     async fn measure<F>(&mut self, name: &str, unit: &'static str, f: F) -> Result<(), BoxError>
     where
-        F: for<'a> Fn(&'a Bench) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<f64, BoxError>> + Send + 'a>>,
+        F: for<'a> Fn(
+            &'a Bench,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<f64, BoxError>> + Send + 'a>,
+        >,
     {
         let mut runs = Vec::new();
         for i in 0..self.args.repeat {
@@ -177,14 +224,19 @@ impl Bench {
             runs.push(v);
         }
         runs.sort_by(f64::total_cmp);
-        self.results.push((name.to_owned(), runs[runs.len() / 2], unit));
+        self.results
+            .push((name.to_owned(), runs[runs.len() / 2], unit));
         Ok(())
     }
 
     /// Empty tables (and a vacuumed catalog) for every measure.
     async fn reset(&self) -> Result<(), BoxError> {
-        sqlx::query("DROP SCHEMA IF EXISTS sk_bench CASCADE").execute(&self.pool).await?;
-        sqlx::query("DROP SCHEMA IF EXISTS sk_bench_raw CASCADE").execute(&self.pool).await?;
+        sqlx::query("DROP SCHEMA IF EXISTS sk_bench CASCADE")
+            .execute(&self.pool)
+            .await?;
+        sqlx::query("DROP SCHEMA IF EXISTS sk_bench_raw CASCADE")
+            .execute(&self.pool)
+            .await?;
         sk_runtime::migrate(&self.pool, &self.schema).await?;
         sqlx::raw_sql(
             "CREATE SCHEMA sk_bench_raw;
@@ -198,7 +250,10 @@ impl Bench {
     async fn enqueue_single(&self, n: u64) -> Result<f64, BoxError> {
         let start = Instant::now();
         for i in 0..n {
-            Enqueue::new(BenchNoop::new(i)).with_schema(&self.schema).enqueue(&self.pool).await?;
+            Enqueue::new(BenchNoop::new(i))
+                .with_schema(&self.schema)
+                .enqueue(&self.pool)
+                .await?;
         }
         Ok(n as f64 / start.elapsed().as_secs_f64())
     }
@@ -224,8 +279,9 @@ impl Bench {
         let start = Instant::now();
         let mut i = 0;
         while i < n {
-            let chunk: Vec<_> =
-                (i..(i + 10_000).min(n)).map(|k| Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema)).collect();
+            let chunk: Vec<_> = (i..(i + 10_000).min(n))
+                .map(|k| Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema))
+                .collect();
             i += chunk.len() as u64;
             BenchNoop::enqueue_many(&self.pool, chunk).await?;
         }
@@ -261,16 +317,24 @@ impl Bench {
         while i < n {
             let end = (i + 10_000).min(n);
             if slow {
-                let chunk: Vec<_> = (i..end).map(|k| Enqueue::new(BenchSleep::new(k)).with_schema(&self.schema)).collect();
+                let chunk: Vec<_> = (i..end)
+                    .map(|k| Enqueue::new(BenchSleep::new(k)).with_schema(&self.schema))
+                    .collect();
                 BenchSleep::enqueue_many(&self.pool, chunk).await?;
             } else {
-                let chunk: Vec<_> = (i..end).map(|k| Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema)).collect();
+                let chunk: Vec<_> = (i..end)
+                    .map(|k| Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema))
+                    .collect();
                 BenchNoop::enqueue_many(&self.pool, chunk).await?;
             }
             i = end;
         }
-        sqlx::query("VACUUM ANALYZE sk_bench.sk_tasks_queue_t").execute(&self.pool).await?;
-        sqlx::query("VACUUM ANALYZE sk_bench.sk_task_results_t").execute(&self.pool).await?;
+        sqlx::query("VACUUM ANALYZE sk_bench.sk_tasks_queue_t")
+            .execute(&self.pool)
+            .await?;
+        sqlx::query("VACUUM ANALYZE sk_bench.sk_task_results_t")
+            .execute(&self.pool)
+            .await?;
         let task_type = if slow { "bench_sleep" } else { "bench_noop" };
         let worker = Worker::builder(self.pool.clone())
             .schema(self.schema.clone())
@@ -283,9 +347,10 @@ impl Bench {
         }));
         loop {
             tokio::time::sleep(Duration::from_millis(20)).await;
-            let left: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sk_bench.sk_tasks_queue_t)")
-                .fetch_one(&self.pool)
-                .await?;
+            let left: bool =
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sk_bench.sk_tasks_queue_t)")
+                    .fetch_one(&self.pool)
+                    .await?;
             if !left {
                 break;
             }
@@ -306,7 +371,9 @@ impl Bench {
 
     async fn raw_burn_down(&self, n: u64) -> Result<f64, BoxError> {
         self.raw_insert_bulk(n).await?;
-        sqlx::query("VACUUM ANALYZE sk_bench_raw.queue").execute(&self.pool).await?;
+        sqlx::query("VACUUM ANALYZE sk_bench_raw.queue")
+            .execute(&self.pool)
+            .await?;
         let start = Instant::now();
         let mut clients = Vec::new();
         for _ in 0..4 {
@@ -367,7 +434,10 @@ impl Bench {
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
                 tokio::time::sleep(Duration::from_millis(5 + rng % 46)).await;
-                Enqueue::new(BenchPing::new(now_micros())).with_schema(&self.schema).enqueue(&self.pool).await?;
+                Enqueue::new(BenchPing::new(now_micros()))
+                    .with_schema(&self.schema)
+                    .enqueue(&self.pool)
+                    .await?;
             }
             for _ in 0..self.args.latency_jobs {
                 match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
@@ -379,7 +449,12 @@ impl Bench {
             running.await??;
             samples.sort_by(f64::total_cmp);
             let pick = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
-            let (p50, p95, p99, max) = (pick(0.5), pick(0.95), pick(0.99), samples[samples.len() - 1]);
+            let (p50, p95, p99, max) = (
+                pick(0.5),
+                pick(0.95),
+                pick(0.99),
+                samples[samples.len() - 1],
+            );
             eprintln!("bench: pickup latency run {}: p50 {p50:.2} p95 {p95:.2} p99 {p99:.2} max {max:.2} ms", run + 1);
             for (k, v) in [("p50", p50), ("p95", p95), ("p99", p99), ("max", max)] {
                 all.entry(k).or_default().push(v);
@@ -388,7 +463,8 @@ impl Bench {
         for k in ["p50", "p95", "p99", "max"] {
             let mut v = all.remove(k).unwrap_or_default();
             v.sort_by(f64::total_cmp);
-            self.results.push((format!("pickup_latency_{k}"), v[v.len() / 2], "ms"));
+            self.results
+                .push((format!("pickup_latency_{k}"), v[v.len() / 2], "ms"));
         }
         Ok(())
     }

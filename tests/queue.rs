@@ -1124,11 +1124,21 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
     sk_runtime::__private::migrate_to(&db.pool, &old, 1)
         .await
         .unwrap();
-    let id = sk_runtime::Enqueue::new(Record::new("queued under v1".into()))
-        .with_schema(&old)
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
+    // A job as sk v1 wrote it: payload in both tables, NOT NULL in results.
+    let id = Uuid::now_v7();
+    sqlx::query(
+        "WITH r AS (
+            INSERT INTO old.sk_task_results_t (task_id, task_type, task_source, task_payload, task_queue,
+                task_status, task_priority, task_posted_at_ts)
+            VALUES ($1, 'record', 'v1', '{\"label\": \"queued under v1\"}', 'default', 1, 0, now()))
+         INSERT INTO old.sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_priority,
+             task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
+         VALUES ($1, 'record', 'v1', '{\"label\": \"queued under v1\"}', 0, now(), now(), 'default', 25)",
+    )
+    .bind(id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
     let w = RunningWorker::start(
         worker(&db, &[Record::TASK_TYPE])
             .schema(old.clone())
@@ -1141,7 +1151,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
             .fetch_all(&db.pool)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2]);
+    assert_eq!(versions, [1, 2, 3]);
     let options: Vec<String> = sqlx::query_scalar(
         "SELECT unnest(reloptions) FROM pg_class WHERE oid = 'old.sk_task_results_t'::regclass ORDER BY 1",
     )
@@ -1169,7 +1179,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
     let error = worker.run_until(std::future::pending()).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "the database schema is at version 99, newer than this sk (2); upgrade sk"
+        "the database schema is at version 99, newer than this sk (3); upgrade sk"
     );
     db.drop().await;
 }

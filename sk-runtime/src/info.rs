@@ -58,7 +58,9 @@ impl JobStatus {
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct QueueCounts {
-    /// Results rows per status.
+    /// Results rows per recorded status. A running job keeps its last recorded status
+    /// here (unprocessed, or error when retrying); see `running` for jobs under a lease,
+    /// and [`QueueInfo::job`], which reports a running job as processing.
     pub by_status: Vec<(JobStatus, i64)>,
     /// Live jobs that can run now.
     pub available: i64,
@@ -127,9 +129,10 @@ pub struct JobRecord {
     /// Queue.
     #[sqlx(rename = "task_queue")]
     pub queue: String,
-    /// The JSON payload.
+    /// The JSON payload, while the job is live or after it failed for good (successful
+    /// jobs do not keep it).
     #[sqlx(rename = "task_payload")]
-    pub payload: String,
+    pub payload: Option<String>,
     /// Status code; see [`JobRecord::status`].
     #[sqlx(rename = "task_status")]
     pub status_code: i16,
@@ -255,6 +258,6 @@ impl QueueInfo {
     /// # Errors
     /// The database fails.
     pub async fn job(&self, id: Uuid) -> Result<Option<JobRecord>> {
-        postgres::job(&self.pool, &self.schema, id).await
+        postgres::job(&self.pool, &self.schema, id, self.clock.now()).await
     }
 }

@@ -21,6 +21,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "results table autovacuum",
         include_str!("../../../migrations/postgres/0002_results_autovacuum.sql"),
     ),
+    (
+        3,
+        "lean writes per job",
+        include_str!("../../../migrations/postgres/0003_lean_writes.sql"),
+    ),
 ];
 
 /// The statements of one schema, formatted once and then reused, so sqlx's per-connection
@@ -29,6 +34,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
 pub(crate) struct Statements {
     enqueue_one: String,
     enqueue_many: String,
+    enqueue_many_keyed: String,
     claim: String,
     complete: String,
     fail: String,
@@ -76,103 +82,131 @@ impl Statements {
             "WITH kept AS (
                 UPDATE {q} SET task_locked_until_ts = $4, task_locked_by = NULL
                 WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3 AND $4::timestamptz IS NOT NULL
-                RETURNING task_id, task_type
+                RETURNING task_id, task_type, task_claimed_at_ts, NULL::jsonb AS task_payload
             ), gone AS (
                 DELETE FROM {q}
                 WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3 AND $4::timestamptz IS NULL
-                RETURNING task_id, task_type
+                RETURNING task_id, task_type, task_claimed_at_ts, task_payload
             ), done AS (
-                SELECT task_id, task_type, $10::int8 AS ms FROM kept
-                UNION ALL SELECT task_id, task_type, $10::int8 FROM gone
+                SELECT *, $10::int8 AS ms FROM kept UNION ALL SELECT *, $10::int8 FROM gone
             ), res AS (
                 UPDATE {r} r SET task_status = $5, task_error_count = r.task_error_count + 1,
                     task_last_error_type = $6, task_last_error_message = $7, task_last_error_detail = $8,
                     task_last_error_is_recoverable = $9, task_processing_time_milliseconds = $10,
-                    task_processing_finalized_at_ts = CASE WHEN $4::timestamptz IS NULL THEN $11 END
+                    task_processing_finalized_at_ts = CASE WHEN $4::timestamptz IS NULL THEN $11 END,
+                    task_first_processing_attempted_at_ts =
+                        coalesce(r.task_first_processing_attempted_at_ts, done.task_claimed_at_ts),
+                    task_last_processing_attempted_at_ts = done.task_claimed_at_ts,
+                    -- A job that failed for good keeps its payload, to inspect or re-post.
+                    task_payload = done.task_payload
                 FROM done WHERE r.task_id = done.task_id
             ),
             {}
             SELECT count(*) FROM done",
             stats.replace("$now", "$11")
         );
+        // Only keyed rows are in the unique index (migration 3), so only they can conflict.
+        let on_key_conflict =
+            "ON CONFLICT (task_unique_key) WHERE task_unique_key IS NOT NULL DO NOTHING";
         Statements {
             // The results row is written first: its unique key makes a cron tick enqueue
             // at most once across workers, and the queue row exists only if it was new.
             enqueue_one: format!(
                 "WITH res AS (
-                    INSERT INTO {r} (task_id, task_type, task_source, task_payload, task_queue, task_status,
+                    INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status,
                         task_priority, task_unique_key, task_posted_at_ts)
-                    VALUES ($1, $2, $3, $4::jsonb, $5, 1, $6, $7, $8)
-                    ON CONFLICT (task_unique_key) DO NOTHING
-                    RETURNING task_id, task_payload
+                    VALUES ($1, $2, $3, $5, 1, $6, $7, $8)
+                    {on_key_conflict}
+                    RETURNING task_id
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
-                    SELECT task_id, $2, $3, task_payload, $6, $8, $9, $5, $10 FROM res
+                    SELECT task_id, $2, $3, $4::jsonb, $6, $8, $9, $5, $10 FROM res
                     RETURNING task_id
                 )
                 SELECT (SELECT task_id FROM q) FROM (SELECT pg_notify($11, '')) AS notify"
             ),
-            // WITH ORDINALITY keeps the caller's order in the FIFO lock handle.
+            // Both inserts read the same input in array order, so the FIFO lock handles
+            // follow the caller's order. Used when no job carries a unique key.
             enqueue_many: format!(
                 "WITH input AS (
                     SELECT * FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::text[], $5::varchar[],
-                        $6::int4[], $7::timestamptz[], $8::int4[], $9::varchar[]) WITH ORDINALITY
-                    AS i(task_id, task_type, task_source, payload, task_queue, task_priority, run_at, max_attempts, unique_key, ord)
+                        $6::int4[], $7::timestamptz[], $8::int4[])
+                    AS i(task_id, task_type, task_source, payload, task_queue, task_priority, run_at, max_attempts)
                 ), res AS (
-                    INSERT INTO {r} (task_id, task_type, task_source, task_payload, task_queue, task_status,
-                        task_priority, task_unique_key, task_posted_at_ts)
-                    SELECT task_id, task_type, task_source, payload::jsonb, task_queue, 1, task_priority, unique_key, $10
-                    FROM input
-                    ON CONFLICT (task_unique_key) DO NOTHING
-                    RETURNING task_id, task_payload
+                    INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
+                        task_posted_at_ts)
+                    SELECT task_id, task_type, task_source, task_queue, 1, task_priority, $9 FROM input
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
-                    SELECT i.task_id, i.task_type, i.task_source, res.task_payload, i.task_priority, $10,
-                        i.run_at, i.task_queue, i.max_attempts
-                    FROM res JOIN input i USING (task_id) ORDER BY i.ord
-                    RETURNING task_id
+                    SELECT task_id, task_type, task_source, payload::jsonb, task_priority, $9, run_at, task_queue,
+                        max_attempts
+                    FROM input
+                    RETURNING 1
                 )
-                SELECT (SELECT count(*) FROM q) FROM (SELECT pg_notify($11, '')) AS notify"
+                SELECT (SELECT count(*) FROM q) FROM (SELECT pg_notify($10, '')) AS notify"
             ),
-            // Served by tasks_queue_dequeue_idx, which has exactly this order. SKIP LOCKED
-            // lets concurrent workers take disjoint batches without waiting on each other.
+            // With unique keys: only jobs whose results row was new get a queue row.
+            // WITH ORDINALITY keeps the caller's order in the FIFO lock handle.
+            enqueue_many_keyed: format!(
+                "WITH input AS (
+                    SELECT * FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::text[], $5::varchar[],
+                        $6::int4[], $7::timestamptz[], $8::int4[], $11::varchar[]) WITH ORDINALITY
+                    AS i(task_id, task_type, task_source, payload, task_queue, task_priority, run_at, max_attempts,
+                        unique_key, ord)
+                ), res AS (
+                    INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
+                        task_unique_key, task_posted_at_ts)
+                    SELECT task_id, task_type, task_source, task_queue, 1, task_priority, unique_key, $9 FROM input
+                    {on_key_conflict}
+                    RETURNING task_id
+                ), q AS (
+                    INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
+                    SELECT i.task_id, i.task_type, i.task_source, i.payload::jsonb, i.task_priority, $9, i.run_at,
+                        i.task_queue, i.max_attempts
+                    FROM res JOIN input i USING (task_id) ORDER BY i.ord
+                    RETURNING 1
+                )
+                SELECT (SELECT count(*) FROM q) FROM (SELECT pg_notify($10, '')) AS notify"
+            ),
+            // The inner select is served by tasks_queue_dequeue_idx, which has exactly its
+            // order; SKIP LOCKED lets concurrent workers take disjoint batches without
+            // waiting on each other. Only the queue row is written; the claim time goes to
+            // the results row at finalization.
             claim: format!(
-                "WITH next AS (
+                // `= ANY(ARRAY(...))` makes the update a primary-key lookup per claimed id;
+                // written as a join, large batches got a hash join over a sequential scan
+                // of the whole queue table (docs/performance.md).
+                "UPDATE {q} q SET task_locked_until_ts = $5, task_locked_by = $6, task_attempt = q.task_attempt + 1,
+                    task_claimed_at_ts = $1
+                WHERE q.task_id = ANY(ARRAY(
                     SELECT task_id FROM {q}
                     WHERE task_locked_until_ts <= $1
                       AND task_type = ANY($2)
                       AND ($3::varchar[] IS NULL OR task_queue = ANY($3))
                     ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
                     LIMIT $4
-                    FOR UPDATE SKIP LOCKED
-                ), claimed AS (
-                    UPDATE {q} q SET task_locked_until_ts = $5, task_locked_by = $6, task_attempt = q.task_attempt + 1
-                    FROM next WHERE q.task_id = next.task_id
-                    RETURNING q.task_id, q.task_type, q.task_payload::text AS task_payload, q.task_attempt,
-                        q.task_max_attempts, q.task_priority, q.task_queue, q.task_posted_at_ts, q.task_lock_handle_id
-                ), started AS (
-                    UPDATE {r} r SET task_status = 2,
-                        task_first_processing_attempted_at_ts = coalesce(r.task_first_processing_attempted_at_ts, $1),
-                        task_last_processing_attempted_at_ts = $1
-                    FROM claimed WHERE r.task_id = claimed.task_id
-                )
-                SELECT task_id, task_type, task_payload, task_attempt, task_max_attempts, task_priority, task_queue,
-                    task_posted_at_ts
-                FROM claimed ORDER BY task_priority, task_lock_handle_id"
+                    FOR UPDATE SKIP LOCKED))
+                RETURNING q.task_id, q.task_type, q.task_payload::text AS task_payload, q.task_attempt,
+                    q.task_max_attempts, q.task_priority, q.task_queue, q.task_posted_at_ts"
             ),
             // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
+            // Runs with sequential scans off (`PgStore::batched`): a primary-key probe per job.
             complete: format!(
                 "WITH input AS (
                     SELECT * FROM unnest($1::uuid[], $2::int4[], $3::int8[]) AS i(task_id, attempt, ms)
                 ), done AS (
                     DELETE FROM {q} q USING input
                     WHERE q.task_id = input.task_id AND q.task_attempt = input.attempt AND q.task_locked_by = $4
-                    RETURNING q.task_id, q.task_type, input.ms
+                    RETURNING q.task_id, q.task_type, q.task_claimed_at_ts, input.ms
                 ), res AS (
                     UPDATE {r} r SET task_status = 3, task_processing_time_milliseconds = done.ms,
-                        task_processing_finalized_at_ts = $5
+                        task_processing_finalized_at_ts = $5,
+                        task_first_processing_attempted_at_ts =
+                            coalesce(r.task_first_processing_attempted_at_ts, done.task_claimed_at_ts),
+                        task_last_processing_attempted_at_ts = done.task_claimed_at_ts
                     FROM done WHERE r.task_id = done.task_id
                 ),
                 {}
@@ -182,16 +216,9 @@ impl Statements {
             fail,
             // A given-back job did not use up an attempt, and is claimable at once.
             give_back: format!(
-                "WITH back AS (
-                    UPDATE {q} q SET task_locked_until_ts = $1, task_locked_by = NULL, task_attempt = q.task_attempt - 1
-                    FROM unnest($2::uuid[], $3::int4[]) AS i(task_id, attempt)
-                    WHERE q.task_id = i.task_id AND q.task_attempt = i.attempt AND q.task_locked_by = $4
-                    RETURNING q.task_id
-                ), res AS (
-                    UPDATE {r} r SET task_status = CASE WHEN r.task_error_count > 0 THEN 4 ELSE 1 END
-                    FROM back WHERE r.task_id = back.task_id
-                )
-                SELECT count(*) FROM back"
+                "UPDATE {q} q SET task_locked_until_ts = $1, task_locked_by = NULL, task_attempt = q.task_attempt - 1
+                 FROM unnest($2::uuid[], $3::int4[]) AS i(task_id, attempt)
+                 WHERE q.task_id = i.task_id AND q.task_attempt = i.attempt AND q.task_locked_by = $4"
             ),
             extend: format!(
                 "UPDATE {q} q SET task_locked_until_ts = $1
@@ -214,19 +241,29 @@ impl Statements {
                  FROM {q} WHERE task_locked_by IS NULL
                  ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT $1"
             ),
+            // A leased queue row means the job runs now; results hold what happened before.
             job: format!(
-                "SELECT r.task_id, r.task_type, r.task_source, r.task_queue, r.task_payload::text AS task_payload,
-                    r.task_status, r.task_priority, r.task_error_count, r.task_last_error_type,
+                "SELECT r.task_id, r.task_type, r.task_source, r.task_queue,
+                    coalesce(q.task_payload, r.task_payload)::text AS task_payload,
+                    CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > $2 THEN 2::int2
+                         ELSE r.task_status END AS task_status,
+                    r.task_priority, r.task_error_count, r.task_last_error_type,
                     r.task_last_error_message, r.task_last_error_detail, r.task_last_error_is_recoverable,
-                    r.task_processing_time_milliseconds, r.task_posted_at_ts, r.task_first_processing_attempted_at_ts,
-                    r.task_last_processing_attempted_at_ts, r.task_processing_finalized_at_ts,
+                    r.task_processing_time_milliseconds, r.task_posted_at_ts,
+                    coalesce(r.task_first_processing_attempted_at_ts, q.task_claimed_at_ts) AS task_first_processing_attempted_at_ts,
+                    CASE WHEN q.task_locked_by IS NOT NULL THEN q.task_claimed_at_ts
+                         ELSE r.task_last_processing_attempted_at_ts END AS task_last_processing_attempted_at_ts,
+                    r.task_processing_finalized_at_ts,
                     q.task_attempt, q.task_max_attempts, q.task_locked_until_ts, q.task_locked_by
                  FROM {r} r LEFT JOIN {q} q ON q.task_id = r.task_id WHERE r.task_id = $1"
             ),
-            // Served by task_results_finalized_idx; bounded so one run never holds locks long.
+            // Walks the primary key up to the UUIDv7 of the cutoff ($3): ids are ordered by
+            // posting time, so no extra index is kept for this. Bounded per run.
             prune: format!(
                 "DELETE FROM {r} WHERE task_id IN (
-                    SELECT task_id FROM {r} WHERE task_processing_finalized_at_ts < $1 LIMIT $2)"
+                    SELECT task_id FROM {r}
+                    WHERE task_id < $3 AND task_processing_finalized_at_ts < $1
+                    LIMIT $2)"
             ),
             metrics: format!(
                 "INSERT INTO {m} (metric_process_id, metric_id, metric_category, metric_value, metric_last_updated_ts)
@@ -364,7 +401,13 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
         max_attempts.push(job.max_attempts);
         keys.push(job.unique_key);
     }
-    let inserted: i64 = sqlx::query_scalar(&schema.sql.enqueue_many)
+    let keyed = keys.iter().any(Option::is_some);
+    let sql = if keyed {
+        &schema.sql.enqueue_many_keyed
+    } else {
+        &schema.sql.enqueue_many
+    };
+    let mut query = sqlx::query_scalar(sql)
         .bind(ids)
         .bind(types)
         .bind(sources)
@@ -373,11 +416,12 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
         .bind(priorities)
         .bind(run_ats)
         .bind(max_attempts)
-        .bind(keys)
         .bind(now)
-        .bind(&schema.sql.channel)
-        .fetch_one(executor)
-        .await?;
+        .bind(&schema.sql.channel);
+    if keyed {
+        query = query.bind(keys);
+    }
+    let inserted: i64 = query.fetch_one(executor).await?;
     Ok(inserted)
 }
 
@@ -417,18 +461,35 @@ impl PgStore {
     }
 
     /// Finalizes successful runs; returns the ids whose lease was still held.
+    /// Starts a transaction for a statement that joins a batch of ids to sk's tables.
+    /// Each such statement is a primary-key probe per row, but in a custom plan the
+    /// planner sees the batch's length and, from a few hundred rows on, prefers hash joins
+    /// over sequential scans of the queue and the ever-growing results table (5 to 30 times
+    /// slower here; docs/performance.md). The setting is scoped to this transaction.
+    async fn batched(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET LOCAL enable_seqscan = off")
+            .execute(&mut *tx)
+            .await?;
+        Ok(tx)
+    }
+
+    /// Finalizes successful runs; returns the ids whose lease was still held.
     pub(crate) async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
         let ids: Vec<Uuid> = done.iter().map(|s| s.lease.id).collect();
         let attempts: Vec<i32> = done.iter().map(|s| s.lease.attempt).collect();
         let millis: Vec<i64> = done.iter().map(|s| s.millis).collect();
-        Ok(sqlx::query_scalar(&self.schema.sql.complete)
+        let mut tx = self.batched().await?;
+        let held = sqlx::query_scalar(&self.schema.sql.complete)
             .bind(ids)
             .bind(attempts)
             .bind(millis)
             .bind(&self.worker_id)
             .bind(now)
-            .fetch_all(&self.pool)
-            .await?)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(held)
     }
 
     /// Records a failed run (retry or final); false when the lease was lost (fenced).
@@ -451,35 +512,45 @@ impl PgStore {
     }
 
     /// Releases leases at once (graceful stop), without using up an attempt.
-    pub(crate) async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<i64> {
+    pub(crate) async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64> {
         let (ids, attempts): (Vec<Uuid>, Vec<i32>) =
             leases.iter().map(|l| (l.id, l.attempt)).unzip();
-        Ok(sqlx::query_scalar(&self.schema.sql.give_back)
+        let mut tx = self.batched().await?;
+        let done = sqlx::query(&self.schema.sql.give_back)
             .bind(now)
             .bind(ids)
             .bind(attempts)
             .bind(&self.worker_id)
-            .fetch_one(&self.pool)
-            .await?)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
     }
 
     /// Extends the leases still held; returns their ids (a missing one was lost).
     pub(crate) async fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>> {
         let (ids, attempts): (Vec<Uuid>, Vec<i32>) =
             leases.iter().map(|l| (l.id, l.attempt)).unzip();
-        Ok(sqlx::query_scalar(&self.schema.sql.extend)
+        let mut tx = self.batched().await?;
+        let held = sqlx::query_scalar(&self.schema.sql.extend)
             .bind(until)
             .bind(ids)
             .bind(attempts)
             .bind(&self.worker_id)
-            .fetch_all(&self.pool)
-            .await?)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(held)
     }
 
     pub(crate) async fn prune(&self, older_than: DateTime<Utc>, limit: i64) -> Result<u64> {
+        // The smallest UUIDv7 of the cutoff's millisecond: every id below it was posted earlier.
+        let millis = u64::try_from(older_than.timestamp_millis()).unwrap_or(0);
+        let bound = uuid::Builder::from_unix_timestamp_millis(millis, &[0; 10]).into_uuid();
         let done = sqlx::query(&self.schema.sql.prune)
             .bind(older_than)
             .bind(limit)
+            .bind(bound)
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected())
@@ -579,9 +650,15 @@ pub(crate) async fn peek(pool: &PgPool, schema: &Schema, limit: i64) -> Result<V
         .await?)
 }
 
-pub(crate) async fn job(pool: &PgPool, schema: &Schema, id: Uuid) -> Result<Option<JobRecord>> {
+pub(crate) async fn job(
+    pool: &PgPool,
+    schema: &Schema,
+    id: Uuid,
+    now: DateTime<Utc>,
+) -> Result<Option<JobRecord>> {
     Ok(sqlx::query_as(&schema.sql.job)
         .bind(id)
+        .bind(now)
         .fetch_optional(pool)
         .await?)
 }

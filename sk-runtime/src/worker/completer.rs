@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use std::sync::atomic::Ordering;
+
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::{producer, Metrics, Shared};
 use crate::error::{JobError, Result};
@@ -21,8 +24,13 @@ pub(super) enum Completion {
         registration: &'static Registration,
         result: Result<(), JobError>,
         millis: i64,
+        /// The job's concurrency slot, freed once the outcome is written.
+        slot: OwnedSemaphorePermit,
     },
-    GiveBack(Lease),
+    GiveBack {
+        lease: Lease,
+        slot: Option<OwnedSemaphorePermit>,
+    },
 }
 
 pub(super) async fn run(shared: Arc<Shared>, mut completions: UnboundedReceiver<Completion>) {
@@ -37,6 +45,7 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     let mut successes = Vec::new();
     let mut failures = Vec::new();
     let mut give_back = Vec::new();
+    let mut slots = Vec::with_capacity(batch.len());
     for completion in batch {
         match completion {
             Completion::Finished {
@@ -44,8 +53,10 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 result: Ok(()),
                 millis,
                 registration,
+                slot,
                 ..
             } => {
+                slots.push(slot);
                 tracing::info!(id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, millis, "sk: job succeeded");
                 successes.push(Success { lease, millis });
             }
@@ -55,7 +66,9 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 registration,
                 result: Err(error),
                 millis,
+                slot,
             } => {
+                slots.push(slot);
                 failures.push(failure(
                     lease,
                     max_attempts,
@@ -65,7 +78,10 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                     now,
                 ));
             }
-            Completion::GiveBack(lease) => give_back.push(lease),
+            Completion::GiveBack { lease, slot } => {
+                slots.extend(slot);
+                give_back.push(lease);
+            }
         }
     }
     let mut leases: Vec<Lease> = Vec::new();
@@ -106,14 +122,21 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         })
         .await
         {
-            Metrics::add(&shared.metrics.given_back, u64::try_from(n).unwrap_or(0));
+            Metrics::add(&shared.metrics.given_back, n);
             tracing::info!(jobs = n, "sk: gave leases back for another worker");
         }
         leases.extend(give_back);
     }
-    let mut running = shared.running();
-    for lease in leases {
-        running.remove(&lease);
+    {
+        let mut running = shared.running();
+        for lease in leases {
+            running.remove(&lease);
+        }
+    }
+    // Free the slots only now, and wake the producer if the last claim was full.
+    drop(slots);
+    if shared.maybe_more.load(Ordering::Relaxed) {
+        shared.wake.notify_one();
     }
 }
 

@@ -1,7 +1,6 @@
 //! Runs one claimed job in its own tokio task, with its timeout, catching panics.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -74,7 +73,10 @@ async fn run_one(
             // Claimed but not started when the stop began: hand it back untouched.
             entry.state = RunState::GivenBack;
             drop(running);
-            let _ = completions.send(Completion::GiveBack(lease));
+            let _ = completions.send(Completion::GiveBack {
+                lease,
+                slot: Some(permit),
+            });
             return;
         }
         entry.state = RunState::Started;
@@ -98,7 +100,6 @@ async fn run_one(
         execute(&shared, registration, job, cancel).await
     };
     let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
-    drop(permit);
     {
         let mut running = shared.running();
         match running.get_mut(&lease) {
@@ -107,15 +108,15 @@ async fn run_one(
             _ => return,
         }
     }
-    if shared.maybe_more.load(Ordering::Relaxed) {
-        shared.wake.notify_one();
-    }
+    // The slot goes with the outcome and is freed once the result is written, so a
+    // worker never holds more unfinished leases than its concurrency.
     let _ = completions.send(Completion::Finished {
         lease,
         max_attempts,
         registration,
         result,
         millis,
+        slot: permit,
     });
 }
 
@@ -199,6 +200,6 @@ pub(super) async fn drain(shared: &Shared, completions: &UnboundedSender<Complet
         "sk: grace period over; interrupting running jobs and giving their leases back"
     );
     for lease in interrupted {
-        let _ = completions.send(Completion::GiveBack(lease));
+        let _ = completions.send(Completion::GiveBack { lease, slot: None });
     }
 }
