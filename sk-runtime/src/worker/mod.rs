@@ -423,6 +423,7 @@ impl Worker {
     /// database errors are logged and retried with backoff; the worker does not exit.
     pub async fn run_until<F: Future<Output = ()>>(self, stop: F) -> Result<()> {
         let shared = self.shared;
+        check_connection(&shared.store.pool).await?;
         if shared.config.auto_migrate {
             postgres::migrate(&shared.store.pool, &shared.store.schema).await?;
         }
@@ -483,6 +484,26 @@ const _: () = {
 /// The database fails, or holds a schema newer than this build knows.
 pub async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
     postgres::migrate(pool, schema).await
+}
+
+/// Fails fast, naming the cause, when the database cannot be reached at start: the pool
+/// only says that it timed out, so one direct attempt asks why (refused, authentication,
+/// unknown database, ...).
+async fn check_connection(pool: &PgPool) -> Result<()> {
+    match pool.acquire().await {
+        Ok(_) => Ok(()),
+        Err(sqlx::Error::PoolTimedOut) => {
+            use sqlx::Connection as _;
+            match sqlx::PgConnection::connect_with(&pool.connect_options()).await {
+                Ok(conn) => {
+                    let _ = conn.close().await;
+                    Err(Error::Database(sqlx::Error::PoolTimedOut))
+                }
+                Err(cause) => Err(Error::Database(cause)),
+            }
+        }
+        Err(e) => Err(Error::Database(e)),
+    }
 }
 
 async fn shutdown_signal() {
