@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! cargo run --release -p sk-examples --bin bench -- [--jobs 100000] [--single 5000]
-//!     [--concurrency 64] [--slow-jobs 20000] [--latency-jobs 500] [--repeat 1] [--only NAME,...]
+//!     [--concurrency 1000] [--slow-jobs 20000] [--latency-jobs 500] [--old-results 0]
+//!     [--repeat 1] [--only NAME,...]
 //! ```
 //! Prints one line per figure, `name value unit`, machine-readable; with `--repeat R` each
 //! measure runs R times and the median is printed (the runs go to stderr). Measures:
@@ -12,7 +13,8 @@
 //! - `enqueue_bulk`: N jobs through `enqueue_many` (10,000 per statement);
 //!   `raw_insert_bulk`: INSERT ... SELECT FROM unnest(...) into the plain table.
 //! - `burn_down`: a backlog of N no-op jobs run by one worker at `--concurrency`, from the
-//!   first claim to the last result recorded; `raw_burn_down`: the same backlog in the plain
+//!   first claim to the last result recorded; `--old-results M` first fills the results
+//!   table with M finished jobs, to show that history does not slow the claim; `raw_burn_down`: the same backlog in the plain
 //!   table, four clients each claiming 100 rows with SKIP LOCKED and deleting them in one
 //!   statement.
 //! - `pickup_latency_p50/p95/p99/max`: with the worker idle, jobs enqueued one at a time at
@@ -60,6 +62,7 @@ struct Args {
     concurrency: usize,
     slow_jobs: u64,
     latency_jobs: u64,
+    old_results: u64,
     repeat: usize,
     only: Option<Vec<String>>,
 }
@@ -68,9 +71,10 @@ fn args() -> Result<Args, String> {
     let mut a = Args {
         jobs: 100_000,
         single: 5_000,
-        concurrency: 64,
+        concurrency: 1000,
         slow_jobs: 20_000,
         latency_jobs: 500,
+        old_results: 0,
         repeat: 1,
         only: None,
     };
@@ -88,6 +92,7 @@ fn args() -> Result<Args, String> {
             "--concurrency" => a.concurrency = num()? as usize,
             "--slow-jobs" => a.slow_jobs = num()?,
             "--latency-jobs" => a.latency_jobs = num()?,
+            "--old-results" => a.old_results = num()?,
             "--repeat" => a.repeat = num()?.max(1) as usize,
             "--only" => a.only = Some(value.split(',').map(str::to_owned).collect()),
             _ => return Err(format!("unknown option {flag}")),
@@ -329,6 +334,21 @@ impl Bench {
             }
             i = end;
         }
+        if self.args.old_results > 0 && !slow {
+            // History: finished jobs of earlier days, as a long-running system keeps them.
+            sqlx::query(
+                "INSERT INTO sk_bench.sk_task_results_t (task_id, task_type, task_source, task_queue, task_status,
+                    task_priority, task_processing_time_milliseconds, task_posted_at_ts,
+                    task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts,
+                    task_processing_finalized_at_ts)
+                 SELECT gen_random_uuid(), 'old_job', 'app', 'default', 3, 0, 1, t, t, t, t
+                 FROM generate_series(1, $1) g,
+                      LATERAL (SELECT now() - interval '2 days' + g * interval '10 ms' AS t) x",
+            )
+            .bind(self.args.old_results as i64)
+            .execute(&self.pool)
+            .await?;
+        }
         sqlx::query("VACUUM ANALYZE sk_bench.sk_tasks_queue_t")
             .execute(&self.pool)
             .await?;
@@ -359,7 +379,7 @@ impl Bench {
         running.await??;
         let (done, seconds): (i64, f64) = sqlx::query_as(
             "SELECT count(*), extract(epoch FROM max(task_processing_finalized_at_ts) - min(task_first_processing_attempted_at_ts))::float8
-             FROM sk_bench.sk_task_results_t WHERE task_status = 3",
+             FROM sk_bench.sk_task_results_t WHERE task_status = 3 AND task_type <> 'old_job'",
         )
         .fetch_one(&self.pool)
         .await?;

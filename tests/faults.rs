@@ -734,8 +734,14 @@ async fn sigterm_finishes_running_jobs_and_gives_the_rest_back() {
 #[tokio::test]
 async fn a_wrong_database_url_is_a_one_line_error() {
     for (url, cause) in [
-        ("postgres://postgres@127.0.0.1:1/nowhere", "Connection refused"),
-        ("postgres://nobody@127.0.0.1:5432/nowhere", "role \"nobody\" does not exist"),
+        (
+            "postgres://postgres@127.0.0.1:1/nowhere",
+            "Connection refused",
+        ),
+        (
+            "postgres://nobody@127.0.0.1:5432/nowhere",
+            "role \"nobody\" does not exist",
+        ),
         ("not a url", "relative URL without a base"),
     ] {
         let out = Command::new(WORKER)
