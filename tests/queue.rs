@@ -1187,3 +1187,44 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
 fn probe_only() -> Probe {
     probe().0
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_many_keeps_per_job_options_and_skips_known_unique_keys() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let mixed = vec![
+        sk_runtime::Enqueue::new(Record::new("b".into())).with_priority(2),
+        sk_runtime::Enqueue::new(Record::new("a".into()))
+            .with_priority(1)
+            .with_queue("other"),
+        sk_runtime::Enqueue::new(Record::new("c".into())).with_priority(2),
+    ];
+    let ids = Record::enqueue_many(&db.pool, mixed).await.unwrap();
+    let keyed = vec![
+        sk_runtime::Enqueue::new(Record::new("d".into()))
+            .with_priority(3)
+            .with_unique_key("k1"),
+        sk_runtime::Enqueue::new(Record::new("e".into()))
+            .with_priority(3)
+            .with_unique_key("k2"),
+    ];
+    Record::enqueue_many(&db.pool, keyed).await.unwrap();
+    let again = vec![sk_runtime::Enqueue::new(Record::new("d again".into())).with_unique_key("k1")];
+    Record::enqueue_many(&db.pool, again).await.unwrap();
+    let record = db.job(ids[1]).await;
+    assert_eq!((record.queue.as_str(), record.priority), ("other", 1));
+
+    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).concurrency(1).data(probe));
+    let mut order = Vec::new();
+    for _ in 0..5 {
+        order.push(recv(&mut rx, "a job", T).await.label);
+    }
+    w.stop().await;
+    assert_eq!(
+        order,
+        ["a", "b", "c", "d", "e"],
+        "priority, then the caller's order"
+    );
+    assert!(rx.try_recv().is_err(), "the duplicate key was skipped");
+    db.drop().await;
+}

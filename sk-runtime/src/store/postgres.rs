@@ -35,6 +35,7 @@ pub(crate) struct Statements {
     enqueue_one: String,
     enqueue_many: String,
     enqueue_many_keyed: String,
+    enqueue_many_uniform: String,
     claim: String,
     complete: String,
     fail: String,
@@ -146,6 +147,22 @@ impl Statements {
                     RETURNING 1
                 )
                 SELECT (SELECT count(*) FROM q) FROM (SELECT pg_notify($10, '')) AS notify"
+            ),
+            // The common batch: one job type, and queue, source, priority, attempts and
+            // not-before time alike, so only ids and payloads travel as arrays.
+            enqueue_many_uniform: format!(
+                "WITH input AS (
+                    SELECT * FROM unnest($1::uuid[], $2::text[]) AS i(task_id, payload)
+                ), res AS (
+                    INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
+                        task_posted_at_ts)
+                    SELECT task_id, $3, $4, $5, 1, $6, $9 FROM input
+                ), q AS (
+                    INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
+                    SELECT task_id, $3, $4, payload::jsonb, $6, $9, $7, $5, $8 FROM input
+                )
+                SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
             ),
             // With unique keys: only jobs whose results row was new get a queue row.
             // WITH ORDINALITY keeps the caller's order in the FIFO lock handle.
@@ -375,54 +392,109 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
     schema: &Schema,
     jobs: Vec<NewJob>,
     now: DateTime<Utc>,
-) -> Result<i64> {
-    let n = jobs.len();
-    let (mut ids, mut types, mut sources, mut payloads, mut queues) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut priorities, mut run_ats, mut max_attempts, mut keys) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for job in jobs {
-        ids.push(job.id);
-        types.push(job.task_type);
-        sources.push(job.source);
-        payloads.push(job.payload);
-        queues.push(job.queue);
-        priorities.push(job.priority);
-        run_ats.push(job.run_at);
-        max_attempts.push(job.max_attempts);
-        keys.push(job.unique_key);
+) -> Result<()> {
+    let Some(first) = jobs.first() else {
+        return Ok(());
+    };
+    let uniform = jobs.iter().all(|j| {
+        j.unique_key.is_none()
+            && j.task_type == first.task_type
+            && j.source == first.source
+            && j.queue == first.queue
+            && j.priority == first.priority
+            && j.run_at == first.run_at
+            && j.max_attempts == first.max_attempts
+    });
+    if uniform {
+        let (task_type, source, queue) =
+            (first.task_type, first.source.clone(), first.queue.clone());
+        let (priority, run_at, max_attempts) = (first.priority, first.run_at, first.max_attempts);
+        let (ids, payloads): (Vec<Uuid>, Vec<String>) =
+            jobs.into_iter().map(|j| (j.id, j.payload)).unzip();
+        sqlx::query(&schema.sql.enqueue_many_uniform)
+            .bind(ids)
+            .bind(payloads)
+            .bind(task_type)
+            .bind(source)
+            .bind(queue)
+            .bind(priority)
+            .bind(run_at)
+            .bind(max_attempts)
+            .bind(now)
+            .bind(&schema.sql.channel)
+            .execute(executor)
+            .await?;
+        return Ok(());
     }
-    let keyed = keys.iter().any(Option::is_some);
+    let n = jobs.len();
+    let mut columns = Columns::with_capacity(n);
+    for job in jobs {
+        columns.push(job);
+    }
+    let keyed = columns.keys.iter().any(Option::is_some);
     let sql = if keyed {
         &schema.sql.enqueue_many_keyed
     } else {
         &schema.sql.enqueue_many
     };
-    let mut query = sqlx::query_scalar(sql)
-        .bind(ids)
-        .bind(types)
-        .bind(sources)
-        .bind(payloads)
-        .bind(queues)
-        .bind(priorities)
-        .bind(run_ats)
-        .bind(max_attempts)
+    let mut query = sqlx::query(sql)
+        .bind(columns.ids)
+        .bind(columns.types)
+        .bind(columns.sources)
+        .bind(columns.payloads)
+        .bind(columns.queues)
+        .bind(columns.priorities)
+        .bind(columns.run_ats)
+        .bind(columns.max_attempts)
         .bind(now)
         .bind(&schema.sql.channel);
     if keyed {
-        query = query.bind(keys);
+        query = query.bind(columns.keys);
     }
-    let inserted: i64 = query.fetch_one(executor).await?;
-    Ok(inserted)
+    query.execute(executor).await?;
+    Ok(())
+}
+
+/// A batch of jobs as one array per column, for `unnest`.
+#[derive(Default)]
+struct Columns {
+    ids: Vec<Uuid>,
+    types: Vec<&'static str>,
+    sources: Vec<String>,
+    payloads: Vec<String>,
+    queues: Vec<String>,
+    priorities: Vec<i32>,
+    run_ats: Vec<DateTime<Utc>>,
+    max_attempts: Vec<i32>,
+    keys: Vec<Option<String>>,
+}
+
+impl Columns {
+    fn with_capacity(n: usize) -> Self {
+        Columns {
+            ids: Vec::with_capacity(n),
+            types: Vec::with_capacity(n),
+            sources: Vec::with_capacity(n),
+            payloads: Vec::with_capacity(n),
+            queues: Vec::with_capacity(n),
+            priorities: Vec::with_capacity(n),
+            run_ats: Vec::with_capacity(n),
+            max_attempts: Vec::with_capacity(n),
+            keys: Vec::with_capacity(n),
+        }
+    }
+
+    fn push(&mut self, job: NewJob) {
+        self.ids.push(job.id);
+        self.types.push(job.task_type);
+        self.sources.push(job.source);
+        self.payloads.push(job.payload);
+        self.queues.push(job.queue);
+        self.priorities.push(job.priority);
+        self.run_ats.push(job.run_at);
+        self.max_attempts.push(job.max_attempts);
+        self.keys.push(job.unique_key);
+    }
 }
 
 /// Tuple counts of one of sk's tables.
