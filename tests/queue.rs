@@ -180,6 +180,26 @@ fn worker(db: &TestDb, types: &[&str]) -> WorkerBuilder {
         .grace_period(Duration::from_secs(5))
 }
 
+/// Enqueues a `record` job per (label, priority), in this order, then runs them with one
+/// slot and returns the labels in the order they ran.
+async fn run_one_at_a_time(db: &TestDb, jobs: &[(&str, i32)]) -> Vec<String> {
+    let (probe, mut rx) = probe();
+    for (label, priority) in jobs {
+        Record::new((*label).into())
+            .with_priority(*priority)
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+    }
+    let w = RunningWorker::start(worker(db, &[Record::TASK_TYPE]).concurrency(1).data(probe));
+    let mut order = Vec::new();
+    for _ in jobs {
+        order.push(recv(&mut rx, "a record job", T).await.label);
+    }
+    w.stop().await;
+    order
+}
+
 /// Inserts a job row the way an older or foreign producer might, bypassing the typed API.
 async fn insert_raw(db: &TestDb, task_type: &str, payload: &str) -> Uuid {
     let id = Uuid::new_v4();
@@ -204,27 +224,15 @@ async fn insert_raw(db: &TestDb, task_type: &str, payload: &str) -> Uuid {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_by_priority_then_fifo() {
     let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    for (label, priority) in [
+    let jobs = [
         ("p5-a", 5),
         ("p1-a", 1),
         ("p3", 3),
         ("p1-b", 1),
         ("p5-b", 5),
         ("p-7", -7),
-    ] {
-        Record::new(label.into())
-            .with_priority(priority)
-            .enqueue(&db.pool)
-            .await
-            .unwrap();
-    }
-    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).concurrency(1).data(probe));
-    let mut order = Vec::new();
-    for _ in 0..6 {
-        order.push(recv(&mut rx, "a record job", T).await.label);
-    }
-    w.stop().await;
+    ];
+    let order = run_one_at_a_time(&db, &jobs).await;
     assert_eq!(order, ["p-7", "p1-a", "p1-b", "p3", "p5-a", "p5-b"]);
     let counts = db.info().counts().await.unwrap();
     assert_eq!(counts.status(JobStatus::Processed), 6);
@@ -1008,25 +1016,13 @@ async fn bad_enqueue_input_is_refused_with_a_clear_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn priorities_at_the_integer_limits() {
     let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    for (label, priority) in [
+    let jobs = [
         ("max", i32::MAX),
         ("min", i32::MIN),
         ("zero", 0),
         ("minus one", -1),
-    ] {
-        Record::new(label.into())
-            .with_priority(priority)
-            .enqueue(&db.pool)
-            .await
-            .unwrap();
-    }
-    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).concurrency(1).data(probe));
-    let mut order = Vec::new();
-    for _ in 0..4 {
-        order.push(recv(&mut rx, "a job", T).await.label);
-    }
-    w.stop().await;
+    ];
+    let order = run_one_at_a_time(&db, &jobs).await;
     assert_eq!(order, ["min", "minus one", "zero", "max"]);
     db.drop().await;
 }
