@@ -1224,3 +1224,58 @@ async fn enqueue_many_keeps_per_job_options_and_skips_known_unique_keys() {
     assert!(rx.try_recv().is_err(), "the duplicate key was skipped");
     db.drop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_results_are_pruned_after_the_retention_period() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+    let done = Record::new("done".into()).enqueue(&db.pool).await.unwrap();
+    let waiting = Record::new("later".into())
+        .run_at(clock.now() + chrono::Duration::days(30))
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE])
+            .clock(clock.clone())
+            .result_retention(Duration::from_secs(7 * 24 * 3600))
+            .maintenance_interval(Duration::from_millis(100))
+            .data(probe),
+    );
+    assert_eq!(recv(&mut rx, "the job", T).await.id, done);
+    db.wait_job(done, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    clock.advance(Duration::from_secs(6 * 24 * 3600));
+    // A maintenance pass prunes, then stamps the metrics with the clock: once the stamp
+    // shows the advanced time, a prune at that time has run, and the result is still kept.
+    let six_days_on = clock.now();
+    wait_until("a maintenance pass at the advanced clock", T, || async {
+        let stamp: Option<chrono::DateTime<Utc>> = sqlx::query_scalar(
+            "SELECT max(metric_last_updated_ts) FROM sk_metrics_t WHERE metric_process_id = $1",
+        )
+        .bind(&w.id)
+        .fetch_one(&db.pool)
+        .await
+        .ok()?;
+        (stamp >= Some(six_days_on)).then_some(())
+    })
+    .await;
+    assert!(
+        db.info().job(done).await.unwrap().is_some(),
+        "kept until the retention runs out"
+    );
+    clock.advance(Duration::from_secs(2 * 24 * 3600));
+    let info = db.info();
+    wait_until("the finished result to be pruned", T, || async {
+        info.job(done).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    w.stop().await;
+    assert_eq!(
+        db.job(waiting).await.status(),
+        JobStatus::Unprocessed,
+        "live jobs are never pruned"
+    );
+    db.drop().await;
+}
