@@ -548,7 +548,10 @@ async fn a_worker_whose_database_is_away_keeps_trying_without_spinning() {
     wait_processed(&db, JOBS as usize, Duration::from_secs(60)).await;
     w.signal("TERM");
     assert_eq!(w.exit_code(Duration::from_secs(30)).await, Some(0));
-    assert!(w.log_text().contains(" again after "), "the recovery is logged");
+    assert!(
+        w.log_text().contains(" again after "),
+        "the recovery is logged"
+    );
     let reran = assert_each_job_finished_once(&db, &ids).await;
     report(&format!(
         "db-away: jobs={JOBS} processed_before_outage={down_at} outage_s={outage_s:.1} retries_logged={failures} \
