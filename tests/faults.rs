@@ -2,7 +2,7 @@
 //! PostgreSQL: SIGKILL with restarts, backends terminated mid-run, a database that goes
 //! away and comes back, a worker paused past its lease, SIGTERM. Each test checks the
 //! tables afterwards: every job has exactly one final result, none is lost, none is
-//! finalized twice. Figures go to stderr and to `target/fault-report.txt`.
+//! finalized twice. Figures go to stderr and to `target/tmp/fault-report.txt`.
 //!
 //! The pauses between faults (`fault_pause`) are the fault schedule itself, drawn from a
 //! seeded generator (`FAULT_SEED` replays a run); every wait for an outcome is a poll of
