@@ -70,7 +70,10 @@ pub(crate) struct Config {
 }
 
 impl WorkerBuilder {
-    /// Jobs run at once (default 10). Each claim takes at most the free slots.
+    /// Jobs held at once (default 10): a slot is taken at claim and freed once the job's
+    /// result is written, and each claim takes at most the free slots. For jobs that do
+    /// little work, a higher number lets claims and finalizations batch (the benchmark in
+    /// `docs/performance.md` uses 1,000).
     pub fn concurrency(mut self, n: usize) -> Self {
         self.config.concurrency = n;
         self
