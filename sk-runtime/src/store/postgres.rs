@@ -144,9 +144,8 @@ impl Statements {
                     SELECT task_id, task_type, task_source, payload::jsonb, task_priority, $9, run_at, task_queue,
                         max_attempts
                     FROM input
-                    RETURNING 1
                 )
-                SELECT (SELECT count(*) FROM q) FROM (SELECT pg_notify($10, '')) AS notify"
+                SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
             ),
             // The common batch: one job type, and queue, source, priority, attempts and
             // not-before time alike, so only ids and payloads travel as arrays.
@@ -184,9 +183,8 @@ impl Statements {
                     SELECT i.task_id, i.task_type, i.task_source, i.payload::jsonb, i.task_priority, $9, i.run_at,
                         i.task_queue, i.max_attempts
                     FROM res JOIN input i USING (task_id) ORDER BY i.ord
-                    RETURNING 1
                 )
-                SELECT (SELECT count(*) FROM q) FROM (SELECT pg_notify($10, '')) AS notify"
+                SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
             ),
             // The inner select is served by tasks_queue_dequeue_idx, which has exactly its
             // order; SKIP LOCKED lets concurrent workers take disjoint batches without
