@@ -82,6 +82,47 @@ impl TestDb {
             .expect("connect again")
     }
 
+    /// A pool whose connections carry `application_name`, so a test can wait for them to
+    /// be gone (see [`TestDb::wait_disconnected`]).
+    pub async fn named_pool(&self, application_name: &str, max_connections: u32) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(max_connections)
+            .connect_with(self.options.clone().application_name(application_name))
+            .await
+            .expect("connect again")
+    }
+
+    /// Waits until no connection named `application_name` is left on the server. A
+    /// backend flushes its statistics (deadlocks among them) before it leaves
+    /// `pg_stat_activity`, so the counters read after this include its work.
+    pub async fn wait_disconnected(&self, application_name: &str) {
+        wait_until(
+            &format!("the {application_name} connections to close"),
+            Duration::from_secs(20),
+            || async {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
+                )
+                .bind(application_name)
+                .fetch_one(&self.pool)
+                .await
+                .ok()?;
+                (n == 0).then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Deadlocks the server has detected in this database so far.
+    pub async fn deadlocks(&self) -> i64 {
+        sqlx::query_scalar(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .expect("read pg_stat_database")
+    }
+
     /// Queue info on this database.
     pub fn info(&self) -> QueueInfo {
         QueueInfo::new(self.pool.clone())

@@ -67,6 +67,8 @@ impl Statements {
                     et_longest_execution_time_ms, et_total_execution_time_ms, et_total_execution_count, et_last_updated_ts)
                 SELECT task_type, sum(ms) / count(*), min(ms), max(ms), sum(ms), count(*), $now
                 FROM done GROUP BY task_type
+                -- Rows locked in one order by every worker, so two batches never deadlock.
+                ORDER BY task_type
                 ON CONFLICT (et_task_type) DO UPDATE SET
                     et_total_execution_time_ms = s.et_total_execution_time_ms + EXCLUDED.et_total_execution_time_ms,
                     et_total_execution_count = s.et_total_execution_count + EXCLUDED.et_total_execution_count,
@@ -208,7 +210,8 @@ impl Statements {
                     q.task_max_attempts, q.task_priority, q.task_queue, q.task_posted_at_ts"
             ),
             // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
-            // Runs with sequential scans off (`PgStore::batched`): a primary-key probe per job.
+            // Runs with sequential scans off (`PgStore::batched`): a primary-key probe per job,
+            // in the input's (task_id) order, as every batched statement (`in_lock_order`).
             complete: format!(
                 "WITH input AS (
                     SELECT * FROM unnest($1::uuid[], $2::int4[], $3::int8[]) AS i(task_id, attempt, ms)
@@ -495,6 +498,20 @@ impl Columns {
     }
 }
 
+/// A batch of leases as id and attempt arrays, sorted by id.
+///
+/// Every statement that locks several queue rows takes them in `task_id` order: the batch
+/// arrives sorted, and whatever join the planner picks (a nested loop over the input, a
+/// merge join, or a hash join probed by the input) walks it in that order. So the
+/// heartbeat, the completer, a stop and another worker's control call never wait on each
+/// other in a cycle, which PostgreSQL would resolve only after `deadlock_timeout` by
+/// aborting one of them.
+fn in_lock_order(leases: &[Lease]) -> (Vec<Uuid>, Vec<i32>) {
+    let mut sorted: Vec<Lease> = leases.to_vec();
+    sorted.sort_unstable_by_key(|l| l.id);
+    sorted.into_iter().map(|l| (l.id, l.attempt)).unzip()
+}
+
 /// Tuple counts of one of sk's tables.
 pub(crate) struct TableHealth {
     pub(crate) is_queue: bool,
@@ -546,6 +563,8 @@ impl PgStore {
 
     /// Finalizes successful runs; returns the ids whose lease was still held.
     pub(crate) async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        let mut done: Vec<&Success> = done.iter().collect();
+        done.sort_unstable_by_key(|s| s.lease.id);
         let ids: Vec<Uuid> = done.iter().map(|s| s.lease.id).collect();
         let attempts: Vec<i32> = done.iter().map(|s| s.lease.attempt).collect();
         let millis: Vec<i64> = done.iter().map(|s| s.millis).collect();
@@ -583,8 +602,7 @@ impl PgStore {
 
     /// Releases leases at once (graceful stop), without using up an attempt.
     pub(crate) async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64> {
-        let (ids, attempts): (Vec<Uuid>, Vec<i32>) =
-            leases.iter().map(|l| (l.id, l.attempt)).unzip();
+        let (ids, attempts) = in_lock_order(leases);
         let mut tx = self.batched().await?;
         let done = sqlx::query(&self.schema.sql.give_back)
             .bind(now)
@@ -599,8 +617,7 @@ impl PgStore {
 
     /// Extends the leases still held; returns their ids (a missing one was lost).
     pub(crate) async fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>> {
-        let (ids, attempts): (Vec<Uuid>, Vec<i32>) =
-            leases.iter().map(|l| (l.id, l.attempt)).unzip();
+        let (ids, attempts) = in_lock_order(leases);
         let mut tx = self.batched().await?;
         let held = sqlx::query_scalar(&self.schema.sql.extend)
             .bind(until)
