@@ -736,6 +736,79 @@ async fn sigterm_finishes_running_jobs_and_gives_the_rest_back() {
     db.drop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_stops_at_once() {
+    let _serial = SERIAL.lock().await;
+    // Jobs that work for a minute and do not look at the stop request.
+    let (db, ids) = setup(4, 60_000).await;
+    let mut w = Proc::spawn(
+        &db.url,
+        "term-twice",
+        &[
+            "--concurrency",
+            "4",
+            "--grace-ms",
+            "30000",
+            "--lease-ms",
+            "30000",
+        ],
+    );
+    wait_until(
+        "all four jobs to start",
+        Duration::from_secs(30),
+        || async {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM fault_runs")
+                .fetch_one(&db.pool)
+                .await
+                .ok()?;
+            (n == 4).then_some(())
+        },
+    )
+    .await;
+    w.signal("TERM");
+    wait_until(
+        "the first SIGTERM to be logged",
+        Duration::from_secs(10),
+        || async {
+            w.log_text()
+                .contains("sk: SIGTERM received; stopping gracefully within 30s")
+                .then_some(())
+        },
+    )
+    .await;
+    let asked = Instant::now();
+    w.signal("TERM");
+    assert_eq!(w.exit_code(Duration::from_secs(10)).await, Some(0));
+    let stop_s = asked.elapsed().as_secs_f64();
+    assert!(
+        stop_s < 5.0,
+        "stopped {stop_s:.1} s after the second SIGTERM (grace 30 s)"
+    );
+    let log = w.log_text();
+    assert!(
+        log.contains("sk: SIGTERM received again; stopping at once"),
+        "{log}"
+    );
+    let (held, attempts): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE task_locked_by IS NOT NULL OR task_locked_until_ts > now()),
+                coalesce(sum(task_attempt), 0)
+         FROM sk_tasks_queue_t",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (held, attempts),
+        (0, 0),
+        "the four running jobs were given back, attempts unused"
+    );
+    assert_eq!(ids.len(), 4);
+    report(&format!(
+        "second SIGTERM: exit 0 {stop_s:.2} s after it (grace 30 s), 4 running jobs given back with their attempts"
+    ));
+    db.drop().await;
+}
+
 #[tokio::test]
 async fn a_wrong_database_url_is_a_one_line_error() {
     for (url, cause) in [

@@ -168,6 +168,26 @@ async fn jittery(n: u32, ctx: JobContext, tally: Data<Tally>) -> Result<(), JobE
     Ok(())
 }
 
+/// Waits for its gate; asked to stop first, it says so and keeps its attempt. A `rogue`
+/// run claims to be interrupted though nobody asked.
+#[job(max_attempts = 3)]
+async fn cooperative(
+    rogue: bool,
+    ctx: JobContext,
+    probe: Data<Probe>,
+    gate: Data<Gate>,
+) -> Result<(), JobError> {
+    probe.saw(&ctx, "started");
+    if rogue {
+        return Err(JobError::interrupted());
+    }
+    let mut open = gate.0.clone();
+    tokio::select! {
+        _ = open.wait_for(|open| *open) => Ok(()),
+        () = ctx.cancelled() => Err(JobError::interrupted()),
+    }
+}
+
 #[job(name = "evil\"'; DELETE FROM sk_task_results_t; --")]
 async fn evil_name(label: String, ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
     probe.saw(&ctx, &label);
@@ -792,6 +812,62 @@ async fn a_graceful_stop_gives_unfinished_jobs_back_at_once() {
         .await;
     }
     w.stop().await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_stops_when_asked_keeps_its_attempts() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let id = Cooperative::new(false).enqueue(&db.pool).await.unwrap();
+    // Three deploys in a row, each during the job's run (max_attempts = 3).
+    for deploy in 1..=3 {
+        let (_closed_forever, closed) = gate(false);
+        let w = RunningWorker::start(
+            worker(&db, &[Cooperative::TASK_TYPE])
+                .data(probe.clone())
+                .data(closed),
+        );
+        let run = recv(&mut rx, "the job to start", T).await;
+        assert_eq!((run.id, run.attempt), (id, 1), "deploy {deploy}");
+        let stop = std::time::Instant::now();
+        w.stop().await;
+        assert!(
+            stop.elapsed() < Duration::from_secs(4),
+            "the job stopped when asked, within the 5 s grace period"
+        );
+        let r = db.job(id).await;
+        assert_eq!(
+            (r.status(), r.error_count, r.attempt, r.locked_by.as_deref()),
+            (JobStatus::Unprocessed, 0, Some(0), None),
+            "given back, no attempt used, no error recorded: {r:?}"
+        );
+        assert!(r.locked_until.unwrap() <= Utc::now(), "claimable at once");
+    }
+    let (_open_tx, open) = gate(true);
+    let w = RunningWorker::start(
+        worker(&db, &[Cooperative::TASK_TYPE])
+            .data(probe.clone())
+            .data(open),
+    );
+    assert_eq!(recv(&mut rx, "the fourth run", T).await.attempt, 1);
+    let r = db
+        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    assert_eq!(r.error_count, 0);
+
+    // Saying "interrupted" when nobody asked is an ordinary, recorded failure.
+    let rogue = Cooperative::new(true).enqueue(&db.pool).await.unwrap();
+    let r = db.wait_job(rogue, T, |r| r.error_count == 1).await;
+    w.stop().await;
+    assert_eq!(r.last_error_type.as_deref(), Some("interrupted"));
+    assert!(
+        r.last_error_message
+            .as_deref()
+            .unwrap()
+            .contains("the worker had not asked it to stop"),
+        "{r:?}"
+    );
     db.drop().await;
 }
 

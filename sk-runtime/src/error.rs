@@ -94,6 +94,7 @@ pub struct JobError {
     pub(crate) message: String,
     pub(crate) detail: Option<String>,
     pub(crate) fatal: bool,
+    pub(crate) interrupted: bool,
 }
 
 impl JobError {
@@ -104,6 +105,24 @@ impl JobError {
             message: message.to_string(),
             detail: None,
             fatal: false,
+            interrupted: false,
+        }
+    }
+
+    /// The job stopped because the worker asked it to ([`JobContext::is_cancelled`]: a
+    /// graceful stop began, or the job's lease was lost). The worker gives the job back at
+    /// once, as it does with a job still running at the end of the grace period: no
+    /// attempt is used and no error is recorded, so a job interrupted by every deploy
+    /// keeps its whole attempt budget.
+    ///
+    /// Returned when the worker did not ask the job to stop, it is an ordinary
+    /// recoverable error that says so.
+    ///
+    /// [`JobContext::is_cancelled`]: crate::JobContext::is_cancelled
+    pub fn interrupted() -> Self {
+        JobError {
+            interrupted: true,
+            ..JobError::new("stopped when the worker asked it to").with_kind("interrupted")
         }
     }
 
@@ -157,6 +176,7 @@ impl fmt::Debug for JobError {
             .field("kind", &self.kind)
             .field("message", &self.message)
             .field("fatal", &self.fatal)
+            .field("interrupted", &self.interrupted)
             .finish()
     }
 }
@@ -182,6 +202,7 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for JobError {
             message: error.to_string(),
             detail: (!detail.is_empty()).then_some(detail),
             fatal: false,
+            interrupted: false,
         }
     }
 }

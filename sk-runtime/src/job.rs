@@ -70,8 +70,9 @@ pub const fn options(
 /// async fn long_export(ctx: JobContext) -> Result<(), JobError> {
 ///     for _chunk in 0..100 {
 ///         if ctx.is_cancelled() {
-///             // The worker is stopping: return early; the job is retried later.
-///             return Err(JobError::new("interrupted by shutdown"));
+///             // The worker is stopping: hand the job back without using an attempt;
+///             // another worker (or this one after a restart) runs it again.
+///             return Err(JobError::interrupted());
 ///         }
 ///         // ... export one chunk ...
 ///     }
@@ -120,7 +121,9 @@ impl JobContext {
     pub fn posted_at(&self) -> DateTime<Utc> {
         self.posted_at
     }
-    /// Whether the worker asked this job to stop (graceful shutdown or a lost lease).
+    /// Whether the worker asked this job to stop (graceful shutdown or a lost lease). A
+    /// job that stops then returns [`JobError::interrupted`](crate::JobError::interrupted)
+    /// and keeps its attempt.
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
     }

@@ -97,16 +97,40 @@ async fn run_one(
         ))
         .with_kind("lease_expired"))
     } else {
-        execute(&shared, registration, job, cancel).await
+        execute(&shared, registration, job, cancel.clone()).await
     };
     let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    let result = match result {
+        Err(e) if e.interrupted && !cancel.is_cancelled() => Err(JobError::new(
+            "the job returned JobError::interrupted() but the worker had not asked it to stop",
+        )
+        .with_kind("interrupted")),
+        other => other,
+    };
+    let give_back = matches!(&result, Err(e) if e.interrupted);
     {
         let mut running = shared.running();
         match running.get_mut(&lease) {
-            Some(entry) if entry.state == RunState::Started => entry.state = RunState::Finished,
+            Some(entry) if entry.state == RunState::Started => {
+                entry.state = if give_back {
+                    RunState::GivenBack
+                } else {
+                    RunState::Finished
+                };
+            }
             // The stop interrupted it and gives its lease back.
             _ => return,
         }
+    }
+    if give_back {
+        // It stopped because it was asked to: handed back like a job the stop aborted,
+        // keeping its attempt.
+        tracing::debug!(id = %lease.id, attempt = lease.attempt, "sk: job stopped when asked; giving its lease back");
+        let _ = completions.send(Completion::GiveBack {
+            lease,
+            slot: Some(permit),
+        });
+        return;
     }
     // The slot goes with the outcome and is freed once the result is written, so a
     // worker never holds more unfinished leases than its concurrency.
@@ -173,14 +197,20 @@ fn panic_error(panic: &(dyn std::any::Any + Send)) -> JobError {
     JobError::new(format!("panicked: {message}")).with_kind("panic")
 }
 
-/// The stop: running jobs get the grace period; what still runs after it is interrupted
-/// and its lease given back, so another worker takes it at once.
-pub(super) async fn drain(shared: &Shared, completions: &UnboundedSender<Completion>) {
+/// The stop: running jobs get the grace period (cut short by `force`); what still runs
+/// after it is interrupted and its lease given back, so another worker takes it at once.
+pub(super) async fn drain(
+    shared: &Shared,
+    completions: &UnboundedSender<Completion>,
+    force: impl std::future::Future<Output = ()>,
+) {
     let all = u32::try_from(shared.config.concurrency).unwrap_or(u32::MAX);
-    if let Ok(Ok(_all_slots)) =
-        tokio::time::timeout(shared.config.grace_period, shared.slots.acquire_many(all)).await
-    {
-        return;
+    let grace = tokio::time::timeout(shared.config.grace_period, shared.slots.acquire_many(all));
+    tokio::select! {
+        finished = grace => if let Ok(Ok(_all_slots)) = finished {
+            return;
+        },
+        () = force => {}
     }
     let mut interrupted = Vec::new();
     {
@@ -197,7 +227,7 @@ pub(super) async fn drain(shared: &Shared, completions: &UnboundedSender<Complet
     }
     tracing::warn!(
         jobs = interrupted.len(),
-        "sk: grace period over; interrupting running jobs and giving their leases back"
+        "sk: interrupting running jobs and giving their leases back"
     );
     for lease in interrupted {
         let _ = completions.send(Completion::GiveBack { lease, slot: None });

@@ -410,12 +410,44 @@ impl Worker {
         &self.shared.task_types
     }
 
-    /// Runs until Ctrl-C or SIGTERM, then stops gracefully.
+    /// Runs until Ctrl-C or SIGTERM, then stops gracefully; a second Ctrl-C or SIGTERM
+    /// during the grace period stops at once, giving the leases of running jobs back.
+    /// Every signal is logged.
     ///
     /// # Errors
     /// As [`Worker::run_until`].
     pub async fn run(self) -> Result<()> {
-        self.run_until(shutdown_signal()).await
+        let (tx, mut signals) = mpsc::unbounded_channel();
+        let listener = tokio::spawn(signal::forward(tx));
+        let grace = self.shared.config.grace_period;
+        let (force_tx, force_rx) = tokio::sync::oneshot::channel::<()>();
+        let stop = async move {
+            if let Some(name) = signals.recv().await {
+                tracing::info!(
+                    "sk: {name} received; stopping gracefully within {}; send it again to stop at once",
+                    humantime::format_duration(grace)
+                );
+            }
+            tokio::spawn(async move {
+                if let Some(name) = signals.recv().await {
+                    tracing::warn!("sk: {name} received again; stopping at once");
+                    let _ = force_tx.send(());
+                }
+                while let Some(name) = signals.recv().await {
+                    tracing::warn!("sk: {name} received; already stopping at once");
+                }
+            });
+        };
+        let result = self
+            .run_inner(stop, async move {
+                // A dropped sender (no second signal) never forces the stop.
+                if force_rx.await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            })
+            .await;
+        listener.abort();
+        result
     }
 
     /// Runs until `stop` completes, then stops gracefully: no more claims, running jobs
@@ -425,6 +457,16 @@ impl Worker {
     /// Only at start: the migration fails or the database cannot be reached. Once running,
     /// database errors are logged and retried with backoff; the worker does not exit.
     pub async fn run_until<F: Future<Output = ()>>(self, stop: F) -> Result<()> {
+        self.run_inner(stop, std::future::pending()).await
+    }
+
+    /// The run: `stop` begins a graceful stop; `force` (polled once the stop began) ends
+    /// the grace period early.
+    async fn run_inner<F, G>(self, stop: F, force: G) -> Result<()>
+    where
+        F: Future<Output = ()>,
+        G: Future<Output = ()>,
+    {
         let shared = self.shared;
         check_connection(&shared.store.pool).await?;
         if shared.config.auto_migrate {
@@ -457,7 +499,7 @@ impl Worker {
         // The producer returns at its next idle point, never in the middle of a claim, so
         // every job it claimed is known to the running map below.
         let _ = producer.await;
-        executor::drain(&shared, &tx).await;
+        executor::drain(&shared, &tx, force).await;
         drop(tx);
         // The completer finishes what is queued (retrying the database) before heartbeats
         // stop, so no finished job's lease runs out before its result is written.
@@ -509,25 +551,49 @@ async fn check_connection(pool: &PgPool) -> Result<()> {
     }
 }
 
-async fn shutdown_signal() {
+mod signal {
+    //! Ctrl-C and SIGTERM, forwarded by name as they arrive.
+
+    use tokio::sync::mpsc::UnboundedSender;
+
     #[cfg(unix)]
-    {
+    pub(super) async fn forward(to: UnboundedSender<&'static str>) {
         use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+        let (mut int, mut term) = match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            (Ok(int), Ok(term)) => (int, term),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(
+                    "sk: cannot listen for SIGINT/SIGTERM ({e}); stopping on Ctrl-C only"
+                );
+                while tokio::signal::ctrl_c().await.is_ok() {
+                    if to.send("Ctrl-C").is_err() {
+                        return;
+                    }
                 }
+                return;
             }
-            Err(e) => {
-                tracing::warn!("sk: cannot listen for SIGTERM ({e}); stopping on Ctrl-C only");
-                let _ = tokio::signal::ctrl_c().await;
+        };
+        loop {
+            let name = tokio::select! {
+                Some(()) = int.recv() => "SIGINT",
+                Some(()) = term.recv() => "SIGTERM",
+                else => return,
+            };
+            if to.send(name).is_err() {
+                return;
             }
         }
     }
+
     #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+    pub(super) async fn forward(to: UnboundedSender<&'static str>) {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            if to.send("Ctrl-C").is_err() {
+                return;
+            }
+        }
     }
 }
