@@ -504,6 +504,30 @@ async fn a_payload_that_does_not_deserialize_is_fatal_with_its_reason() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_posted_job_without_attempts_is_fatal_with_that_reason() {
+    let db = TestDb::new().await;
+    let id = insert_raw(&db, Record::TASK_TYPE, r#"{"label":"x"}"#).await;
+    sqlx::query("UPDATE sk_tasks_queue_t SET task_max_attempts = 0 WHERE task_id = $1")
+        .bind(id)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (probe, mut rx) = probe();
+    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
+    let r = db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await;
+    w.stop().await;
+    assert!(rx.try_recv().is_err(), "the handler never ran");
+    assert_eq!(
+        (r.last_error_type.as_deref(), r.last_error_message.as_deref()),
+        (
+            Some("max_attempts"),
+            Some("task_max_attempts is 0, so the job may not run at all; post it with task_max_attempts of at least 1")
+        )
+    );
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_of_unknown_task_types_are_left_untouched() {
     let db = TestDb::new().await;
     let (probe, mut rx) = probe();
@@ -1109,6 +1133,22 @@ async fn worker_start_names_duplicate_task_types_and_missing_data() {
         error.to_string(),
         "job `wants_data` takes `Data<alloc::string::String>`, but the worker has no such data; add it with `Worker::builder(..).data(..)`"
     );
+    for (builder, what) in [
+        (
+            Worker::builder(pool.clone()).queues(Vec::<String>::new()),
+            "queues",
+        ),
+        (
+            Worker::builder(pool.clone()).task_types(Vec::<String>::new()),
+            "task types",
+        ),
+    ] {
+        let error = builder.build().err().expect("an empty list");
+        assert_eq!(
+            error.to_string(),
+            format!("invalid {what}: the list is empty, so the worker would claim nothing; leave it unset to take every one")
+        );
+    }
     let error = Worker::builder(pool)
         .task_types(["not_linked"])
         .build()

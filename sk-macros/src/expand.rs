@@ -156,10 +156,20 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
         #item
 
         #[doc = #struct_doc]
-        #[derive(#p::serde::Serialize, #p::serde::Deserialize)]
+        #[derive(::core::clone::Clone, #p::serde::Serialize, #p::serde::Deserialize)]
         #[serde(crate = "::sk_runtime::__private::serde")]
         #vis struct #ty {
             #( #[doc = #field_docs] #vis #fields: #field_tys, )*
+        }
+
+        // Debug shows the payload as it is stored (JSON per field), so it needs no more
+        // of the argument types than the payload already does.
+        impl ::core::fmt::Debug for #ty {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.debug_struct(::core::stringify!(#ty))
+                    #( .field(::core::stringify!(#fields), &#p::DebugJson(&self.#fields)) )*
+                    .finish()
+            }
         }
 
         impl #ty {
@@ -217,6 +227,21 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
             /// Records who posted the job (the seed's `task_source`).
             #vis fn with_source(self, source: impl ::core::convert::Into<::std::string::String>) -> ::sk_runtime::Enqueue<Self> {
                 ::sk_runtime::Enqueue::new(self).with_source(source)
+            }
+
+            /// Enqueues only if no job with this key was posted before.
+            #vis fn with_unique_key(self, key: impl ::core::convert::Into<::std::string::String>) -> ::sk_runtime::Enqueue<Self> {
+                ::sk_runtime::Enqueue::new(self).with_unique_key(key)
+            }
+
+            /// Refuses a payload over `bytes` of JSON for this enqueue.
+            #vis fn with_max_payload(self, bytes: usize) -> ::sk_runtime::Enqueue<Self> {
+                ::sk_runtime::Enqueue::new(self).with_max_payload(bytes)
+            }
+
+            /// Enqueues into another schema/prefix than the default `public.sk_*`.
+            #vis fn with_schema(self, schema: &::sk_runtime::Schema) -> ::sk_runtime::Enqueue<Self> {
+                ::sk_runtime::Enqueue::new(self).with_schema(schema)
             }
         }
 

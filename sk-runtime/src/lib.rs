@@ -68,8 +68,10 @@ pub use worker::{migrate, Worker, WorkerBuilder};
 /// PascalCase (`send_welcome` → `SendWelcome`) whose fields are the fn's payload
 /// arguments (serialized with serde, so each must be `Serialize + DeserializeOwned`),
 /// with `new(..)`, `enqueue(executor)`, `enqueue_many(executor, jobs)` and per-call
-/// overrides (`with_priority`, `run_at`, `run_after`, `with_queue`, `with_source`) that
-/// return an [`Enqueue`]. The job registers itself at link time.
+/// overrides (`with_priority`, `run_at`, `run_after`, `with_queue`, `with_source`,
+/// `with_unique_key`, `with_max_payload`, `with_schema`) that return an [`Enqueue`]. The
+/// type is `Clone` (so each payload argument must be) and `Debug` (showing each field as
+/// its JSON). The job registers itself at link time.
 ///
 /// Arguments of type [`JobContext`] or [`Data<T>`](Data) are injected by the worker and
 /// are not part of the payload. The fn returns `()` or `Result<(), E>` with
@@ -157,4 +159,16 @@ pub mod __private {
 
     /// Compiles only when `T` can be a payload field.
     pub fn assert_payload<T: serde::Serialize + serde::de::DeserializeOwned>() {}
+
+    /// Shows a payload field as its JSON, for the generated `Debug`.
+    pub struct DebugJson<'a, T>(pub &'a T);
+
+    impl<T: serde::Serialize> std::fmt::Debug for DebugJson<'_, T> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match serde_json::to_string(self.0) {
+                Ok(json) => f.write_str(&json),
+                Err(e) => write!(f, "<does not serialize: {e}>"),
+            }
+        }
+    }
 }

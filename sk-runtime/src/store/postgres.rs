@@ -310,6 +310,11 @@ pub(crate) async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
 /// Applies the migrations up to `target` (tests use it to build an older schema).
 pub(crate) async fn migrate_to(pool: &PgPool, schema: &Schema, target: i32) -> Result<()> {
     let mut tx = pool.begin().await?;
+    // `CREATE ... IF NOT EXISTS` on an existing schema sends notices, which sqlx logs at
+    // INFO on every worker start; they say nothing a user needs.
+    sqlx::query("SET LOCAL client_min_messages = warning")
+        .execute(&mut *tx)
+        .await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
         .bind(format!("sk-migrate:{}", schema.table("")))
         .execute(&mut *tx)

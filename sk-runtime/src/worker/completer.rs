@@ -57,7 +57,7 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 ..
             } => {
                 slots.push(slot);
-                tracing::info!(id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, millis, "sk: job succeeded");
+                tracing::debug!(id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, millis, "sk: job succeeded");
                 successes.push(Success { lease, millis });
             }
             Completion::Finished {

@@ -89,7 +89,13 @@ async fn run_one(
         .expect("the claim selects only task types in the registry");
     let max_attempts = job.task_max_attempts;
     let started = Instant::now();
-    let result = if job.task_attempt > max_attempts {
+    let result = if max_attempts < 1 {
+        // Only a producer outside sk can post this (`#[job]` refuses `max_attempts = 0`).
+        Err(JobError::fatal(format!(
+            "task_max_attempts is {max_attempts}, so the job may not run at all; post it with task_max_attempts of at least 1"
+        ))
+        .with_kind("max_attempts"))
+    } else if job.task_attempt > max_attempts {
         // Only a lease that ran out (a crashed or stalled worker) gets a job here.
         Err(JobError::fatal(format!(
             "attempt {} exceeds max_attempts {max_attempts}: earlier attempts lost their lease (worker crash or stall)",

@@ -79,7 +79,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// Only take jobs from these queues (default: every queue).
+    /// Only take jobs from these queues (default: every queue). An empty list is refused
+    /// by [`WorkerBuilder::build`].
     pub fn queues<I, S>(mut self, queues: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -89,7 +90,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// Only run these task types (default: every `#[job]` linked into the binary).
+    /// Only run these task types (default: every `#[job]` linked into the binary). An
+    /// empty list, or a name no linked `#[job]` has, is refused by [`WorkerBuilder::build`].
     pub fn task_types<I, S>(mut self, types: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -209,7 +211,8 @@ impl WorkerBuilder {
     /// Checks the settings and the registered jobs.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a setting out of range or a cron expression that does not parse, [`Error::DuplicateTaskType`] when two
+    /// [`Error::Invalid`] for a setting out of range, an empty `queues` or `task_types`
+    /// list, or a cron expression that does not parse, [`Error::DuplicateTaskType`] when two
     /// jobs share a name, [`Error::MissingData`] when a job takes `Data<T>` that was not
     /// given.
     pub fn build(self) -> Result<Worker> {
@@ -233,10 +236,25 @@ impl WorkerBuilder {
                 "must be longer than zero and shorter than the lease",
             ));
         }
+        for (what, list) in [("queues", &self.queues), ("task types", &self.only)] {
+            if list.as_ref().is_some_and(Vec::is_empty) {
+                return Err(Error::invalid(
+                    what,
+                    "the list is empty, so the worker would claim nothing; leave it unset to take every one",
+                ));
+            }
+        }
         for queue in self.queues.iter().flatten() {
             crate::client::check_name("queue name", queue)?;
         }
         let registry = Registry::collect(self.only.as_deref(), &self.data)?;
+        if registry.jobs.is_empty() {
+            tracing::warn!(
+                "sk: no #[job] fn is linked into this binary, so this worker will claim nothing. \
+                 Jobs defined in a library crate register only if the binary links that crate: \
+                 reference it from the binary (`use my_jobs as _;`) or name one of its job types"
+            );
+        }
         let schedules = crate::schedule::Schedules::new(&registry, self.periodic)?;
         let id = self.id.unwrap_or_else(|| {
             format!(
@@ -595,5 +613,52 @@ mod signal {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::Worker;
+
+    /// Log lines written while `f` runs.
+    fn logs_of(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Buffer(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Buffer {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let bytes = buffer.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    // No `#[job]` is linked into this crate's unit tests: the case of a job crate the
+    // linker dropped.
+    #[tokio::test]
+    async fn a_worker_without_jobs_says_so_loudly() {
+        let pool = sqlx::PgPool::connect_lazy("postgres://sk@127.0.0.1:1/none").unwrap();
+        let logs = logs_of(|| {
+            let worker = Worker::builder(pool).build().unwrap();
+            assert!(worker.task_types().is_empty());
+        });
+        assert!(
+            logs.contains("WARN") && logs.contains("no #[job] fn is linked into this binary"),
+            "{logs}"
+        );
+        assert!(logs.contains("`use my_jobs as _;`"), "{logs}");
     }
 }

@@ -40,6 +40,13 @@ fn main() {
     let job = SendWelcome::new(1, "hi".into());
     assert_eq!((job.user_id, job.template.as_str()), (1, "hi"));
     let _later = EveryFiveMinutes::new().with_priority(3).run_after(Duration::from_secs(1));
+    // Clone and Debug (the payload as JSON), and every per-enqueue shortcut.
+    let copy = job.clone();
+    assert_eq!(format!("{copy:?}"), r#"SendWelcome { user_id: 1, template: "hi" }"#);
+    let schema = sk_runtime::Schema::new("jobs", "sk_").unwrap();
+    let _keyed = job.with_unique_key("welcome:1");
+    let _small = copy.clone().with_max_payload(64);
+    let _elsewhere = copy.with_schema(&schema);
     // The fn itself stays callable.
     let _future = nightly();
 }
