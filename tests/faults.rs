@@ -427,7 +427,12 @@ struct Proxy {
 
 impl Proxy {
     async fn start() -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Proxy::start_on(0).await
+    }
+
+    /// A proxy on `port` (0: any free port).
+    async fn start_on(port: u16) -> Proxy {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let switch = Arc::new(Switch::new());
         let s = switch.clone();
@@ -539,6 +544,13 @@ async fn a_worker_whose_database_is_away_keeps_trying_without_spinning() {
     );
     let log = w.log_text();
     let failures = log.matches(", retrying in ").count();
+    assert!(
+        log.contains(&format!(
+            "cannot reach the database at 127.0.0.1:{}/",
+            proxy.port
+        )),
+        "the outage is named in sk's words, with the address: {log}"
+    );
     assert!(
         log.contains("retrying in 100ms") && log.contains("retrying in 200ms"),
         "backoff grows: {log}"
@@ -809,6 +821,60 @@ async fn a_second_sigterm_stops_at_once() {
     db.drop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_before_its_database_names_the_cause_and_waits() {
+    let _serial = SERIAL.lock().await;
+    const JOBS: u32 = 200;
+    let (db, ids) = setup(JOBS, 1).await;
+    // A port where nothing listens yet; the database appears there later.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = db.url.replace(":5432/", &format!(":{port}/"));
+    let spawned = Instant::now();
+    let mut w = Proc::spawn(&url, "early", &["--concurrency", "8"]);
+    let (first, after) = wait_until("the first sk log line", Duration::from_secs(10), || async {
+        let log = w.log_text();
+        let line = log.lines().find(|l| l.contains(" sk: "))?.to_owned();
+        Some((line, spawned.elapsed()))
+    })
+    .await;
+    assert!(
+        after < Duration::from_secs(1),
+        "the first line came after {after:?}: {first}"
+    );
+    assert!(
+        first.contains(&format!(
+            "sk: cannot reach the database at 127.0.0.1:{port}/"
+        )) && first.contains("Connection refused")
+            && first.contains("retrying in"),
+        "the first line names the address and the cause: {first}"
+    );
+    fault_pause(Duration::from_secs(3)).await; // the database is not there yet
+    assert!(w.alive(), "the worker waits for the database");
+    let _proxy = Proxy::start_on(port).await;
+    let appeared = Instant::now();
+    wait_processed(&db, JOBS as usize, Duration::from_secs(30)).await;
+    let came_up = appeared.elapsed().as_secs_f64();
+    let log = w.log_text();
+    assert!(
+        log.contains(" answers after "),
+        "the recovery is logged: {log}"
+    );
+    w.signal("TERM");
+    assert_eq!(w.exit_code(Duration::from_secs(10)).await, Some(0));
+    assert_each_job_finished_once(&db, &ids).await;
+    report(&format!(
+        "database late: first sk line {:.0} ms after start ({}), {} waiting lines; all {JOBS} jobs done {came_up:.1} s after the database appeared",
+        after.as_secs_f64() * 1000.0,
+        first.split(" sk: ").nth(1).unwrap_or(&first),
+        log.matches("sk: cannot reach the database").count()
+    ));
+    db.drop().await;
+}
+
 #[tokio::test]
 async fn a_wrong_database_url_is_a_one_line_error() {
     for (url, cause) in [
@@ -824,6 +890,7 @@ async fn a_wrong_database_url_is_a_one_line_error() {
     ] {
         let out = Command::new(WORKER)
             .env("DATABASE_URL", url)
+            .args(["--start-timeout-ms", "0"])
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(1), "{url}");

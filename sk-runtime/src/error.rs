@@ -9,6 +9,27 @@ pub enum Error {
     /// The database refused or failed a statement, or could not be reached.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    /// The database could not be reached or refused the connection: the address and the
+    /// cause in one line, e.g. `cannot reach the database at 127.0.0.1:5499/app: Connection
+    /// refused (os error 111)`.
+    #[error("cannot reach the database at {address}: {cause}")]
+    Connect {
+        /// `host:port/database`, or the socket path.
+        address: String,
+        /// Why, as the operating system or the server said it.
+        cause: String,
+    },
+    /// The database answers, but the pool had no free connection in time: the pool is too
+    /// small for the worker's concurrency plus whatever else shares it.
+    #[error("no free connection in the pool within {} ({size} open, at most {max}); give the pool more connections than the worker's concurrency needs", humantime::format_duration(*waited))]
+    PoolExhausted {
+        /// How long sk waited.
+        waited: std::time::Duration,
+        /// Connections the pool had open.
+        size: u32,
+        /// The pool's `max_connections`.
+        max: u32,
+    },
     /// A job payload could not be serialized to JSON.
     #[error("cannot serialize the payload of job `{task_type}`: {source}")]
     Serialize {

@@ -193,7 +193,8 @@ async fn enqueue(
         max_attempts: entry.options.max_attempts,
         unique_key: Some(format!("{}@{}", entry.key_prefix, tick.to_rfc3339())),
     };
-    let id = postgres::enqueue_one(&shared.store.pool, &shared.store.schema, job, now).await?;
+    let mut conn = shared.store.acquire().await?;
+    let id = postgres::enqueue_one(&mut *conn, &shared.store.schema, job, now).await?;
     Ok(id.is_some())
 }
 

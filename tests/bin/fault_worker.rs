@@ -2,7 +2,8 @@
 //! each of which records its start in `fault_runs` and then works for its `millis`.
 //!
 //! ```text
-//! DATABASE_URL=... sk-fault-worker --id w1 --concurrency 16 --lease-ms 1000 --grace-ms 5000 --poll-ms 100
+//! DATABASE_URL=... sk-fault-worker --id w1 --concurrency 16 --lease-ms 1000 --grace-ms 5000 --poll-ms 100 \
+//!     [--start-timeout-ms 0]
 //! ```
 //! Stops gracefully on SIGTERM/SIGINT; logs to stderr.
 
@@ -34,6 +35,7 @@ struct Args {
     lease: Duration,
     grace: Duration,
     poll: Duration,
+    start_timeout: Option<Duration>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -43,6 +45,7 @@ fn parse_args() -> Result<Args, String> {
         lease: Duration::from_secs(1),
         grace: Duration::from_secs(5),
         poll: Duration::from_millis(100),
+        start_timeout: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -61,6 +64,7 @@ fn parse_args() -> Result<Args, String> {
             "--lease-ms" => args.lease = ms()?,
             "--grace-ms" => args.grace = ms()?,
             "--poll-ms" => args.poll = ms()?,
+            "--start-timeout-ms" => args.start_timeout = Some(ms()?),
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -70,13 +74,17 @@ fn parse_args() -> Result<Args, String> {
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args()?;
     let url = std::env::var("DATABASE_URL").map_err(|_| "DATABASE_URL is not set")?;
+    // Set up as the README shows: lazy, so the worker's start names an unreachable
+    // database, and sized for the jobs plus the worker's own tasks.
     let pool = PgPoolOptions::new()
-        .max_connections(u32::try_from(args.concurrency).unwrap_or(64) + 4)
-        // Fail fast while the database is away, so the worker's own retry (and its log)
-        // takes over instead of a long silent wait inside the pool.
-        .acquire_timeout(Duration::from_secs(2))
+        .max_connections(u32::try_from(args.concurrency).unwrap_or(64) + 5)
+        .acquire_timeout(Duration::from_secs(5))
         .connect_lazy(&url)?;
-    Worker::builder(pool.clone())
+    let mut builder = Worker::builder(pool.clone());
+    if let Some(limit) = args.start_timeout {
+        builder = builder.start_timeout(limit);
+    }
+    builder
         .id(args.id)
         .task_types([<Burn as sk_runtime::Job>::TASK_TYPE])
         .concurrency(args.concurrency)

@@ -2,7 +2,11 @@
 //! from the caller's clock as a parameter; the database's own `now()` is never used.
 
 use chrono::{DateTime, Utc};
-use sqlx::{Executor, PgExecutor, PgPool, Row};
+use std::time::Duration;
+
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection as _, Executor, PgConnection, PgExecutor, PgPool, Postgres, Row};
 use uuid::Uuid;
 
 use super::{ClaimedJob, Failure, Lease, NewJob, Schema, Success};
@@ -532,7 +536,112 @@ pub(crate) struct PgStore {
     pub(crate) worker_id: String,
 }
 
+/// How long sk waits for a pooled connection before it looks for the reason itself: the
+/// pool's own wait (its `acquire_timeout`, 30 s by default) retries a refused connection
+/// in silence and then says only that it timed out.
+const ACQUIRE_WAIT: Duration = Duration::from_secs(2);
+
+/// Why a direct connection attempt failed.
+pub(crate) enum ProbeFailure {
+    /// Waiting can cure it: refused, reset, timed out, the server starting up or full.
+    Transient(Error),
+    /// It needs a change of configuration: authentication, an unknown database, TLS.
+    Permanent(Error),
+}
+
+/// `host:port` (or the socket path) and database of a connection's options.
+fn address(options: &PgConnectOptions) -> String {
+    let place = match options.get_socket() {
+        Some(socket) => socket.display().to_string(),
+        None => format!("{}:{}", options.get_host(), options.get_port()),
+    };
+    match options.get_database() {
+        Some(db) => format!("{place}/{db}"),
+        None => place,
+    }
+}
+
 impl PgStore {
+    /// Where the pool connects, for messages.
+    pub(crate) fn address(&self) -> String {
+        address(&self.pool.connect_options())
+    }
+
+    /// A pooled connection, or within [`ACQUIRE_WAIT`] an error that says why there is none.
+    pub(crate) async fn acquire(&self) -> Result<PoolConnection<Postgres>> {
+        match tokio::time::timeout(ACQUIRE_WAIT, self.pool.acquire()).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => Err(match self.probe().await {
+                Err(ProbeFailure::Transient(e) | ProbeFailure::Permanent(e)) => e,
+                Ok(()) => Error::PoolExhausted {
+                    waited: ACQUIRE_WAIT,
+                    size: self.pool.size(),
+                    max: self.pool.options().get_max_connections(),
+                },
+            }),
+            Ok(Err(e)) => Err(self.lost(e)),
+        }
+    }
+
+    /// Names the database when a connection broke (reset, closed, refused).
+    fn lost(&self, error: sqlx::Error) -> Error {
+        match error {
+            sqlx::Error::Io(io) => Error::Connect {
+                address: self.address(),
+                cause: io.to_string(),
+            },
+            other => other.into(),
+        }
+    }
+
+    fn lost_in(&self, error: Error) -> Error {
+        match error {
+            Error::Database(e) => self.lost(e),
+            other => other,
+        }
+    }
+
+    /// One connection attempt outside the pool, whose own retries hide the cause.
+    pub(crate) async fn probe(&self) -> Result<(), ProbeFailure> {
+        let options = self.pool.connect_options();
+        let unreachable = |cause: String| Error::Connect {
+            address: address(&options),
+            cause,
+        };
+        let error =
+            match tokio::time::timeout(ACQUIRE_WAIT, PgConnection::connect_with(&options)).await {
+                Ok(Ok(conn)) => {
+                    let _ = conn.close().await;
+                    return Ok(());
+                }
+                Ok(Err(e)) => e,
+                Err(_) => {
+                    return Err(ProbeFailure::Transient(unreachable(format!(
+                        "no answer within {}",
+                        humantime::format_duration(ACQUIRE_WAIT)
+                    ))))
+                }
+            };
+        Err(match &error {
+            sqlx::Error::Io(io) => ProbeFailure::Transient(unreachable(io.to_string())),
+            sqlx::Error::Protocol(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => {
+                ProbeFailure::Transient(unreachable(error.to_string()))
+            }
+            sqlx::Error::Database(db) => {
+                // 57P03: the server is starting up or shutting down; 53300: too many
+                // connections; class 08: connection exceptions.
+                let code = db.code().unwrap_or_default();
+                let cause = db.message().to_owned();
+                if code == "57P03" || code == "53300" || code.starts_with("08") {
+                    ProbeFailure::Transient(unreachable(cause))
+                } else {
+                    ProbeFailure::Permanent(unreachable(cause))
+                }
+            }
+            _ => ProbeFailure::Permanent(unreachable(error.to_string())),
+        })
+    }
+
     pub(crate) async fn claim(
         &self,
         task_types: &[String],
@@ -548,18 +657,18 @@ impl PgStore {
             .bind(limit)
             .bind(lease_until)
             .bind(&self.worker_id)
-            .fetch_all(&self.pool)
-            .await?)
+            .fetch_all(&mut *self.acquire().await?)
+            .await
+            .map_err(|e| self.lost(e))?)
     }
 
-    /// Finalizes successful runs; returns the ids whose lease was still held.
     /// Starts a transaction for a statement that joins a batch of ids to sk's tables.
     /// Each such statement is a primary-key probe per row, but in a custom plan the
     /// planner sees the batch's length and, from a few hundred rows on, prefers hash joins
     /// over sequential scans of the queue and the ever-growing results table (5 to 30 times
     /// slower here; docs/performance.md). The setting is scoped to this transaction.
-    async fn batched(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
-        let mut tx = self.pool.begin().await?;
+    async fn batched(conn: &mut PgConnection) -> Result<sqlx::Transaction<'_, sqlx::Postgres>> {
+        let mut tx = conn.begin().await?;
         sqlx::query("SET LOCAL enable_seqscan = off")
             .execute(&mut *tx)
             .await?;
@@ -573,7 +682,10 @@ impl PgStore {
         let ids: Vec<Uuid> = done.iter().map(|s| s.lease.id).collect();
         let attempts: Vec<i32> = done.iter().map(|s| s.lease.attempt).collect();
         let millis: Vec<i64> = done.iter().map(|s| s.millis).collect();
-        let mut tx = self.batched().await?;
+        let mut conn = self.acquire().await?;
+        let mut tx = Self::batched(&mut conn)
+            .await
+            .map_err(|e| self.lost_in(e))?;
         let held = sqlx::query_scalar(&self.schema.sql.complete)
             .bind(ids)
             .bind(attempts)
@@ -581,8 +693,9 @@ impl PgStore {
             .bind(&self.worker_id)
             .bind(now)
             .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
+            .await
+            .map_err(|e| self.lost(e))?;
+        tx.commit().await.map_err(|e| self.lost(e))?;
         Ok(held)
     }
 
@@ -600,38 +713,47 @@ impl PgStore {
             .bind(f.recoverable)
             .bind(f.millis)
             .bind(now)
-            .fetch_one(&self.pool)
-            .await?;
+            .fetch_one(&mut *self.acquire().await?)
+            .await
+            .map_err(|e| self.lost(e))?;
         Ok(n == 1)
     }
 
     /// Releases leases at once (graceful stop), without using up an attempt.
     pub(crate) async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64> {
         let (ids, attempts) = in_lock_order(leases);
-        let mut tx = self.batched().await?;
+        let mut conn = self.acquire().await?;
+        let mut tx = Self::batched(&mut conn)
+            .await
+            .map_err(|e| self.lost_in(e))?;
         let done = sqlx::query(&self.schema.sql.give_back)
             .bind(now)
             .bind(ids)
             .bind(attempts)
             .bind(&self.worker_id)
             .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
+            .await
+            .map_err(|e| self.lost(e))?;
+        tx.commit().await.map_err(|e| self.lost(e))?;
         Ok(done.rows_affected())
     }
 
     /// Extends the leases still held; returns their ids (a missing one was lost).
     pub(crate) async fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>> {
         let (ids, attempts) = in_lock_order(leases);
-        let mut tx = self.batched().await?;
+        let mut conn = self.acquire().await?;
+        let mut tx = Self::batched(&mut conn)
+            .await
+            .map_err(|e| self.lost_in(e))?;
         let held = sqlx::query_scalar(&self.schema.sql.extend)
             .bind(until)
             .bind(ids)
             .bind(attempts)
             .bind(&self.worker_id)
             .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
+            .await
+            .map_err(|e| self.lost(e))?;
+        tx.commit().await.map_err(|e| self.lost(e))?;
         Ok(held)
     }
 
@@ -643,16 +765,18 @@ impl PgStore {
             .bind(older_than)
             .bind(limit)
             .bind(bound)
-            .execute(&self.pool)
-            .await?;
+            .execute(&mut *self.acquire().await?)
+            .await
+            .map_err(|e| self.lost(e))?;
         Ok(done.rows_affected())
     }
 
     /// Live and dead tuples of the queue and results tables.
     pub(crate) async fn table_health(&self) -> Result<Vec<TableHealth>> {
         let rows: Vec<(bool, i64, i64)> = sqlx::query_as(&self.schema.sql.dead_tuples)
-            .fetch_all(&self.pool)
-            .await?;
+            .fetch_all(&mut *self.acquire().await?)
+            .await
+            .map_err(|e| self.lost(e))?;
         Ok(rows
             .into_iter()
             .map(|(is_queue, live, dead)| TableHealth {
@@ -671,12 +795,13 @@ impl PgStore {
         } else {
             &self.schema.sql.results_table
         };
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.acquire().await?;
         let key = format!("sk-vacuum:{table}");
         let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext($1))")
             .bind(&key)
             .fetch_one(&mut *conn)
-            .await?;
+            .await
+            .map_err(|e| self.lost(e))?;
         if !locked {
             return Ok(false);
         }
@@ -702,8 +827,9 @@ impl PgStore {
             .bind(ids)
             .bind(values)
             .bind(now)
-            .execute(&self.pool)
-            .await?;
+            .execute(&mut *self.acquire().await?)
+            .await
+            .map_err(|e| self.lost(e))?;
         Ok(())
     }
 }

@@ -49,7 +49,10 @@ pub(super) async fn run(shared: Arc<Shared>) {
     }
 }
 
-async fn connect(shared: &Shared, channel: &str) -> sqlx::Result<PgListener> {
+async fn connect(shared: &Shared, channel: &str) -> crate::Result<PgListener> {
+    // The listener takes its connection from the pool: one the store hands out, so an
+    // outage is named as it is everywhere else.
+    drop(shared.store.acquire().await?);
     let mut listener = PgListener::connect_with(&shared.store.pool).await?;
     listener.listen(channel).await?;
     Ok(listener)

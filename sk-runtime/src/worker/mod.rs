@@ -67,6 +67,7 @@ pub(crate) struct Config {
     pub(crate) result_retention: Duration,
     pub(crate) maintenance_interval: Duration,
     pub(crate) vacuum: bool,
+    pub(crate) start_timeout: Option<Duration>,
 }
 
 impl WorkerBuilder {
@@ -199,6 +200,16 @@ impl WorkerBuilder {
     /// tuned for these tables; see `docs/reliability.md`.
     pub fn vacuum(mut self, on: bool) -> Self {
         self.config.vacuum = on;
+        self
+    }
+
+    /// How long [`Worker::run`] waits at start for a database it cannot reach (refused,
+    /// timed out, starting up) before it fails with [`Error::Connect`]. Default: it keeps
+    /// waiting, logging each attempt with the address and the cause, as it does when the
+    /// database goes away later. Causes that waiting cannot cure (authentication, an
+    /// unknown database) fail at once.
+    pub fn start_timeout(mut self, limit: Duration) -> Self {
+        self.config.start_timeout = Some(limit);
         self
     }
 
@@ -407,6 +418,7 @@ impl Worker {
                 result_retention: Duration::from_secs(7 * 24 * 3600),
                 maintenance_interval: Duration::from_secs(60),
                 vacuum: true,
+                start_timeout: None,
             },
             queues: None,
             only: None,
@@ -472,8 +484,10 @@ impl Worker {
     /// get the grace period, the leases of the rest are given back at once.
     ///
     /// # Errors
-    /// Only at start: the migration fails or the database cannot be reached. Once running,
-    /// database errors are logged and retried with backoff; the worker does not exit.
+    /// Only at start: the migration fails, the database refuses the connection for good
+    /// (authentication, unknown database), or it stays unreachable past
+    /// [`WorkerBuilder::start_timeout`]. Once running, database errors are logged and
+    /// retried with backoff; the worker does not exit.
     pub async fn run_until<F: Future<Output = ()>>(self, stop: F) -> Result<()> {
         self.run_inner(stop, std::future::pending()).await
     }
@@ -486,7 +500,14 @@ impl Worker {
         G: Future<Output = ()>,
     {
         let shared = self.shared;
-        check_connection(&shared.store.pool).await?;
+        let mut stop = std::pin::pin!(stop);
+        tokio::select! {
+            ready = wait_for_database(&shared) => ready?,
+            () = &mut stop => {
+                tracing::info!("sk: stopped while waiting for the database");
+                return Ok(());
+            }
+        }
         if shared.config.auto_migrate {
             postgres::migrate(&shared.store.pool, &shared.store.schema).await?;
         }
@@ -549,23 +570,42 @@ pub async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
     postgres::migrate(pool, schema).await
 }
 
-/// Fails fast, naming the cause, when the database cannot be reached at start: the pool
-/// only says that it timed out, so one direct attempt asks why (refused, authentication,
-/// unknown database, ...).
-async fn check_connection(pool: &PgPool) -> Result<()> {
-    match pool.acquire().await {
-        Ok(_) => Ok(()),
-        Err(sqlx::Error::PoolTimedOut) => {
-            use sqlx::Connection as _;
-            match sqlx::PgConnection::connect_with(&pool.connect_options()).await {
-                Ok(conn) => {
-                    let _ = conn.close().await;
-                    Err(Error::Database(sqlx::Error::PoolTimedOut))
+/// Waits until the database answers a direct connection (the pool's own wait retries a
+/// refused connection in silence). Each failed attempt is logged at once with the address
+/// and the cause; a cause that waiting cannot cure (authentication, an unknown database)
+/// fails at once, and so does any cause once the start timeout has passed.
+async fn wait_for_database(shared: &Shared) -> Result<()> {
+    let started = std::time::Instant::now();
+    let mut failures = 0u32;
+    loop {
+        let error = match shared.store.probe().await {
+            Ok(()) => {
+                if failures > 0 {
+                    tracing::info!(
+                        "sk: the database at {} answers after {:.1} s",
+                        shared.store.address(),
+                        started.elapsed().as_secs_f64()
+                    );
                 }
-                Err(cause) => Err(Error::Database(cause)),
+                return Ok(());
             }
+            Err(postgres::ProbeFailure::Permanent(e)) => return Err(e),
+            Err(postgres::ProbeFailure::Transient(e)) => e,
+        };
+        failures += 1;
+        if shared
+            .config
+            .start_timeout
+            .is_some_and(|limit| started.elapsed() >= limit)
+        {
+            return Err(error);
         }
-        Err(e) => Err(Error::Database(e)),
+        let wait = producer::backoff(failures);
+        tracing::warn!(
+            "sk: {error}; retrying in {wait:?} (waiting {:.1} s so far)",
+            started.elapsed().as_secs_f64()
+        );
+        tokio::time::sleep(wait).await;
     }
 }
 
