@@ -650,7 +650,7 @@ impl PgStore {
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
     ) -> Result<Vec<ClaimedJob>> {
-        Ok(sqlx::query_as(&self.schema.sql.claim)
+        sqlx::query_as(&self.schema.sql.claim)
             .bind(now)
             .bind(task_types)
             .bind(queues)
@@ -659,7 +659,7 @@ impl PgStore {
             .bind(&self.worker_id)
             .fetch_all(&mut *self.acquire().await?)
             .await
-            .map_err(|e| self.lost(e))?)
+            .map_err(|e| self.lost(e))
     }
 
     /// Starts a transaction for a statement that joins a batch of ids to sk's tables.
