@@ -20,6 +20,11 @@
 //! - `pickup_latency_p50/p95/p99/max`: with the worker idle, jobs enqueued one at a time at
 //!   random 5-50 ms gaps; from just before `enqueue` to the handler's first line.
 //! - `slow_jobs`: handlers that sleep 100 ms, at concurrency 256.
+//! - `backlog_start`: what an application starting on a fresh database sees: 20,000 no-op
+//!   jobs enqueued, then burned down at once by a worker at concurrency 16, with no vacuum
+//!   or analyze in between; jobs per second over the first 10 s (each second's count and
+//!   the vacuums go to stderr). Shows how soon the worker's own vacuum keeps up on a server
+//!   without autovacuum.
 //!
 //! Uses schemas `sk_bench` and `sk_bench_raw`, recreated at each start.
 
@@ -112,6 +117,13 @@ struct Bench {
 
 #[tokio::main]
 async fn main() {
+    // RUST_LOG=sk_runtime=debug shows the worker's vacuums and every job.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
     if let Err(e) = run().await {
         eprintln!("bench: {e}");
         std::process::exit(1);
@@ -167,6 +179,12 @@ async fn run() -> Result<(), BoxError> {
     }
     if b.wants("latency") {
         b.latency().await?;
+    }
+    if b.wants("backlog_start") {
+        b.measure("backlog_start_first_10s", "jobs/s", |b| {
+            Box::pin(b.backlog_start(20_000, 16))
+        })
+        .await?;
     }
     if b.wants("slow_jobs") {
         let n = b.args.slow_jobs;
@@ -317,6 +335,56 @@ impl Bench {
     }
 
     /// Fills the queue with `n` jobs (bulk, untimed), then times one worker burning them.
+    async fn backlog_start(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+        let mut i = 0;
+        while i < n {
+            let end = (i + 10_000).min(n);
+            let chunk: Vec<_> = (i..end)
+                .map(|k| Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema))
+                .collect();
+            BenchNoop::enqueue_many(&self.pool, chunk).await?;
+            i = end;
+        }
+        let worker = Worker::builder(self.pool.clone())
+            .schema(self.schema.clone())
+            .task_types(["bench_noop"])
+            .concurrency(concurrency)
+            .build()?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let start = Instant::now();
+        let running = tokio::spawn(worker.run_until(async move {
+            let _ = stop_rx.await;
+        }));
+        let mut per_second = Vec::new();
+        let mut ticks = tokio::time::interval_at(
+            tokio::time::Instant::now() + Duration::from_secs(1),
+            Duration::from_secs(1),
+        );
+        let mut done_before = 0;
+        loop {
+            ticks.tick().await;
+            let left: i64 = sqlx::query_scalar("SELECT count(*) FROM sk_bench.sk_tasks_queue_t")
+                .fetch_one(&self.pool)
+                .await?;
+            let done = n as i64 - left;
+            per_second.push(done - done_before);
+            done_before = done;
+            if left == 0 {
+                break;
+            }
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        let _ = stop_tx.send(());
+        running.await??;
+        let first: i64 = per_second.iter().take(10).sum();
+        let first_secs = per_second.len().min(10) as f64;
+        eprintln!(
+            "bench: backlog_start {n} jobs in {seconds:.1} s ({:.0} jobs/s); per second: {per_second:?}",
+            n as f64 / seconds
+        );
+        Ok(first as f64 / first_secs)
+    }
+
     async fn burn_down(&self, n: u64, concurrency: usize, slow: bool) -> Result<f64, BoxError> {
         let mut i = 0;
         while i < n {

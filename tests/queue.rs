@@ -725,6 +725,38 @@ async fn heartbeats_and_finalizations_never_deadlock() {
     db.drop().await;
 }
 
+/// A backlog enqueued in bulk gets statistics (and a vacuum) at once, though its live rows
+/// far outnumber its dead ones: without statistics every claim scans and sorts the whole
+/// queue (docs/reliability.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_backlog_is_analyzed_and_vacuumed_at_once() {
+    let db = TestDb::new().await;
+    Record::enqueue_many(&db.pool, (0..20_000).map(|i| Record::new(i.to_string())))
+        .await
+        .unwrap();
+    let (probe, _rx) = probe();
+    // A worker for another task type: the backlog stays, live and never dead.
+    let w = RunningWorker::start(worker(&db, &[Typed::TASK_TYPE]).data(probe));
+    let (vacuums, live, dead): (i64, i64, i64) = wait_until(
+        "the queue table to be analyzed and vacuumed",
+        Duration::from_secs(5),
+        || async {
+            let row: (i64, i64, i64, bool) = sqlx::query_as(
+                "SELECT vacuum_count, n_live_tup, n_dead_tup, last_analyze IS NOT NULL
+                 FROM pg_stat_user_tables WHERE relid = 'sk_tasks_queue_t'::regclass",
+            )
+            .fetch_one(&db.pool)
+            .await
+            .ok()?;
+            (row.0 > 0 && row.3).then_some((row.0, row.1, row.2))
+        },
+    )
+    .await;
+    w.stop().await;
+    assert!(vacuums >= 1 && live > dead, "{vacuums} {live} {dead}");
+    db.drop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cron_job_is_enqueued_once_per_tick_with_two_workers() {
     let db = TestDb::new().await;

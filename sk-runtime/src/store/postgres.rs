@@ -295,7 +295,9 @@ impl Statements {
             ),
             // Cumulative statistics, kept by the server whether or not autovacuum runs.
             dead_tuples: format!(
-                "SELECT relid = '{q}'::regclass, n_live_tup, n_dead_tup FROM pg_stat_user_tables
+                "SELECT relid = '{q}'::regclass, n_live_tup, n_dead_tup, n_mod_since_analyze,
+                    coalesce(last_analyze, last_autoanalyze) IS NOT NULL
+                 FROM pg_stat_user_tables
                  WHERE relid IN ('{q}'::regclass, '{r}'::regclass)"
             ),
             queue_table: q.clone(),
@@ -526,6 +528,10 @@ pub(crate) struct TableHealth {
     pub(crate) is_queue: bool,
     pub(crate) live: i64,
     pub(crate) dead: i64,
+    /// Rows inserted, updated or deleted since the table's statistics were taken.
+    pub(crate) changed: i64,
+    /// Whether the table has statistics at all.
+    pub(crate) analyzed: bool,
 }
 
 /// The worker's view of the store: every statement that runs under a lease.
@@ -773,16 +779,18 @@ impl PgStore {
 
     /// Live and dead tuples of the queue and results tables.
     pub(crate) async fn table_health(&self) -> Result<Vec<TableHealth>> {
-        let rows: Vec<(bool, i64, i64)> = sqlx::query_as(&self.schema.sql.dead_tuples)
+        let rows: Vec<(bool, i64, i64, i64, bool)> = sqlx::query_as(&self.schema.sql.dead_tuples)
             .fetch_all(&mut *self.acquire().await?)
             .await
             .map_err(|e| self.lost(e))?;
         Ok(rows
             .into_iter()
-            .map(|(is_queue, live, dead)| TableHealth {
+            .map(|(is_queue, live, dead, changed, analyzed)| TableHealth {
                 is_queue,
                 live,
                 dead,
+                changed,
+                analyzed,
             })
             .collect())
     }
