@@ -51,7 +51,8 @@ impl Proc {
         let file = File::create(&log).unwrap();
         let child = Command::new(WORKER)
             .env("DATABASE_URL", url)
-            .env("RUST_LOG", "sk_runtime=info")
+            // Everything at INFO, sqlx's too: a quiet start is part of what is tested.
+            .env("RUST_LOG", "info")
             .arg("--id")
             .arg(id)
             .args(args)
@@ -862,6 +863,10 @@ async fn a_worker_started_before_its_database_names_the_cause_and_waits() {
     assert!(
         log.contains(" answers after "),
         "the recovery is logged: {log}"
+    );
+    assert!(
+        !log.contains("sqlx::postgres::notice") && !log.contains("job succeeded"),
+        "no server notices at start and no line per successful job at INFO: {log}"
     );
     w.signal("TERM");
     assert_eq!(w.exit_code(Duration::from_secs(10)).await, Some(0));
