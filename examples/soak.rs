@@ -143,7 +143,7 @@ async fn produce(
 
 async fn processed(pool: &PgPool) -> sqlx::Result<i64> {
     let n: Option<i64> = sqlx::query_scalar(
-        "SELECT et_total_execution_count FROM sk_soak.sk_task_execution_time_stats_t WHERE et_task_type = 'soak_noop'",
+        "SELECT coalesce(sum(et_n_execution_cycles), 0)::int8 FROM sk_soak.sk_task_execution_time_stats_t WHERE et_payload_type = 'soak_noop'",
     )
     .fetch_optional(pool)
     .await?;

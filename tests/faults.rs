@@ -624,7 +624,7 @@ async fn a_stale_worker_resumed_after_its_lease_is_fenced() {
         assert_eq!(w.exit_code(Duration::from_secs(30)).await, Some(0));
     }
     let fenced: i64 = sqlx::query_scalar(
-        "SELECT metric_value FROM sk_metrics_t WHERE metric_process_id = 'stale-a' AND metric_id = 'jobs_fenced'",
+        "SELECT metric_value FROM sk_metrics_t WHERE metric_owner_process_id = 'stale-a' AND metric_id = 'jobs_fenced'",
     )
     .fetch_one(&db.pool)
     .await

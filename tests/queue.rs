@@ -16,6 +16,8 @@ use sk_tests::{recv, wait_until, RunningWorker, TestDb};
 use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
+mod seeds;
+
 const T: Duration = Duration::from_secs(20);
 
 /// What a test job reports when it runs.
@@ -662,7 +664,7 @@ async fn two_workers_run_20000_jobs_exactly_once() {
     );
     let (finalized, total): (i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM sk_task_results_t WHERE task_processing_finalized_at_ts IS NOT NULL),
-                (SELECT et_total_execution_count FROM sk_task_execution_time_stats_t WHERE et_task_type = 'counted')",
+                (SELECT sum(et_n_execution_cycles)::int8 FROM sk_task_execution_time_stats_t WHERE et_payload_type = 'counted')",
     )
     .fetch_one(&db.pool)
     .await
@@ -965,7 +967,7 @@ async fn a_worker_that_lost_its_lease_cannot_finalize() {
     let a_id = a.id.clone();
     a.stop().await;
     let fenced: i64 = sqlx::query_scalar(
-        "SELECT metric_value FROM sk_metrics_t WHERE metric_process_id = $1 AND metric_id = 'jobs_fenced'",
+        "SELECT metric_value FROM sk_metrics_t WHERE metric_owner_process_id = $1 AND metric_id = 'jobs_fenced'",
     )
     .bind(&a_id)
     .fetch_one(&db.pool)
@@ -978,7 +980,7 @@ async fn a_worker_that_lost_its_lease_cannot_finalize() {
         (JobStatus::Processed, 0, r.finalized_at)
     );
     let finalizations: i64 = sqlx::query_scalar(
-        "SELECT et_total_execution_count FROM sk_task_execution_time_stats_t WHERE et_task_type = 'gated'",
+        "SELECT sum(et_n_execution_cycles)::int8 FROM sk_task_execution_time_stats_t WHERE et_payload_type = 'gated'",
     )
     .fetch_one(&db.pool)
     .await
@@ -1079,54 +1081,6 @@ async fn a_custom_schema_and_a_queue_filter() {
         db.info().job(mail).await.unwrap().is_none(),
         "nothing in the default schema"
     );
-    db.drop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_seed_dequeue_function_keeps_its_ordering() {
-    let db = TestDb::new().await;
-    let low = Record::new("low".into())
-        .with_priority(2)
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
-    let first = Record::new("first".into())
-        .with_priority(1)
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
-    let second = Record::new("second".into())
-        .with_priority(1)
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
-    let dequeue = |types: Vec<&'static str>, exclude: Vec<Uuid>| {
-        let pool = db.pool.clone();
-        async move {
-            sqlx::query_as::<_, (Uuid, i32, String)>(
-                "SELECT task_id, task_attempt, task_locked_by FROM sk_try_dequeue_task($1, $2, now())",
-            )
-            .bind(types)
-            .bind(exclude)
-            .fetch_optional(&pool)
-            .await
-            .unwrap()
-        }
-    };
-    assert_eq!(
-        dequeue(vec!["record"], vec![]).await,
-        Some((first, 1, "sk_try_dequeue_task".to_owned()))
-    );
-    assert_eq!(
-        dequeue(vec!["record"], vec![second]).await.map(|r| r.0),
-        Some(low)
-    );
-    assert_eq!(dequeue(vec!["other"], vec![]).await, None);
-    assert_eq!(
-        dequeue(vec!["record"], vec![]).await.map(|r| r.0),
-        Some(second)
-    );
-    assert_eq!(db.job(first).await.status(), JobStatus::Processing);
     db.drop().await;
 }
 
@@ -1359,7 +1313,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
             .fetch_all(&db.pool)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3]);
+    assert_eq!(versions, [1, 2, 3, 4]);
     let options: Vec<String> = sqlx::query_scalar(
         "SELECT unnest(reloptions) FROM pg_class WHERE oid = 'old.sk_task_results_t'::regclass ORDER BY 1",
     )
@@ -1387,7 +1341,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
     let error = worker.run_until(std::future::pending()).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "the database schema is at version 99, newer than this sk (3); upgrade sk"
+        "the database schema is at version 99, newer than this sk (4); upgrade sk"
     );
     db.drop().await;
 }
@@ -1464,7 +1418,7 @@ async fn finished_results_are_pruned_after_the_retention_period() {
     let six_days_on = clock.now();
     wait_until("a maintenance pass at the advanced clock", T, || async {
         let stamp: Option<chrono::DateTime<Utc>> = sqlx::query_scalar(
-            "SELECT max(metric_last_updated_ts) FROM sk_metrics_t WHERE metric_process_id = $1",
+            "SELECT max(metric_last_updated) FROM sk_metrics_t WHERE metric_owner_process_id = $1",
         )
         .bind(&w.id)
         .fetch_one(&db.pool)

@@ -32,7 +32,7 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
-    pub(crate) fn from_code(code: i16) -> Self {
+    pub(crate) fn from_code(code: i32) -> Self {
         match code {
             1 => JobStatus::Unprocessed,
             2 => JobStatus::Processing,
@@ -135,7 +135,7 @@ pub struct JobRecord {
     pub payload: Option<String>,
     /// Status code; see [`JobRecord::status`].
     #[sqlx(rename = "task_status")]
-    pub status_code: i16,
+    pub status_code: i32,
     /// Priority.
     #[sqlx(rename = "task_priority")]
     pub priority: i32,

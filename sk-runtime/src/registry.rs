@@ -47,18 +47,26 @@ pub struct Requirement {
 
 /// Everything a handler gets: the raw payload, the context and the shared data.
 pub struct HandlerInput {
-    pub(crate) payload: String,
+    pub(crate) payload: Option<String>,
     pub(crate) ctx: JobContext,
     pub(crate) data: Arc<DataMap>,
 }
 
 impl HandlerInput {
-    /// Deserializes the payload; a failure is a fatal error naming the reason.
+    /// Deserializes the payload; a failure (or a NULL payload) is a fatal error naming the
+    /// reason.
     ///
     /// # Errors
     /// The payload does not match the job type.
     pub fn decode<J: DeserializeOwned>(&self) -> Result<J, JobError> {
-        serde_json::from_str(&self.payload).map_err(|e| JobError::payload(&self.ctx.task_type, &e))
+        let Some(payload) = &self.payload else {
+            return Err(JobError::fatal(format!(
+                "payload of `{}` is NULL; it must be the job's JSON",
+                self.ctx.task_type
+            ))
+            .with_kind("payload"));
+        };
+        serde_json::from_str(payload).map_err(|e| JobError::payload(&self.ctx.task_type, &e))
     }
 }
 

@@ -158,7 +158,7 @@ impl TestDb {
             Duration::from_secs(20),
             || async {
                 let n: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM sk_metrics_t WHERE metric_process_id = $1",
+                    "SELECT count(*) FROM sk_metrics_t WHERE metric_owner_process_id = $1",
                 )
                 .bind(id)
                 .fetch_one(&self.pool)

@@ -126,7 +126,8 @@ pub(crate) struct NewJob {
 pub(crate) struct ClaimedJob {
     pub(crate) task_id: Uuid,
     pub(crate) task_type: String,
-    pub(crate) task_payload: String,
+    /// The seed's column is nullable text: another producer may leave it empty.
+    pub(crate) task_payload: Option<String>,
     pub(crate) task_attempt: i32,
     pub(crate) task_max_attempts: i32,
     pub(crate) task_priority: i32,
@@ -158,4 +159,14 @@ pub(crate) struct Failure {
     pub(crate) message: String,
     pub(crate) detail: Option<String>,
     pub(crate) recoverable: bool,
+}
+
+impl Failure {
+    /// The seed's one-column `task_last_error`: type, message and detail as text.
+    pub(crate) fn seed_error(&self) -> String {
+        match &self.detail {
+            Some(detail) => format!("{}: {}\n{detail}", self.kind, self.message),
+            None => format!("{}: {}", self.kind, self.message),
+        }
+    }
 }

@@ -30,6 +30,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "lean writes per job",
         include_str!("../../../migrations/postgres/0003_lean_writes.sql"),
     ),
+    (
+        4,
+        "the seeds' own contracts",
+        include_str!("../../../migrations/postgres/0004_seed_contracts.sql"),
+    ),
 ];
 
 /// The statements of one schema, formatted once and then reused, so sqlx's per-connection
@@ -63,54 +68,85 @@ impl Statements {
         let r = schema.table("task_results_t");
         let s = schema.table("task_execution_time_stats_t");
         let m = schema.table("metrics_t");
-        // Records the run time of the rows of CTE `done(task_type, ms)` per task type; the
-        // same statement finalizes the jobs, so stats and results never disagree.
+        // Records the run time of the rows of CTE `done(task_type, ms)` per task type, in
+        // this worker's own row ($owner; seed 001 keys the table by payload type and owner
+        // process); the same statement finalizes the jobs, so stats and results never
+        // disagree. The last execution time is one of the batch's, all finished together.
         let stats = format!(
             "stats AS (
-                INSERT INTO {s} AS s (et_task_type, et_avg_execution_time_ms, et_fastest_execution_time_ms,
-                    et_longest_execution_time_ms, et_total_execution_time_ms, et_total_execution_count, et_last_updated_ts)
-                SELECT task_type, sum(ms) / count(*), min(ms), max(ms), sum(ms), count(*), $now
+                INSERT INTO {s} AS s (et_payload_type, et_owner_process_id, et_avg_execution_time,
+                    et_fastest_execution_time, et_longest_execution_time, et_total_execution_time,
+                    et_n_execution_cycles, et_last_execution_time, et_last_updated_ts)
+                SELECT task_type, $owner, sum(ms) / count(*), min(ms), max(ms), sum(ms), count(*),
+                    (array_agg(ms))[1], $now
                 FROM done GROUP BY task_type
-                -- Rows locked in one order by every worker, so two batches never deadlock.
+                -- Rows locked in one order, so two batches never wait on each other in a cycle.
                 ORDER BY task_type
-                ON CONFLICT (et_task_type) DO UPDATE SET
-                    et_total_execution_time_ms = s.et_total_execution_time_ms + EXCLUDED.et_total_execution_time_ms,
-                    et_total_execution_count = s.et_total_execution_count + EXCLUDED.et_total_execution_count,
-                    et_avg_execution_time_ms = (s.et_total_execution_time_ms + EXCLUDED.et_total_execution_time_ms)
-                        / (s.et_total_execution_count + EXCLUDED.et_total_execution_count),
-                    et_fastest_execution_time_ms = least(s.et_fastest_execution_time_ms, EXCLUDED.et_fastest_execution_time_ms),
-                    et_longest_execution_time_ms = greatest(s.et_longest_execution_time_ms, EXCLUDED.et_longest_execution_time_ms),
+                ON CONFLICT (et_payload_type, et_owner_process_id) DO UPDATE SET
+                    et_total_execution_time = s.et_total_execution_time + EXCLUDED.et_total_execution_time,
+                    et_n_execution_cycles = s.et_n_execution_cycles + EXCLUDED.et_n_execution_cycles,
+                    et_avg_execution_time = (s.et_total_execution_time + EXCLUDED.et_total_execution_time)
+                        / (s.et_n_execution_cycles + EXCLUDED.et_n_execution_cycles),
+                    et_fastest_execution_time = least(s.et_fastest_execution_time, EXCLUDED.et_fastest_execution_time),
+                    et_longest_execution_time = greatest(s.et_longest_execution_time, EXCLUDED.et_longest_execution_time),
+                    et_last_execution_time = EXCLUDED.et_last_execution_time,
                     et_last_updated_ts = EXCLUDED.et_last_updated_ts
             )"
         );
+        // The columns of a queue row that a results row repeats.
+        let job_columns = "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts, task_claimed_at_ts";
+        let job_columns_q = "q.task_id, q.task_type, q.task_source, q.task_queue, q.task_priority, q.task_posted_at_ts, q.task_claimed_at_ts";
+        // Writes the outcome of the runs in CTE `done` (`job_columns` and `ms`) into their
+        // results rows. sk's enqueue wrote those rows; a job posted by another producer (a
+        // plain INSERT into the queue, as seed producers do) gets its row here, so every
+        // job's outcome is on record. Followed by the outcome's values, then the
+        // `ON CONFLICT` clause, which ends with `update_results`.
+        let record_results = format!(
+            "INSERT INTO {r} AS r (task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
+                task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts,
+                task_status, task_error_count, task_last_error_type, task_last_error_message,
+                task_last_error_detail, task_last_error, task_last_error_is_recoverable,
+                task_processing_time_milliseconds, task_processing_finalized_at_ts, task_payload)
+            SELECT task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
+                task_claimed_at_ts, task_claimed_at_ts,"
+        );
+        let update_results = "task_processing_time_milliseconds = EXCLUDED.task_processing_time_milliseconds,
+                    task_processing_finalized_at_ts = EXCLUDED.task_processing_finalized_at_ts,
+                    task_first_processing_attempted_at_ts =
+                        coalesce(r.task_first_processing_attempted_at_ts, EXCLUDED.task_first_processing_attempted_at_ts),
+                    task_last_processing_attempted_at_ts = EXCLUDED.task_last_processing_attempted_at_ts,
+                    task_payload = EXCLUDED.task_payload";
         // One statement for a failed run: with a retry time ($4) the row waits again,
         // without one it leaves the queue; both fenced like `complete`.
         let fail = format!(
             "WITH kept AS (
                 UPDATE {q} SET task_locked_until_ts = $4, task_locked_by = NULL
                 WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3 AND $4::timestamptz IS NOT NULL
-                RETURNING task_id, task_type, task_claimed_at_ts, NULL::jsonb AS task_payload
+                RETURNING {job_columns}, NULL::text AS task_payload
             ), gone AS (
                 DELETE FROM {q}
                 WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3 AND $4::timestamptz IS NULL
-                RETURNING task_id, task_type, task_claimed_at_ts, task_payload
+                RETURNING {job_columns}, task_payload
             ), done AS (
                 SELECT *, $10::int8 AS ms FROM kept UNION ALL SELECT *, $10::int8 FROM gone
             ), res AS (
-                UPDATE {r} r SET task_status = $5, task_error_count = r.task_error_count + 1,
-                    task_last_error_type = $6, task_last_error_message = $7, task_last_error_detail = $8,
-                    task_last_error_is_recoverable = $9, task_processing_time_milliseconds = $10,
-                    task_processing_finalized_at_ts = CASE WHEN $4::timestamptz IS NULL THEN $11 END,
-                    task_first_processing_attempted_at_ts =
-                        coalesce(r.task_first_processing_attempted_at_ts, done.task_claimed_at_ts),
-                    task_last_processing_attempted_at_ts = done.task_claimed_at_ts,
+                {record_results}
+                    $5, 1, $6, $7, $8, $12, $9, $10, CASE WHEN $4::timestamptz IS NULL THEN $11::timestamptz END,
                     -- A job that failed for good keeps its payload, to inspect or re-post.
-                    task_payload = done.task_payload
-                FROM done WHERE r.task_id = done.task_id
+                    task_payload
+                FROM done
+                ON CONFLICT (task_id) DO UPDATE SET task_status = EXCLUDED.task_status,
+                    task_error_count = r.task_error_count + 1,
+                    task_last_error_type = EXCLUDED.task_last_error_type,
+                    task_last_error_message = EXCLUDED.task_last_error_message,
+                    task_last_error_detail = EXCLUDED.task_last_error_detail,
+                    task_last_error = EXCLUDED.task_last_error,
+                    task_last_error_is_recoverable = EXCLUDED.task_last_error_is_recoverable,
+                    {update_results}
             ),
             {}
             SELECT count(*) FROM done",
-            stats.replace("$now", "$11")
+            stats.replace("$now", "$11").replace("$owner", "$3")
         );
         // Only keyed rows are in the unique index (migration 3), so only they can conflict.
         let on_key_conflict =
@@ -128,7 +164,7 @@ impl Statements {
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
-                    SELECT task_id, $2, $3, $4::jsonb, $6, $8, $9, $5, $10 FROM res
+                    SELECT task_id, $2, $3, $4, $6, $8, $9, $5, $10 FROM res
                     RETURNING task_id
                 )
                 SELECT (SELECT task_id FROM q) FROM (SELECT pg_notify($11, '')) AS notify"
@@ -147,7 +183,7 @@ impl Statements {
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
-                    SELECT task_id, task_type, task_source, payload::jsonb, task_priority, $9, run_at, task_queue,
+                    SELECT task_id, task_type, task_source, payload, task_priority, $9, run_at, task_queue,
                         max_attempts
                     FROM input
                 )
@@ -165,7 +201,7 @@ impl Statements {
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
-                    SELECT task_id, $3, $4, payload::jsonb, $6, $9, $7, $5, $8 FROM input
+                    SELECT task_id, $3, $4, payload, $6, $9, $7, $5, $8 FROM input
                 )
                 SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
             ),
@@ -186,7 +222,7 @@ impl Statements {
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
-                    SELECT i.task_id, i.task_type, i.task_source, i.payload::jsonb, i.task_priority, $9, i.run_at,
+                    SELECT i.task_id, i.task_type, i.task_source, i.payload, i.task_priority, $9, i.run_at,
                         i.task_queue, i.max_attempts
                     FROM res JOIN input i USING (task_id) ORDER BY i.ord
                 )
@@ -210,7 +246,7 @@ impl Statements {
                     ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
                     LIMIT $4
                     FOR UPDATE SKIP LOCKED))
-                RETURNING q.task_id, q.task_type, q.task_payload::text AS task_payload, q.task_attempt,
+                RETURNING q.task_id, q.task_type, q.task_payload, q.task_attempt,
                     q.task_max_attempts, q.task_priority, q.task_queue, q.task_posted_at_ts"
             ),
             // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
@@ -222,18 +258,17 @@ impl Statements {
                 ), done AS (
                     DELETE FROM {q} q USING input
                     WHERE q.task_id = input.task_id AND q.task_attempt = input.attempt AND q.task_locked_by = $4
-                    RETURNING q.task_id, q.task_type, q.task_claimed_at_ts, input.ms
+                    RETURNING {job_columns_q}, input.ms
                 ), res AS (
-                    UPDATE {r} r SET task_status = 3, task_processing_time_milliseconds = done.ms,
-                        task_processing_finalized_at_ts = $5,
-                        task_first_processing_attempted_at_ts =
-                            coalesce(r.task_first_processing_attempted_at_ts, done.task_claimed_at_ts),
-                        task_last_processing_attempted_at_ts = done.task_claimed_at_ts
-                    FROM done WHERE r.task_id = done.task_id
+                    {record_results}
+                        3, 0, NULL, NULL, NULL, NULL, false, ms, $5::timestamptz, NULL
+                    FROM done
+                    ON CONFLICT (task_id) DO UPDATE SET task_status = 3,
+                        {update_results}
                 ),
                 {}
                 SELECT task_id FROM done",
-                stats.replace("$now", "$5")
+                stats.replace("$now", "$5").replace("$owner", "$4")
             ),
             fail,
             // A given-back job did not use up an attempt, and is claimable at once.
@@ -264,20 +299,29 @@ impl Statements {
                  ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT $1"
             ),
             // A leased queue row means the job runs now; results hold what happened before.
+            // A job posted by another producer has no results row until a worker records
+            // a run of it: its queue row alone answers then.
             job: format!(
-                "SELECT r.task_id, r.task_type, r.task_source, r.task_queue,
-                    coalesce(q.task_payload, r.task_payload)::text AS task_payload,
-                    CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > $2 THEN 2::int2
-                         ELSE r.task_status END AS task_status,
-                    r.task_priority, r.task_error_count, r.task_last_error_type,
+                "SELECT k.id AS task_id, coalesce(r.task_type, q.task_type) AS task_type,
+                    coalesce(r.task_source, q.task_source) AS task_source,
+                    coalesce(r.task_queue, q.task_queue) AS task_queue,
+                    coalesce(q.task_payload, r.task_payload) AS task_payload,
+                    CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > $2 THEN 2
+                         ELSE coalesce(r.task_status, 1) END AS task_status,
+                    coalesce(q.task_priority, r.task_priority) AS task_priority,
+                    coalesce(r.task_error_count, 0) AS task_error_count, r.task_last_error_type,
                     r.task_last_error_message, r.task_last_error_detail, r.task_last_error_is_recoverable,
-                    r.task_processing_time_milliseconds, r.task_posted_at_ts,
+                    coalesce(r.task_processing_time_milliseconds, 0) AS task_processing_time_milliseconds,
+                    coalesce(r.task_posted_at_ts, q.task_posted_at_ts) AS task_posted_at_ts,
                     coalesce(r.task_first_processing_attempted_at_ts, q.task_claimed_at_ts) AS task_first_processing_attempted_at_ts,
                     CASE WHEN q.task_locked_by IS NOT NULL THEN q.task_claimed_at_ts
                          ELSE r.task_last_processing_attempted_at_ts END AS task_last_processing_attempted_at_ts,
                     r.task_processing_finalized_at_ts,
                     q.task_attempt, q.task_max_attempts, q.task_locked_until_ts, q.task_locked_by
-                 FROM {r} r LEFT JOIN {q} q ON q.task_id = r.task_id WHERE r.task_id = $1"
+                 FROM (SELECT $1::uuid AS id) k
+                 LEFT JOIN {r} r ON r.task_id = k.id
+                 LEFT JOIN {q} q ON q.task_id = k.id
+                 WHERE r.task_id IS NOT NULL OR q.task_id IS NOT NULL"
             ),
             // Walks the primary key up to the UUIDv7 of the cutoff ($3): ids are ordered by
             // posting time, so no extra index is kept for this. Bounded per run.
@@ -288,10 +332,10 @@ impl Statements {
                     LIMIT $2)"
             ),
             metrics: format!(
-                "INSERT INTO {m} (metric_process_id, metric_id, metric_category, metric_value, metric_last_updated_ts)
+                "INSERT INTO {m} (metric_owner_process_id, metric_id, metric_category, metric_value, metric_last_updated)
                  SELECT $1, id, 'worker', value, $4 FROM unnest($2::varchar[], $3::int8[]) AS i(id, value)
-                 ON CONFLICT (metric_process_id, metric_id) DO UPDATE
-                 SET metric_value = EXCLUDED.metric_value, metric_last_updated_ts = EXCLUDED.metric_last_updated_ts"
+                 ON CONFLICT (metric_owner_process_id, metric_id) DO UPDATE
+                 SET metric_value = EXCLUDED.metric_value, metric_last_updated = EXCLUDED.metric_last_updated"
             ),
             // Cumulative statistics, kept by the server whether or not autovacuum runs.
             dead_tuples: format!(
@@ -712,13 +756,14 @@ impl PgStore {
             .bind(f.lease.attempt)
             .bind(&self.worker_id)
             .bind(f.retry_at)
-            .bind(f.status as i16)
+            .bind(f.status as i32)
             .bind(&f.kind)
             .bind(&f.message)
             .bind(&f.detail)
             .bind(f.recoverable)
             .bind(f.millis)
             .bind(now)
+            .bind(f.seed_error())
             .fetch_one(&mut *self.acquire().await?)
             .await
             .map_err(|e| self.lost(e))?;
@@ -852,7 +897,7 @@ pub(crate) async fn counts(
         .fetch_all(pool)
         .await?
     {
-        let status: i16 = row.try_get(0)?;
+        let status: i32 = row.try_get(0)?;
         let n: i64 = row.try_get(1)?;
         counts
             .by_status

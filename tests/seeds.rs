@@ -1,0 +1,353 @@
+//! The seeds' own contracts, tried as code written from the seed documents alone would:
+//! a Stakhanovise.NET producer (a plain INSERT of the seed's columns and a NOTIFY) and a
+//! consumer of `sk_try_dequeue_task`, on sk's tables. A module of the `queue` test binary.
+
+use std::time::{Duration, Instant};
+
+use sk_runtime::{Job, JobStatus};
+use sk_tests::{recv, RunningWorker, TestDb};
+use uuid::Uuid;
+
+use super::{probe, worker, Record, T};
+
+/// Posts a job the way Stakhanovise.NET does: only the seed's columns, every parameter
+/// text-typed as Npgsql sends strings, then the seed's notification.
+async fn post_as_seed_producer(db: &TestDb, task_type: &str, payload: Option<&str>) -> Uuid {
+    let id = Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_priority,
+            task_locked_until_ts)
+         VALUES ($1, $2, $3, $4, 0, now())",
+    )
+    .bind(id)
+    .bind(task_type)
+    .bind("Stakhanovise.Producer")
+    .bind(payload)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query("NOTIFY sk_task_queue_item_added")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_producer_is_served_and_its_outcomes_recorded() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    // Polling once a minute: only the notification can wake the worker in time.
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE])
+            .poll_interval(Duration::from_secs(60))
+            .data(probe),
+    );
+    db.wait_worker_up(&w.id).await;
+    let mut pickups = Vec::new();
+    for i in 0..5 {
+        let posted = Instant::now();
+        let id =
+            post_as_seed_producer(&db, "record", Some(&format!(r#"{{"label":"seed {i}"}}"#))).await;
+        let run = recv(&mut rx, "the seed producer's job", T).await;
+        pickups.push(posted.elapsed());
+        assert_eq!((run.id, run.label), (id, format!("seed {i}")));
+        let r = db
+            .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        assert_eq!(
+            (r.source.as_str(), r.queue.as_str(), r.error_count),
+            ("Stakhanovise.Producer", "default", 0)
+        );
+        assert!(r.finalized_at.is_some() && r.first_attempt_at.is_some());
+    }
+    pickups.sort();
+    assert!(
+        pickups[2] < Duration::from_millis(50),
+        "median pickup after the notification: {pickups:?}"
+    );
+
+    // A NULL payload and one that is not JSON: fatal, with the reason on record.
+    let null = post_as_seed_producer(&db, "record", None).await;
+    let garbage = post_as_seed_producer(&db, "record", Some("<task>not json</task>")).await;
+    for (id, reason) in [
+        (null, "payload of `record` is NULL"),
+        (garbage, "payload of `record` does not deserialize"),
+    ] {
+        let r = db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await;
+        assert!(
+            r.last_error_message.as_deref().unwrap().starts_with(reason),
+            "{r:?}"
+        );
+        let seed_error: String =
+            sqlx::query_scalar("SELECT task_last_error FROM sk_task_results_t WHERE task_id = $1")
+                .bind(id)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        assert!(seed_error.starts_with("payload: "), "{seed_error}");
+    }
+    w.stop().await;
+    db.drop().await;
+}
+
+/// What `sk_try_dequeue_task` returns: the seed's eight columns.
+#[derive(Debug, PartialEq, sqlx::FromRow)]
+struct Dequeued {
+    task_id: Uuid,
+    task_lock_handle_id: i64,
+    task_type: String,
+    task_source: String,
+    task_payload: Option<String>,
+    task_priority: i32,
+    task_posted_at_ts: chrono::DateTime<chrono::Utc>,
+    task_locked_until_ts: chrono::DateTime<chrono::Utc>,
+}
+
+async fn dequeue<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    types: &[&str],
+    exclude: &[Uuid],
+    ref_now: chrono::DateTime<chrono::Utc>,
+) -> Option<Dequeued> {
+    sqlx::query_as("SELECT * FROM sk_try_dequeue_task($1, $2, $3)")
+        .bind(types)
+        .bind(exclude)
+        .bind(ref_now)
+        .fetch_optional(executor)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_dequeue_function_keeps_the_seed_contract() {
+    let db = TestDb::new().await;
+    let now = chrono::Utc::now();
+    let at = |secs: i64| now + chrono::Duration::seconds(secs);
+    let mut ids = Vec::new();
+    // (type, priority, not-before): the seed orders by priority, not-before, lock handle.
+    for (task_type, priority, not_before) in [
+        ("a", 5, at(-10)),
+        ("b", 1, at(-5)),
+        ("a", 1, at(-5)),
+        ("b", 1, at(-20)),
+        ("a", 0, now),
+    ] {
+        let id = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_priority,
+                task_locked_until_ts) VALUES ($1, $2, 'seed', '{}', $3, $4)",
+        )
+        .bind(id)
+        .bind(task_type)
+        .bind(priority)
+        .bind(not_before)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    let columns: Vec<String> = sqlx::query_scalar(
+        "SELECT unnest(proargnames[4:]) FROM pg_proc WHERE proname = 'sk_try_dequeue_task'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        columns,
+        [
+            "task_id",
+            "task_lock_handle_id",
+            "task_type",
+            "task_source",
+            "task_payload",
+            "task_priority",
+            "task_posted_at_ts",
+            "task_locked_until_ts"
+        ],
+        "the seed's return shape, in the seed's order"
+    );
+
+    // Strictly before ref_now: the job whose not-before time is `now` is not due at `now`.
+    let first = dequeue(&db.pool, &[], &[], now).await.unwrap();
+    assert_eq!(first.task_id, ids[3], "priority 1, older not-before first");
+    assert_eq!(
+        (
+            first.task_type.as_str(),
+            first.task_source.as_str(),
+            first.task_payload.as_deref()
+        ),
+        ("b", "seed", Some("{}"))
+    );
+    // Deleted from the queue; its results row (created here) says processing.
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM sk_tasks_queue_t WHERE task_id = $1")
+        .bind(first.task_id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    assert_eq!(db.job(first.task_id).await.status(), JobStatus::Processing);
+
+    // Exclusion, then the type filter, then FIFO by lock handle among equals.
+    let second = dequeue(&db.pool, &["a", "b"], &[ids[2]], now)
+        .await
+        .unwrap();
+    assert_eq!(second.task_id, ids[1]);
+    assert_eq!(dequeue(&db.pool, &["c"], &[], now).await, None);
+    assert_eq!(
+        dequeue(&db.pool, &["a"], &[], now).await.unwrap().task_id,
+        ids[2]
+    );
+    assert_eq!(
+        dequeue(&db.pool, &["a"], &[], now).await.unwrap().task_id,
+        ids[0]
+    );
+    assert_eq!(
+        dequeue(&db.pool, &[], &[], now).await,
+        None,
+        "ids[4] is due only after now"
+    );
+    assert_eq!(
+        dequeue(&db.pool, &[], &[], at(1)).await.unwrap().task_id,
+        ids[4]
+    );
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_consumer_loop_takes_each_job_once_and_a_rollback_puts_it_back() {
+    let db = TestDb::new().await;
+    let ids = Record::enqueue_many(&db.pool, (0..20).map(|i| Record::new(i.to_string())))
+        .await
+        .unwrap();
+    let now = chrono::Utc::now() + chrono::Duration::seconds(1);
+    // A consumer that crashes mid-work: its transaction rolls back, the job is back.
+    let mut tx = db.pool.begin().await.unwrap();
+    let crashed = dequeue(&mut *tx, &["record"], &[], now).await.unwrap();
+    assert_eq!(crashed.task_id, ids[0]);
+    tx.rollback().await.unwrap();
+
+    // Two consumers, each: begin, dequeue, work, commit, until the queue is empty.
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        let pool = db.pool.clone();
+        handles.push(tokio::spawn(async move {
+            let mut taken = Vec::new();
+            loop {
+                let mut tx = pool.begin().await.unwrap();
+                let Some(job) = dequeue(&mut *tx, &["record"], &[], now).await else {
+                    break;
+                };
+                sqlx::query("UPDATE sk_task_results_t SET task_status = 3 WHERE task_id = $1")
+                    .bind(job.task_id)
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                tx.commit().await.unwrap();
+                taken.push(job.task_id);
+            }
+            taken
+        }));
+    }
+    let mut taken = Vec::new();
+    for h in handles {
+        taken.extend(h.await.unwrap());
+    }
+    taken.sort();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(
+        taken, expected,
+        "each job taken exactly once, the rolled-back one too"
+    );
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_from_schema_3_keeps_live_and_finished_jobs() {
+    let db = TestDb::new().await;
+    let v3 = sk_runtime::Schema::new("v3", "sk_").unwrap();
+    sk_runtime::__private::migrate_to(&db.pool, &v3, 3)
+        .await
+        .unwrap();
+    let (waiting, retrying, done, fatal) = (
+        Uuid::now_v7(),
+        Uuid::now_v7(),
+        Uuid::now_v7(),
+        Uuid::now_v7(),
+    );
+    // Rows as sk 0.1 (schema 3) wrote them: jsonb payloads, smallint status, the old
+    // names in the stats and metrics tables.
+    sqlx::raw_sql(&format!(
+        "INSERT INTO v3.sk_task_results_t (task_id, task_type, task_source, task_queue, task_status,
+            task_priority, task_posted_at_ts, task_error_count, task_last_error_type,
+            task_last_error_message, task_last_error_detail, task_last_error_is_recoverable,
+            task_payload, task_processing_finalized_at_ts) VALUES
+            ('{waiting}', 'record', 'v3', 'default', 1, 0, now(), 0, NULL, NULL, NULL, NULL, NULL, NULL),
+            ('{retrying}', 'record', 'v3', 'default', 4, 0, now(), 1, 'error', 'flaky', NULL, true, NULL, NULL),
+            ('{done}', 'record', 'v3', 'default', 3, 0, now(), 0, NULL, NULL, NULL, NULL, NULL, now()),
+            ('{fatal}', 'record', 'v3', 'default', 6, 0, now(), 1, 'payload', 'bad', 'line 1', false,
+                '{{\"label\": 1}}', now());
+         INSERT INTO v3.sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_priority,
+             task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_attempt) VALUES
+            ('{waiting}', 'record', 'v3', '{{\"label\": \"waiting under v3\"}}', 0, now(), now(), 'default', 25, 0),
+            ('{retrying}', 'record', 'v3', '{{\"label\": \"retrying under v3\"}}', 0, now(), now(), 'default', 25, 1);
+         INSERT INTO v3.sk_task_execution_time_stats_t VALUES ('record', 10, 1, 20, 30, 3, now());
+         INSERT INTO v3.sk_metrics_t VALUES ('old-worker', 'jobs_claimed', 'worker', 7, now());"
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    let (probe, mut rx) = probe();
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE])
+            .schema(v3.clone())
+            .data(probe),
+    );
+    let mut ran = [
+        recv(&mut rx, "a job queued under v3", T).await.label,
+        recv(&mut rx, "a job queued under v3", T).await.label,
+    ];
+    ran.sort();
+    assert_eq!(ran, ["retrying under v3", "waiting under v3"]);
+    let info = sk_runtime::QueueInfo::new(db.pool.clone()).schema(v3.clone());
+    for id in [waiting, retrying] {
+        sk_tests::wait_until("the v3 job to finish", T, || async {
+            let r = info.job(id).await.ok()??;
+            (r.status() == JobStatus::Processed).then_some(())
+        })
+        .await;
+    }
+    w.stop().await;
+    let retried = info.job(retrying).await.unwrap().unwrap();
+    assert_eq!(
+        (retried.error_count, retried.last_error_message.as_deref()),
+        (1, Some("flaky"))
+    );
+    assert_eq!(
+        info.job(done).await.unwrap().unwrap().status(),
+        JobStatus::Processed
+    );
+    let f = info.job(fatal).await.unwrap().unwrap();
+    assert_eq!(
+        (f.status(), f.payload.as_deref(), f.last_error_recoverable),
+        (JobStatus::Fatal, Some(r#"{"label": 1}"#), Some(false))
+    );
+    let (seed_error, stats, metric): (String, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT task_last_error FROM v3.sk_task_results_t WHERE task_id = $1),
+                (SELECT et_n_execution_cycles FROM v3.sk_task_execution_time_stats_t
+                 WHERE et_payload_type = 'record' AND et_owner_process_id = 'before-v4'),
+                (SELECT metric_value FROM v3.sk_metrics_t
+                 WHERE metric_owner_process_id = 'old-worker' AND metric_id = 'jobs_claimed')",
+    )
+    .bind(fatal)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (seed_error.as_str(), stats, metric),
+        ("payload: bad\nline 1", 3, 7)
+    );
+    db.drop().await;
+}
