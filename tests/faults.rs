@@ -351,10 +351,28 @@ async fn kill_9_with_restarts_loses_nothing_and_finalizes_once() {
         recovery[0] >= lease * 2.0 / 3.0 - 0.05,
         "a rerun started before the lease ran out: {recovery:?}"
     );
+    // The job record: a job that ran again shows the attempt it lost (the killed worker's),
+    // and its first attempt is the first run's claim, not the rerun's.
+    let (reran_without_lost, first_too_late, lost_on_record): (i64, i64, i64) = sqlx::query_as(
+        "WITH runs AS (SELECT task_id, count(*) AS n, min(started_at) AS first FROM fault_runs GROUP BY task_id)
+         SELECT count(*) FILTER (WHERE runs.n > 1 AND NOT r.task_errors @> '[{\"outcome\": \"lost\"}]'),
+                count(*) FILTER (WHERE r.task_first_processing_attempted_at_ts > runs.first),
+                count(*) FILTER (WHERE r.task_errors @> '[{\"outcome\": \"lost\"}]')
+         FROM runs JOIN sk_task_results_t r USING (task_id)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (reran_without_lost, first_too_late),
+        (0, 0),
+        "lost attempts and first-attempt times on record"
+    );
     report(&format!(
         "kill-9: seed={seed} jobs={JOBS} workers=3 kills={k} restarts={k} lost=0 finalized_twice=0 reran_jobs={reran} \
          leased_to_killed={held_at_kill} lease_s={lease:.1} lease_left_at_kill_s(max)={:.2} \
-         rerun_after_kill_s(min/p50/max)={:.2}/{:.2}/{:.2} (lease expiry, then FIFO behind older waiting jobs) burn_down_s={:.1}",
+         rerun_after_kill_s(min/p50/max)={:.2}/{:.2}/{:.2} (lease expiry, then FIFO behind older waiting jobs) burn_down_s={:.1} \
+         jobs_with_a_lost_attempt_on_record={lost_on_record}",
         expiries.last().copied().unwrap_or(f64::NAN),
         recovery[0],
         percentile(&recovery, 0.5),

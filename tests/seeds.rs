@@ -351,3 +351,154 @@ async fn an_upgrade_from_schema_3_keeps_live_and_finished_jobs() {
     );
     db.drop().await;
 }
+
+/// What `fails_twice` returns when it succeeds.
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Receipt {
+    attempt: i32,
+    note: String,
+}
+
+#[sk_runtime::job(max_attempts = 5, backoff = "constant", backoff_base = "1ms")]
+async fn fails_twice(ctx: sk_runtime::JobContext) -> Result<Receipt, sk_runtime::JobError> {
+    if ctx.attempt() < 3 {
+        return Err(
+            sk_runtime::JobError::new(format!("failure {}", ctx.attempt()))
+                .with_detail("the service said no"),
+        );
+    }
+    Ok(Receipt {
+        attempt: ctx.attempt(),
+        note: "charged".into(),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_attempt_and_the_output_are_on_record() {
+    use sk_runtime::AttemptOutcome::{Fatal, Processed, Retried};
+    let db = TestDb::new().await;
+    let (probe, _rx) = probe();
+    let ok = FailsTwice::new().enqueue(&db.pool).await.unwrap();
+    let bad = super::AlwaysFails::new().enqueue(&db.pool).await.unwrap();
+    let w = RunningWorker::start(
+        worker(&db, &[FailsTwice::TASK_TYPE, super::AlwaysFails::TASK_TYPE]).data(probe),
+    );
+    let ok = db
+        .wait_job(ok, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    let bad = db
+        .wait_job(bad, T, |r| r.status() == JobStatus::Fatal)
+        .await;
+    w.stop().await;
+
+    let attempts = ok.attempts();
+    assert_eq!(
+        attempts
+            .iter()
+            .map(|a| (
+                a.attempt,
+                a.outcome,
+                a.message.as_deref(),
+                a.worker.as_deref()
+            ))
+            .collect::<Vec<_>>(),
+        [
+            (1, Retried, Some("failure 1"), Some(w_id(&ok))),
+            (2, Retried, Some("failure 2"), Some(w_id(&ok))),
+            (3, Processed, None, Some(w_id(&ok))),
+        ]
+    );
+    assert_eq!(attempts[0].detail.as_deref(), Some("the service said no"));
+    assert!(attempts
+        .iter()
+        .all(|a| a.started_at.is_some() && a.ended_at >= a.started_at));
+    assert_eq!(ok.error_count, 2);
+    assert_eq!(
+        ok.output::<Receipt>().unwrap(),
+        Some(Receipt {
+            attempt: 3,
+            note: "charged".into()
+        })
+    );
+    assert_eq!(
+        bad.attempts().iter().map(|a| a.outcome).collect::<Vec<_>>(),
+        [Retried, Retried, Fatal]
+    );
+    assert_eq!(bad.output::<Receipt>().unwrap(), None);
+    db.drop().await;
+}
+
+/// The worker that recorded the last attempt.
+fn w_id(r: &sk_runtime::JobRecord) -> &str {
+    r.last_worker.as_deref().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_ran_out_is_an_attempt_on_record() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    // Microseconds, as the database keeps them.
+    let start = chrono::DateTime::from_timestamp_micros(
+        (chrono::Utc::now() + chrono::Duration::seconds(1)).timestamp_micros(),
+    )
+    .unwrap();
+    let clock = sk_runtime::ManualClock::new(start);
+    let id = super::Gated::new("x".into())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let (release_a, closed) = super::gate(false);
+    // A takes the job and stalls (as a killed worker would, its lease runs out).
+    let a = RunningWorker::start(
+        worker(&db, &[super::Gated::TASK_TYPE])
+            .concurrency(1)
+            .lease(Duration::from_secs(3600))
+            .clock(clock.clone())
+            .data(probe.clone())
+            .data(closed),
+    );
+    assert_eq!(recv(&mut rx, "worker A's run", T).await.attempt, 1);
+    clock.advance(Duration::from_secs(7200));
+    let (_open_tx, open) = super::gate(true);
+    let b = RunningWorker::start(
+        worker(&db, &[super::Gated::TASK_TYPE])
+            .clock(clock.clone())
+            .data(probe)
+            .data(open),
+    );
+    assert_eq!(recv(&mut rx, "worker B's run", T).await.attempt, 2);
+    let r = db
+        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    let (a_id, b_id) = (a.id.clone(), b.id.clone());
+    b.stop().await;
+    release_a.send(true).unwrap(); // A wakes late; its result is refused.
+    a.stop().await;
+
+    let attempts = r.attempts();
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    let lost = &attempts[0];
+    assert_eq!(
+        (
+            lost.attempt,
+            lost.outcome,
+            lost.worker.as_deref(),
+            lost.kind.as_deref()
+        ),
+        (
+            1,
+            sk_runtime::AttemptOutcome::Lost,
+            Some(a_id.as_str()),
+            Some("worker_lost")
+        )
+    );
+    assert!(lost.message.as_deref().unwrap().starts_with("worker lost"));
+    assert_eq!(lost.started_at, Some(start), "A's claim time");
+    assert_eq!(
+        (attempts[1].attempt, attempts[1].worker.as_deref()),
+        (2, Some(b_id.as_str()))
+    );
+    assert_eq!(r.error_count, 1);
+    assert_eq!(r.first_attempt_at, Some(start), "the true first attempt");
+    db.drop().await;
+}

@@ -115,3 +115,24 @@ LANGUAGE sql AS $fn$
         d.task_posted_at_ts, d.task_locked_until_ts
     FROM dequeued d
 $fn$;
+
+-- The job record (seed 004's audit log): every attempt that did not succeed is kept in
+-- `task_errors` (attempt, worker, start, end, outcome, error), including a lease that ran
+-- out ("worker lost"), which the next claim records from the holder it replaces; the
+-- worker of the last recorded attempt and a handler's output sit beside them.
+ALTER TABLE __SCHEMA__.__PREFIX__tasks_queue_t
+    ADD COLUMN task_prev_locked_by varchar(255) NULL,
+    ADD COLUMN task_prev_claimed_at_ts timestamptz NULL;
+ALTER TABLE __SCHEMA__.__PREFIX__task_results_t
+    ADD COLUMN task_errors jsonb NOT NULL DEFAULT '[]',
+    ADD COLUMN task_last_locked_by varchar(255) NULL,
+    ADD COLUMN task_output text NULL;
+-- Errors recorded before version 4 become the first entry of the array.
+UPDATE __SCHEMA__.__PREFIX__task_results_t
+SET task_errors = jsonb_build_array(jsonb_build_object(
+        'attempt', task_error_count,
+        'started_at', task_last_processing_attempted_at_ts,
+        'outcome', CASE WHEN task_status = 6 THEN 'fatal' ELSE 'retried' END,
+        'kind', task_last_error_type, 'message', task_last_error_message,
+        'detail', task_last_error_detail, 'recoverable', task_last_error_is_recoverable))
+WHERE task_last_error_message IS NOT NULL;

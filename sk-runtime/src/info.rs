@@ -181,12 +181,98 @@ pub struct JobRecord {
     /// The worker holding it, while running.
     #[sqlx(rename = "task_locked_by")]
     pub locked_by: Option<String>,
+    /// Every attempt that did not succeed, oldest first: failures, and leases that ran out
+    /// ("worker lost"). [`JobRecord::attempts`] adds the successful one.
+    #[sqlx(rename = "task_errors", json)]
+    pub failed_attempts: Vec<Attempt>,
+    /// The worker of the last recorded attempt.
+    #[sqlx(rename = "task_last_locked_by")]
+    pub last_worker: Option<String>,
+    /// What the handler returned with `Ok`, as JSON (`None` for `()`); see
+    /// [`JobRecord::output`].
+    #[sqlx(rename = "task_output")]
+    pub output_json: Option<String>,
+}
+
+/// One recorded run of a job (seed 004's audit log).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[non_exhaustive]
+pub struct Attempt {
+    /// 1 for the first run, 2 for the first retry, ...
+    pub attempt: i32,
+    /// The worker that ran it (`task_locked_by`), where known.
+    #[serde(default)]
+    pub worker: Option<String>,
+    /// When it was claimed.
+    #[serde(default)]
+    pub started_at: Option<DateTime<Utc>>,
+    /// When its outcome was recorded (for a lost attempt: when the next claim noticed).
+    #[serde(default)]
+    pub ended_at: Option<DateTime<Utc>>,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The error's type (`"timeout"`, `"panic"`, `"worker_lost"`, ...), unless it succeeded.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// The error's message, unless it succeeded.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// The error's detail, where it had one.
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+/// How an [`Attempt`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AttemptOutcome {
+    /// It succeeded.
+    Processed,
+    /// It failed and the job was retried.
+    Retried,
+    /// It failed for good.
+    Fatal,
+    /// Its worker's lease ran out before it recorded an outcome (a crash, a stall, a lost
+    /// connection); it counts as a failed attempt.
+    Lost,
 }
 
 impl JobRecord {
     /// The status.
     pub fn status(&self) -> JobStatus {
         JobStatus::from_code(self.status_code)
+    }
+
+    /// Every recorded attempt, oldest first: the failed ones and, for a processed job,
+    /// the successful last one.
+    pub fn attempts(&self) -> Vec<Attempt> {
+        let mut all = self.failed_attempts.clone();
+        if self.status() == JobStatus::Processed {
+            all.push(Attempt {
+                attempt: all.last().map_or(1, |a| a.attempt + 1),
+                worker: self.last_worker.clone(),
+                started_at: self.last_attempt_at,
+                ended_at: self.finalized_at,
+                outcome: AttemptOutcome::Processed,
+                kind: None,
+                message: None,
+                detail: None,
+            });
+        }
+        all
+    }
+
+    /// The handler's `Ok` value, deserialized; `None` if it returned `()` or has not
+    /// succeeded.
+    ///
+    /// # Errors
+    /// The stored output is not a `T`.
+    pub fn output<T: serde::de::DeserializeOwned>(&self) -> Result<Option<T>, serde_json::Error> {
+        self.output_json
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
     }
 }
 

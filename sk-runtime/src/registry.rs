@@ -11,8 +11,10 @@ use serde::de::DeserializeOwned;
 use crate::error::{Error, JobError, Result};
 use crate::job::{Data, JobContext, JobOptions};
 
+/// What a run produced: the handler's `Ok` value as JSON (`None` for `()`), or its error.
+pub type JobOutcome = Result<Option<String>, JobError>;
 /// The future a handler returns.
-pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), JobError>> + Send>>;
+pub type HandlerFuture = Pin<Box<dyn Future<Output = JobOutcome> + Send>>;
 /// A handler's result: the payload and injected arguments are resolved before the future
 /// is built, so a bad payload is an error here and never a panic.
 pub type HandlerResult = Result<HandlerFuture, JobError>;
@@ -113,24 +115,34 @@ impl<T: Send + Sync + 'static> Inject for Data<T> {
     }
 }
 
-/// What a job fn may return: `()` or `Result<(), E>` with `E: Into<JobError>`.
+/// What a job fn may return: `()` or `Result<T, E>` with `T: Serialize` (stored as the
+/// job's output; `()` stores nothing) and `E: Into<JobError>`.
 pub trait IntoJobResult {
     /// Converts the fn's output.
     ///
     /// # Errors
     /// The fn returned an error.
-    fn into_job_result(self) -> Result<(), JobError>;
+    fn into_job_result(self) -> JobOutcome;
 }
 
 impl IntoJobResult for () {
-    fn into_job_result(self) -> Result<(), JobError> {
-        Ok(())
+    fn into_job_result(self) -> JobOutcome {
+        Ok(None)
     }
 }
 
-impl<E: Into<JobError>> IntoJobResult for Result<(), E> {
-    fn into_job_result(self) -> Result<(), JobError> {
-        self.map_err(Into::into)
+impl<T: serde::Serialize, E: Into<JobError>> IntoJobResult for Result<T, E> {
+    fn into_job_result(self) -> JobOutcome {
+        let value = self.map_err(Into::into)?;
+        match serde_json::to_string(&value) {
+            Ok(json) if json == "null" => Ok(None),
+            Ok(json) => Ok(Some(json)),
+            // The work is done: running it again would repeat it. Record the success.
+            Err(e) => {
+                tracing::warn!("sk: the job succeeded, but its output does not serialize ({e}); recorded without it");
+                Ok(None)
+            }
+        }
     }
 }
 

@@ -146,6 +146,8 @@ pub(crate) struct Lease {
 pub(crate) struct Success {
     pub(crate) lease: Lease,
     pub(crate) millis: i64,
+    /// The handler's `Ok` value as JSON, unless it returned `()`.
+    pub(crate) output: Option<String>,
 }
 
 /// A failed run to record.

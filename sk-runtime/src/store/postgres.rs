@@ -93,6 +93,7 @@ impl Statements {
                     et_last_updated_ts = EXCLUDED.et_last_updated_ts
             )"
         );
+        let lost_message = "'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)'";
         // The columns of a queue row that a results row repeats.
         let job_columns = "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts, task_claimed_at_ts";
         let job_columns_q = "q.task_id, q.task_type, q.task_source, q.task_queue, q.task_priority, q.task_posted_at_ts, q.task_claimed_at_ts";
@@ -106,7 +107,8 @@ impl Statements {
                 task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts,
                 task_status, task_error_count, task_last_error_type, task_last_error_message,
                 task_last_error_detail, task_last_error, task_last_error_is_recoverable,
-                task_processing_time_milliseconds, task_processing_finalized_at_ts, task_payload)
+                task_processing_time_milliseconds, task_processing_finalized_at_ts, task_payload,
+                task_last_locked_by, task_errors, task_output)
             SELECT task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
                 task_claimed_at_ts, task_claimed_at_ts,"
         );
@@ -115,7 +117,10 @@ impl Statements {
                     task_first_processing_attempted_at_ts =
                         coalesce(r.task_first_processing_attempted_at_ts, EXCLUDED.task_first_processing_attempted_at_ts),
                     task_last_processing_attempted_at_ts = EXCLUDED.task_last_processing_attempted_at_ts,
-                    task_payload = EXCLUDED.task_payload";
+                    task_payload = EXCLUDED.task_payload,
+                    task_last_locked_by = EXCLUDED.task_last_locked_by,
+                    task_errors = r.task_errors || EXCLUDED.task_errors,
+                    task_output = EXCLUDED.task_output";
         // One statement for a failed run: with a retry time ($4) the row waits again,
         // without one it leaves the queue; both fenced like `complete`.
         let fail = format!(
@@ -133,7 +138,12 @@ impl Statements {
                 {record_results}
                     $5, 1, $6, $7, $8, $12, $9, $10, CASE WHEN $4::timestamptz IS NULL THEN $11::timestamptz END,
                     -- A job that failed for good keeps its payload, to inspect or re-post.
-                    task_payload
+                    task_payload, $3,
+                    jsonb_build_array(jsonb_build_object('attempt', $2::int4, 'worker', $3::text,
+                        'started_at', task_claimed_at_ts, 'ended_at', $11::timestamptz,
+                        'outcome', CASE WHEN $4::timestamptz IS NULL THEN 'fatal' ELSE 'retried' END,
+                        'kind', $6::text, 'message', $7::text, 'detail', $8::text, 'recoverable', $9::bool)),
+                    NULL
                 FROM done
                 ON CONFLICT (task_id) DO UPDATE SET task_status = EXCLUDED.task_status,
                     task_error_count = r.task_error_count + 1,
@@ -233,35 +243,62 @@ impl Statements {
             // waiting on each other. Only the queue row is written; the claim time goes to
             // the results row at finalization.
             claim: format!(
+                // (`lost_message` is a SQL literal, below.)
                 // `= ANY(ARRAY(...))` makes the update a primary-key lookup per claimed id;
                 // written as a join, large batches got a hash join over a sequential scan
                 // of the whole queue table (docs/performance.md).
-                "UPDATE {q} q SET task_locked_until_ts = $5, task_locked_by = $6, task_attempt = q.task_attempt + 1,
-                    task_claimed_at_ts = $1
-                WHERE q.task_id = ANY(ARRAY(
-                    SELECT task_id FROM {q}
-                    WHERE task_locked_until_ts <= $1
-                      AND task_type = ANY($2)
-                      AND ($3::varchar[] IS NULL OR task_queue = ANY($3))
-                    ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
-                    LIMIT $4
-                    FOR UPDATE SKIP LOCKED))
-                RETURNING q.task_id, q.task_type, q.task_payload, q.task_attempt,
-                    q.task_max_attempts, q.task_priority, q.task_queue, q.task_posted_at_ts"
+                //
+                // A row still held by a worker when claimed had its lease run out: that
+                // worker is kept (`task_prev_*`, from the row's old values) and its attempt
+                // recorded as lost in the results row, which only such rows touch.
+                "WITH claimed AS (
+                    UPDATE {q} q SET task_locked_until_ts = $5, task_locked_by = $6, task_attempt = q.task_attempt + 1,
+                        task_claimed_at_ts = $1, task_prev_locked_by = q.task_locked_by,
+                        task_prev_claimed_at_ts = q.task_claimed_at_ts
+                    WHERE q.task_id = ANY(ARRAY(
+                        SELECT task_id FROM {q}
+                        WHERE task_locked_until_ts <= $1
+                          AND task_type = ANY($2)
+                          AND ($3::varchar[] IS NULL OR task_queue = ANY($3))
+                        ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
+                        LIMIT $4
+                        FOR UPDATE SKIP LOCKED))
+                    RETURNING q.task_id, q.task_type, q.task_payload, q.task_attempt, q.task_max_attempts,
+                        q.task_priority, q.task_queue, q.task_posted_at_ts, q.task_prev_locked_by,
+                        q.task_prev_claimed_at_ts
+                ), lost AS (
+                    UPDATE {r} r SET task_error_count = r.task_error_count + 1,
+                        task_first_processing_attempted_at_ts =
+                            coalesce(r.task_first_processing_attempted_at_ts, c.task_prev_claimed_at_ts),
+                        task_last_error_type = 'worker_lost', task_last_error_message = {lost_message},
+                        task_last_error_detail = NULL, task_last_error_is_recoverable = true,
+                        task_last_error = 'worker_lost: ' || {lost_message},
+                        task_last_locked_by = c.task_prev_locked_by,
+                        task_errors = r.task_errors || jsonb_build_array(jsonb_build_object(
+                            'attempt', c.task_attempt - 1, 'worker', c.task_prev_locked_by,
+                            'started_at', c.task_prev_claimed_at_ts, 'ended_at', $1::timestamptz,
+                            'outcome', 'lost', 'kind', 'worker_lost', 'message', {lost_message},
+                            'recoverable', true))
+                    FROM claimed c
+                    WHERE c.task_prev_locked_by IS NOT NULL AND r.task_id = c.task_id
+                )
+                SELECT task_id, task_type, task_payload, task_attempt, task_max_attempts, task_priority,
+                    task_queue, task_posted_at_ts
+                FROM claimed"
             ),
             // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
             // Runs with sequential scans off (`PgStore::batched`): a primary-key probe per job,
             // in the input's (task_id) order, as every batched statement (`in_lock_order`).
             complete: format!(
                 "WITH input AS (
-                    SELECT * FROM unnest($1::uuid[], $2::int4[], $3::int8[]) AS i(task_id, attempt, ms)
+                    SELECT * FROM unnest($1::uuid[], $2::int4[], $3::int8[], $6::text[]) AS i(task_id, attempt, ms, output)
                 ), done AS (
                     DELETE FROM {q} q USING input
                     WHERE q.task_id = input.task_id AND q.task_attempt = input.attempt AND q.task_locked_by = $4
-                    RETURNING {job_columns_q}, input.ms
+                    RETURNING {job_columns_q}, input.ms, input.output
                 ), res AS (
                     {record_results}
-                        3, 0, NULL, NULL, NULL, NULL, false, ms, $5::timestamptz, NULL
+                        3, 0, NULL, NULL, NULL, NULL, false, ms, $5::timestamptz, NULL, $4, '[]', output
                     FROM done
                     ON CONFLICT (task_id) DO UPDATE SET task_status = 3,
                         {update_results}
@@ -317,7 +354,8 @@ impl Statements {
                     CASE WHEN q.task_locked_by IS NOT NULL THEN q.task_claimed_at_ts
                          ELSE r.task_last_processing_attempted_at_ts END AS task_last_processing_attempted_at_ts,
                     r.task_processing_finalized_at_ts,
-                    q.task_attempt, q.task_max_attempts, q.task_locked_until_ts, q.task_locked_by
+                    q.task_attempt, q.task_max_attempts, q.task_locked_until_ts, q.task_locked_by,
+                    coalesce(r.task_errors, '[]') AS task_errors, r.task_last_locked_by, r.task_output
                  FROM (SELECT $1::uuid AS id) k
                  LEFT JOIN {r} r ON r.task_id = k.id
                  LEFT JOIN {q} q ON q.task_id = k.id
@@ -732,6 +770,7 @@ impl PgStore {
         let ids: Vec<Uuid> = done.iter().map(|s| s.lease.id).collect();
         let attempts: Vec<i32> = done.iter().map(|s| s.lease.attempt).collect();
         let millis: Vec<i64> = done.iter().map(|s| s.millis).collect();
+        let outputs: Vec<Option<&str>> = done.iter().map(|s| s.output.as_deref()).collect();
         let mut conn = self.acquire().await?;
         let mut tx = Self::batched(&mut conn)
             .await
@@ -742,6 +781,7 @@ impl PgStore {
             .bind(millis)
             .bind(&self.worker_id)
             .bind(now)
+            .bind(outputs)
             .fetch_all(&mut *tx)
             .await
             .map_err(|e| self.lost(e))?;

@@ -22,7 +22,7 @@ pub(super) enum Completion {
         lease: Lease,
         max_attempts: i32,
         registration: &'static Registration,
-        result: Result<(), JobError>,
+        result: crate::registry::JobOutcome,
         millis: i64,
         /// The job's concurrency slot, freed once the outcome is written.
         slot: OwnedSemaphorePermit,
@@ -50,7 +50,7 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         match completion {
             Completion::Finished {
                 lease,
-                result: Ok(()),
+                result: Ok(output),
                 millis,
                 registration,
                 slot,
@@ -58,7 +58,11 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
             } => {
                 slots.push(slot);
                 tracing::debug!(id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, millis, "sk: job succeeded");
-                successes.push(Success { lease, millis });
+                successes.push(Success {
+                    lease,
+                    millis,
+                    output,
+                });
             }
             Completion::Finished {
                 lease,

@@ -13,7 +13,7 @@ use super::completer::Completion;
 use super::{RunState, Running, Shared};
 use crate::error::JobError;
 use crate::job::JobContext;
-use crate::registry::{HandlerInput, Registration};
+use crate::registry::{HandlerInput, JobOutcome, Registration};
 use crate::store::{ClaimedJob, Lease};
 
 pub(super) fn spawn(
@@ -155,7 +155,7 @@ async fn execute(
     registration: &'static Registration,
     job: ClaimedJob,
     cancel: CancellationToken,
-) -> Result<(), JobError> {
+) -> JobOutcome {
     let ctx = JobContext {
         id: job.task_id,
         task_type: job.task_type.into(),
