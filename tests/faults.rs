@@ -664,10 +664,22 @@ async fn a_stale_worker_resumed_after_its_lease_is_fenced() {
         runs.iter().map(|r| r.1 as u32).collect::<Vec<_>>(),
         [a.pid(), b.pid()]
     );
+    // A's attempt is on record as lost (one error); B's result is the job's.
     let after = db.job(id).await;
     assert_eq!(
         (after.status(), after.finalized_at, after.error_count),
-        (JobStatus::Processed, r.finalized_at, 0)
+        (JobStatus::Processed, r.finalized_at, 1)
+    );
+    assert_eq!(
+        after
+            .attempts()
+            .iter()
+            .map(|a| (a.attempt, a.outcome, a.worker.as_deref()))
+            .collect::<Vec<_>>(),
+        [
+            (1, sk_runtime::AttemptOutcome::Lost, Some("stale-a")),
+            (2, sk_runtime::AttemptOutcome::Processed, Some("stale-b")),
+        ]
     );
     assert_each_job_finished_once(&db, &ids).await;
     assert!(

@@ -975,9 +975,10 @@ async fn a_worker_that_lost_its_lease_cannot_finalize() {
     .unwrap();
     assert_eq!(fenced, 1, "worker A's late result was refused");
     let after = db.job(id).await;
+    // A's attempt counts as failed ("worker lost", recorded by B's claim), once.
     assert_eq!(
         (after.status(), after.error_count, after.finalized_at),
-        (JobStatus::Processed, 0, r.finalized_at)
+        (JobStatus::Processed, 1, r.finalized_at)
     );
     let finalizations: i64 = sqlx::query_scalar(
         "SELECT sum(et_n_execution_cycles)::int8 FROM sk_task_execution_time_stats_t WHERE et_payload_type = 'gated'",

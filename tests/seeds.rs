@@ -502,3 +502,112 @@ async fn a_lease_that_ran_out_is_an_attempt_on_record() {
     assert_eq!(r.first_attempt_at, Some(start), "the true first attempt");
     db.drop().await;
 }
+
+/// Reports its tenant, correlation id and metadata, and enqueues a child job (without a
+/// correlation id of its own) when `child` is set.
+#[sk_runtime::job]
+async fn tagged(
+    child: bool,
+    ctx: sk_runtime::JobContext,
+    seen: sk_runtime::Data<tokio::sync::mpsc::UnboundedSender<Seen>>,
+    pool: sk_runtime::Data<sqlx::PgPool>,
+) -> Result<(), sk_runtime::JobError> {
+    let _ = seen.send(Seen {
+        id: ctx.id(),
+        tenant: ctx.tenant().map(str::to_owned),
+        correlation_id: ctx.correlation_id().map(str::to_owned),
+        metadata: ctx.metadata().cloned(),
+    });
+    if child {
+        Tagged::new(false).enqueue(&*pool).await?;
+    }
+    Ok(())
+}
+
+/// What `tagged` saw.
+#[derive(Debug)]
+struct Seen {
+    id: Uuid,
+    tenant: Option<String>,
+    correlation_id: Option<String>,
+    metadata: Option<serde_json::Value>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_correlation_id_and_metadata_travel_with_the_job() {
+    let db = TestDb::new().await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Seen>();
+    let metadata = serde_json::json!({"customer": 42, "tags": ["vip"]});
+    let parent = Tagged::new(true)
+        .with_tenant("acme")
+        .with_correlation_id("order-7")
+        .with_metadata(metadata.clone())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let other_tenant = Tagged::new(false)
+        .with_tenant("globex")
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    // A worker for tenant acme only.
+    let w = RunningWorker::start(
+        worker(&db, &[Tagged::TASK_TYPE])
+            .tenants(["acme"])
+            .data(tx.clone())
+            .data(db.pool.clone()),
+    );
+    let seen = recv(&mut rx, "the parent job", T).await;
+    assert_eq!(
+        (
+            seen.id,
+            seen.tenant.as_deref(),
+            seen.correlation_id.as_deref(),
+            seen.metadata.as_ref()
+        ),
+        (parent, Some("acme"), Some("order-7"), Some(&metadata))
+    );
+    let r = db
+        .wait_job(parent, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    assert_eq!(
+        (r.tenant.as_deref(), r.correlation_id.as_deref()),
+        (Some("acme"), Some("order-7"))
+    );
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(r.metadata.as_deref().unwrap()).unwrap(),
+        metadata
+    );
+    // The child has no tenant, so this worker leaves it; a worker for all tenants runs it,
+    // and the globex job.
+    w.stop().await;
+    let all = RunningWorker::start(
+        worker(&db, &[Tagged::TASK_TYPE])
+            .data(tx)
+            .data(db.pool.clone()),
+    );
+    let mut later = [
+        recv(&mut rx, "the child or the globex job", T).await,
+        recv(&mut rx, "the child or the globex job", T).await,
+    ];
+    later.sort_by_key(|s| s.id == other_tenant);
+    all.stop().await;
+    let (child, globex) = (&later[0], &later[1]);
+    assert_eq!(
+        (child.tenant.as_deref(), child.correlation_id.as_deref()),
+        (None, Some("order-7")),
+        "the child inherits the correlation id"
+    );
+    assert_eq!(globex.tenant.as_deref(), Some("globex"));
+
+    let error = Tagged::new(false)
+        .with_metadata(serde_json::json!([1, 2]))
+        .enqueue(&db.pool)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid metadata: must be a JSON object, not [1,2]"
+    );
+    db.drop().await;
+}

@@ -136,3 +136,21 @@ SET task_errors = jsonb_build_array(jsonb_build_object(
         'kind', task_last_error_type, 'message', task_last_error_message,
         'detail', task_last_error_detail, 'recoverable', task_last_error_is_recoverable))
 WHERE task_last_error_message IS NOT NULL;
+
+-- Seed 002's fields: tenant, correlation id and user metadata (a JSON object) on every
+-- job, in the queue row (workers filter by tenant; the context shows all three) and the
+-- results row, indexed there for the lookups by tenant and by correlation id. Jobs
+-- without them write no index entry.
+ALTER TABLE __SCHEMA__.__PREFIX__tasks_queue_t
+    ADD COLUMN task_tenant varchar(255) NULL,
+    ADD COLUMN task_correlation_id varchar(255) NULL,
+    ADD COLUMN task_metadata jsonb NULL;
+ALTER TABLE __SCHEMA__.__PREFIX__task_results_t
+    ADD COLUMN task_tenant varchar(255) NULL,
+    ADD COLUMN task_correlation_id varchar(255) NULL,
+    ADD COLUMN task_metadata jsonb NULL;
+CREATE INDEX __PREFIX__task_results_tenant_idx ON __SCHEMA__.__PREFIX__task_results_t (task_tenant)
+    WHERE task_tenant IS NOT NULL;
+CREATE INDEX __PREFIX__task_results_correlation_idx
+    ON __SCHEMA__.__PREFIX__task_results_t (task_correlation_id)
+    WHERE task_correlation_id IS NOT NULL;

@@ -239,6 +239,21 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
                 ::sk_runtime::Enqueue::new(self).with_max_payload(bytes)
             }
 
+            /// Enqueues the job for a tenant.
+            #vis fn with_tenant(self, tenant: impl ::core::convert::Into<::std::string::String>) -> ::sk_runtime::Enqueue<Self> {
+                ::sk_runtime::Enqueue::new(self).with_tenant(tenant)
+            }
+
+            /// Sets the job's correlation id (otherwise inherited from a running job).
+            #vis fn with_correlation_id(self, id: impl ::core::convert::Into<::std::string::String>) -> ::sk_runtime::Enqueue<Self> {
+                ::sk_runtime::Enqueue::new(self).with_correlation_id(id)
+            }
+
+            /// Attaches user metadata, a JSON object.
+            #vis fn with_metadata(self, metadata: #p::serde_json::Value) -> ::sk_runtime::Enqueue<Self> {
+                ::sk_runtime::Enqueue::new(self).with_metadata(metadata)
+            }
+
             /// Enqueues into another schema/prefix than the default `public.sk_*`.
             #vis fn with_schema(self, schema: &::sk_runtime::Schema) -> ::sk_runtime::Enqueue<Self> {
                 ::sk_runtime::Enqueue::new(self).with_schema(schema)

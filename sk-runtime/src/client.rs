@@ -41,6 +41,9 @@ pub struct Enqueue<J> {
     queue: Option<String>,
     source: Option<String>,
     unique_key: Option<String>,
+    tenant: Option<String>,
+    correlation_id: Option<String>,
+    metadata: Option<serde_json::Value>,
     schema: Option<Schema>,
     max_payload: usize,
 }
@@ -62,6 +65,9 @@ impl<J: Job> Enqueue<J> {
             queue: None,
             source: None,
             unique_key: None,
+            tenant: None,
+            correlation_id: None,
+            metadata: None,
             schema: None,
             max_payload: DEFAULT_MAX_PAYLOAD_BYTES,
         }
@@ -100,6 +106,28 @@ impl<J: Job> Enqueue<J> {
     /// Enqueues only if no job with this key was ever posted (until its result is pruned).
     pub fn with_unique_key(mut self, key: impl Into<String>) -> Self {
         self.unique_key = Some(key.into());
+        self
+    }
+
+    /// Enqueues the job for `tenant` (seed 002); workers can be limited to tenants with
+    /// [`WorkerBuilder::tenants`](crate::WorkerBuilder::tenants).
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Sets the job's correlation id (seed 002), to find every job of one request or
+    /// workflow. Without one, a job enqueued from inside a running job's handler (on the
+    /// handler's own task) inherits that job's correlation id.
+    pub fn with_correlation_id(mut self, id: impl Into<String>) -> Self {
+        self.correlation_id = Some(id.into());
+        self
+    }
+
+    /// Attaches user metadata (seed 002's user-defined fields): a JSON object, stored with
+    /// the job and shown in its context and record.
+    pub fn with_metadata(mut self, metadata: serde_json::Value) -> Self {
+        self.metadata = Some(metadata);
         self
     }
 
@@ -184,6 +212,27 @@ impl<J: Job> Enqueue<J> {
         if let Some(key) = &self.unique_key {
             check_name("unique key", key)?;
         }
+        if let Some(tenant) = &self.tenant {
+            check_name("tenant", tenant)?;
+        }
+        let correlation_id = self
+            .correlation_id
+            .or_else(crate::job::inherited_correlation_id);
+        if let Some(id) = &correlation_id {
+            check_name("correlation id", id)?;
+        }
+        let metadata = match self.metadata {
+            None => None,
+            Some(serde_json::Value::Object(map)) => {
+                Some(serde_json::Value::Object(map).to_string())
+            }
+            Some(other) => {
+                return Err(Error::invalid(
+                    "metadata",
+                    format!("must be a JSON object, not {other}"),
+                ))
+            }
+        };
         let run_at = match (self.run_at, self.delay) {
             (Some(at), _) => at,
             (None, Some(delay)) => crate::clock::add(now, delay),
@@ -199,6 +248,9 @@ impl<J: Job> Enqueue<J> {
             run_at,
             max_attempts: J::OPTIONS.max_attempts,
             unique_key: self.unique_key,
+            tenant: self.tenant,
+            correlation_id,
+            metadata,
         })
     }
 }

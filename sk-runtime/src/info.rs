@@ -192,6 +192,15 @@ pub struct JobRecord {
     /// [`JobRecord::output`].
     #[sqlx(rename = "task_output")]
     pub output_json: Option<String>,
+    /// The tenant it was enqueued for.
+    #[sqlx(rename = "task_tenant")]
+    pub tenant: Option<String>,
+    /// Its correlation id.
+    #[sqlx(rename = "task_correlation_id")]
+    pub correlation_id: Option<String>,
+    /// Its metadata, a JSON object as text.
+    #[sqlx(rename = "task_metadata")]
+    pub metadata: Option<String>,
 }
 
 /// One recorded run of a job (seed 004's audit log).

@@ -89,7 +89,24 @@ pub struct JobContext {
     pub(crate) max_attempts: i32,
     pub(crate) priority: i32,
     pub(crate) posted_at: DateTime<Utc>,
+    pub(crate) tenant: Option<Arc<str>>,
+    pub(crate) correlation_id: Option<Arc<str>>,
+    pub(crate) metadata: Option<Arc<serde_json::Value>>,
     pub(crate) cancel: CancellationToken,
+}
+
+tokio::task_local! {
+    /// The correlation id of the job whose handler is running on this task, so that a job
+    /// it enqueues inherits it.
+    pub(crate) static CURRENT_CORRELATION: Option<Arc<str>>;
+}
+
+/// The correlation id a job enqueued here inherits: that of the job running on this task.
+pub(crate) fn inherited_correlation_id() -> Option<String> {
+    CURRENT_CORRELATION
+        .try_with(|c| c.as_deref().map(str::to_owned))
+        .ok()
+        .flatten()
 }
 
 impl JobContext {
@@ -120,6 +137,19 @@ impl JobContext {
     /// When the job was enqueued.
     pub fn posted_at(&self) -> DateTime<Utc> {
         self.posted_at
+    }
+    /// The tenant it was enqueued for, if any.
+    pub fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+    /// Its correlation id, if any: given at enqueue, or inherited from the job that
+    /// enqueued it.
+    pub fn correlation_id(&self) -> Option<&str> {
+        self.correlation_id.as_deref()
+    }
+    /// Its metadata (a JSON object), if any.
+    pub fn metadata(&self) -> Option<&serde_json::Value> {
+        self.metadata.as_deref()
     }
     /// Whether the worker asked this job to stop (graceful shutdown or a lost lease). A
     /// job that stops then returns [`JobError::interrupted`](crate::JobError::interrupted)

@@ -69,7 +69,8 @@ pub use worker::{migrate, Worker, WorkerBuilder};
 /// arguments (serialized with serde, so each must be `Serialize + DeserializeOwned`),
 /// with `new(..)`, `enqueue(executor)`, `enqueue_many(executor, jobs)` and per-call
 /// overrides (`with_priority`, `run_at`, `run_after`, `with_queue`, `with_source`,
-/// `with_unique_key`, `with_max_payload`, `with_schema`) that return an [`Enqueue`]. The
+/// `with_unique_key`, `with_max_payload`, `with_schema`, `with_tenant`,
+/// `with_correlation_id`, `with_metadata`) that return an [`Enqueue`]. The
 /// type is `Clone` (so each payload argument must be) and `Debug` (showing each field as
 /// its JSON). The job registers itself at link time.
 ///
@@ -139,6 +140,7 @@ pub mod __private {
     };
     pub use inventory;
     pub use serde;
+    pub use serde_json;
     pub use sqlx::PgExecutor;
     pub use std::time::Duration;
     pub use uuid::Uuid;

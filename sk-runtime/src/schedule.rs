@@ -192,6 +192,9 @@ async fn enqueue(
         run_at: tick,
         max_attempts: entry.options.max_attempts,
         unique_key: Some(format!("{}@{}", entry.key_prefix, tick.to_rfc3339())),
+        tenant: None,
+        correlation_id: None,
+        metadata: None,
     };
     let mut conn = shared.store.acquire().await?;
     let id = postgres::enqueue_one(&mut *conn, &shared.store.schema, job, now).await?;

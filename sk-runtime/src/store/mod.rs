@@ -119,6 +119,10 @@ pub(crate) struct NewJob {
     pub(crate) run_at: DateTime<Utc>,
     pub(crate) max_attempts: i32,
     pub(crate) unique_key: Option<String>,
+    pub(crate) tenant: Option<String>,
+    pub(crate) correlation_id: Option<String>,
+    /// A JSON object.
+    pub(crate) metadata: Option<String>,
 }
 
 /// A job this worker now holds a lease on.
@@ -133,6 +137,9 @@ pub(crate) struct ClaimedJob {
     pub(crate) task_priority: i32,
     pub(crate) task_queue: String,
     pub(crate) task_posted_at_ts: DateTime<Utc>,
+    pub(crate) task_tenant: Option<String>,
+    pub(crate) task_correlation_id: Option<String>,
+    pub(crate) task_metadata: Option<String>,
 }
 
 /// The fencing token of one claim: a finalization must present both.

@@ -95,8 +95,11 @@ impl Statements {
         );
         let lost_message = "'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)'";
         // The columns of a queue row that a results row repeats.
-        let job_columns = "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts, task_claimed_at_ts";
-        let job_columns_q = "q.task_id, q.task_type, q.task_source, q.task_queue, q.task_priority, q.task_posted_at_ts, q.task_claimed_at_ts";
+        let job_columns =
+            "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
+            task_claimed_at_ts, task_tenant, task_correlation_id, task_metadata";
+        let job_columns_q = "q.task_id, q.task_type, q.task_source, q.task_queue, q.task_priority,
+            q.task_posted_at_ts, q.task_claimed_at_ts, q.task_tenant, q.task_correlation_id, q.task_metadata";
         // Writes the outcome of the runs in CTE `done` (`job_columns` and `ms`) into their
         // results rows. sk's enqueue wrote those rows; a job posted by another producer (a
         // plain INSERT into the queue, as seed producers do) gets its row here, so every
@@ -108,7 +111,7 @@ impl Statements {
                 task_status, task_error_count, task_last_error_type, task_last_error_message,
                 task_last_error_detail, task_last_error, task_last_error_is_recoverable,
                 task_processing_time_milliseconds, task_processing_finalized_at_ts, task_payload,
-                task_last_locked_by, task_errors, task_output)
+                task_last_locked_by, task_errors, task_output, task_tenant, task_correlation_id, task_metadata)
             SELECT task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
                 task_claimed_at_ts, task_claimed_at_ts,"
         );
@@ -143,7 +146,7 @@ impl Statements {
                         'started_at', task_claimed_at_ts, 'ended_at', $11::timestamptz,
                         'outcome', CASE WHEN $4::timestamptz IS NULL THEN 'fatal' ELSE 'retried' END,
                         'kind', $6::text, 'message', $7::text, 'detail', $8::text, 'recoverable', $9::bool)),
-                    NULL
+                    NULL, task_tenant, task_correlation_id, task_metadata
                 FROM done
                 ON CONFLICT (task_id) DO UPDATE SET task_status = EXCLUDED.task_status,
                     task_error_count = r.task_error_count + 1,
@@ -158,6 +161,8 @@ impl Statements {
             SELECT count(*) FROM done",
             stats.replace("$now", "$11").replace("$owner", "$3")
         );
+        // Seed 002's fields, in both tables.
+        let seed002 = "task_tenant, task_correlation_id, task_metadata";
         // Only keyed rows are in the unique index (migration 3), so only they can conflict.
         let on_key_conflict =
             "ON CONFLICT (task_unique_key) WHERE task_unique_key IS NOT NULL DO NOTHING";
@@ -167,14 +172,14 @@ impl Statements {
             enqueue_one: format!(
                 "WITH res AS (
                     INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status,
-                        task_priority, task_unique_key, task_posted_at_ts)
-                    VALUES ($1, $2, $3, $5, 1, $6, $7, $8)
+                        task_priority, task_unique_key, task_posted_at_ts, {seed002})
+                    VALUES ($1, $2, $3, $5, 1, $6, $7, $8, $12, $13, $14::jsonb)
                     {on_key_conflict}
                     RETURNING task_id
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
-                    SELECT task_id, $2, $3, $4, $6, $8, $9, $5, $10 FROM res
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002})
+                    SELECT task_id, $2, $3, $4, $6, $8, $9, $5, $10, $12, $13, $14::jsonb FROM res
                     RETURNING task_id
                 )
                 SELECT (SELECT task_id FROM q) FROM (SELECT pg_notify($11, '')) AS notify"
@@ -184,17 +189,18 @@ impl Statements {
             enqueue_many: format!(
                 "WITH input AS (
                     SELECT * FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::text[], $5::varchar[],
-                        $6::int4[], $7::timestamptz[], $8::int4[])
-                    AS i(task_id, task_type, task_source, payload, task_queue, task_priority, run_at, max_attempts)
+                        $6::int4[], $7::timestamptz[], $8::int4[], $11::varchar[], $12::varchar[], $13::jsonb[])
+                    AS i(task_id, task_type, task_source, payload, task_queue, task_priority, run_at, max_attempts,
+                        {seed002})
                 ), res AS (
                     INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
-                        task_posted_at_ts)
-                    SELECT task_id, task_type, task_source, task_queue, 1, task_priority, $9 FROM input
+                        task_posted_at_ts, {seed002})
+                    SELECT task_id, task_type, task_source, task_queue, 1, task_priority, $9, {seed002} FROM input
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002})
                     SELECT task_id, task_type, task_source, payload, task_priority, $9, run_at, task_queue,
-                        max_attempts
+                        max_attempts, {seed002}
                     FROM input
                 )
                 SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
@@ -206,12 +212,12 @@ impl Statements {
                     SELECT * FROM unnest($1::uuid[], $2::text[]) AS i(task_id, payload)
                 ), res AS (
                     INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
-                        task_posted_at_ts)
-                    SELECT task_id, $3, $4, $5, 1, $6, $9 FROM input
+                        task_posted_at_ts, {seed002})
+                    SELECT task_id, $3, $4, $5, 1, $6, $9, $11, $12, $13::jsonb FROM input
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
-                    SELECT task_id, $3, $4, payload, $6, $9, $7, $5, $8 FROM input
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002})
+                    SELECT task_id, $3, $4, payload, $6, $9, $7, $5, $8, $11, $12, $13::jsonb FROM input
                 )
                 SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
             ),
@@ -220,20 +226,22 @@ impl Statements {
             enqueue_many_keyed: format!(
                 "WITH input AS (
                     SELECT * FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::text[], $5::varchar[],
-                        $6::int4[], $7::timestamptz[], $8::int4[], $11::varchar[]) WITH ORDINALITY
+                        $6::int4[], $7::timestamptz[], $8::int4[], $14::varchar[], $11::varchar[], $12::varchar[],
+                        $13::jsonb[]) WITH ORDINALITY
                     AS i(task_id, task_type, task_source, payload, task_queue, task_priority, run_at, max_attempts,
-                        unique_key, ord)
+                        unique_key, {seed002}, ord)
                 ), res AS (
                     INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
-                        task_unique_key, task_posted_at_ts)
-                    SELECT task_id, task_type, task_source, task_queue, 1, task_priority, unique_key, $9 FROM input
+                        task_unique_key, task_posted_at_ts, {seed002})
+                    SELECT task_id, task_type, task_source, task_queue, 1, task_priority, unique_key, $9, {seed002}
+                    FROM input
                     {on_key_conflict}
                     RETURNING task_id
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002})
                     SELECT i.task_id, i.task_type, i.task_source, i.payload, i.task_priority, $9, i.run_at,
-                        i.task_queue, i.max_attempts
+                        i.task_queue, i.max_attempts, i.task_tenant, i.task_correlation_id, i.task_metadata
                     FROM res JOIN input i USING (task_id) ORDER BY i.ord
                 )
                 SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
@@ -260,12 +268,13 @@ impl Statements {
                         WHERE task_locked_until_ts <= $1
                           AND task_type = ANY($2)
                           AND ($3::varchar[] IS NULL OR task_queue = ANY($3))
+                          AND ($7::varchar[] IS NULL OR task_tenant = ANY($7))
                         ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
                         LIMIT $4
                         FOR UPDATE SKIP LOCKED))
                     RETURNING q.task_id, q.task_type, q.task_payload, q.task_attempt, q.task_max_attempts,
                         q.task_priority, q.task_queue, q.task_posted_at_ts, q.task_prev_locked_by,
-                        q.task_prev_claimed_at_ts
+                        q.task_prev_claimed_at_ts, q.task_tenant, q.task_correlation_id, q.task_metadata::text
                 ), lost AS (
                     UPDATE {r} r SET task_error_count = r.task_error_count + 1,
                         task_first_processing_attempted_at_ts =
@@ -283,7 +292,7 @@ impl Statements {
                     WHERE c.task_prev_locked_by IS NOT NULL AND r.task_id = c.task_id
                 )
                 SELECT task_id, task_type, task_payload, task_attempt, task_max_attempts, task_priority,
-                    task_queue, task_posted_at_ts
+                    task_queue, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata
                 FROM claimed"
             ),
             // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
@@ -298,7 +307,8 @@ impl Statements {
                     RETURNING {job_columns_q}, input.ms, input.output
                 ), res AS (
                     {record_results}
-                        3, 0, NULL, NULL, NULL, NULL, false, ms, $5::timestamptz, NULL, $4, '[]', output
+                        3, 0, NULL, NULL, NULL, NULL, false, ms, $5::timestamptz, NULL, $4, '[]', output,
+                        task_tenant, task_correlation_id, task_metadata
                     FROM done
                     ON CONFLICT (task_id) DO UPDATE SET task_status = 3,
                         {update_results}
@@ -355,7 +365,10 @@ impl Statements {
                          ELSE r.task_last_processing_attempted_at_ts END AS task_last_processing_attempted_at_ts,
                     r.task_processing_finalized_at_ts,
                     q.task_attempt, q.task_max_attempts, q.task_locked_until_ts, q.task_locked_by,
-                    coalesce(r.task_errors, '[]') AS task_errors, r.task_last_locked_by, r.task_output
+                    coalesce(r.task_errors, '[]') AS task_errors, r.task_last_locked_by, r.task_output,
+                    coalesce(r.task_tenant, q.task_tenant) AS task_tenant,
+                    coalesce(r.task_correlation_id, q.task_correlation_id) AS task_correlation_id,
+                    coalesce(r.task_metadata, q.task_metadata)::text AS task_metadata
                  FROM (SELECT $1::uuid AS id) k
                  LEFT JOIN {r} r ON r.task_id = k.id
                  LEFT JOIN {q} q ON q.task_id = k.id
@@ -475,6 +488,9 @@ pub(crate) async fn enqueue_one<'e, E: PgExecutor<'e>>(
         .bind(job.run_at)
         .bind(job.max_attempts)
         .bind(&sql.channel)
+        .bind(job.tenant)
+        .bind(job.correlation_id)
+        .bind(job.metadata)
         .fetch_one(executor)
         .await?;
     Ok(id)
@@ -498,11 +514,19 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
             && j.priority == first.priority
             && j.run_at == first.run_at
             && j.max_attempts == first.max_attempts
+            && j.tenant == first.tenant
+            && j.correlation_id == first.correlation_id
+            && j.metadata == first.metadata
     });
     if uniform {
         let (task_type, source, queue) =
             (first.task_type, first.source.clone(), first.queue.clone());
         let (priority, run_at, max_attempts) = (first.priority, first.run_at, first.max_attempts);
+        let (tenant, correlation_id, metadata) = (
+            first.tenant.clone(),
+            first.correlation_id.clone(),
+            first.metadata.clone(),
+        );
         let (ids, payloads): (Vec<Uuid>, Vec<String>) =
             jobs.into_iter().map(|j| (j.id, j.payload)).unzip();
         sqlx::query(&schema.sql.enqueue_many_uniform)
@@ -516,6 +540,9 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
             .bind(max_attempts)
             .bind(now)
             .bind(&schema.sql.channel)
+            .bind(tenant)
+            .bind(correlation_id)
+            .bind(metadata)
             .execute(executor)
             .await?;
         return Ok(());
@@ -542,6 +569,10 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
         .bind(columns.max_attempts)
         .bind(now)
         .bind(&schema.sql.channel);
+    query = query
+        .bind(columns.tenants)
+        .bind(columns.correlation_ids)
+        .bind(columns.metadata);
     if keyed {
         query = query.bind(columns.keys);
     }
@@ -561,6 +592,9 @@ struct Columns {
     run_ats: Vec<DateTime<Utc>>,
     max_attempts: Vec<i32>,
     keys: Vec<Option<String>>,
+    tenants: Vec<Option<String>>,
+    correlation_ids: Vec<Option<String>>,
+    metadata: Vec<Option<String>>,
 }
 
 impl Columns {
@@ -575,6 +609,9 @@ impl Columns {
             run_ats: Vec::with_capacity(n),
             max_attempts: Vec::with_capacity(n),
             keys: Vec::with_capacity(n),
+            tenants: Vec::with_capacity(n),
+            correlation_ids: Vec::with_capacity(n),
+            metadata: Vec::with_capacity(n),
         }
     }
 
@@ -588,6 +625,9 @@ impl Columns {
         self.run_ats.push(job.run_at);
         self.max_attempts.push(job.max_attempts);
         self.keys.push(job.unique_key);
+        self.tenants.push(job.tenant);
+        self.correlation_ids.push(job.correlation_id);
+        self.metadata.push(job.metadata);
     }
 }
 
@@ -734,6 +774,7 @@ impl PgStore {
         &self,
         task_types: &[String],
         queues: Option<&[String]>,
+        tenants: Option<&[String]>,
         limit: i64,
         now: DateTime<Utc>,
         lease_until: DateTime<Utc>,
@@ -745,6 +786,7 @@ impl PgStore {
             .bind(limit)
             .bind(lease_until)
             .bind(&self.worker_id)
+            .bind(tenants)
             .fetch_all(&mut *self.acquire().await?)
             .await
             .map_err(|e| self.lost(e))

@@ -164,8 +164,16 @@ async fn execute(
         max_attempts: job.task_max_attempts,
         priority: job.task_priority,
         posted_at: job.task_posted_at_ts,
+        tenant: job.task_tenant.map(Into::into),
+        correlation_id: job.task_correlation_id.map(Into::into),
+        // Written by sk as a JSON object; anything else another producer wrote is shown
+        // as it is.
+        metadata: job
+            .task_metadata
+            .map(|m| Arc::new(serde_json::from_str(&m).unwrap_or(serde_json::Value::String(m)))),
         cancel,
     };
+    let correlation = ctx.correlation_id.clone();
     let input = HandlerInput {
         payload: job.task_payload,
         ctx,
@@ -177,7 +185,8 @@ async fn execute(
         Ok(Err(error)) => return Err(error),
         Err(panic) => return Err(panic_error(&*panic)),
     };
-    let future = AssertUnwindSafe(future).catch_unwind();
+    let future =
+        crate::job::CURRENT_CORRELATION.scope(correlation, AssertUnwindSafe(future).catch_unwind());
     let outcome = match registration.options.timeout {
         Some(limit) => match tokio::time::timeout(limit, future).await {
             Ok(outcome) => outcome,

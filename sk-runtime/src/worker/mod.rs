@@ -48,6 +48,7 @@ pub struct WorkerBuilder {
     pool: PgPool,
     config: Config,
     queues: Option<Vec<String>>,
+    tenants: Option<Vec<String>>,
     only: Option<Vec<String>>,
     data: DataMap,
     schema: Schema,
@@ -88,6 +89,17 @@ impl WorkerBuilder {
         S: Into<String>,
     {
         self.queues = Some(queues.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Only take jobs of these tenants (default: every job, with a tenant or without).
+    /// An empty list is refused by [`WorkerBuilder::build`].
+    pub fn tenants<I, S>(mut self, tenants: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tenants = Some(tenants.into_iter().map(Into::into).collect());
         self
     }
 
@@ -247,7 +259,11 @@ impl WorkerBuilder {
                 "must be longer than zero and shorter than the lease",
             ));
         }
-        for (what, list) in [("queues", &self.queues), ("task types", &self.only)] {
+        for (what, list) in [
+            ("queues", &self.queues),
+            ("tenants", &self.tenants),
+            ("task types", &self.only),
+        ] {
             if list.as_ref().is_some_and(Vec::is_empty) {
                 return Err(Error::invalid(
                     what,
@@ -257,6 +273,9 @@ impl WorkerBuilder {
         }
         for queue in self.queues.iter().flatten() {
             crate::client::check_name("queue name", queue)?;
+        }
+        for tenant in self.tenants.iter().flatten() {
+            crate::client::check_name("tenant", tenant)?;
         }
         let registry = Registry::collect(self.only.as_deref(), &self.data)?;
         if registry.jobs.is_empty() {
@@ -288,6 +307,7 @@ impl WorkerBuilder {
                 registry,
                 schedules,
                 queues: self.queues,
+                tenants: self.tenants,
                 data: Arc::new(self.data),
                 clock: self.clock,
                 slots: Arc::new(Semaphore::new(config.concurrency)),
@@ -315,6 +335,7 @@ pub(crate) struct Shared {
     pub(crate) schedules: crate::schedule::Schedules,
     pub(crate) task_types: Vec<String>,
     pub(crate) queues: Option<Vec<String>>,
+    pub(crate) tenants: Option<Vec<String>>,
     pub(crate) data: Arc<DataMap>,
     pub(crate) clock: SharedClock,
     pub(crate) config: Config,
@@ -421,6 +442,7 @@ impl Worker {
                 start_timeout: None,
             },
             queues: None,
+            tenants: None,
             only: None,
             data: DataMap::default(),
             schema: Schema::default(),

@@ -27,6 +27,7 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
                 .claim(
                     &shared.task_types,
                     shared.queues.as_deref(),
+                    shared.tenants.as_deref(),
                     limit,
                     now,
                     lease_until,
