@@ -187,6 +187,18 @@ async fn setup(jobs: u32, millis: u64) -> (TestDb, Vec<Uuid>) {
     (db, ids)
 }
 
+/// Waits until `n` runs of `burn` have started (`fault_runs` rows).
+async fn wait_runs_started(db: &TestDb, n: i64, what: &str) {
+    wait_until(what, Duration::from_secs(30), || async {
+        let started: i64 = sqlx::query_scalar("SELECT count(*) FROM fault_runs")
+            .fetch_one(&db.pool)
+            .await
+            .ok()?;
+        (started == n).then_some(())
+    })
+    .await;
+}
+
 /// Jobs with a final, successful result.
 async fn processed(db: &TestDb) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM sk_task_results_t WHERE task_status = 3")
@@ -601,18 +613,7 @@ async fn a_stale_worker_resumed_after_its_lease_is_fenced() {
         "stale-a",
         &["--concurrency", "1", "--lease-ms", "600", "--poll-ms", "50"],
     );
-    wait_until(
-        "worker A to start the job",
-        Duration::from_secs(30),
-        || async {
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM fault_runs")
-                .fetch_one(&db.pool)
-                .await
-                .ok()?;
-            (n == 1).then_some(())
-        },
-    )
-    .await;
+    wait_runs_started(&db, 1, "worker A to start the job").await;
     a.signal("STOP");
     let stopped_at = Utc::now();
     let mut b = Proc::spawn(
@@ -796,18 +797,7 @@ async fn a_second_sigterm_stops_at_once() {
             "30000",
         ],
     );
-    wait_until(
-        "all four jobs to start",
-        Duration::from_secs(30),
-        || async {
-            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM fault_runs")
-                .fetch_one(&db.pool)
-                .await
-                .ok()?;
-            (n == 4).then_some(())
-        },
-    )
-    .await;
+    wait_runs_started(&db, 4, "all four jobs to start").await;
     w.signal("TERM");
     wait_until(
         "the first SIGTERM to be logged",
