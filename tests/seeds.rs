@@ -611,3 +611,163 @@ async fn tenant_correlation_id_and_metadata_travel_with_the_job() {
     );
     db.drop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_on_update_coalesces_reruns_and_runs_a_finished_job_again() {
+    use sk_runtime::{EnqueueOutcome, UniqueMode};
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let post = |label: &str| {
+        super::Gated::new(label.into())
+            .with_unique_key("doc:1")
+            .with_unique_mode(UniqueMode::Restart)
+            .enqueue_outcome(&db.pool)
+    };
+    let first = post("v1").await.unwrap();
+    assert_eq!(first.outcome, EnqueueOutcome::Inserted);
+    // Ten updates while it waits: one run, with the newest data.
+    for i in 2..=11 {
+        let again = post(&format!("v{i}")).await.unwrap();
+        assert_eq!(
+            (again.id, again.outcome),
+            (first.id, EnqueueOutcome::Updated)
+        );
+    }
+    let (open_tx, gate) = super::gate(false);
+    let w = RunningWorker::start(
+        worker(&db, &[super::Gated::TASK_TYPE])
+            .data(probe)
+            .data(gate),
+    );
+    let run = recv(&mut rx, "the first run", T).await;
+    assert_eq!((run.id, run.label.as_str()), (first.id, "v11"));
+    // An update during the run: it runs once more after this run, not beside it.
+    let during = post("v12").await.unwrap();
+    assert_eq!(
+        (during.id, during.outcome),
+        (first.id, EnqueueOutcome::RerunScheduled)
+    );
+    assert_eq!(
+        post("v13").await.unwrap().outcome,
+        EnqueueOutcome::RerunScheduled,
+        "a second update during the run asks for the same one rerun"
+    );
+    open_tx.send(true).unwrap();
+    let rerun = recv(&mut rx, "the rerun", T).await;
+    assert_ne!(rerun.id, first.id, "the rerun is a job of its own");
+    assert_eq!(rerun.label, "v13", "with the newest payload");
+    let done = db
+        .wait_job(rerun.id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    assert_eq!(
+        (done.unique_key.as_deref(), done.unique_mode()),
+        (Some("doc:1"), Some(UniqueMode::Restart))
+    );
+    assert_eq!(
+        db.job(first.id).await.status(),
+        JobStatus::Processed,
+        "the first run finished before the rerun started"
+    );
+    // Finished: the key is free, and an update runs the job again.
+    let after = post("v14").await.unwrap();
+    assert_eq!(after.outcome, EnqueueOutcome::Inserted);
+    assert_eq!(recv(&mut rx, "the run after", T).await.label, "v14");
+    db.wait_job(after.id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    w.stop().await;
+    assert!(rx.try_recv().is_err(), "three runs in all");
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_and_replace_modes_and_unique_keys_in_bulk() {
+    use sk_runtime::{EnqueueOutcome, Error, UniqueMode};
+    let db = TestDb::new().await;
+    let first = Record::new("kept".into())
+        .with_unique_key("s")
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let dup = Record::new("dropped".into())
+        .with_unique_key("s")
+        .enqueue_outcome(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!((dup.id, dup.outcome), (first, EnqueueOutcome::Duplicate));
+
+    let later = Record::new("old".into())
+        .with_unique_key("r")
+        .with_unique_mode(UniqueMode::Replace)
+        .run_after(Duration::from_secs(3600))
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let replaced = Record::new("new".into())
+        .with_unique_key("r")
+        .with_unique_mode(UniqueMode::Replace)
+        .enqueue_outcome(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        (replaced.id, replaced.outcome),
+        (later, EnqueueOutcome::Updated)
+    );
+
+    // In bulk: a key a live job holds, and a key twice in the batch.
+    let batch = vec![
+        sk_runtime::Enqueue::new(Record::new("also dropped".into())).with_unique_key("s"),
+        sk_runtime::Enqueue::new(Record::new("b1".into())).with_unique_key("b"),
+        sk_runtime::Enqueue::new(Record::new("b2".into())).with_unique_key("b"),
+        sk_runtime::Enqueue::new(Record::new("plain".into())),
+    ];
+    let ids = Record::enqueue_many(&db.pool, batch).await.unwrap();
+    assert_eq!(ids[0], first);
+    assert_eq!(ids[1], ids[2]);
+    let stored: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM sk_tasks_queue_t WHERE task_id = ANY($1)")
+            .bind(&ids)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, 3, "every id returned is a stored job");
+
+    let (probe, mut rx) = probe();
+    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
+    let mut labels = Vec::new();
+    for _ in 0..4 {
+        labels.push(recv(&mut rx, "a job", T).await.label);
+    }
+    w.stop().await;
+    labels.sort();
+    assert_eq!(labels, ["b1", "kept", "new", "plain"]);
+    assert!(rx.try_recv().is_err());
+
+    let error = Record::enqueue_many(
+        &db.pool,
+        [sk_runtime::Enqueue::new(Record::new("x".into()))
+            .with_unique_key("x")
+            .with_unique_mode(UniqueMode::Restart)],
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::Invalid {
+                what: "unique mode",
+                ..
+            }
+        ),
+        "{error}"
+    );
+    let error = Record::new("x".into())
+        .with_unique_mode(UniqueMode::Skip)
+        .enqueue(&db.pool)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid unique mode: needs a unique key (`with_unique_key`)"
+    );
+    db.drop().await;
+}

@@ -154,3 +154,33 @@ CREATE INDEX __PREFIX__task_results_tenant_idx ON __SCHEMA__.__PREFIX__task_resu
 CREATE INDEX __PREFIX__task_results_correlation_idx
     ON __SCHEMA__.__PREFIX__task_results_t (task_correlation_id)
     WHERE task_correlation_id IS NOT NULL;
+
+-- Unique keys with modes (seed 003's restart-on-update), chosen per enqueue:
+--   NULL once a key is enqueued once until its result is pruned (the scheduler's ticks);
+--             unique in the results table, as before;
+--   1 skip    while a job with the key is live, enqueueing it again returns that job;
+--   2 restart as skip while the job waits (re-posts coalesce, the newest payload wins);
+--             while it runs, it runs once more after the current run (`task_rerun`); a
+--             finished job's key is free, so re-posting it runs it again;
+--   3 replace as skip, but a waiting job takes the new payload and run-at.
+-- Modes 1 to 3 are unique among live jobs: in the queue table.
+ALTER TABLE __SCHEMA__.__PREFIX__tasks_queue_t
+    ADD COLUMN task_unique_key varchar(512) NULL,
+    ADD COLUMN task_unique_mode smallint NULL,
+    ADD COLUMN task_rerun boolean NOT NULL DEFAULT false;
+CREATE UNIQUE INDEX __PREFIX__tasks_queue_unique_key_idx
+    ON __SCHEMA__.__PREFIX__tasks_queue_t (task_unique_key) WHERE task_unique_key IS NOT NULL;
+ALTER TABLE __SCHEMA__.__PREFIX__task_results_t ADD COLUMN task_unique_mode smallint NULL;
+DROP INDEX __SCHEMA__.__PREFIX__task_results_unique_key_idx;
+CREATE UNIQUE INDEX __PREFIX__task_results_unique_key_idx
+    ON __SCHEMA__.__PREFIX__task_results_t (task_unique_key)
+    WHERE task_unique_key IS NOT NULL AND task_unique_mode IS NULL;
+
+-- A UUIDv7 made in SQL (PostgreSQL 15 has none), for the rerun a restart asks for:
+-- sk's ids are time-ordered, which pruning relies on.
+CREATE FUNCTION __SCHEMA__.__PREFIX__uuid_v7(at timestamptz) RETURNS uuid
+LANGUAGE sql VOLATILE AS $fn$
+    SELECT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
+        PLACING substring(int8send((extract(epoch FROM at) * 1000)::bigint) FROM 3)
+        FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid
+$fn$;

@@ -234,6 +234,11 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
                 ::sk_runtime::Enqueue::new(self).with_unique_key(key)
             }
 
+            /// What a duplicate of the unique key does (needs `with_unique_key`).
+            #vis fn with_unique_mode(self, mode: ::sk_runtime::UniqueMode) -> ::sk_runtime::Enqueue<Self> {
+                ::sk_runtime::Enqueue::new(self).with_unique_mode(mode)
+            }
+
             /// Refuses a payload over `bytes` of JSON for this enqueue.
             #vis fn with_max_payload(self, bytes: usize) -> ::sk_runtime::Enqueue<Self> {
                 ::sk_runtime::Enqueue::new(self).with_max_payload(bytes)

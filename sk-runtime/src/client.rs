@@ -41,6 +41,7 @@ pub struct Enqueue<J> {
     queue: Option<String>,
     source: Option<String>,
     unique_key: Option<String>,
+    unique_mode: Option<UniqueMode>,
     tenant: Option<String>,
     correlation_id: Option<String>,
     metadata: Option<serde_json::Value>,
@@ -65,6 +66,7 @@ impl<J: Job> Enqueue<J> {
             queue: None,
             source: None,
             unique_key: None,
+            unique_mode: None,
             tenant: None,
             correlation_id: None,
             metadata: None,
@@ -103,9 +105,19 @@ impl<J: Job> Enqueue<J> {
         self
     }
 
-    /// Enqueues only if no job with this key was ever posted (until its result is pruned).
+    /// Gives the job a unique key: while a job with this key is live (waiting, retrying or
+    /// running), enqueueing another one does what the [`UniqueMode`] says (default
+    /// [`UniqueMode::Skip`]: nothing, and `enqueue` returns the live job's id). Once the
+    /// job has finished, the key is free again.
     pub fn with_unique_key(mut self, key: impl Into<String>) -> Self {
         self.unique_key = Some(key.into());
+        self
+    }
+
+    /// What a duplicate of the unique key does (see [`UniqueMode`]); needs
+    /// [`Enqueue::with_unique_key`].
+    pub fn with_unique_mode(mut self, mode: UniqueMode) -> Self {
+        self.unique_mode = Some(mode);
         self
     }
 
@@ -143,28 +155,77 @@ impl<J: Job> Enqueue<J> {
         self
     }
 
-    /// Stores the job and returns its id. The insert and its wake-up notification take
-    /// effect when the executor's transaction commits (at once on a pool).
+    /// Stores the job and returns its id: the new job's, or, when its unique key is held
+    /// by a live job, that job's. The insert and its wake-up notification take effect when
+    /// the executor's transaction commits (at once on a pool).
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a bad name or an oversized payload, [`Error::Serialize`],
-    /// [`Error::Database`]; with a unique key that already exists,
-    /// [`Error::Invalid`] naming the key.
+    /// [`Error::Invalid`] for a bad name, a unique mode without a key or an oversized
+    /// payload, [`Error::Serialize`], [`Error::Database`].
     pub async fn enqueue<'e, E: PgExecutor<'e>>(self, executor: E) -> Result<Uuid> {
+        Ok(self.enqueue_outcome(executor).await?.id)
+    }
+
+    /// As [`Enqueue::enqueue`], and says what happened: a new job, or what a duplicate
+    /// unique key did to the live job.
+    ///
+    /// ```no_run
+    /// # use sk_runtime::{job, EnqueueOutcome, UniqueMode};
+    /// # #[job] async fn rebuild_index(doc: i64) {}
+    /// # async fn f(pool: sqlx::PgPool) -> sk_runtime::Result<()> {
+    /// // Seed 003's restart-on-update: the document changed, so index it (again).
+    /// let done = RebuildIndex::new(7)
+    ///     .with_unique_key("index:7")
+    ///     .with_unique_mode(UniqueMode::Restart)
+    ///     .enqueue_outcome(&pool)
+    ///     .await?;
+    /// match done.outcome {
+    ///     EnqueueOutcome::Inserted => println!("queued {}", done.id),
+    ///     EnqueueOutcome::RerunScheduled => println!("{} runs once more after this run", done.id),
+    ///     other => println!("{} is waiting already ({other:?})", done.id),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Enqueue::enqueue`].
+    pub async fn enqueue_outcome<'e, E: PgExecutor<'e>>(self, executor: E) -> Result<Enqueued> {
         let schema = self.schema.clone().unwrap_or_default();
         let now = Utc::now();
-        let key = self.unique_key.clone();
         let job = self.into_new_job(now)?;
-        postgres::enqueue_one(executor, &schema, job, now)
-            .await?
-            .ok_or_else(|| Error::invalid("unique key", format!("{key:?} was already enqueued")))
+        match job.unique_mode {
+            Some(mode) => {
+                let (id, inserted, running) =
+                    postgres::enqueue_unique(executor, &schema, job, mode, now).await?;
+                let outcome = match (inserted, mode, running) {
+                    (true, _, _) => EnqueueOutcome::Inserted,
+                    (false, UniqueMode::Restart, true) => EnqueueOutcome::RerunScheduled,
+                    (false, UniqueMode::Restart | UniqueMode::Replace, false) => {
+                        EnqueueOutcome::Updated
+                    }
+                    (false, _, _) => EnqueueOutcome::Duplicate,
+                };
+                Ok(Enqueued { id, outcome })
+            }
+            None => {
+                let id = job.id;
+                postgres::enqueue_one(executor, &schema, job, now).await?;
+                Ok(Enqueued {
+                    id,
+                    outcome: EnqueueOutcome::Inserted,
+                })
+            }
+        }
     }
 
     /// Stores many jobs in one statement (one round trip, one notification) and returns
-    /// their ids in order. Jobs whose unique key already exists are skipped.
+    /// their ids in order. A job whose unique key a live job holds (or an earlier job of
+    /// the batch) is not stored, and its place holds that job's id: every id returned is
+    /// of a stored job. Unique keys here use [`UniqueMode::Skip`].
     ///
     /// # Errors
-    /// As [`Enqueue::enqueue`]; if any job is invalid, none is stored.
+    /// As [`Enqueue::enqueue`]; [`Error::Invalid`] for a unique mode other than skip
+    /// (enqueue those one at a time). If any job is invalid, none is stored.
     pub async fn enqueue_many<'e, E, I>(executor: E, jobs: I) -> Result<Vec<Uuid>>
     where
         E: PgExecutor<'e>,
@@ -184,9 +245,17 @@ impl<J: Job> Enqueue<J> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let ids = rows.iter().map(|r| r.id).collect();
-        postgres::enqueue_many(executor, &schema.unwrap_or_default(), rows, now).await?;
-        Ok(ids)
+        if let Some(mode) = rows
+            .iter()
+            .filter_map(|r| r.unique_mode)
+            .find(|m| *m != UniqueMode::Skip)
+        {
+            return Err(Error::invalid(
+                "unique mode",
+                format!("enqueue_many takes unique keys of mode Skip only, not {mode:?}; enqueue those jobs one at a time"),
+            ));
+        }
+        postgres::enqueue_many(executor, &schema.unwrap_or_default(), rows, now).await
     }
 
     fn into_new_job(self, now: DateTime<Utc>) -> Result<NewJob> {
@@ -212,6 +281,16 @@ impl<J: Job> Enqueue<J> {
         if let Some(key) = &self.unique_key {
             check_name("unique key", key)?;
         }
+        if self.unique_key.is_none() && self.unique_mode.is_some() {
+            return Err(Error::invalid(
+                "unique mode",
+                "needs a unique key (`with_unique_key`)",
+            ));
+        }
+        let unique_mode = self
+            .unique_key
+            .as_ref()
+            .map(|_| self.unique_mode.unwrap_or(UniqueMode::Skip));
         if let Some(tenant) = &self.tenant {
             check_name("tenant", tenant)?;
         }
@@ -248,11 +327,53 @@ impl<J: Job> Enqueue<J> {
             run_at,
             max_attempts: J::OPTIONS.max_attempts,
             unique_key: self.unique_key,
+            unique_mode,
             tenant: self.tenant,
             correlation_id,
             metadata,
         })
     }
+}
+
+/// What a duplicate unique key does while a job with that key is live. Modes hold among
+/// live jobs only: once the job has finished, its key is free and the next enqueue runs it
+/// again (seed 003's "restart a finished task when its data changes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UniqueMode {
+    /// Nothing changes; the live job's id is returned.
+    Skip = 1,
+    /// Seed 003's restart-on-update. A waiting job takes the new payload (any number of
+    /// re-posts while it waits coalesce into one run); a running job runs once more after
+    /// the current run, with the newest payload, as a new job with the same key.
+    Restart = 2,
+    /// A waiting job takes the new payload and run-at time; a running one is left alone.
+    Replace = 3,
+}
+
+/// What [`Enqueue::enqueue_outcome`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EnqueueOutcome {
+    /// A new job was stored.
+    Inserted,
+    /// A live job holds the key; it was left as it was ([`UniqueMode::Skip`], or
+    /// [`UniqueMode::Replace`] while it runs).
+    Duplicate,
+    /// A waiting job with the key took the new payload (and, for replace, run-at).
+    Updated,
+    /// The running job with the key runs once more after the current run.
+    RerunScheduled,
+}
+
+/// The job an enqueue stored or found, and what it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Enqueued {
+    /// The new job's id, or that of the live job holding the unique key.
+    pub id: Uuid,
+    /// What happened.
+    pub outcome: EnqueueOutcome,
 }
 
 /// Queue names, sources and keys are stored as data (always bound, never spliced into

@@ -201,6 +201,11 @@ pub struct JobRecord {
     /// Its metadata, a JSON object as text.
     #[sqlx(rename = "task_metadata")]
     pub metadata: Option<String>,
+    /// Its unique key, if it has one.
+    #[sqlx(rename = "task_unique_key")]
+    pub unique_key: Option<String>,
+    #[sqlx(rename = "task_unique_mode")]
+    unique_mode_code: Option<i16>,
 }
 
 /// One recorded run of a job (seed 004's audit log).
@@ -251,6 +256,17 @@ impl JobRecord {
     /// The status.
     pub fn status(&self) -> JobStatus {
         JobStatus::from_code(self.status_code)
+    }
+
+    /// The mode of its unique key: `None` without a key, and for the scheduler's ticks
+    /// (unique until their result is pruned).
+    pub fn unique_mode(&self) -> Option<crate::UniqueMode> {
+        match self.unique_mode_code {
+            Some(1) => Some(crate::UniqueMode::Skip),
+            Some(2) => Some(crate::UniqueMode::Restart),
+            Some(3) => Some(crate::UniqueMode::Replace),
+            _ => None,
+        }
     }
 
     /// Every recorded attempt, oldest first: the failed ones and, for a processed job,

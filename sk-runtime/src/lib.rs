@@ -53,7 +53,7 @@ mod schedule;
 mod store;
 mod worker;
 
-pub use client::{Enqueue, DEFAULT_MAX_PAYLOAD_BYTES};
+pub use client::{Enqueue, EnqueueOutcome, Enqueued, UniqueMode, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Error, JobError, Result};
 pub use info::{Attempt, AttemptOutcome, JobRecord, JobStatus, QueueCounts, QueueInfo, QueuedJob};
@@ -69,7 +69,7 @@ pub use worker::{migrate, Worker, WorkerBuilder};
 /// arguments (serialized with serde, so each must be `Serialize + DeserializeOwned`),
 /// with `new(..)`, `enqueue(executor)`, `enqueue_many(executor, jobs)` and per-call
 /// overrides (`with_priority`, `run_at`, `run_after`, `with_queue`, `with_source`,
-/// `with_unique_key`, `with_max_payload`, `with_schema`, `with_tenant`,
+/// `with_unique_key`, `with_unique_mode`, `with_max_payload`, `with_schema`, `with_tenant`,
 /// `with_correlation_id`, `with_metadata`) that return an [`Enqueue`]. The
 /// type is `Clone` (so each payload argument must be) and `Debug` (showing each field as
 /// its JSON). The job registers itself at link time.

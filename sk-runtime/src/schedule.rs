@@ -192,6 +192,7 @@ async fn enqueue(
         run_at: tick,
         max_attempts: entry.options.max_attempts,
         unique_key: Some(format!("{}@{}", entry.key_prefix, tick.to_rfc3339())),
+        unique_mode: None,
         tenant: None,
         correlation_id: None,
         metadata: None,

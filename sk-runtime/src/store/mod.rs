@@ -119,6 +119,8 @@ pub(crate) struct NewJob {
     pub(crate) run_at: DateTime<Utc>,
     pub(crate) max_attempts: i32,
     pub(crate) unique_key: Option<String>,
+    /// `None` with a key: mode "once" (the scheduler's ticks).
+    pub(crate) unique_mode: Option<crate::client::UniqueMode>,
     pub(crate) tenant: Option<String>,
     pub(crate) correlation_id: Option<String>,
     /// A JSON object.

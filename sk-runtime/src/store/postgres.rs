@@ -44,6 +44,7 @@ pub(crate) struct Statements {
     enqueue_one: String,
     enqueue_many: String,
     enqueue_many_keyed: String,
+    enqueue_unique: String,
     enqueue_many_uniform: String,
     claim: String,
     complete: String,
@@ -124,17 +125,45 @@ impl Statements {
                     task_last_locked_by = EXCLUDED.task_last_locked_by,
                     task_errors = r.task_errors || EXCLUDED.task_errors,
                     task_output = EXCLUDED.task_output";
+        // Seed 002's fields, in both tables.
+        let seed002 = "task_tenant, task_correlation_id, task_metadata";
+        // A restart asked for during the run (`task_rerun`, unique mode 2): the finished
+        // job's row is deleted as always and a new job with the same key and the newest
+        // payload is posted in its place, with its own results row.
+        let uuid_v7 = schema.table("uuid_v7");
+        let rerun = |now: &str| {
+            format!(
+                "again AS (
+                    INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002},
+                        task_unique_key, task_unique_mode)
+                    SELECT {uuid_v7}({now}), task_type, task_source, task_payload, task_priority, {now}, {now},
+                        task_queue, task_max_attempts, {seed002}, task_unique_key, task_unique_mode
+                    FROM done WHERE task_rerun
+                    RETURNING task_id, task_type, task_source, task_queue, task_priority, task_unique_key,
+                        task_unique_mode, task_posted_at_ts, {seed002}
+                ), again_res AS (
+                    INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
+                        task_unique_key, task_unique_mode, task_posted_at_ts, {seed002})
+                    SELECT task_id, task_type, task_source, task_queue, 1, task_priority, task_unique_key,
+                        task_unique_mode, task_posted_at_ts, {seed002}
+                    FROM again
+                )"
+            )
+        };
         // One statement for a failed run: with a retry time ($4) the row waits again,
         // without one it leaves the queue; both fenced like `complete`.
         let fail = format!(
             "WITH kept AS (
                 UPDATE {q} SET task_locked_until_ts = $4, task_locked_by = NULL
                 WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3 AND $4::timestamptz IS NOT NULL
-                RETURNING {job_columns}, NULL::text AS task_payload
+                RETURNING {job_columns}, NULL::text AS task_payload, task_max_attempts, task_unique_key,
+                    task_unique_mode, false AS task_rerun
             ), gone AS (
                 DELETE FROM {q}
                 WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3 AND $4::timestamptz IS NULL
-                RETURNING {job_columns}, task_payload
+                RETURNING {job_columns}, task_payload, task_max_attempts, task_unique_key, task_unique_mode,
+                    task_rerun
             ), done AS (
                 SELECT *, $10::int8 AS ms FROM kept UNION ALL SELECT *, $10::int8 FROM gone
             ), res AS (
@@ -157,15 +186,18 @@ impl Statements {
                     task_last_error_is_recoverable = EXCLUDED.task_last_error_is_recoverable,
                     {update_results}
             ),
+            {},
             {}
             SELECT count(*) FROM done",
+            rerun("$11::timestamptz"),
             stats.replace("$now", "$11").replace("$owner", "$3")
         );
-        // Seed 002's fields, in both tables.
-        let seed002 = "task_tenant, task_correlation_id, task_metadata";
-        // Only keyed rows are in the unique index (migration 3), so only they can conflict.
-        let on_key_conflict =
-            "ON CONFLICT (task_unique_key) WHERE task_unique_key IS NOT NULL DO NOTHING";
+        // Keys of mode "once" (the scheduler's ticks) are unique in the results table...
+        let on_key_conflict = "ON CONFLICT (task_unique_key)
+            WHERE task_unique_key IS NOT NULL AND task_unique_mode IS NULL DO NOTHING";
+        // ... the others among live jobs, in the queue table (migration 4).
+        let on_live_key_conflict =
+            "ON CONFLICT (task_unique_key) WHERE task_unique_key IS NOT NULL";
         Statements {
             // The results row is written first: its unique key makes a cron tick enqueue
             // at most once across workers, and the queue row exists only if it was new.
@@ -221,8 +253,11 @@ impl Statements {
                 )
                 SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
             ),
-            // With unique keys: only jobs whose results row was new get a queue row.
-            // WITH ORDINALITY keeps the caller's order in the FIFO lock handle.
+            // With unique keys (mode skip): a job whose key a live job holds is not
+            // inserted, and the statement answers with that job's id instead, in the caller's
+            // order (WITH ORDINALITY, which also keeps the FIFO lock handles in that order).
+            // Rows the statement inserts are invisible to its own reads, so `e` finds only the
+            // jobs that were there before. The caller sends each key once.
             enqueue_many_keyed: format!(
                 "WITH input AS (
                     SELECT * FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::text[], $5::varchar[],
@@ -230,21 +265,53 @@ impl Statements {
                         $13::jsonb[]) WITH ORDINALITY
                     AS i(task_id, task_type, task_source, payload, task_queue, task_priority, run_at, max_attempts,
                         unique_key, {seed002}, ord)
-                ), res AS (
-                    INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
-                        task_unique_key, task_posted_at_ts, {seed002})
-                    SELECT task_id, task_type, task_source, task_queue, 1, task_priority, unique_key, $9, {seed002}
-                    FROM input
-                    {on_key_conflict}
-                    RETURNING task_id
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002})
-                    SELECT i.task_id, i.task_type, i.task_source, i.payload, i.task_priority, $9, i.run_at,
-                        i.task_queue, i.max_attempts, i.task_tenant, i.task_correlation_id, i.task_metadata
-                    FROM res JOIN input i USING (task_id) ORDER BY i.ord
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002},
+                        task_unique_key, task_unique_mode)
+                    SELECT task_id, task_type, task_source, payload, task_priority, $9, run_at, task_queue,
+                        max_attempts, {seed002}, unique_key, CASE WHEN unique_key IS NOT NULL THEN 1::int2 END
+                    FROM input ORDER BY ord
+                    {on_live_key_conflict} DO NOTHING
+                    RETURNING task_id
+                ), res AS (
+                    INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
+                        task_unique_key, task_unique_mode, task_posted_at_ts, {seed002})
+                    SELECT i.task_id, i.task_type, i.task_source, i.task_queue, 1, i.task_priority, i.unique_key,
+                        CASE WHEN i.unique_key IS NOT NULL THEN 1::int2 END, $9, i.task_tenant,
+                        i.task_correlation_id, i.task_metadata
+                    FROM q JOIN input i USING (task_id)
                 )
-                SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
+                SELECT coalesce(q.task_id, e.task_id) AS task_id
+                FROM input i
+                LEFT JOIN q USING (task_id)
+                LEFT JOIN {q} e ON q.task_id IS NULL AND e.task_unique_key = i.unique_key
+                CROSS JOIN (SELECT pg_notify($10, '')) AS notify
+                ORDER BY i.ord"
+            ),
+            // One job with a unique key of mode skip (1), restart (2) or replace (3): the
+            // key is unique among live jobs (the queue table), and a duplicate changes the
+            // live job as its mode says (migration 4) and answers with its id. `xmax = 0`
+            // tells a fresh row from an updated one.
+            enqueue_unique: format!(
+                "WITH q AS (
+                    INSERT INTO {q} AS q (task_id, task_type, task_source, task_payload, task_priority,
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002},
+                        task_unique_key, task_unique_mode)
+                    VALUES ($1, $2, $3, $4, $6, $8, $9, $5, $10, $12, $13, $14::jsonb, $7, $15)
+                    {on_live_key_conflict} DO UPDATE SET
+                        task_payload = CASE WHEN ($15 = 3 AND q.task_locked_by IS NULL) OR $15 = 2
+                            THEN EXCLUDED.task_payload ELSE q.task_payload END,
+                        task_locked_until_ts = CASE WHEN $15 = 3 AND q.task_locked_by IS NULL
+                            THEN EXCLUDED.task_locked_until_ts ELSE q.task_locked_until_ts END,
+                        task_rerun = q.task_rerun OR ($15 = 2 AND q.task_locked_by IS NOT NULL)
+                    RETURNING q.task_id, q.xmax = 0 AS inserted, q.task_locked_by IS NOT NULL AS running
+                ), res AS (
+                    INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
+                        task_unique_key, task_unique_mode, task_posted_at_ts, {seed002})
+                    SELECT $1, $2, $3, $5, 1, $6, $7, $15, $8, $12, $13, $14::jsonb FROM q WHERE q.inserted
+                )
+                SELECT q.task_id, q.inserted, q.running FROM q, (SELECT pg_notify($11, '')) AS notify"
             ),
             // The inner select is served by tasks_queue_dequeue_idx, which has exactly its
             // order; SKIP LOCKED lets concurrent workers take disjoint batches without
@@ -304,7 +371,8 @@ impl Statements {
                 ), done AS (
                     DELETE FROM {q} q USING input
                     WHERE q.task_id = input.task_id AND q.task_attempt = input.attempt AND q.task_locked_by = $4
-                    RETURNING {job_columns_q}, input.ms, input.output
+                    RETURNING {job_columns_q}, input.ms, input.output, q.task_payload, q.task_max_attempts,
+                        q.task_unique_key, q.task_unique_mode, q.task_rerun
                 ), res AS (
                     {record_results}
                         3, 0, NULL, NULL, NULL, NULL, false, ms, $5::timestamptz, NULL, $4, '[]', output,
@@ -313,8 +381,10 @@ impl Statements {
                     ON CONFLICT (task_id) DO UPDATE SET task_status = 3,
                         {update_results}
                 ),
+                {},
                 {}
                 SELECT task_id FROM done",
+                rerun("$5::timestamptz"),
                 stats.replace("$now", "$5").replace("$owner", "$4")
             ),
             fail,
@@ -368,7 +438,9 @@ impl Statements {
                     coalesce(r.task_errors, '[]') AS task_errors, r.task_last_locked_by, r.task_output,
                     coalesce(r.task_tenant, q.task_tenant) AS task_tenant,
                     coalesce(r.task_correlation_id, q.task_correlation_id) AS task_correlation_id,
-                    coalesce(r.task_metadata, q.task_metadata)::text AS task_metadata
+                    coalesce(r.task_metadata, q.task_metadata)::text AS task_metadata,
+                    coalesce(r.task_unique_key, q.task_unique_key) AS task_unique_key,
+                    coalesce(r.task_unique_mode, q.task_unique_mode) AS task_unique_mode
                  FROM (SELECT $1::uuid AS id) k
                  LEFT JOIN {r} r ON r.task_id = k.id
                  LEFT JOIN {q} q ON q.task_id = k.id
@@ -496,15 +568,16 @@ pub(crate) async fn enqueue_one<'e, E: PgExecutor<'e>>(
     Ok(id)
 }
 
-/// Inserts many jobs in one statement; returns how many were new.
+/// Inserts many jobs in one statement; returns the ids in order (a duplicate key's place
+/// holds the live job's id).
 pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
     executor: E,
     schema: &Schema,
-    jobs: Vec<NewJob>,
+    mut jobs: Vec<NewJob>,
     now: DateTime<Utc>,
-) -> Result<()> {
+) -> Result<Vec<Uuid>> {
     let Some(first) = jobs.first() else {
-        return Ok(());
+        return Ok(Vec::new());
     };
     let uniform = jobs.iter().all(|j| {
         j.unique_key.is_none()
@@ -530,7 +603,7 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
         let (ids, payloads): (Vec<Uuid>, Vec<String>) =
             jobs.into_iter().map(|j| (j.id, j.payload)).unzip();
         sqlx::query(&schema.sql.enqueue_many_uniform)
-            .bind(ids)
+            .bind(&ids)
             .bind(payloads)
             .bind(task_type)
             .bind(source)
@@ -545,14 +618,34 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
             .bind(metadata)
             .execute(executor)
             .await?;
-        return Ok(());
+        return Ok(ids);
     }
-    let n = jobs.len();
+    // A key that comes again in the batch gets the id of its first job, which is sent
+    // alone (the statement cannot see its own inserts).
+    let mut first_with_key: std::collections::HashMap<String, usize> = Default::default();
+    let mut same_as: Vec<Option<usize>> = Vec::with_capacity(jobs.len());
+    let mut sent = Vec::with_capacity(jobs.len());
+    for job in jobs.drain(..) {
+        let earlier = job
+            .unique_key
+            .as_ref()
+            .and_then(|k| first_with_key.get(k).copied());
+        same_as.push(earlier);
+        if earlier.is_none() {
+            if let Some(key) = &job.unique_key {
+                first_with_key.insert(key.clone(), sent.len());
+            }
+            sent.push(job);
+        }
+    }
+    let n = sent.len();
     let mut columns = Columns::with_capacity(n);
-    for job in jobs {
+    for job in sent {
         columns.push(job);
     }
     let keyed = columns.keys.iter().any(Option::is_some);
+    let ids = columns.ids.clone();
+    let keys = columns.keys.clone();
     let sql = if keyed {
         &schema.sql.enqueue_many_keyed
     } else {
@@ -573,11 +666,70 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
         .bind(columns.tenants)
         .bind(columns.correlation_ids)
         .bind(columns.metadata);
-    if keyed {
-        query = query.bind(columns.keys);
+    if !keyed {
+        query.execute(executor).await?;
+        return Ok(ids);
     }
-    query.execute(executor).await?;
-    Ok(())
+    let found: Vec<Option<Uuid>> = query
+        .bind(columns.keys)
+        .fetch_all(executor)
+        .await?
+        .into_iter()
+        .map(|row| row.try_get(0))
+        .collect::<sqlx::Result<_>>()?;
+    let mut stored = Vec::with_capacity(found.len());
+    for (id, key) in found.into_iter().zip(&keys) {
+        // Our insert waited for a concurrent one with the same key, which committed after
+        // this statement's snapshot was taken: the job exists, but its id is not visible.
+        stored.push(id.ok_or_else(|| {
+            Error::invalid(
+                "unique key",
+                format!("{key:?} was enqueued by a concurrent transaction just now; enqueue again to get its id"),
+            )
+        })?);
+    }
+    let mut batch = Vec::with_capacity(same_as.len());
+    let mut next = 0;
+    for earlier in same_as {
+        match earlier {
+            Some(index) => batch.push(stored[index]),
+            None => {
+                batch.push(stored[next]);
+                next += 1;
+            }
+        }
+    }
+    Ok(batch)
+}
+
+/// Inserts one job with a unique key of mode skip, restart or replace; returns the id of
+/// the new or live job, whether it is new, and whether the live job is running.
+pub(crate) async fn enqueue_unique<'e, E: PgExecutor<'e>>(
+    executor: E,
+    schema: &Schema,
+    job: NewJob,
+    mode: crate::client::UniqueMode,
+    now: DateTime<Utc>,
+) -> Result<(Uuid, bool, bool)> {
+    let sql = &schema.sql;
+    Ok(sqlx::query_as(&sql.enqueue_unique)
+        .bind(job.id)
+        .bind(job.task_type)
+        .bind(job.source)
+        .bind(job.payload)
+        .bind(job.queue)
+        .bind(job.priority)
+        .bind(job.unique_key)
+        .bind(now)
+        .bind(job.run_at)
+        .bind(job.max_attempts)
+        .bind(&sql.channel)
+        .bind(job.tenant)
+        .bind(job.correlation_id)
+        .bind(job.metadata)
+        .bind(mode as i16)
+        .fetch_one(executor)
+        .await?)
 }
 
 /// A batch of jobs as one array per column, for `unnest`.
