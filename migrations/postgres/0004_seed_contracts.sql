@@ -118,11 +118,11 @@ $fn$;
 
 -- The job record (seed 004's audit log): every attempt that did not succeed is kept in
 -- `task_errors` (attempt, worker, start, end, outcome, error), including a lease that ran
--- out ("worker lost"), which the next claim records from the holder it replaces; the
--- worker of the last recorded attempt and a handler's output sit beside them.
-ALTER TABLE __SCHEMA__.__PREFIX__tasks_queue_t
-    ADD COLUMN task_prev_locked_by varchar(255) NULL,
-    ADD COLUMN task_prev_claimed_at_ts timestamptz NULL;
+-- out ("worker lost"): the claim that takes such a job over notes the holder it replaces
+-- in the queue row (`task_lost_attempts`, NULL otherwise), and the job's next recorded
+-- outcome moves the note into the results row. The worker of the last recorded attempt
+-- and a handler's output sit beside them.
+ALTER TABLE __SCHEMA__.__PREFIX__tasks_queue_t ADD COLUMN task_lost_attempts jsonb NULL;
 ALTER TABLE __SCHEMA__.__PREFIX__task_results_t
     ADD COLUMN task_errors jsonb NOT NULL DEFAULT '[]',
     ADD COLUMN task_last_locked_by varchar(255) NULL,

@@ -99,8 +99,9 @@ impl Statements {
         let job_columns =
             "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
             task_claimed_at_ts, task_tenant, task_correlation_id, task_metadata";
-        let job_columns_q = "q.task_id, q.task_type, q.task_source, q.task_queue, q.task_priority,
+        let job_columns_q_noloss = "q.task_id, q.task_type, q.task_source, q.task_queue, q.task_priority,
             q.task_posted_at_ts, q.task_claimed_at_ts, q.task_tenant, q.task_correlation_id, q.task_metadata";
+        let job_columns_q = format!("{job_columns_q_noloss}, q.task_lost_attempts");
         // Writes the outcome of the runs in CTE `done` (`job_columns` and `ms`) into their
         // results rows. sk's enqueue wrote those rows; a job posted by another producer (a
         // plain INSERT into the queue, as seed producers do) gets its row here, so every
@@ -114,7 +115,8 @@ impl Statements {
                 task_processing_time_milliseconds, task_processing_finalized_at_ts, task_payload,
                 task_last_locked_by, task_errors, task_output, task_tenant, task_correlation_id, task_metadata)
             SELECT task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
-                task_claimed_at_ts, task_claimed_at_ts,"
+                coalesce((task_lost_attempts -> 0 ->> 'started_at')::timestamptz, task_claimed_at_ts),
+                task_claimed_at_ts,"
         );
         let update_results = "task_processing_time_milliseconds = EXCLUDED.task_processing_time_milliseconds,
                     task_processing_finalized_at_ts = EXCLUDED.task_processing_finalized_at_ts,
@@ -155,30 +157,35 @@ impl Statements {
         // without one it leaves the queue; both fenced like `complete`.
         let fail = format!(
             "WITH kept AS (
-                UPDATE {q} SET task_locked_until_ts = $4, task_locked_by = NULL
-                WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3 AND $4::timestamptz IS NOT NULL
-                RETURNING {job_columns}, NULL::text AS task_payload, task_max_attempts, task_unique_key,
-                    task_unique_mode, false AS task_rerun
+                -- The lost attempts move to the results row; `old` reads them before the
+                -- update clears them (RETURNING shows new values only).
+                UPDATE {q} q SET task_locked_until_ts = $4, task_locked_by = NULL, task_lost_attempts = NULL
+                FROM (SELECT task_lost_attempts FROM {q} WHERE task_id = $1 FOR UPDATE) old
+                WHERE q.task_id = $1 AND q.task_attempt = $2 AND q.task_locked_by = $3
+                  AND $4::timestamptz IS NOT NULL
+                RETURNING {job_columns_q_noloss}, old.task_lost_attempts, NULL::text AS task_payload,
+                    q.task_max_attempts, q.task_unique_key, q.task_unique_mode, false AS task_rerun
             ), gone AS (
                 DELETE FROM {q}
                 WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3 AND $4::timestamptz IS NULL
-                RETURNING {job_columns}, task_payload, task_max_attempts, task_unique_key, task_unique_mode,
-                    task_rerun
+                RETURNING {job_columns}, task_lost_attempts, task_payload, task_max_attempts, task_unique_key,
+                    task_unique_mode, task_rerun
             ), done AS (
                 SELECT *, $10::int8 AS ms FROM kept UNION ALL SELECT *, $10::int8 FROM gone
             ), res AS (
                 {record_results}
-                    $5, 1, $6, $7, $8, $12, $9, $10, CASE WHEN $4::timestamptz IS NULL THEN $11::timestamptz END,
+                    $5, 1 + jsonb_array_length(coalesce(task_lost_attempts, '[]')), $6, $7, $8, $12, $9, $10,
+                    CASE WHEN $4::timestamptz IS NULL THEN $11::timestamptz END,
                     -- A job that failed for good keeps its payload, to inspect or re-post.
                     task_payload, $3,
-                    jsonb_build_array(jsonb_build_object('attempt', $2::int4, 'worker', $3::text,
+                    coalesce(task_lost_attempts, '[]') || jsonb_build_array(jsonb_build_object('attempt', $2::int4, 'worker', $3::text,
                         'started_at', task_claimed_at_ts, 'ended_at', $11::timestamptz,
                         'outcome', CASE WHEN $4::timestamptz IS NULL THEN 'fatal' ELSE 'retried' END,
                         'kind', $6::text, 'message', $7::text, 'detail', $8::text, 'recoverable', $9::bool)),
                     NULL, task_tenant, task_correlation_id, task_metadata
                 FROM done
                 ON CONFLICT (task_id) DO UPDATE SET task_status = EXCLUDED.task_status,
-                    task_error_count = r.task_error_count + 1,
+                    task_error_count = r.task_error_count + EXCLUDED.task_error_count,
                     task_last_error_type = EXCLUDED.task_last_error_type,
                     task_last_error_message = EXCLUDED.task_last_error_message,
                     task_last_error_detail = EXCLUDED.task_last_error_detail,
@@ -324,43 +331,28 @@ impl Statements {
                 // of the whole queue table (docs/performance.md).
                 //
                 // A row still held by a worker when claimed had its lease run out: that
-                // worker is kept (`task_prev_*`, from the row's old values) and its attempt
-                // recorded as lost in the results row, which only such rows touch.
-                "WITH claimed AS (
-                    UPDATE {q} q SET task_locked_until_ts = $5, task_locked_by = $6, task_attempt = q.task_attempt + 1,
-                        task_claimed_at_ts = $1, task_prev_locked_by = q.task_locked_by,
-                        task_prev_claimed_at_ts = q.task_claimed_at_ts
-                    WHERE q.task_id = ANY(ARRAY(
-                        SELECT task_id FROM {q}
-                        WHERE task_locked_until_ts <= $1
-                          AND task_type = ANY($2)
-                          AND ($3::varchar[] IS NULL OR task_queue = ANY($3))
-                          AND ($7::varchar[] IS NULL OR task_tenant = ANY($7))
-                        ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
-                        LIMIT $4
-                        FOR UPDATE SKIP LOCKED))
-                    RETURNING q.task_id, q.task_type, q.task_payload, q.task_attempt, q.task_max_attempts,
-                        q.task_priority, q.task_queue, q.task_posted_at_ts, q.task_prev_locked_by,
-                        q.task_prev_claimed_at_ts, q.task_tenant, q.task_correlation_id, q.task_metadata::text
-                ), lost AS (
-                    UPDATE {r} r SET task_error_count = r.task_error_count + 1,
-                        task_first_processing_attempted_at_ts =
-                            coalesce(r.task_first_processing_attempted_at_ts, c.task_prev_claimed_at_ts),
-                        task_last_error_type = 'worker_lost', task_last_error_message = {lost_message},
-                        task_last_error_detail = NULL, task_last_error_is_recoverable = true,
-                        task_last_error = 'worker_lost: ' || {lost_message},
-                        task_last_locked_by = c.task_prev_locked_by,
-                        task_errors = r.task_errors || jsonb_build_array(jsonb_build_object(
-                            'attempt', c.task_attempt - 1, 'worker', c.task_prev_locked_by,
-                            'started_at', c.task_prev_claimed_at_ts, 'ended_at', $1::timestamptz,
+                // attempt is noted as lost in the row (from its old values); the job's next
+                // recorded outcome moves the note into its results row.
+                "UPDATE {q} q SET task_locked_until_ts = $5, task_locked_by = $6, task_attempt = q.task_attempt + 1,
+                    task_claimed_at_ts = $1,
+                    task_lost_attempts = CASE WHEN q.task_locked_by IS NULL THEN q.task_lost_attempts
+                        ELSE coalesce(q.task_lost_attempts, '[]') || jsonb_build_array(jsonb_build_object(
+                            'attempt', q.task_attempt, 'worker', q.task_locked_by,
+                            'started_at', q.task_claimed_at_ts, 'ended_at', $1::timestamptz,
                             'outcome', 'lost', 'kind', 'worker_lost', 'message', {lost_message},
-                            'recoverable', true))
-                    FROM claimed c
-                    WHERE c.task_prev_locked_by IS NOT NULL AND r.task_id = c.task_id
-                )
-                SELECT task_id, task_type, task_payload, task_attempt, task_max_attempts, task_priority,
-                    task_queue, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata
-                FROM claimed"
+                            'recoverable', true)) END
+                WHERE q.task_id = ANY(ARRAY(
+                    SELECT task_id FROM {q}
+                    WHERE task_locked_until_ts <= $1
+                      AND task_type = ANY($2)
+                      AND ($3::varchar[] IS NULL OR task_queue = ANY($3))
+                      AND ($7::varchar[] IS NULL OR task_tenant = ANY($7))
+                    ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
+                    LIMIT $4
+                    FOR UPDATE SKIP LOCKED))
+                RETURNING q.task_id, q.task_type, q.task_payload, q.task_attempt, q.task_max_attempts,
+                    q.task_priority, q.task_queue, q.task_posted_at_ts, q.task_tenant, q.task_correlation_id,
+                    q.task_metadata::text AS task_metadata"
             ),
             // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
             // Runs with sequential scans off (`PgStore::batched`): a primary-key probe per job,
@@ -371,15 +363,30 @@ impl Statements {
                 ), done AS (
                     DELETE FROM {q} q USING input
                     WHERE q.task_id = input.task_id AND q.task_attempt = input.attempt AND q.task_locked_by = $4
-                    RETURNING {job_columns_q}, input.ms, input.output, q.task_payload, q.task_max_attempts,
+                    -- The payload is needed only for a rerun; not copying it otherwise keeps
+                    -- the statement as fast as before restarts existed.
+                    RETURNING {job_columns_q}, input.ms, input.output,
+                        CASE WHEN q.task_rerun THEN q.task_payload END AS task_payload, q.task_max_attempts,
                         q.task_unique_key, q.task_unique_mode, q.task_rerun
                 ), res AS (
                     {record_results}
-                        3, 0, NULL, NULL, NULL, NULL, false, ms, $5::timestamptz, NULL, $4, '[]', output,
+                        3, jsonb_array_length(coalesce(task_lost_attempts, '[]')), NULL, NULL, NULL, NULL, false, ms,
+                        $5::timestamptz, NULL, $4, coalesce(task_lost_attempts, '[]'), output,
                         task_tenant, task_correlation_id, task_metadata
                     FROM done
+                    -- A success leaves the payload and the failed attempts as they are.
                     ON CONFLICT (task_id) DO UPDATE SET task_status = 3,
-                        {update_results}
+                        task_processing_time_milliseconds = EXCLUDED.task_processing_time_milliseconds,
+                        task_processing_finalized_at_ts = EXCLUDED.task_processing_finalized_at_ts,
+                        task_first_processing_attempted_at_ts =
+                            coalesce(r.task_first_processing_attempted_at_ts, EXCLUDED.task_first_processing_attempted_at_ts),
+                        task_last_processing_attempted_at_ts = EXCLUDED.task_last_processing_attempted_at_ts,
+                        task_last_locked_by = EXCLUDED.task_last_locked_by,
+                        task_output = EXCLUDED.task_output,
+                        -- Attempts lost before this success (usually none).
+                        task_error_count = r.task_error_count + EXCLUDED.task_error_count,
+                        task_errors = CASE WHEN EXCLUDED.task_error_count = 0 THEN r.task_errors
+                            ELSE r.task_errors || EXCLUDED.task_errors END
                 ),
                 {},
                 {}
@@ -426,16 +433,20 @@ impl Statements {
                     CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > $2 THEN 2
                          ELSE coalesce(r.task_status, 1) END AS task_status,
                     coalesce(q.task_priority, r.task_priority) AS task_priority,
-                    coalesce(r.task_error_count, 0) AS task_error_count, r.task_last_error_type,
+                    coalesce(r.task_error_count, 0) + jsonb_array_length(coalesce(q.task_lost_attempts, '[]'))
+                        AS task_error_count, r.task_last_error_type,
                     r.task_last_error_message, r.task_last_error_detail, r.task_last_error_is_recoverable,
                     coalesce(r.task_processing_time_milliseconds, 0) AS task_processing_time_milliseconds,
                     coalesce(r.task_posted_at_ts, q.task_posted_at_ts) AS task_posted_at_ts,
-                    coalesce(r.task_first_processing_attempted_at_ts, q.task_claimed_at_ts) AS task_first_processing_attempted_at_ts,
+                    coalesce(r.task_first_processing_attempted_at_ts,
+                        (q.task_lost_attempts -> 0 ->> 'started_at')::timestamptz, q.task_claimed_at_ts)
+                        AS task_first_processing_attempted_at_ts,
                     CASE WHEN q.task_locked_by IS NOT NULL THEN q.task_claimed_at_ts
                          ELSE r.task_last_processing_attempted_at_ts END AS task_last_processing_attempted_at_ts,
                     r.task_processing_finalized_at_ts,
                     q.task_attempt, q.task_max_attempts, q.task_locked_until_ts, q.task_locked_by,
-                    coalesce(r.task_errors, '[]') AS task_errors, r.task_last_locked_by, r.task_output,
+                    coalesce(r.task_errors, '[]') || coalesce(q.task_lost_attempts, '[]') AS task_errors,
+                    r.task_last_locked_by, r.task_output,
                     coalesce(r.task_tenant, q.task_tenant) AS task_tenant,
                     coalesce(r.task_correlation_id, q.task_correlation_id) AS task_correlation_id,
                     coalesce(r.task_metadata, q.task_metadata)::text AS task_metadata,
