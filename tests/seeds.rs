@@ -771,3 +771,71 @@ async fn skip_and_replace_modes_and_unique_keys_in_bulk() {
     );
     db.drop().await;
 }
+
+/// When each run of `slow_periodic` started and ended.
+#[derive(Clone, Default)]
+struct Spans(std::sync::Arc<std::sync::Mutex<Vec<(Instant, Instant)>>>);
+
+#[sk_runtime::job(every = "1s")]
+async fn slow_periodic(spans: sk_runtime::Data<Spans>) {
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    spans.0.lock().unwrap().push((start, Instant::now()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_periodic_job_runs_a_period_after_each_run_and_never_overlaps() {
+    let db = TestDb::new().await;
+    let spans = Spans::default();
+    let workers: Vec<RunningWorker> = (0..2)
+        .map(|_| RunningWorker::start(worker(&db, &[SlowPeriodic::TASK_TYPE]).data(spans.clone())))
+        .collect();
+    sk_tests::wait_until("three runs", Duration::from_secs(30), || async {
+        (spans.0.lock().unwrap().len() >= 3).then_some(())
+    })
+    .await;
+    let live: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sk_tasks_queue_t WHERE task_unique_key = 'sk-every:slow_periodic'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    for w in workers {
+        w.stop().await;
+    }
+    assert_eq!(live, 1, "one live run at a time, however many workers");
+    let spans = spans.0.lock().unwrap().clone();
+    for pair in spans.windows(2) {
+        let gap = pair[1].0.saturating_duration_since(pair[0].1);
+        assert!(
+            pair[1].0 > pair[0].1 && gap >= Duration::from_millis(950),
+            "the next run starts a period after the last one ended: gap {gap:?}"
+        );
+    }
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_default_timeout_rescues_a_hung_job() {
+    let db = TestDb::new().await;
+    let (probe, _rx) = probe();
+    let id = super::TakesAWhile::new(60_000)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let w = RunningWorker::start(
+        worker(&db, &[super::TakesAWhile::TASK_TYPE])
+            .default_timeout(Duration::from_millis(100))
+            .data(probe),
+    );
+    let r = db.wait_job(id, T, |r| r.error_count >= 1).await;
+    w.stop().await;
+    assert_eq!(
+        (
+            r.last_error_type.as_deref(),
+            r.last_error_message.as_deref()
+        ),
+        (Some("timeout"), Some("timed out after 100ms"))
+    );
+    db.drop().await;
+}

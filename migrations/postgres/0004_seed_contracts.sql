@@ -184,3 +184,8 @@ LANGUAGE sql VOLATILE AS $fn$
         PLACING substring(int8send((extract(epoch FROM at) * 1000)::bigint) FROM 3)
         FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid
 $fn$;
+
+-- Seed 003's periodic tasks (`#[job(every = "7s")]`): one live job per such type (unique
+-- key `sk-every:<type>`, mode skip, posted by each worker at start); the statement that
+-- records a run's outcome posts the next run `task_every_ms` later, so runs never overlap.
+ALTER TABLE __SCHEMA__.__PREFIX__tasks_queue_t ADD COLUMN task_every_ms bigint NULL;

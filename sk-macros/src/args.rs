@@ -8,7 +8,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprPath, ExprUnary, Lit, LitStr, Meta, Token, UnOp};
 
 const KEYS: &str =
-    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule";
+    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, every";
 const MAX_NAME_LEN: usize = 255;
 
 /// How the delay before a retry grows.
@@ -33,6 +33,9 @@ pub(crate) struct JobArgs {
     pub(crate) timeout: Option<Duration>,
     /// The normalized expression and the literal it came from, for spans.
     pub(crate) schedule: Option<(String, LitStr)>,
+    /// A fixed period between the end of one run and the start of the next, and where
+    /// it was written.
+    pub(crate) every: Option<(Duration, Span)>,
 }
 
 /// Collects errors so that every mistake is reported at once.
@@ -121,6 +124,13 @@ impl JobArgs {
                 if self.timeout == Some(Duration::ZERO) {
                     errors.at(value.span(), "`timeout` must be longer than zero");
                 }
+            }
+            "every" => {
+                let every = duration(key, value, errors);
+                if every == Some(Duration::ZERO) {
+                    errors.at(value.span(), "`every` must be longer than zero");
+                }
+                self.every = every.map(|d| (d, value.span()));
             }
             "schedule" => {
                 if let Some(lit) = string(key, value, errors) {

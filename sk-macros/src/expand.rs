@@ -22,17 +22,29 @@ pub(crate) fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
     let args = JobArgs::parse(attr, &mut errors);
     let job_fn = JobFn::check(item_fn, &mut errors);
-    if let Some((_, lit)) = &args.schedule {
+    let timed = [
+        args.schedule
+            .as_ref()
+            .map(|(_, lit)| ("schedule", lit.span())),
+        args.every.as_ref().map(|(_, span)| ("every", *span)),
+    ];
+    for (key, span) in timed.iter().flatten() {
         let payload: Vec<String> = job_fn.payload().map(|a| a.ident.to_string()).collect();
         if !payload.is_empty() {
             errors.at(
-                lit.span(),
+                *span,
                 format!(
-                    "`schedule` needs a fn without payload arguments, but this fn takes {}; a scheduled job is enqueued by the worker with no arguments",
+                    "`{key}` needs a fn without payload arguments, but this fn takes {}; a scheduled job is enqueued by the worker with no arguments",
                     payload.join(", ")
                 ),
             );
         }
+    }
+    if let (Some(_), Some((_, span))) = (&args.schedule, &args.every) {
+        errors.at(
+            *span,
+            "`every` and `schedule` cannot be combined: `every` runs the job again a fixed time after each run ends, `schedule` at cron ticks",
+        );
     }
     match errors.finish() {
         Ok(()) => generate(&args, &job_fn),
@@ -140,6 +152,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
         }
     };
     let timeout = duration_tokens(args.timeout);
+    let every = duration_tokens(args.every.map(|(d, _)| d));
     let schedule = match &args.schedule {
         Some((expr, _)) => quote!(::core::option::Option::Some(#expr)),
         None => quote!(::core::option::Option::None),
@@ -297,6 +310,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
                     task_type: <#ty as #p::Job>::TASK_TYPE,
                     options: <#ty as #p::Job>::OPTIONS,
                     schedule: #schedule,
+                    every: #every,
                     handler: __sk_handle,
                     requirements: __sk_requirements,
                     file: ::core::file!(),

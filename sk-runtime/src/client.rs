@@ -331,6 +331,7 @@ impl<J: Job> Enqueue<J> {
             tenant: self.tenant,
             correlation_id,
             metadata,
+            every_ms: None,
         })
     }
 }

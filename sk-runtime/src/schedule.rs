@@ -138,9 +138,74 @@ fn latest_due(
     latest
 }
 
+/// Posts the first run of each `#[job(every = "...")]` job this worker runs, unless one is
+/// live already (its unique key, mode skip, holds it once across all workers); each run's
+/// outcome posts the next (migration 4). Retried until it succeeds or the worker stops.
+pub(crate) async fn start_periodic(shared: &Shared) {
+    let mut every: Vec<&Registration> = shared
+        .registry
+        .jobs
+        .values()
+        .copied()
+        .filter(|r| r.every.is_some())
+        .collect();
+    every.sort_by_key(|r| r.task_type);
+    for registration in every {
+        let mut failures = 0;
+        loop {
+            match post_periodic(shared, registration).await {
+                Ok(()) => break,
+                Err(e) => {
+                    failures += 1;
+                    let wait = crate::worker::backoff(failures);
+                    tracing::warn!(task_type = registration.task_type, "sk: cannot post the periodic job (attempt {failures}), retrying in {wait:?}: {e}");
+                    if !shared.pause(wait).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn post_periodic(shared: &Shared, registration: &Registration) -> Result<()> {
+    let now = shared.now();
+    let period = registration
+        .every
+        .expect("only periodic jobs are posted here");
+    let job = NewJob {
+        id: Uuid::now_v7(),
+        task_type: registration.task_type,
+        source: "sk-scheduler".to_owned(),
+        // Periodic fns take no payload arguments (checked by #[job]).
+        payload: "{}".to_owned(),
+        queue: registration.options.queue.to_owned(),
+        priority: registration.options.priority,
+        run_at: now,
+        max_attempts: registration.options.max_attempts,
+        unique_key: Some(format!("sk-every:{}", registration.task_type)),
+        unique_mode: Some(crate::client::UniqueMode::Skip),
+        tenant: None,
+        correlation_id: None,
+        metadata: None,
+        every_ms: Some(i64::try_from(period.as_millis()).unwrap_or(i64::MAX)),
+    };
+    let mut conn = shared.store.acquire().await?;
+    postgres::enqueue_unique(
+        &mut *conn,
+        &shared.store.schema,
+        job,
+        crate::client::UniqueMode::Skip,
+        now,
+    )
+    .await?;
+    Ok(())
+}
+
 /// Enqueues due ticks until the worker stops; `start` is when the worker came up, so only
 /// ticks after it count.
 pub(crate) async fn run(shared: Arc<Shared>, start: DateTime<Utc>) {
+    start_periodic(&shared).await;
     let entries = &shared.schedules.0;
     if entries.is_empty() {
         return;
@@ -196,6 +261,7 @@ async fn enqueue(
         tenant: None,
         correlation_id: None,
         metadata: None,
+        every_ms: None,
     };
     let mut conn = shared.store.acquire().await?;
     let id = postgres::enqueue_one(&mut *conn, &shared.store.schema, job, now).await?;

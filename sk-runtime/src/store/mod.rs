@@ -125,6 +125,8 @@ pub(crate) struct NewJob {
     pub(crate) correlation_id: Option<String>,
     /// A JSON object.
     pub(crate) metadata: Option<String>,
+    /// A periodic job's period, in milliseconds (`#[job(every)]`).
+    pub(crate) every_ms: Option<i64>,
 }
 
 /// A job this worker now holds a lease on.

@@ -131,17 +131,19 @@ impl Statements {
         let seed002 = "task_tenant, task_correlation_id, task_metadata";
         // A restart asked for during the run (`task_rerun`, unique mode 2): the finished
         // job's row is deleted as always and a new job with the same key and the newest
-        // payload is posted in its place, with its own results row.
+        // payload is posted in its place, with its own results row. A periodic job
+        // (`task_every_ms`) posts its next run the same way, that long after this outcome.
         let uuid_v7 = schema.table("uuid_v7");
         let rerun = |now: &str| {
             format!(
                 "again AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002},
-                        task_unique_key, task_unique_mode)
-                    SELECT {uuid_v7}({now}), task_type, task_source, task_payload, task_priority, {now}, {now},
-                        task_queue, task_max_attempts, {seed002}, task_unique_key, task_unique_mode
-                    FROM done WHERE task_rerun
+                        task_unique_key, task_unique_mode, task_every_ms)
+                    SELECT {uuid_v7}({now}), task_type, task_source, task_payload, task_priority, {now},
+                        CASE WHEN task_rerun THEN {now} ELSE {now} + task_every_ms * interval '1 ms' END,
+                        task_queue, task_max_attempts, {seed002}, task_unique_key, task_unique_mode, task_every_ms
+                    FROM done WHERE task_rerun OR task_every_ms IS NOT NULL
                     RETURNING task_id, task_type, task_source, task_queue, task_priority, task_unique_key,
                         task_unique_mode, task_posted_at_ts, {seed002}
                 ), again_res AS (
@@ -164,12 +166,13 @@ impl Statements {
                 WHERE q.task_id = $1 AND q.task_attempt = $2 AND q.task_locked_by = $3
                   AND $4::timestamptz IS NOT NULL
                 RETURNING {job_columns_q_noloss}, old.task_lost_attempts, NULL::text AS task_payload,
-                    q.task_max_attempts, q.task_unique_key, q.task_unique_mode, false AS task_rerun
+                    q.task_max_attempts, q.task_unique_key, q.task_unique_mode, false AS task_rerun,
+                    NULL::int8 AS task_every_ms
             ), gone AS (
                 DELETE FROM {q}
                 WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3 AND $4::timestamptz IS NULL
                 RETURNING {job_columns}, task_lost_attempts, task_payload, task_max_attempts, task_unique_key,
-                    task_unique_mode, task_rerun
+                    task_unique_mode, task_rerun, task_every_ms
             ), done AS (
                 SELECT *, $10::int8 AS ms FROM kept UNION ALL SELECT *, $10::int8 FROM gone
             ), res AS (
@@ -304,8 +307,8 @@ impl Statements {
                 "WITH q AS (
                     INSERT INTO {q} AS q (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002},
-                        task_unique_key, task_unique_mode)
-                    VALUES ($1, $2, $3, $4, $6, $8, $9, $5, $10, $12, $13, $14::jsonb, $7, $15)
+                        task_unique_key, task_unique_mode, task_every_ms)
+                    VALUES ($1, $2, $3, $4, $6, $8, $9, $5, $10, $12, $13, $14::jsonb, $7, $15, $16)
                     {on_live_key_conflict} DO UPDATE SET
                         task_payload = CASE WHEN ($15 = 3 AND q.task_locked_by IS NULL) OR $15 = 2
                             THEN EXCLUDED.task_payload ELSE q.task_payload END,
@@ -366,8 +369,8 @@ impl Statements {
                     -- The payload is needed only for a rerun; not copying it otherwise keeps
                     -- the statement as fast as before restarts existed.
                     RETURNING {job_columns_q}, input.ms, input.output,
-                        CASE WHEN q.task_rerun THEN q.task_payload END AS task_payload, q.task_max_attempts,
-                        q.task_unique_key, q.task_unique_mode, q.task_rerun
+                        CASE WHEN q.task_rerun OR q.task_every_ms IS NOT NULL THEN q.task_payload END AS task_payload,
+                        q.task_max_attempts, q.task_unique_key, q.task_unique_mode, q.task_rerun, q.task_every_ms
                 ), res AS (
                     {record_results}
                         3, jsonb_array_length(coalesce(task_lost_attempts, '[]')), NULL, NULL, NULL, NULL, false, ms,
@@ -739,6 +742,7 @@ pub(crate) async fn enqueue_unique<'e, E: PgExecutor<'e>>(
         .bind(job.correlation_id)
         .bind(job.metadata)
         .bind(mode as i16)
+        .bind(job.every_ms)
         .fetch_one(executor)
         .await?)
 }

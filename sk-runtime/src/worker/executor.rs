@@ -187,7 +187,11 @@ async fn execute(
     };
     let future =
         crate::job::CURRENT_CORRELATION.scope(correlation, AssertUnwindSafe(future).catch_unwind());
-    let outcome = match registration.options.timeout {
+    let limit = registration
+        .options
+        .timeout
+        .or(shared.config.default_timeout);
+    let outcome = match limit {
         Some(limit) => match tokio::time::timeout(limit, future).await {
             Ok(outcome) => outcome,
             Err(_) => {

@@ -7,6 +7,8 @@ mod heartbeat;
 mod listener;
 mod producer;
 
+pub(crate) use producer::backoff;
+
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
@@ -69,6 +71,7 @@ pub(crate) struct Config {
     pub(crate) maintenance_interval: Duration,
     pub(crate) vacuum: bool,
     pub(crate) start_timeout: Option<Duration>,
+    pub(crate) default_timeout: Option<Duration>,
 }
 
 impl WorkerBuilder {
@@ -215,6 +218,14 @@ impl WorkerBuilder {
         self
     }
 
+    /// The longest a run of a job without its own `timeout` may take before it counts as a
+    /// (recoverable) failure, so a hung handler in a live worker is rescued (seed 003's
+    /// hung tasks; a dead worker's jobs come back by their lease). Default: none.
+    pub fn default_timeout(mut self, limit: Duration) -> Self {
+        self.config.default_timeout = Some(limit);
+        self
+    }
+
     /// How long [`Worker::run`] waits at start for a database it cannot reach (refused,
     /// timed out, starting up) before it fails with [`Error::Connect`]. Default: it keeps
     /// waiting, logging each attempt with the address and the cause, as it does when the
@@ -245,6 +256,12 @@ impl WorkerBuilder {
         }
         if c.lease < Duration::from_millis(100) {
             return Err(Error::invalid("lease", "must be at least 100 ms"));
+        }
+        if c.default_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::invalid(
+                "default timeout",
+                "must be longer than zero",
+            ));
         }
         if c.poll_interval.is_zero() || c.maintenance_interval.is_zero() {
             return Err(Error::invalid(
@@ -440,6 +457,7 @@ impl Worker {
                 maintenance_interval: Duration::from_secs(60),
                 vacuum: true,
                 start_timeout: None,
+                default_timeout: None,
             },
             queues: None,
             tenants: None,

@@ -24,6 +24,9 @@ async fn custom_backoff(values: Vec<u8>) -> Result<(), std::io::Error> {
 #[job(schedule = "0 0 3 * * *")]
 async fn nightly() {}
 
+#[job(every = "30s", timeout = "10s")]
+async fn tidy_up() {}
+
 #[job(schedule = "*/5 * * * *", backoff = "constant")]
 pub async fn every_five_minutes(ctx: JobContext) -> Result<(), JobError> {
     let _ = ctx;
@@ -37,6 +40,7 @@ fn main() {
     assert_eq!(SendWelcome::OPTIONS.timeout, Some(Duration::from_secs(30)));
     assert_eq!(CustomBackoff::OPTIONS.backoff.delay(3), Duration::from_secs(10));
     assert_eq!(Nightly::TASK_TYPE, "nightly");
+    assert_eq!(TidyUp::TASK_TYPE, "tidy_up");
     let job = SendWelcome::new(1, "hi".into());
     assert_eq!((job.user_id, job.template.as_str()), (1, "hi"));
     let _later = EveryFiveMinutes::new().with_priority(3).run_after(Duration::from_secs(1));
