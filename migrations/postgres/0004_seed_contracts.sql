@@ -189,3 +189,11 @@ $fn$;
 -- key `sk-every:<type>`, mode skip, posted by each worker at start); the statement that
 -- records a run's outcome posts the next run `task_every_ms` later, so runs never overlap.
 ALTER TABLE __SCHEMA__.__PREFIX__tasks_queue_t ADD COLUMN task_every_ms bigint NULL;
+
+-- Whether the job's results row exists: sk's enqueue writes it with the queue row (true);
+-- a row another producer INSERTs gets the default, and its results row is created when a
+-- worker records its first outcome. Lets a success update the results row with a plain
+-- UPDATE for sk's jobs instead of an upsert.
+ALTER TABLE __SCHEMA__.__PREFIX__tasks_queue_t ADD COLUMN task_has_result boolean NOT NULL DEFAULT false;
+UPDATE __SCHEMA__.__PREFIX__tasks_queue_t q SET task_has_result = true
+WHERE EXISTS (SELECT 1 FROM __SCHEMA__.__PREFIX__task_results_t r WHERE r.task_id = q.task_id);

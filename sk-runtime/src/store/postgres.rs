@@ -138,11 +138,11 @@ impl Statements {
             format!(
                 "again AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002},
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002},
                         task_unique_key, task_unique_mode, task_every_ms)
                     SELECT {uuid_v7}({now}), task_type, task_source, task_payload, task_priority, {now},
                         CASE WHEN task_rerun THEN {now} ELSE {now} + task_every_ms * interval '1 ms' END,
-                        task_queue, task_max_attempts, {seed002}, task_unique_key, task_unique_mode, task_every_ms
+                        task_queue, task_max_attempts, true, {seed002}, task_unique_key, task_unique_mode, task_every_ms
                     FROM done WHERE task_rerun OR task_every_ms IS NOT NULL
                     RETURNING task_id, task_type, task_source, task_queue, task_priority, task_unique_key,
                         task_unique_mode, task_posted_at_ts, {seed002}
@@ -220,8 +220,8 @@ impl Statements {
                     RETURNING task_id
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002})
-                    SELECT task_id, $2, $3, $4, $6, $8, $9, $5, $10, $12, $13, $14::jsonb FROM res
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002})
+                    SELECT task_id, $2, $3, $4, $6, $8, $9, $5, $10, true, $12, $13, $14::jsonb FROM res
                     RETURNING task_id
                 )
                 SELECT (SELECT task_id FROM q) FROM (SELECT pg_notify($11, '')) AS notify"
@@ -240,9 +240,9 @@ impl Statements {
                     SELECT task_id, task_type, task_source, task_queue, 1, task_priority, $9, {seed002} FROM input
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002})
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002})
                     SELECT task_id, task_type, task_source, payload, task_priority, $9, run_at, task_queue,
-                        max_attempts, {seed002}
+                        max_attempts, true, {seed002}
                     FROM input
                 )
                 SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
@@ -258,8 +258,8 @@ impl Statements {
                     SELECT task_id, $3, $4, $5, 1, $6, $9, $11, $12, $13::jsonb FROM input
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002})
-                    SELECT task_id, $3, $4, payload, $6, $9, $7, $5, $8, $11, $12, $13::jsonb FROM input
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002})
+                    SELECT task_id, $3, $4, payload, $6, $9, $7, $5, $8, true, $11, $12, $13::jsonb FROM input
                 )
                 SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
             ),
@@ -277,10 +277,10 @@ impl Statements {
                         unique_key, {seed002}, ord)
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002},
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002},
                         task_unique_key, task_unique_mode)
                     SELECT task_id, task_type, task_source, payload, task_priority, $9, run_at, task_queue,
-                        max_attempts, {seed002}, unique_key, CASE WHEN unique_key IS NOT NULL THEN 1::int2 END
+                        max_attempts, true, {seed002}, unique_key, CASE WHEN unique_key IS NOT NULL THEN 1::int2 END
                     FROM input ORDER BY ord
                     {on_live_key_conflict} DO NOTHING
                     RETURNING task_id
@@ -306,9 +306,9 @@ impl Statements {
             enqueue_unique: format!(
                 "WITH q AS (
                     INSERT INTO {q} AS q (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, {seed002},
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002},
                         task_unique_key, task_unique_mode, task_every_ms)
-                    VALUES ($1, $2, $3, $4, $6, $8, $9, $5, $10, $12, $13, $14::jsonb, $7, $15, $16)
+                    VALUES ($1, $2, $3, $4, $6, $8, $9, $5, $10, true, $12, $13, $14::jsonb, $7, $15, $16)
                     {on_live_key_conflict} DO UPDATE SET
                         task_payload = CASE WHEN ($15 = 3 AND q.task_locked_by IS NULL) OR $15 = 2
                             THEN EXCLUDED.task_payload ELSE q.task_payload END,
@@ -370,26 +370,30 @@ impl Statements {
                     -- the statement as fast as before restarts existed.
                     RETURNING {job_columns_q}, input.ms, input.output,
                         CASE WHEN q.task_rerun OR q.task_every_ms IS NOT NULL THEN q.task_payload END AS task_payload,
-                        q.task_max_attempts, q.task_unique_key, q.task_unique_mode, q.task_rerun, q.task_every_ms
+                        q.task_max_attempts, q.task_unique_key, q.task_unique_mode, q.task_rerun, q.task_every_ms,
+                        q.task_has_result
                 ), res AS (
+                    UPDATE {r} r SET task_status = 3, task_processing_time_milliseconds = done.ms,
+                        task_processing_finalized_at_ts = $5,
+                        task_first_processing_attempted_at_ts = coalesce(r.task_first_processing_attempted_at_ts,
+                            (done.task_lost_attempts -> 0 ->> 'started_at')::timestamptz, done.task_claimed_at_ts),
+                        task_last_processing_attempted_at_ts = done.task_claimed_at_ts,
+                        task_last_locked_by = $4, task_output = done.output,
+                        -- Attempts lost before this success (usually none).
+                        task_error_count = r.task_error_count
+                            + jsonb_array_length(coalesce(done.task_lost_attempts, '[]')),
+                        task_errors = CASE WHEN done.task_lost_attempts IS NULL THEN r.task_errors
+                            ELSE r.task_errors || done.task_lost_attempts END
+                    FROM done WHERE done.task_has_result AND r.task_id = done.task_id
+                ), res_new AS (
+                    -- Jobs another producer posted have no results row yet: a plain UPDATE
+                    -- for sk's own (cheaper than an upsert), an insert for the others.
                     {record_results}
                         3, jsonb_array_length(coalesce(task_lost_attempts, '[]')), NULL, NULL, NULL, NULL, false, ms,
                         $5::timestamptz, NULL, $4, coalesce(task_lost_attempts, '[]'), output,
                         task_tenant, task_correlation_id, task_metadata
-                    FROM done
-                    -- A success leaves the payload and the failed attempts as they are.
-                    ON CONFLICT (task_id) DO UPDATE SET task_status = 3,
-                        task_processing_time_milliseconds = EXCLUDED.task_processing_time_milliseconds,
-                        task_processing_finalized_at_ts = EXCLUDED.task_processing_finalized_at_ts,
-                        task_first_processing_attempted_at_ts =
-                            coalesce(r.task_first_processing_attempted_at_ts, EXCLUDED.task_first_processing_attempted_at_ts),
-                        task_last_processing_attempted_at_ts = EXCLUDED.task_last_processing_attempted_at_ts,
-                        task_last_locked_by = EXCLUDED.task_last_locked_by,
-                        task_output = EXCLUDED.task_output,
-                        -- Attempts lost before this success (usually none).
-                        task_error_count = r.task_error_count + EXCLUDED.task_error_count,
-                        task_errors = CASE WHEN EXCLUDED.task_error_count = 0 THEN r.task_errors
-                            ELSE r.task_errors || EXCLUDED.task_errors END
+                    FROM done WHERE NOT done.task_has_result
+                    ON CONFLICT (task_id) DO NOTHING
                 ),
                 {},
                 {}
