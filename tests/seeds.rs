@@ -67,6 +67,15 @@ async fn a_seed_producer_is_served_and_its_outcomes_recorded() {
         "median pickup after the notification: {pickups:?}"
     );
 
+    // A job that fails twice, then succeeds: every outcome on record, the last one too.
+    let flaky = post_as_seed_producer(&db, "fails_twice", Some("{}")).await;
+    let fw = RunningWorker::start(worker(&db, &[FailsTwice::TASK_TYPE]));
+    let r = db
+        .wait_job(flaky, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    fw.stop().await;
+    assert_eq!((r.error_count, r.attempts().len()), (2, 3));
+
     // A NULL payload and one that is not JSON: fatal, with the reason on record.
     let null = post_as_seed_producer(&db, "record", None).await;
     let garbage = post_as_seed_producer(&db, "record", Some("<task>not json</task>")).await;

@@ -161,7 +161,9 @@ impl Statements {
             "WITH kept AS (
                 -- The lost attempts move to the results row; `old` reads them before the
                 -- update clears them (RETURNING shows new values only).
-                UPDATE {q} q SET task_locked_until_ts = $4, task_locked_by = NULL, task_lost_attempts = NULL
+                UPDATE {q} q SET task_locked_until_ts = $4, task_locked_by = NULL, task_lost_attempts = NULL,
+                    -- The results row exists from here on, whoever posted the job.
+                    task_has_result = true
                 FROM (SELECT task_lost_attempts FROM {q} WHERE task_id = $1 FOR UPDATE) old
                 WHERE q.task_id = $1 AND q.task_attempt = $2 AND q.task_locked_by = $3
                   AND $4::timestamptz IS NOT NULL
@@ -314,7 +316,9 @@ impl Statements {
                             THEN EXCLUDED.task_payload ELSE q.task_payload END,
                         task_locked_until_ts = CASE WHEN $15 = 3 AND q.task_locked_by IS NULL
                             THEN EXCLUDED.task_locked_until_ts ELSE q.task_locked_until_ts END,
-                        task_rerun = q.task_rerun OR ($15 = 2 AND q.task_locked_by IS NOT NULL)
+                        task_rerun = q.task_rerun OR ($15 = 2 AND q.task_locked_by IS NOT NULL),
+                        -- A periodic job's period as the code now says (None for others).
+                        task_every_ms = coalesce(EXCLUDED.task_every_ms, q.task_every_ms)
                     RETURNING q.task_id, q.xmax = 0 AS inserted, q.task_locked_by IS NOT NULL AS running
                 ), res AS (
                     INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
@@ -393,7 +397,8 @@ impl Statements {
                         $5::timestamptz, NULL, $4, coalesce(task_lost_attempts, '[]'), output,
                         task_tenant, task_correlation_id, task_metadata
                     FROM done WHERE NOT done.task_has_result
-                    ON CONFLICT (task_id) DO NOTHING
+                    ON CONFLICT (task_id) DO UPDATE SET task_status = 3,
+                        {update_results}
                 ),
                 {},
                 {}
