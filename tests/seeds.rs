@@ -848,3 +848,50 @@ async fn a_worker_default_timeout_rescues_a_hung_job() {
     );
     db.drop().await;
 }
+
+/// When each run of `slow_tick` started and ended.
+#[derive(Clone, Default)]
+struct TickSpans(std::sync::Arc<std::sync::Mutex<Vec<(Instant, Instant)>>>);
+
+#[sk_runtime::job(schedule = "* * * * * *")]
+async fn slow_tick(spans: sk_runtime::Data<TickSpans>) {
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    spans.0.lock().unwrap().push((start, Instant::now()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_cron_job_skips_the_ticks_that_come_while_it_runs() {
+    let db = TestDb::new().await;
+    let spans = TickSpans::default();
+    let workers: Vec<RunningWorker> = (0..2)
+        .map(|_| RunningWorker::start(worker(&db, &[SlowTick::TASK_TYPE]).data(spans.clone())))
+        .collect();
+    sk_tests::wait_until("two runs", Duration::from_secs(30), || async {
+        (spans.0.lock().unwrap().len() >= 2).then_some(())
+    })
+    .await;
+    for w in workers {
+        w.stop().await;
+    }
+    let spans = spans.0.lock().unwrap().clone();
+    for pair in spans.windows(2) {
+        assert!(
+            pair[1].0 >= pair[0].1,
+            "a tick started while the last one still ran: {spans:?}"
+        );
+    }
+    // Two runs of 2.5 s with a tick every second: the ticks in between were skipped, and
+    // left no results row.
+    let rows: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM sk_task_results_t WHERE task_type = 'slow_tick'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        rows <= spans.len() as i64 + 1,
+        "{rows} results rows for {} runs",
+        spans.len()
+    );
+    db.drop().await;
+}

@@ -8,7 +8,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprPath, ExprUnary, Lit, LitStr, Meta, Token, UnOp};
 
 const KEYS: &str =
-    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, every";
+    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, overlap, every";
 const MAX_NAME_LEN: usize = 255;
 
 /// How the delay before a retry grows.
@@ -36,6 +36,8 @@ pub(crate) struct JobArgs {
     /// A fixed period between the end of one run and the start of the next, and where
     /// it was written.
     pub(crate) every: Option<(Duration, Span)>,
+    /// Whether a cron tick may start while the last one still runs, and where it was said.
+    pub(crate) overlap: Option<(bool, Span)>,
 }
 
 /// Collects errors so that every mistake is reported at once.
@@ -125,6 +127,15 @@ impl JobArgs {
                     errors.at(value.span(), "`timeout` must be longer than zero");
                 }
             }
+            "overlap" => match value {
+                Expr::Lit(ExprLit {
+                    lit: Lit::Bool(b), ..
+                }) => self.overlap = Some((b.value, b.span())),
+                other => errors.at(
+                    other.span(),
+                    "`overlap` expects `true` or `false`, like `overlap = true`",
+                ),
+            },
             "every" => {
                 let every = duration(key, value, errors);
                 if every == Some(Duration::ZERO) {

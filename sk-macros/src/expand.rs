@@ -40,6 +40,12 @@ pub(crate) fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
             );
         }
     }
+    if let (None, Some((_, span))) = (&args.schedule, &args.overlap) {
+        errors.at(
+            *span,
+            "`overlap` applies to `schedule`: whether a cron tick may start while the last one still runs",
+        );
+    }
     if let (Some(_), Some((_, span))) = (&args.schedule, &args.every) {
         errors.at(
             *span,
@@ -153,6 +159,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
     };
     let timeout = duration_tokens(args.timeout);
     let every = duration_tokens(args.every.map(|(d, _)| d));
+    let overlap = args.overlap.is_some_and(|(b, _)| b);
     let schedule = match &args.schedule {
         Some((expr, _)) => quote!(::core::option::Option::Some(#expr)),
         None => quote!(::core::option::Option::None),
@@ -311,6 +318,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
                     options: <#ty as #p::Job>::OPTIONS,
                     schedule: #schedule,
                     every: #every,
+                    overlap: #overlap,
                     handler: __sk_handle,
                     requirements: __sk_requirements,
                     file: ::core::file!(),

@@ -28,6 +28,8 @@ pub struct Registration {
     pub options: JobOptions,
     /// A normalized cron expression (6 or 7 fields) for scheduled jobs.
     pub schedule: Option<&'static str>,
+    /// For scheduled jobs: whether a tick may start while the last one still runs.
+    pub overlap: bool,
     /// For `every = "..."` jobs: the time from the end of one run to the start of the next.
     pub every: Option<std::time::Duration>,
     /// Builds the job's future from a claimed row.

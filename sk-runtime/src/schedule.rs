@@ -25,6 +25,8 @@ struct Entry {
     schedule: cron::Schedule,
     /// The unique key is `{key_prefix}@{tick}`.
     key_prefix: String,
+    /// Whether a tick may start while the last one is still live.
+    overlap: bool,
 }
 
 /// A periodic job given at run time with
@@ -60,6 +62,7 @@ impl Schedules {
                 options: registration.options,
                 schedule,
                 key_prefix: registration.task_type.to_owned(),
+                overlap: registration.overlap,
             });
         }
         for p in periodic {
@@ -81,6 +84,7 @@ impl Schedules {
                 options: p.options,
                 schedule,
                 key_prefix,
+                overlap: false,
             });
         }
         Ok(Schedules(all))
@@ -264,7 +268,12 @@ async fn enqueue(
         every_ms: None,
     };
     let mut conn = shared.store.acquire().await?;
-    let id = postgres::enqueue_one(&mut *conn, &shared.store.schema, job, now).await?;
+    let id = if entry.overlap {
+        postgres::enqueue_one(&mut *conn, &shared.store.schema, job, now).await?
+    } else {
+        let live_key = format!("sk-cron:{}", entry.key_prefix);
+        postgres::enqueue_tick(&mut *conn, &shared.store.schema, job, &live_key, now).await?
+    };
     Ok(id.is_some())
 }
 

@@ -45,6 +45,7 @@ pub(crate) struct Statements {
     enqueue_many: String,
     enqueue_many_keyed: String,
     enqueue_unique: String,
+    enqueue_tick: String,
     enqueue_many_uniform: String,
     claim: String,
     complete: String,
@@ -300,6 +301,29 @@ impl Statements {
                 LEFT JOIN {q} e ON q.task_id IS NULL AND e.task_unique_key = i.unique_key
                 CROSS JOIN (SELECT pg_notify($10, '')) AS notify
                 ORDER BY i.ord"
+            ),
+            // A cron tick that must not overlap the last one ($12: the schedule's live key,
+            // mode skip, in the queue table) and runs once ($7: the tick's key, in the results
+            // table). The queue row comes first, so a tick skipped while the last one is live
+            // leaves no results row. Its results row may still lose a race to another worker's
+            // of the same tick; `task_has_result = false` makes the outcome an upsert, so it
+            // is recorded either way.
+            enqueue_tick: format!(
+                "WITH q AS (
+                    INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result,
+                        task_unique_key, task_unique_mode)
+                    SELECT $1, $2, $3, $4, $6, $8, $9, $5, $10, false, $12, 1::int2
+                    WHERE NOT EXISTS (SELECT 1 FROM {r} WHERE task_unique_key = $7 AND task_unique_mode IS NULL)
+                    {on_live_key_conflict} DO NOTHING
+                    RETURNING task_id
+                ), res AS (
+                    INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
+                        task_unique_key, task_posted_at_ts)
+                    SELECT task_id, $2, $3, $5, 1, $6, $7, $8 FROM q
+                    {on_key_conflict}
+                )
+                SELECT (SELECT task_id FROM q) FROM (SELECT pg_notify($11, '')) AS notify"
             ),
             // One job with a unique key of mode skip (1), restart (2) or replace (3): the
             // key is unique among live jobs (the queue table), and a duplicate changes the
@@ -723,6 +747,33 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
         }
     }
     Ok(batch)
+}
+
+/// Inserts a cron tick unless the schedule's last tick is still live (`live_key`) or this
+/// tick was enqueued already; `None` when skipped.
+pub(crate) async fn enqueue_tick<'e, E: PgExecutor<'e>>(
+    executor: E,
+    schema: &Schema,
+    job: NewJob,
+    live_key: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<Uuid>> {
+    let sql = &schema.sql;
+    Ok(sqlx::query_scalar(&sql.enqueue_tick)
+        .bind(job.id)
+        .bind(job.task_type)
+        .bind(job.source)
+        .bind(job.payload)
+        .bind(job.queue)
+        .bind(job.priority)
+        .bind(job.unique_key)
+        .bind(now)
+        .bind(job.run_at)
+        .bind(job.max_attempts)
+        .bind(&sql.channel)
+        .bind(live_key)
+        .fetch_one(executor)
+        .await?)
 }
 
 /// Inserts one job with a unique key of mode skip, restart or replace; returns the id of
