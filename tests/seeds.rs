@@ -895,3 +895,54 @@ async fn a_slow_cron_job_skips_the_ticks_that_come_while_it_runs() {
     );
     db.drop().await;
 }
+
+#[sk_runtime::job(schedule = "0 0 * * * *", missed = "run_once")]
+async fn hourly_catch_up(ctx: sk_runtime::JobContext, probe: sk_runtime::Data<super::Probe>) {
+    probe.saw(&ctx, "caught up");
+}
+
+#[sk_runtime::job(schedule = "0 0 * * * *")]
+async fn hourly_skip(ctx: sk_runtime::JobContext, probe: sk_runtime::Data<super::Probe>) {
+    probe.saw(&ctx, "skipped tick ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missed_tick_runs_once_at_start_when_asked() {
+    use chrono::Timelike;
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    // Half past the hour: the tick at the top of the hour was missed.
+    let now = chrono::Utc::now();
+    let half_past = now
+        .with_minute(30)
+        .and_then(|t| t.with_second(0))
+        .and_then(|t| t.with_nanosecond(0))
+        .unwrap();
+    let clock = sk_runtime::ManualClock::new(half_past);
+    let types = [HourlyCatchUp::TASK_TYPE, HourlySkip::TASK_TYPE];
+    let a = RunningWorker::start(worker(&db, &types).clock(clock.clone()).data(probe.clone()));
+    let run = recv(&mut rx, "the missed tick", T).await;
+    assert_eq!(run.label, "caught up");
+    db.wait_job(run.id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    // Another worker starting later in the same hour finds the tick done.
+    let b = RunningWorker::start(worker(&db, &types).clock(clock.clone()).data(probe));
+    db.wait_worker_up(&b.id).await;
+    a.stop().await;
+    // A stopping scheduler finishes its pass: B has tried to enqueue the missed tick.
+    b.stop().await;
+    let ticks: Vec<String> = sqlx::query_scalar(
+        "SELECT task_unique_key FROM sk_task_results_t WHERE task_type IN ('hourly_catch_up', 'hourly_skip')",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let top_of_hour = half_past.with_minute(0).unwrap();
+    assert_eq!(
+        ticks,
+        [format!("hourly_catch_up@{}", top_of_hour.to_rfc3339())],
+        "one catch-up run, and none for the job that skips missed ticks"
+    );
+    assert!(rx.try_recv().is_err());
+    db.drop().await;
+}

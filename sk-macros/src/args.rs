@@ -8,7 +8,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprPath, ExprUnary, Lit, LitStr, Meta, Token, UnOp};
 
 const KEYS: &str =
-    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, overlap, every";
+    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, overlap, missed, every";
 const MAX_NAME_LEN: usize = 255;
 
 /// How the delay before a retry grows.
@@ -38,6 +38,8 @@ pub(crate) struct JobArgs {
     pub(crate) every: Option<(Duration, Span)>,
     /// Whether a cron tick may start while the last one still runs, and where it was said.
     pub(crate) overlap: Option<(bool, Span)>,
+    /// Whether the latest tick missed while no worker ran is run at start.
+    pub(crate) run_missed: Option<(bool, Span)>,
 }
 
 /// Collects errors so that every mistake is reported at once.
@@ -136,6 +138,18 @@ impl JobArgs {
                     "`overlap` expects `true` or `false`, like `overlap = true`",
                 ),
             },
+            "missed" => {
+                if let Some(lit) = string(key, value, errors) {
+                    match lit.value().as_str() {
+                        "skip" => self.run_missed = Some((false, lit.span())),
+                        "run_once" => self.run_missed = Some((true, lit.span())),
+                        other => errors.at(
+                            lit.span(),
+                            format!("`missed` is \"skip\" or \"run_once\", not {other:?}"),
+                        ),
+                    }
+                }
+            }
             "every" => {
                 let every = duration(key, value, errors);
                 if every == Some(Duration::ZERO) {

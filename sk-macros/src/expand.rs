@@ -46,6 +46,12 @@ pub(crate) fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
             "`overlap` applies to `schedule`: whether a cron tick may start while the last one still runs",
         );
     }
+    if let (None, Some((_, span))) = (&args.schedule, &args.run_missed) {
+        errors.at(
+            *span,
+            "`missed` applies to `schedule`: whether the latest tick missed while no worker ran is run at start",
+        );
+    }
     if let (Some(_), Some((_, span))) = (&args.schedule, &args.every) {
         errors.at(
             *span,
@@ -160,6 +166,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
     let timeout = duration_tokens(args.timeout);
     let every = duration_tokens(args.every.map(|(d, _)| d));
     let overlap = args.overlap.is_some_and(|(b, _)| b);
+    let run_missed = args.run_missed.is_some_and(|(b, _)| b);
     let schedule = match &args.schedule {
         Some((expr, _)) => quote!(::core::option::Option::Some(#expr)),
         None => quote!(::core::option::Option::None),
@@ -319,6 +326,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
                     schedule: #schedule,
                     every: #every,
                     overlap: #overlap,
+                    run_missed: #run_missed,
                     handler: __sk_handle,
                     requirements: __sk_requirements,
                     file: ::core::file!(),

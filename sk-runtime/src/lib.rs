@@ -92,6 +92,7 @@ pub use worker::{migrate, Worker, WorkerBuilder};
 /// | `timeout` | a duration; a run over it is a recoverable failure | none |
 /// | `schedule` | a cron expression (5 fields, or 6/7 with seconds first), UTC; only on fns without payload arguments | none |
 /// | `overlap` | `true` lets a cron tick start while the last one still runs; by default such a tick is skipped | `false` |
+/// | `missed` | `"run_once"` runs the latest tick missed while no worker ran (once across workers) when a worker starts; `"skip"` counts ticks from the start | `"skip"` |
 /// | `every` | a duration: the job runs again this long after each run ends, one run at a time across all workers; only on fns without payload arguments, not with `schedule` | none |
 ///
 /// Mistakes are compile errors pointing at the offending token: an unknown or duplicated

@@ -30,6 +30,8 @@ pub struct Registration {
     pub schedule: Option<&'static str>,
     /// For scheduled jobs: whether a tick may start while the last one still runs.
     pub overlap: bool,
+    /// For scheduled jobs: whether the latest tick missed before the worker started runs.
+    pub run_missed: bool,
     /// For `every = "..."` jobs: the time from the end of one run to the start of the next.
     pub every: Option<std::time::Duration>,
     /// Builds the job's future from a claimed row.

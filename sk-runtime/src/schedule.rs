@@ -27,6 +27,8 @@ struct Entry {
     key_prefix: String,
     /// Whether a tick may start while the last one is still live.
     overlap: bool,
+    /// Whether the latest tick before the worker started is run (once across workers).
+    run_missed: bool,
 }
 
 /// A periodic job given at run time with
@@ -63,6 +65,7 @@ impl Schedules {
                 schedule,
                 key_prefix: registration.task_type.to_owned(),
                 overlap: registration.overlap,
+                run_missed: registration.run_missed,
             });
         }
         for p in periodic {
@@ -85,6 +88,7 @@ impl Schedules {
                 schedule,
                 key_prefix,
                 overlap: false,
+                run_missed: false,
             });
         }
         Ok(Schedules(all))
@@ -214,7 +218,19 @@ pub(crate) async fn run(shared: Arc<Shared>, start: DateTime<Utc>) {
     if entries.is_empty() {
         return;
     }
-    let mut last: Vec<DateTime<Utc>> = vec![start; entries.len()];
+    // Ticks count from the start; an entry that runs its missed tick counts from just
+    // before the latest tick at or before the start (its unique key keeps it once, also
+    // when it ran before the worker stopped).
+    let mut last: Vec<DateTime<Utc>> = entries
+        .iter()
+        .map(|entry| {
+            let latest = entry
+                .run_missed
+                .then(|| entry.schedule.after(&start).next_back())
+                .flatten();
+            latest.map_or(start, |tick| tick - chrono::Duration::milliseconds(1))
+        })
+        .collect();
     loop {
         let now = shared.now();
         let mut wait = shared.config.poll_interval;
@@ -316,6 +332,20 @@ mod tests {
         assert_eq!(
             latest_due(&every_second, at(0, 0, 0), at(5, 0, 0)),
             Some(at(4, 59, 59))
+        );
+    }
+
+    #[test]
+    fn the_tick_before_a_time_is_found_backwards() {
+        let hourly = parse("0 0 * * * *").expect("valid");
+        assert_eq!(hourly.after(&at(10, 30, 0)).next_back(), Some(at(10, 0, 0)));
+        assert_eq!(
+            latest_due(
+                &hourly,
+                at(10, 0, 0) - chrono::Duration::milliseconds(1),
+                at(10, 30, 0)
+            ),
+            Some(at(10, 0, 0))
         );
     }
 

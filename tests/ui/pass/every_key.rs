@@ -21,7 +21,7 @@ async fn custom_backoff(values: Vec<u8>) -> Result<(), std::io::Error> {
     Ok(())
 }
 
-#[job(schedule = "0 0 3 * * *", overlap = true)]
+#[job(schedule = "0 0 3 * * *", overlap = true, missed = "run_once")]
 async fn nightly() {}
 
 #[job(every = "30s", timeout = "10s")]

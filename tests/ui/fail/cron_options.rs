@@ -6,4 +6,10 @@ async fn not_scheduled() {}
 #[job(schedule = "* * * * *", overlap = "yes")]
 async fn wrong_literal() {}
 
+#[job(missed = "skip")]
+async fn missed_without_schedule() {}
+
+#[job(schedule = "* * * * *", missed = "always")]
+async fn unknown_policy() {}
+
 fn main() {}
