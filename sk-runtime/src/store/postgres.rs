@@ -587,6 +587,24 @@ pub(crate) async fn migrate_to(pool: &PgPool, schema: &Schema, target: i32) -> R
     Ok(())
 }
 
+/// Binds the parameters every single-job insert statement shares, `$1` to `$11`.
+macro_rules! bind_job {
+    ($query:expr, $job:ident, $now:ident, $sql:ident) => {
+        $query
+            .bind($job.id)
+            .bind($job.task_type)
+            .bind($job.source)
+            .bind($job.payload)
+            .bind($job.queue)
+            .bind($job.priority)
+            .bind($job.unique_key)
+            .bind($now)
+            .bind($job.run_at)
+            .bind($job.max_attempts)
+            .bind(&$sql.channel)
+    };
+}
+
 /// Inserts one job; `None` when its unique key already exists.
 pub(crate) async fn enqueue_one<'e, E: PgExecutor<'e>>(
     executor: E,
@@ -595,18 +613,7 @@ pub(crate) async fn enqueue_one<'e, E: PgExecutor<'e>>(
     now: DateTime<Utc>,
 ) -> Result<Option<Uuid>> {
     let sql = &schema.sql;
-    let id: Option<Uuid> = sqlx::query_scalar(&sql.enqueue_one)
-        .bind(job.id)
-        .bind(job.task_type)
-        .bind(job.source)
-        .bind(job.payload)
-        .bind(job.queue)
-        .bind(job.priority)
-        .bind(job.unique_key)
-        .bind(now)
-        .bind(job.run_at)
-        .bind(job.max_attempts)
-        .bind(&sql.channel)
+    let id: Option<Uuid> = bind_job!(sqlx::query_scalar(&sql.enqueue_one), job, now, sql)
         .bind(job.tenant)
         .bind(job.correlation_id)
         .bind(job.metadata)
@@ -759,21 +766,12 @@ pub(crate) async fn enqueue_tick<'e, E: PgExecutor<'e>>(
     now: DateTime<Utc>,
 ) -> Result<Option<Uuid>> {
     let sql = &schema.sql;
-    Ok(sqlx::query_scalar(&sql.enqueue_tick)
-        .bind(job.id)
-        .bind(job.task_type)
-        .bind(job.source)
-        .bind(job.payload)
-        .bind(job.queue)
-        .bind(job.priority)
-        .bind(job.unique_key)
-        .bind(now)
-        .bind(job.run_at)
-        .bind(job.max_attempts)
-        .bind(&sql.channel)
-        .bind(live_key)
-        .fetch_one(executor)
-        .await?)
+    Ok(
+        bind_job!(sqlx::query_scalar(&sql.enqueue_tick), job, now, sql)
+            .bind(live_key)
+            .fetch_one(executor)
+            .await?,
+    )
 }
 
 /// Inserts one job with a unique key of mode skip, restart or replace; returns the id of
@@ -786,25 +784,16 @@ pub(crate) async fn enqueue_unique<'e, E: PgExecutor<'e>>(
     now: DateTime<Utc>,
 ) -> Result<(Uuid, bool, bool)> {
     let sql = &schema.sql;
-    Ok(sqlx::query_as(&sql.enqueue_unique)
-        .bind(job.id)
-        .bind(job.task_type)
-        .bind(job.source)
-        .bind(job.payload)
-        .bind(job.queue)
-        .bind(job.priority)
-        .bind(job.unique_key)
-        .bind(now)
-        .bind(job.run_at)
-        .bind(job.max_attempts)
-        .bind(&sql.channel)
-        .bind(job.tenant)
-        .bind(job.correlation_id)
-        .bind(job.metadata)
-        .bind(mode as i16)
-        .bind(job.every_ms)
-        .fetch_one(executor)
-        .await?)
+    Ok(
+        bind_job!(sqlx::query_as(&sql.enqueue_unique), job, now, sql)
+            .bind(job.tenant)
+            .bind(job.correlation_id)
+            .bind(job.metadata)
+            .bind(mode as i16)
+            .bind(job.every_ms)
+            .fetch_one(executor)
+            .await?,
+    )
 }
 
 /// A batch of jobs as one array per column, for `unnest`.
