@@ -781,7 +781,7 @@ async fn skip_and_replace_modes_and_unique_keys_in_bulk() {
     db.drop().await;
 }
 
-/// When each run of `slow_periodic` started and ended.
+/// When each run of `slow_periodic` or `slow_tick` started and ended.
 #[derive(Clone, Default)]
 struct Spans(std::sync::Arc<std::sync::Mutex<Vec<(Instant, Instant)>>>);
 
@@ -792,28 +792,45 @@ async fn slow_periodic(spans: sk_runtime::Data<Spans>) {
     spans.0.lock().unwrap().push((start, Instant::now()));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_periodic_job_runs_a_period_after_each_run_and_never_overlaps() {
-    let db = TestDb::new().await;
+/// Runs `task_type` (a job taking `Data<Spans>`) on two workers until it has run `runs`
+/// times; returns the runs' spans and how many of its jobs were live at that moment.
+async fn spans_on_two_workers(
+    db: &TestDb,
+    task_type: &str,
+    runs: usize,
+) -> (Vec<(Instant, Instant)>, i64) {
     let spans = Spans::default();
     let workers: Vec<RunningWorker> = (0..2)
-        .map(|_| RunningWorker::start(worker(&db, &[SlowPeriodic::TASK_TYPE]).data(spans.clone())))
+        .map(|_| RunningWorker::start(worker(db, &[task_type]).data(spans.clone())))
         .collect();
-    sk_tests::wait_until("three runs", Duration::from_secs(30), || async {
-        (spans.0.lock().unwrap().len() >= 3).then_some(())
+    sk_tests::wait_until(&format!("{runs} runs"), Duration::from_secs(30), || async {
+        (spans.0.lock().unwrap().len() >= runs).then_some(())
     })
     .await;
-    let live: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM sk_tasks_queue_t WHERE task_unique_key = 'sk-every:slow_periodic'",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let live: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM sk_tasks_queue_t WHERE task_type = $1")
+            .bind(task_type)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
     for w in workers {
         w.stop().await;
     }
-    assert_eq!(live, 1, "one live run at a time, however many workers");
     let spans = spans.0.lock().unwrap().clone();
+    for pair in spans.windows(2) {
+        assert!(
+            pair[1].0 >= pair[0].1,
+            "a run started while the last one still ran: {spans:?}"
+        );
+    }
+    (spans, live)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_periodic_job_runs_a_period_after_each_run_and_never_overlaps() {
+    let db = TestDb::new().await;
+    let (spans, live) = spans_on_two_workers(&db, SlowPeriodic::TASK_TYPE, 3).await;
+    assert_eq!(live, 1, "one live run at a time, however many workers");
     for pair in spans.windows(2) {
         let gap = pair[1].0.saturating_duration_since(pair[0].1);
         assert!(
@@ -849,12 +866,8 @@ async fn a_worker_default_timeout_rescues_a_hung_job() {
     db.drop().await;
 }
 
-/// When each run of `slow_tick` started and ended.
-#[derive(Clone, Default)]
-struct TickSpans(std::sync::Arc<std::sync::Mutex<Vec<(Instant, Instant)>>>);
-
 #[sk_runtime::job(schedule = "* * * * * *")]
-async fn slow_tick(spans: sk_runtime::Data<TickSpans>) {
+async fn slow_tick(spans: sk_runtime::Data<Spans>) {
     let start = Instant::now();
     tokio::time::sleep(Duration::from_millis(2500)).await;
     spans.0.lock().unwrap().push((start, Instant::now()));
@@ -863,24 +876,8 @@ async fn slow_tick(spans: sk_runtime::Data<TickSpans>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_cron_job_skips_the_ticks_that_come_while_it_runs() {
     let db = TestDb::new().await;
-    let spans = TickSpans::default();
-    let workers: Vec<RunningWorker> = (0..2)
-        .map(|_| RunningWorker::start(worker(&db, &[SlowTick::TASK_TYPE]).data(spans.clone())))
-        .collect();
-    sk_tests::wait_until("two runs", Duration::from_secs(30), || async {
-        (spans.0.lock().unwrap().len() >= 2).then_some(())
-    })
-    .await;
-    for w in workers {
-        w.stop().await;
-    }
-    let spans = spans.0.lock().unwrap().clone();
-    for pair in spans.windows(2) {
-        assert!(
-            pair[1].0 >= pair[0].1,
-            "a tick started while the last one still ran: {spans:?}"
-        );
-    }
+    let (spans, live) = spans_on_two_workers(&db, SlowTick::TASK_TYPE, 2).await;
+    assert!(live <= 1, "{live} ticks live at once");
     // Two runs of 2.5 s with a tick every second: the ticks in between were skipped, and
     // left no results row.
     let rows: i64 =
