@@ -16,6 +16,7 @@ use sk_tests::{recv, wait_until, RunningWorker, TestDb};
 use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
+mod partitions;
 mod seeds;
 
 const T: Duration = Duration::from_secs(20);
@@ -313,6 +314,9 @@ async fn a_delayed_job_does_not_run_early() {
     assert_eq!(record.first_attempt_at, None);
     let counts = db.info().clock(clock.clone()).counts().await.unwrap();
     assert_eq!(counts.scheduled, 1);
+    // Its result written first: an hour on, its lease would have run out.
+    db.wait_job(now, T, |r| r.status() == JobStatus::Processed)
+        .await;
 
     clock.advance(Duration::from_secs(3600));
     let second = recv(&mut rx, "the delayed job", T).await;
@@ -1063,7 +1067,8 @@ async fn a_custom_schema_and_a_queue_filter() {
         "other queues untouched"
     );
     let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'jobs' ORDER BY 1",
+        "SELECT table_name::text FROM information_schema.tables
+         WHERE table_schema = 'jobs' AND table_name NOT LIKE 'app_task_results_p%' ORDER BY 1",
     )
     .fetch_all(&db.pool)
     .await
@@ -1074,6 +1079,7 @@ async fn a_custom_schema_and_a_queue_filter() {
             "app_metrics_t",
             "app_schema_migrations_t",
             "app_task_execution_time_stats_t",
+            "app_task_results_default",
             "app_task_results_t",
             "app_tasks_queue_t"
         ]
@@ -1314,9 +1320,10 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
             .fetch_all(&db.pool)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4]);
+    assert_eq!(versions, [1, 2, 3, 4, 5]);
+    // The old results table became the default partition (migration 5), options and all.
     let options: Vec<String> = sqlx::query_scalar(
-        "SELECT unnest(reloptions) FROM pg_class WHERE oid = 'old.sk_task_results_t'::regclass ORDER BY 1",
+        "SELECT unnest(reloptions) FROM pg_class WHERE oid = 'old.sk_task_results_default'::regclass ORDER BY 1",
     )
     .fetch_all(&db.pool)
     .await
@@ -1342,7 +1349,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
     let error = worker.run_until(std::future::pending()).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "the database schema is at version 99, newer than this sk (4); upgrade sk"
+        "the database schema is at version 99, newer than this sk (5); upgrade sk"
     );
     db.drop().await;
 }

@@ -1,12 +1,12 @@
-//! Periodic upkeep: vacuum sk's hot tables when they fill with dead rows, prune old
-//! results, write this worker's metrics.
+//! Periodic upkeep: vacuum sk's hot tables when they fill with dead rows, create and
+//! retire results partitions, write this worker's metrics.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::store::postgres::partitions;
 use crate::worker::Shared;
 
-const PRUNE_BATCH: i64 = 10_000;
 /// How often dead tuples are checked; the check is one read of `pg_stat_user_tables`.
 const VACUUM_CHECK: Duration = Duration::from_secs(1);
 /// Vacuum (and analyze) the queue table once it holds this many dead rows, or this many
@@ -19,22 +19,22 @@ const RESULTS_VACUUM_DEAD: i64 = 5_000;
 const VACUUM_SPACING: u32 = 4;
 
 pub(crate) async fn run(shared: Arc<Shared>) {
-    let mut last_upkeep = Instant::now();
+    let mut last_upkeep: Option<Instant> = None;
     let mut queue_vacuum = Spacing::default();
-    // The first check comes at once: a backlog enqueued before the worker started may
-    // have no statistics yet.
+    // The first check and upkeep come at once: a backlog enqueued before the worker
+    // started may have no statistics yet, and the partitions follow this worker's span.
     loop {
         vacuum_if_needed(&shared, &mut queue_vacuum).await;
+        if last_upkeep.is_none_or(|at| at.elapsed() >= shared.config.maintenance_interval) {
+            last_upkeep = Some(Instant::now());
+            partitions(&shared).await;
+            write_metrics(&shared).await;
+        }
         if !shared
             .pause(VACUUM_CHECK.min(shared.config.maintenance_interval))
             .await
         {
             return;
-        }
-        if last_upkeep.elapsed() >= shared.config.maintenance_interval {
-            last_upkeep = Instant::now();
-            prune(&shared).await;
-            write_metrics(&shared).await;
         }
     }
 }
@@ -89,14 +89,14 @@ async fn vacuum_if_needed(shared: &Shared, queue_vacuum: &mut Spacing) {
         }
     }) {
         let started = Instant::now();
-        match shared.store.vacuum(table.is_queue).await {
+        match shared.store.vacuum(&table.name).await {
             Ok(true) => {
                 let took = started.elapsed();
                 if table.is_queue {
                     queue_vacuum.last = Some((Instant::now(), took));
                 }
                 tracing::debug!(
-                    table = if table.is_queue { "queue" } else { "results" },
+                    table = table.name,
                     dead = table.dead,
                     live = table.live,
                     millis = took.as_millis() as u64,
@@ -111,30 +111,41 @@ async fn vacuum_if_needed(shared: &Shared, queue_vacuum: &mut Spacing) {
     }
 }
 
-async fn prune(shared: &Shared) {
+/// Creates the results partitions ahead (also done at start) and retires those past the
+/// retention (docs/reliability.md, "Results").
+pub(crate) async fn partitions(shared: &Shared) {
+    let (pool, schema) = (&shared.store.pool, &shared.store.schema);
+    let now = shared.now();
+    match partitions::ensure(pool, schema, now, shared.config.results_partition).await {
+        Ok(created) if !created.is_empty() => {
+            tracing::info!(partitions = ?created, "sk: created results partitions");
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("sk: cannot create results partitions: {e}"),
+    }
     let Some(cutoff) = chrono::Duration::from_std(shared.config.result_retention)
         .ok()
-        .and_then(|keep| shared.now().checked_sub_signed(keep))
+        .and_then(|keep| now.checked_sub_signed(keep))
     else {
         return;
     };
-    let mut total = 0;
-    loop {
-        match shared.store.prune(cutoff, PRUNE_BATCH).await {
-            Ok(n) => {
-                total += n;
-                if n < PRUNE_BATCH as u64 || shared.stopping.is_cancelled() {
-                    break;
-                }
+    let archive = shared.config.archive_results_to.as_deref();
+    match partitions::retire(pool, schema, cutoff, archive).await {
+        Ok(retired) => {
+            if !retired.dropped.is_empty() {
+                tracing::info!(partitions = ?retired.dropped, %cutoff, "sk: dropped results partitions");
             }
-            Err(e) => {
-                tracing::warn!("sk: cannot prune old results: {e}");
-                break;
+            if !retired.archived.is_empty() {
+                tracing::info!(partitions = ?retired.archived, schema = archive, %cutoff, "sk: archived results partitions");
+            }
+            if !retired.held.is_empty() {
+                tracing::info!(partitions = ?retired.held, %cutoff, "sk: kept results partitions past the retention for their live jobs");
+            }
+            if retired.rows > 0 {
+                tracing::info!(rows = retired.rows, %cutoff, "sk: pruned finished results");
             }
         }
-    }
-    if total > 0 {
-        tracing::info!(rows = total, %cutoff, "sk: pruned finished results");
+        Err(e) => tracing::warn!("sk: cannot prune old results: {e}"),
     }
 }
 

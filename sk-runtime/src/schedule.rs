@@ -102,6 +102,17 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
+/// The id of the tick with unique key `key`: a UUIDv7 of the tick's time whose other bits
+/// come from the key, so every worker posts the tick under the same id and the results
+/// table's primary key keeps it once (migration 5), in the partition of the tick's time.
+fn tick_id(key: &str, tick: DateTime<Utc>) -> Uuid {
+    let mut bits = [0; 10];
+    bits[..8].copy_from_slice(&fnv1a(key.as_bytes()).to_be_bytes());
+    bits[8..].copy_from_slice(&fnv1a(key.as_bytes()).rotate_left(32).to_le_bytes()[..2]);
+    let millis = u64::try_from(tick.timestamp_millis()).unwrap_or(0);
+    uuid::Builder::from_unix_timestamp_millis(millis, &bits).into_uuid()
+}
+
 /// Parses a 5-field (minutes), 6-field (seconds first) or 7-field (with years) expression.
 pub(crate) fn parse(expr: &str) -> std::result::Result<cron::Schedule, String> {
     let normalized = match expr.split_whitespace().count() {
@@ -267,8 +278,9 @@ async fn enqueue(
     tick: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> Result<bool> {
+    let key = format!("{}@{}", entry.key_prefix, tick.to_rfc3339());
     let job = NewJob {
-        id: Uuid::now_v7(),
+        id: tick_id(&key, tick),
         task_type: entry.task_type,
         source: "sk-scheduler".to_owned(),
         payload: entry.payload.clone(),
@@ -276,7 +288,7 @@ async fn enqueue(
         priority: entry.options.priority,
         run_at: tick,
         max_attempts: entry.options.max_attempts,
-        unique_key: Some(format!("{}@{}", entry.key_prefix, tick.to_rfc3339())),
+        unique_key: Some(key),
         unique_mode: None,
         tenant: None,
         correlation_id: None,
@@ -347,6 +359,17 @@ mod tests {
             ),
             Some(at(10, 0, 0))
         );
+    }
+
+    #[test]
+    fn a_tick_has_one_id_in_the_partition_of_its_time() {
+        let tick = at(3, 0, 0);
+        let id = tick_id("report@2026-01-01T03:00:00+00:00", tick);
+        assert_eq!(id, tick_id("report@2026-01-01T03:00:00+00:00", tick));
+        assert_ne!(id, tick_id("other@2026-01-01T03:00:00+00:00", tick));
+        assert_eq!(id.get_version_num(), 7);
+        let (secs, _) = id.get_timestamp().expect("a v7 id").to_unix();
+        assert_eq!(i64::try_from(secs).unwrap(), tick.timestamp());
     }
 
     #[test]

@@ -90,7 +90,7 @@ impl Schema {
     }
 }
 
-fn check_identifier(what: &'static str, name: &str, may_be_empty: bool) -> Result<()> {
+pub(crate) fn check_identifier(what: &'static str, name: &str, may_be_empty: bool) -> Result<()> {
     let mut chars = name.chars();
     let valid_start = match chars.next() {
         None => may_be_empty,

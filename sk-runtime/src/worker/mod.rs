@@ -68,6 +68,8 @@ pub(crate) struct Config {
     pub(crate) grace_period: Duration,
     pub(crate) auto_migrate: bool,
     pub(crate) result_retention: Duration,
+    pub(crate) results_partition: Duration,
+    pub(crate) archive_results_to: Option<String>,
     pub(crate) maintenance_interval: Duration,
     pub(crate) vacuum: bool,
     pub(crate) start_timeout: Option<Duration>,
@@ -173,9 +175,28 @@ impl WorkerBuilder {
         self
     }
 
-    /// How long finished jobs' results are kept (default 7 days).
+    /// How long finished jobs' results are kept (default 7 days). The results table is
+    /// partitioned by posting time ([`results_partition`](Self::results_partition)): a
+    /// partition goes whole once every job in it was posted this long ago and finished
+    /// (a partition with live jobs stays, and loses only its rows finished this long ago).
     pub fn result_retention(mut self, keep: Duration) -> Self {
         self.config.result_retention = keep;
+        self
+    }
+
+    /// The span of posting time each results partition covers (default 1 day; whole
+    /// minutes from 1 hour to 366 days), aligned to whole spans since the Unix epoch in
+    /// UTC. Maintenance keeps partitions two spans ahead; a change applies to the
+    /// partitions created from then on.
+    pub fn results_partition(mut self, span: Duration) -> Self {
+        self.config.results_partition = span;
+        self
+    }
+
+    /// Retired results partitions are detached and moved to this schema (created if
+    /// missing) instead of dropped, to be dumped or queried there (seed 002's archiving).
+    pub fn archive_results_to(mut self, schema: &str) -> Self {
+        self.config.archive_results_to = Some(schema.to_owned());
         self
     }
 
@@ -262,6 +283,10 @@ impl WorkerBuilder {
                 "default timeout",
                 "must be longer than zero",
             ));
+        }
+        crate::store::postgres::partitions::check_period(c.results_partition)?;
+        if let Some(archive) = &c.archive_results_to {
+            crate::store::check_identifier("archive schema", archive, false)?;
         }
         if c.poll_interval.is_zero() || c.maintenance_interval.is_zero() {
             return Err(Error::invalid(
@@ -454,6 +479,8 @@ impl Worker {
                 grace_period: Duration::from_secs(30),
                 auto_migrate: true,
                 result_retention: Duration::from_secs(7 * 24 * 3600),
+                results_partition: crate::store::postgres::partitions::DEFAULT_PERIOD,
+                archive_results_to: None,
                 maintenance_interval: Duration::from_secs(60),
                 vacuum: true,
                 start_timeout: None,

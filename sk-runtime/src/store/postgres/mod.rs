@@ -4,6 +4,8 @@
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
+pub(crate) mod partitions;
+
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection as _, Executor, PgConnection, PgExecutor, PgPool, Postgres, Row};
@@ -18,22 +20,27 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (
         1,
         "initial seed schema",
-        include_str!("../../../migrations/postgres/0001_init.sql"),
+        include_str!("../../../../migrations/postgres/0001_init.sql"),
     ),
     (
         2,
         "results table autovacuum",
-        include_str!("../../../migrations/postgres/0002_results_autovacuum.sql"),
+        include_str!("../../../../migrations/postgres/0002_results_autovacuum.sql"),
     ),
     (
         3,
         "lean writes per job",
-        include_str!("../../../migrations/postgres/0003_lean_writes.sql"),
+        include_str!("../../../../migrations/postgres/0003_lean_writes.sql"),
     ),
     (
         4,
         "the seeds' own contracts",
-        include_str!("../../../migrations/postgres/0004_seed_contracts.sql"),
+        include_str!("../../../../migrations/postgres/0004_seed_contracts.sql"),
+    ),
+    (
+        5,
+        "results partitioned by time",
+        include_str!("../../../../migrations/postgres/0005_results_partitions.sql"),
     ),
 ];
 
@@ -56,11 +63,8 @@ pub(crate) struct Statements {
     counts_live: String,
     peek: String,
     job: String,
-    prune: String,
     metrics: String,
     dead_tuples: String,
-    queue_table: String,
-    results_table: String,
     channel: String,
 }
 
@@ -205,15 +209,16 @@ impl Statements {
             rerun("$11::timestamptz"),
             stats.replace("$now", "$11").replace("$owner", "$3")
         );
-        // Keys of mode "once" (the scheduler's ticks) are unique in the results table...
-        let on_key_conflict = "ON CONFLICT (task_unique_key)
-            WHERE task_unique_key IS NOT NULL AND task_unique_mode IS NULL DO NOTHING";
-        // ... the others among live jobs, in the queue table (migration 4).
+        // Keys of mode "once" (the scheduler's ticks) are unique through the job's id, made
+        // from the key (`schedule::tick_id`): the results table's primary key holds it in
+        // every partition (migration 5). The other modes are unique among live jobs, in the
+        // queue table (migration 4).
+        let on_key_conflict = "ON CONFLICT (task_id) DO NOTHING";
         let on_live_key_conflict =
             "ON CONFLICT (task_unique_key) WHERE task_unique_key IS NOT NULL";
         Statements {
-            // The results row is written first: its unique key makes a cron tick enqueue
-            // at most once across workers, and the queue row exists only if it was new.
+            // The results row is written first: its id makes a cron tick enqueue at most
+            // once across workers, and the queue row exists only if it was new.
             enqueue_one: format!(
                 "WITH res AS (
                     INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status,
@@ -303,19 +308,20 @@ impl Statements {
                 ORDER BY i.ord"
             ),
             // A cron tick that must not overlap the last one ($12: the schedule's live key,
-            // mode skip, in the queue table) and runs once ($7: the tick's key, in the results
-            // table). The queue row comes first, so a tick skipped while the last one is live
-            // leaves no results row. Its results row may still lose a race to another worker's
-            // of the same tick; `task_has_result = false` makes the outcome an upsert, so it
-            // is recorded either way.
+            // mode skip, in the queue table) and runs once ($1: the tick's id, made from its
+            // key $7, in the results table). The queue row comes first, so a tick skipped
+            // while the last one is live leaves no results row. Its results row may still
+            // lose a race to another worker's of the same tick; `task_has_result = false`
+            // makes the outcome an upsert, so it is recorded either way. (The same tick live
+            // in another worker's row conflicts on both the key and the id: no arbiter.)
             enqueue_tick: format!(
                 "WITH q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result,
                         task_unique_key, task_unique_mode)
                     SELECT $1, $2, $3, $4, $6, $8, $9, $5, $10, false, $12, 1::int2
-                    WHERE NOT EXISTS (SELECT 1 FROM {r} WHERE task_unique_key = $7 AND task_unique_mode IS NULL)
-                    {on_live_key_conflict} DO NOTHING
+                    WHERE NOT EXISTS (SELECT 1 FROM {r} WHERE task_id = $1)
+                    ON CONFLICT DO NOTHING
                     RETURNING task_id
                 ), res AS (
                     INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
@@ -493,14 +499,6 @@ impl Statements {
                  LEFT JOIN {q} q ON q.task_id = k.id
                  WHERE r.task_id IS NOT NULL OR q.task_id IS NOT NULL"
             ),
-            // Walks the primary key up to the UUIDv7 of the cutoff ($3): ids are ordered by
-            // posting time, so no extra index is kept for this. Bounded per run.
-            prune: format!(
-                "DELETE FROM {r} WHERE task_id IN (
-                    SELECT task_id FROM {r}
-                    WHERE task_id < $3 AND task_processing_finalized_at_ts < $1
-                    LIMIT $2)"
-            ),
             metrics: format!(
                 "INSERT INTO {m} (metric_owner_process_id, metric_id, metric_category, metric_value, metric_last_updated)
                  SELECT $1, id, 'worker', value, $4 FROM unnest($2::varchar[], $3::int8[]) AS i(id, value)
@@ -508,14 +506,15 @@ impl Statements {
                  SET metric_value = EXCLUDED.metric_value, metric_last_updated = EXCLUDED.metric_last_updated"
             ),
             // Cumulative statistics, kept by the server whether or not autovacuum runs.
+            // The results table's rows live in its partitions (migration 5).
             dead_tuples: format!(
-                "SELECT relid = '{q}'::regclass, n_live_tup, n_dead_tup, n_mod_since_analyze,
+                "SELECT quote_ident(schemaname) || '.' || quote_ident(relname), relid = '{q}'::regclass,
+                    n_live_tup, n_dead_tup, n_mod_since_analyze,
                     coalesce(last_analyze, last_autoanalyze) IS NOT NULL
                  FROM pg_stat_user_tables
-                 WHERE relid IN ('{q}'::regclass, '{r}'::regclass)"
+                 WHERE relid = '{q}'::regclass
+                    OR relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = '{r}'::regclass)"
             ),
-            queue_table: q.clone(),
-            results_table: r.clone(),
             channel: schema.channel(),
         }
     }
@@ -523,8 +522,12 @@ impl Statements {
 
 /// Brings the schema to the newest version. Concurrent callers serialize on an advisory
 /// lock, so several workers starting at once apply each migration exactly once.
+/// Then creates the results partitions for now and the next days, so jobs enqueued before
+/// a worker starts land in them.
 pub(crate) async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
-    migrate_to(pool, schema, i32::MAX).await
+    migrate_to(pool, schema, i32::MAX).await?;
+    partitions::ensure(pool, schema, Utc::now(), partitions::DEFAULT_PERIOD).await?;
+    Ok(())
 }
 
 /// Applies the migrations up to `target` (tests use it to build an older schema).
@@ -863,6 +866,8 @@ fn in_lock_order(leases: &[Lease]) -> (Vec<Uuid>, Vec<i32>) {
 
 /// Tuple counts of one of sk's tables.
 pub(crate) struct TableHealth {
+    /// Its qualified name.
+    pub(crate) name: String,
     pub(crate) is_queue: bool,
     pub(crate) live: i64,
     pub(crate) dead: i64,
@@ -1106,46 +1111,31 @@ impl PgStore {
         Ok(held)
     }
 
-    pub(crate) async fn prune(&self, older_than: DateTime<Utc>, limit: i64) -> Result<u64> {
-        // The smallest UUIDv7 of the cutoff's millisecond: every id below it was posted earlier.
-        let millis = u64::try_from(older_than.timestamp_millis()).unwrap_or(0);
-        let bound = uuid::Builder::from_unix_timestamp_millis(millis, &[0; 10]).into_uuid();
-        let done = sqlx::query(&self.schema.sql.prune)
-            .bind(older_than)
-            .bind(limit)
-            .bind(bound)
-            .execute(&mut *self.acquire().await?)
-            .await
-            .map_err(|e| self.lost(e))?;
-        Ok(done.rows_affected())
-    }
-
-    /// Live and dead tuples of the queue and results tables.
+    /// Live and dead tuples of the queue table and of each results partition.
     pub(crate) async fn table_health(&self) -> Result<Vec<TableHealth>> {
-        let rows: Vec<(bool, i64, i64, i64, bool)> = sqlx::query_as(&self.schema.sql.dead_tuples)
-            .fetch_all(&mut *self.acquire().await?)
-            .await
-            .map_err(|e| self.lost(e))?;
+        let rows: Vec<(String, bool, i64, i64, i64, bool)> =
+            sqlx::query_as(&self.schema.sql.dead_tuples)
+                .fetch_all(&mut *self.acquire().await?)
+                .await
+                .map_err(|e| self.lost(e))?;
         Ok(rows
             .into_iter()
-            .map(|(is_queue, live, dead, changed, analyzed)| TableHealth {
-                is_queue,
-                live,
-                dead,
-                changed,
-                analyzed,
-            })
+            .map(
+                |(name, is_queue, live, dead, changed, analyzed)| TableHealth {
+                    name,
+                    is_queue,
+                    live,
+                    dead,
+                    changed,
+                    analyzed,
+                },
+            )
             .collect())
     }
 
-    /// Vacuums the queue (or results) table unless another worker is doing it; returns
-    /// whether this worker did.
-    pub(crate) async fn vacuum(&self, queue: bool) -> Result<bool> {
-        let table = if queue {
-            &self.schema.sql.queue_table
-        } else {
-            &self.schema.sql.results_table
-        };
+    /// Vacuums one of sk's tables (`name` as [`TableHealth`] gives it) unless another
+    /// worker is doing it; returns whether this worker did.
+    pub(crate) async fn vacuum(&self, table: &str) -> Result<bool> {
         let mut conn = self.acquire().await?;
         let key = format!("sk-vacuum:{table}");
         let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext($1))")

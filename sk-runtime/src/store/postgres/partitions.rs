@@ -1,0 +1,387 @@
+//! The results table's time partitions (migration 5): range partitions on the UUIDv7
+//! `task_id`, created ahead by maintenance and retired whole once past the retention.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{Executor as _, PgConnection, PgPool};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::store::Schema;
+
+/// Each partition covers this much posting time unless the worker says otherwise.
+pub(crate) const DEFAULT_PERIOD: Duration = Duration::from_secs(24 * 3600);
+/// Partitions exist this many periods past the current one.
+const AHEAD: i64 = 2;
+/// DDL waits at most this long for the results table's lock, then gives up until the next
+/// maintenance pass, so the statements queued behind it never wait longer.
+const LOCK_TIMEOUT: &str = "2s";
+/// Rows deleted per statement where a partition is pruned by rows.
+const ROW_BATCH: i64 = 10_000;
+
+/// The smallest UUIDv7 of a millisecond: every id posted earlier sorts below it. Range
+/// bounds are such ids, so a partition holds the jobs posted in its span.
+pub(crate) fn id_floor(at: DateTime<Utc>) -> Uuid {
+    let millis = u64::try_from(at.timestamp_millis()).unwrap_or(0);
+    let mut bytes = [0; 16];
+    bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
+    Uuid::from_bytes(bytes)
+}
+
+fn millis_of(id: Uuid) -> i64 {
+    let mut bytes = [0; 8];
+    bytes[2..].copy_from_slice(&id.as_bytes()[..6]);
+    i64::from_be_bytes(bytes)
+}
+
+fn time_of(millis: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(millis).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// One range partition: the jobs posted in `[from, to)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Range {
+    pub(crate) name: String,
+    pub(crate) from: Uuid,
+    pub(crate) to: Uuid,
+}
+
+/// What a retirement pass did.
+#[derive(Debug, Default)]
+pub(crate) struct Retired {
+    pub(crate) dropped: Vec<String>,
+    pub(crate) archived: Vec<String>,
+    /// Past the retention, kept for live jobs (or jobs finished less than the retention
+    /// ago); their rows finished before the cutoff were pruned one by one.
+    pub(crate) held: Vec<String>,
+    /// Rows pruned one by one, in held partitions and the default one.
+    pub(crate) rows: u64,
+}
+
+/// Parses `FOR VALUES FROM ('…') TO ('…')`; `None` for the default partition.
+fn parse_bound(bound: &str) -> Option<(Uuid, Uuid)> {
+    let mut quoted = bound.split('\'').skip(1).step_by(2);
+    let from = quoted.next()?.parse().ok()?;
+    let to = quoted.next()?.parse().ok()?;
+    Some((from, to))
+}
+
+/// The range partitions of the results table, oldest first.
+async fn ranges(conn: &mut PgConnection, schema: &Schema) -> Result<Vec<Range>> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid)
+         FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = $1::regclass",
+    )
+    .bind(schema.table("task_results_t"))
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut ranges: Vec<Range> = rows
+        .into_iter()
+        .filter_map(|(name, bound)| parse_bound(&bound).map(|(from, to)| Range { name, from, to }))
+        .collect();
+    ranges.sort_by_key(|r| r.from);
+    Ok(ranges)
+}
+
+/// The spans of `[from, to)` that no partition in `existing` covers.
+fn uncovered(from: i64, to: i64, existing: &[Range]) -> Vec<(i64, i64)> {
+    let mut gaps = Vec::new();
+    let mut cursor = from;
+    for range in existing {
+        let (a, b) = (millis_of(range.from), millis_of(range.to));
+        if b <= cursor || a >= to {
+            continue;
+        }
+        if a > cursor {
+            gaps.push((cursor, a));
+        }
+        cursor = cursor.max(b);
+    }
+    if cursor < to {
+        gaps.push((cursor, to));
+    }
+    gaps
+}
+
+/// Takes the schema's partition lock for this transaction, or says another worker holds it.
+async fn lock(conn: &mut PgConnection, schema: &Schema) -> Result<bool> {
+    (&mut *conn)
+        .execute(format!("SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'").as_str())
+        .await?;
+    Ok(
+        sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext($1))")
+            .bind(format!("sk-partitions:{}", schema.table("task_results_t")))
+            .fetch_one(&mut *conn)
+            .await?,
+    )
+}
+
+/// Creates the partitions for the periods from the current one to [`AHEAD`] past it,
+/// aligned to whole periods since the Unix epoch (UTC), where none exists yet; returns
+/// their names. Rows the default partition took for a new partition's span (posted while
+/// it did not exist) move into it. One worker at a time; the others return at once.
+pub(crate) async fn ensure(
+    pool: &PgPool,
+    schema: &Schema,
+    now: DateTime<Utc>,
+    period: Duration,
+) -> Result<Vec<String>> {
+    let period = i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1);
+    let start = now.timestamp_millis().div_euclid(period) * period;
+    let horizon = start.saturating_add(period.saturating_mul(AHEAD + 1));
+    let mut tx = pool.begin().await?;
+    if !lock(&mut tx, schema).await? {
+        return Ok(Vec::new());
+    }
+    let existing = ranges(&mut tx, schema).await?;
+    let r = schema.table("task_results_t");
+    let default = schema.table("task_results_default");
+    let mut created = Vec::new();
+    let mut slot = start;
+    while slot < horizon {
+        let slot_end = slot.saturating_add(period);
+        for (from, to) in uncovered(slot, slot_end, &existing) {
+            let name = format!(
+                "{}task_results_p{}",
+                schema.prefix(),
+                time_of(from).format("%Y%m%d_%H%M")
+            );
+            let table = format!("{}.{name}", schema.schema_name());
+            let (lo, hi) = (id_floor(time_of(from)), id_floor(time_of(to)));
+            (&mut *tx)
+                .execute(
+                    format!(
+                        "CREATE TABLE {table} (LIKE {r} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)
+                         WITH (autovacuum_vacuum_scale_factor = 0.05, autovacuum_analyze_scale_factor = 0.05)"
+                    )
+                    .as_str(),
+                )
+                .await?;
+            sqlx::query(&format!(
+                "WITH moved AS (DELETE FROM {default} WHERE task_id >= $1 AND task_id < $2 RETURNING *)
+                 INSERT INTO {table} SELECT * FROM moved"
+            ))
+            .bind(lo)
+            .bind(hi)
+            .execute(&mut *tx)
+            .await?;
+            let attached = (&mut *tx)
+                .execute(
+                    format!("ALTER TABLE {r} ATTACH PARTITION {table} FOR VALUES FROM ('{lo}') TO ('{hi}')")
+                        .as_str(),
+                )
+                .await;
+            match attached {
+                Ok(_) => created.push(name),
+                // Created on a later pass; meanwhile the default partition takes the rows.
+                Err(e) if busy(&e) => {
+                    tracing::debug!(partition = %name, "sk: results table busy, partition created on a later pass");
+                    return Ok(Vec::new());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        slot = slot_end;
+    }
+    tx.commit().await?;
+    Ok(created)
+}
+
+/// Retires the partitions whose jobs were all posted and finished before `cutoff`:
+/// dropped, or detached and moved to schema `archive`. A partition past the cutoff that
+/// still holds live jobs (in the queue table), or jobs finished since, stays, and only its
+/// rows finished before `cutoff` are deleted. The default partition is pruned by rows, by
+/// finalization time. A partition whose lock is busy is tried again on the next pass.
+pub(crate) async fn retire(
+    pool: &PgPool,
+    schema: &Schema,
+    cutoff: DateTime<Utc>,
+    archive: Option<&str>,
+) -> Result<Retired> {
+    let all = ranges(&mut *pool.acquire().await?, schema).await?;
+    let bound = id_floor(cutoff);
+    let mut retired = Retired::default();
+    for range in all.iter().filter(|r| r.to <= bound) {
+        let table = format!("{}.{}", schema.schema_name(), range.name);
+        if !live(pool, schema, range, &table, cutoff).await?
+            && retire_one(pool, schema, range, archive).await?
+        {
+            if archive.is_some() {
+                retired.archived.push(range.name.clone());
+            } else {
+                retired.dropped.push(range.name.clone());
+            }
+            continue;
+        }
+        retired.rows += prune_rows(pool, &table, cutoff).await?;
+        retired.held.push(range.name.clone());
+    }
+    retired.rows += prune_rows(pool, &schema.table("task_results_default"), cutoff).await?;
+    Ok(retired)
+}
+
+/// Whether a partition holds a job that is live (in the queue table, or taken by a seed
+/// consumer and not finished) or finished at or after `cutoff`. Reads the partition
+/// through, once, when it comes past the retention (it goes right after), and again on
+/// each pass while it stays (by then pruned down to those jobs).
+async fn live(
+    pool: &PgPool,
+    schema: &Schema,
+    range: &Range,
+    table: &str,
+    cutoff: DateTime<Utc>,
+) -> Result<bool> {
+    Ok(sqlx::query_scalar(&format!(
+        "SELECT EXISTS (SELECT 1 FROM {q} WHERE task_id >= $1 AND task_id < $2)
+             OR EXISTS (SELECT 1 FROM {table}
+                        WHERE task_processing_finalized_at_ts IS NULL OR task_processing_finalized_at_ts >= $3)",
+        q = schema.table("tasks_queue_t")
+    ))
+    .bind(range.from)
+    .bind(range.to)
+    .bind(cutoff)
+    .fetch_one(pool)
+    .await?)
+}
+
+/// Detaches one partition, checks again (now that no statement can reach it) that no job
+/// in the queue has its results row there, and drops or archives it. False if it stays:
+/// a job posted meanwhile, another worker retiring, or a lock not granted in time.
+async fn retire_one(
+    pool: &PgPool,
+    schema: &Schema,
+    range: &Range,
+    archive: Option<&str>,
+) -> Result<bool> {
+    let r = schema.table("task_results_t");
+    let q = schema.table("tasks_queue_t");
+    let table = format!("{}.{}", schema.schema_name(), range.name);
+    let mut tx = pool.begin().await?;
+    if !lock(&mut tx, schema).await? {
+        return Ok(false);
+    }
+    let detached = (&mut *tx)
+        .execute(format!("ALTER TABLE {r} DETACH PARTITION {table}").as_str())
+        .await;
+    match detached {
+        Ok(_) => {}
+        Err(e) if busy(&e) => {
+            tracing::debug!(partition = %range.name, "sk: results partition busy, retired on a later pass");
+            return Ok(false);
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let live: bool = sqlx::query_scalar(&format!(
+        "SELECT EXISTS (SELECT 1 FROM {q} WHERE task_id >= $1 AND task_id < $2)"
+    ))
+    .bind(range.from)
+    .bind(range.to)
+    .fetch_one(&mut *tx)
+    .await?;
+    if live {
+        return Ok(false);
+    }
+    let statement = match archive {
+        Some(archive) => format!(
+            "CREATE SCHEMA IF NOT EXISTS {archive}; ALTER TABLE {table} SET SCHEMA {archive}"
+        ),
+        None => format!("DROP TABLE {table}"),
+    };
+    (&mut *tx).execute(statement.as_str()).await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// A lock not granted within [`LOCK_TIMEOUT`] (55P03).
+fn busy(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some("55P03"))
+}
+
+/// Deletes the rows of `table` (a partition) finished before `cutoff`, in batches.
+async fn prune_rows(pool: &PgPool, table: &str, cutoff: DateTime<Utc>) -> Result<u64> {
+    let statement = format!(
+        "DELETE FROM {table} WHERE task_id IN (
+            SELECT task_id FROM {table} WHERE task_processing_finalized_at_ts < $1 LIMIT $2)"
+    );
+    let mut total = 0;
+    loop {
+        let n = sqlx::query(&statement)
+            .bind(cutoff)
+            .bind(ROW_BATCH)
+            .execute(pool)
+            .await?
+            .rows_affected();
+        total += n;
+        if n < ROW_BATCH as u64 {
+            return Ok(total);
+        }
+    }
+}
+
+/// Checks a partition period: whole minutes, from an hour to a year.
+pub(crate) fn check_period(period: Duration) -> Result<()> {
+    if period < Duration::from_secs(3600)
+        || period > Duration::from_secs(366 * 24 * 3600)
+        || period.as_secs() % 60 != 0
+        || period.subsec_nanos() != 0
+    {
+        return Err(Error::invalid(
+            "results partition period",
+            format!(
+                "{} must be whole minutes, from 1 hour to 366 days",
+                humantime::format_duration(period)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone as _;
+
+    #[test]
+    fn bounds_sort_every_id_of_a_span_inside_it() {
+        let at = Utc.with_ymd_and_hms(2026, 11, 22, 0, 0, 0).unwrap();
+        let floor = id_floor(at);
+        assert_eq!(millis_of(floor), at.timestamp_millis());
+        let just_before = uuid::Builder::from_unix_timestamp_millis(
+            u64::try_from(at.timestamp_millis() - 1).unwrap(),
+            &[0xff; 10],
+        )
+        .into_uuid();
+        let first = uuid::Builder::from_unix_timestamp_millis(
+            u64::try_from(at.timestamp_millis()).unwrap(),
+            &[0; 10],
+        )
+        .into_uuid();
+        assert!(just_before < floor && floor <= first);
+        assert_eq!(
+            parse_bound(&format!("FOR VALUES FROM ('{floor}') TO ('{first}')")),
+            Some((floor, first))
+        );
+        assert_eq!(parse_bound("DEFAULT"), None);
+    }
+
+    #[test]
+    fn only_spans_no_partition_covers_are_created() {
+        let range = |from: i64, to: i64| Range {
+            name: String::new(),
+            from: id_floor(time_of(from)),
+            to: id_floor(time_of(to)),
+        };
+        assert_eq!(uncovered(0, 100, &[]), vec![(0, 100)]);
+        assert_eq!(uncovered(0, 100, &[range(0, 100)]), vec![]);
+        assert_eq!(
+            uncovered(0, 100, &[range(20, 40), range(60, 70)]),
+            vec![(0, 20), (40, 60), (70, 100)]
+        );
+        assert_eq!(uncovered(100, 200, &[range(0, 150)]), vec![(150, 200)]);
+        assert!(check_period(Duration::from_secs(3600)).is_ok());
+        assert!(check_period(Duration::from_secs(59)).is_err());
+        assert!(check_period(Duration::from_millis(3_600_500)).is_err());
+    }
+}

@@ -1,0 +1,282 @@
+//! Seed 002's time partitions: the results table is range-partitioned by the UUIDv7 job id,
+//! retention retires whole partitions (dropped or archived) and never a live job's row.
+//! A module of the `queue` test binary.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sk_runtime::{Clock, Job, JobStatus, ManualClock, Worker, WorkerBuilder};
+use sk_tests::{wait_until, RunningWorker, TestDb};
+use uuid::Uuid;
+
+use super::{probe, Record, T};
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// The range partitions of the results table, by name.
+async fn partitions(db: &TestDb) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = 'sk_task_results_t'::regclass AND c.relname <> 'sk_task_results_default'
+         ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// The partition that holds a job's results row.
+async fn partition_of(db: &TestDb, id: Uuid) -> Option<String> {
+    sqlx::query_scalar("SELECT tableoid::regclass::text FROM sk_task_results_t WHERE task_id = $1")
+        .bind(id)
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// Rows deleted from, and dead rows in, the results partitions whose names are given.
+async fn deletes(db: &TestDb, tables: &[String]) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT coalesce(sum(n_tup_del), 0)::int8, coalesce(sum(n_dead_tup), 0)::int8
+         FROM pg_stat_user_tables WHERE relname = ANY($1)",
+    )
+    .bind(tables)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+}
+
+/// A worker on its own named pool (so the test can wait for its statistics), on `clock`,
+/// doing its upkeep every 100 ms.
+async fn worker_on(db: &TestDb, name: &str, clock: &ManualClock, types: &[&str]) -> WorkerBuilder {
+    Worker::builder(db.named_pool(name, 10).await)
+        .task_types(types.iter().copied())
+        .poll_interval(Duration::from_millis(50))
+        .clock(clock.clone())
+        .maintenance_interval(Duration::from_millis(100))
+}
+
+/// Waits for an upkeep pass of worker `id` at or after `at`: the pass retires partitions,
+/// then stamps the metrics with the clock.
+async fn wait_upkeep(db: &TestDb, id: &str, at: DateTime<Utc>) {
+    wait_until("a maintenance pass at the advanced clock", T, || async {
+        let stamp: Option<DateTime<Utc>> = sqlx::query_scalar(
+            "SELECT max(metric_last_updated) FROM sk_metrics_t WHERE metric_owner_process_id = $1",
+        )
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .ok()?;
+        (stamp >= Some(at)).then_some(())
+    })
+    .await;
+}
+
+/// Posts a job with a random (UUIDv4) id, as a seed producer does.
+async fn post_foreign(db: &TestDb) -> Uuid {
+    let id = Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_priority,
+            task_locked_until_ts)
+         VALUES ($1, 'record', 'Stakhanovise.Producer', '{\"label\":\"foreign\"}', 0, now())",
+    )
+    .bind(id)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_drops_whole_partitions_and_prunes_foreign_ids_by_rows() {
+    let db = TestDb::new().await;
+    // Migrating created today's partition and the next two days'.
+    let created = partitions(&db).await;
+    assert_eq!(created.len(), 3, "{created:?}");
+    // A second ahead: jobs enqueued from here on are due on its clock.
+    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+    let mut ids = Vec::new();
+    for i in 0..50 {
+        ids.push(
+            Record::new(format!("job {i}"))
+                .enqueue(&db.pool)
+                .await
+                .unwrap(),
+        );
+    }
+    let foreign = post_foreign(&db).await;
+    let (probe_1, _rx) = probe();
+    let w = RunningWorker::start(
+        worker_on(&db, "sk-partitions-1", &clock, &[Record::TASK_TYPE])
+            .await
+            .data(probe_1),
+    );
+    for id in ids.iter().chain([&foreign]) {
+        db.wait_job(*id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+    }
+    w.stop().await;
+    let today = partition_of(&db, ids[0]).await.unwrap();
+    assert!(created.contains(&today), "{today} is a range partition");
+    for id in &ids {
+        assert_eq!(partition_of(&db, *id).await.as_ref(), Some(&today));
+    }
+    assert_eq!(
+        partition_of(&db, foreign).await.as_deref(),
+        Some("sk_task_results_default"),
+        "an id that is not UUIDv7 lands in the default partition"
+    );
+    db.wait_disconnected("sk-partitions-1").await;
+    let ranges_before = partitions(&db).await;
+    let (deleted_before, dead_before) = deletes(&db, &ranges_before).await;
+    let (default_deleted_before, _) = deletes(&db, &["sk_task_results_default".into()]).await;
+
+    // Nine days on (retention 7 days): today's partition goes whole.
+    clock.advance(DAY * 9);
+    let (probe, _rx) = probe();
+    let w = RunningWorker::start(
+        worker_on(&db, "sk-partitions-2", &clock, &[Record::TASK_TYPE])
+            .await
+            .data(probe),
+    );
+    wait_upkeep(&db, &w.id, clock.now()).await;
+    w.stop().await;
+    let ranges_after = partitions(&db).await;
+    assert!(!ranges_after.contains(&today), "{today} was dropped");
+    assert!(
+        ranges_after.len() >= 3,
+        "partitions for the advanced clock: {ranges_after:?}"
+    );
+    for id in ids.iter().chain([&foreign]) {
+        assert_eq!(partition_of(&db, *id).await, None, "{id} was pruned");
+    }
+    db.wait_disconnected("sk-partitions-2").await;
+    let survivors: Vec<String> = ranges_before
+        .iter()
+        .filter(|p| ranges_after.contains(p))
+        .cloned()
+        .collect();
+    let (deleted_survivors_before, dead_survivors_before) = deletes(&db, &survivors).await;
+    let (deleted_after, dead_after) = deletes(&db, &ranges_after).await;
+    assert_eq!(
+        (deleted_after, dead_after),
+        (deleted_survivors_before, dead_survivors_before),
+        "pruning deleted no row in the range partitions (before, all: {deleted_before} deleted, \
+         {dead_before} dead)"
+    );
+    let (default_deleted_after, _) = deletes(&db, &["sk_task_results_default".into()]).await;
+    assert_eq!(
+        default_deleted_after - default_deleted_before,
+        1,
+        "the foreign job's row was pruned by itself"
+    );
+    db.drop().await;
+}
+
+#[sk_runtime::job(max_attempts = 3, backoff = "constant", backoff_base = "8days")]
+async fn slow_retry(ctx: sk_runtime::JobContext) -> Result<(), sk_runtime::JobError> {
+    if ctx.attempt() == 1 {
+        return Err(sk_runtime::JobError::new("the partner is down for a week"));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_retrying_past_its_partition_is_not_lost() {
+    let db = TestDb::new().await;
+    // A second ahead: jobs enqueued from here on are due on its clock.
+    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+    let retrying = SlowRetry::new().enqueue(&db.pool).await.unwrap();
+    let done = Record::new("done".into()).enqueue(&db.pool).await.unwrap();
+    let partition = partition_of(&db, retrying).await.unwrap();
+    let (probe, _rx) = probe();
+    let w = RunningWorker::start(
+        worker_on(
+            &db,
+            "sk-retry",
+            &clock,
+            &[SlowRetry::TASK_TYPE, Record::TASK_TYPE],
+        )
+        .await
+        .data(probe),
+    );
+    db.wait_job(retrying, T, |r| r.error_count == 1).await;
+    db.wait_job(done, T, |r| r.status() == JobStatus::Processed)
+        .await;
+
+    // Past the retention, with the retry due: the partition stays for the live job, and
+    // only the finished job's row goes.
+    clock.advance(DAY * 8 + Duration::from_secs(3600));
+    wait_upkeep(&db, &w.id, clock.now()).await;
+    assert!(partitions(&db).await.contains(&partition));
+    assert!(db.info().job(done).await.unwrap().is_none(), "done pruned");
+    let r = db
+        .wait_job(retrying, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    assert_eq!(
+        (r.error_count, r.attempts().len()),
+        (1, 2),
+        "the retried job and its failed attempt are on record"
+    );
+    // Finished only now, it is kept for the retention from now: the partition too.
+    clock.advance(Duration::from_secs(3600));
+    wait_upkeep(&db, &w.id, clock.now()).await;
+    assert!(partitions(&db).await.contains(&partition));
+    assert!(db.info().job(retrying).await.unwrap().is_some());
+    // A retention after it finished, the partition goes.
+    clock.advance(DAY * 7 + Duration::from_secs(3600));
+    let cleared = clock.now();
+    wait_until("the partition to be dropped", T, || async {
+        (!partitions(&db).await.contains(&partition)).then_some(())
+    })
+    .await;
+    wait_upkeep(&db, &w.id, cleared).await;
+    assert!(db.info().job(retrying).await.unwrap().is_none());
+    w.stop().await;
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retired_partitions_can_be_archived() {
+    let db = TestDb::new().await;
+    // A second ahead: jobs enqueued from here on are due on its clock.
+    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+    let id = Record::new("archived".into())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let partition = partition_of(&db, id).await.unwrap();
+    let (probe, _rx) = probe();
+    let w = RunningWorker::start(
+        worker_on(&db, "sk-archive", &clock, &[Record::TASK_TYPE])
+            .await
+            .archive_results_to("sk_archive")
+            .data(probe),
+    );
+    db.wait_job(id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    clock.advance(DAY * 9);
+    wait_upkeep(&db, &w.id, clock.now()).await;
+    w.stop().await;
+    assert!(!partitions(&db).await.contains(&partition));
+    let archived: (i32, String) = sqlx::query_as(&format!(
+        "SELECT task_status, task_type FROM sk_archive.{partition} WHERE task_id = $1"
+    ))
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(archived, (3, "record".to_owned()));
+    assert!(
+        Worker::builder(db.pool.clone())
+            .archive_results_to("Bad Name")
+            .build()
+            .is_err()
+            && Worker::builder(db.pool.clone())
+                .results_partition(Duration::from_secs(60))
+                .build()
+                .is_err(),
+        "bad archive schema and partition span are refused"
+    );
+    db.drop().await;
+}
