@@ -147,6 +147,10 @@ pub(crate) async fn partitions(shared: &Shared) {
         }
         Err(e) => tracing::warn!("sk: cannot prune old results: {e}"),
     }
+    match partitions::list(pool, schema).await {
+        Ok(ranges) => shared.store.partitions.set(ranges),
+        Err(e) => tracing::warn!("sk: cannot read the results partitions: {e}"),
+    }
 }
 
 pub(crate) async fn write_metrics(shared: &Shared) {

@@ -344,6 +344,7 @@ impl WorkerBuilder {
                     pool: self.pool,
                     schema: self.schema,
                     worker_id: id,
+                    partitions: Default::default(),
                 },
                 task_types: registry.task_types(),
                 registry,

@@ -55,7 +55,9 @@ pub(crate) struct Statements {
     enqueue_tick: String,
     enqueue_many_uniform: String,
     claim: String,
-    complete: String,
+    complete: std::sync::Arc<str>,
+    /// `complete` per results partition (`complete_in`).
+    complete_in: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<str>>>,
     fail: String,
     give_back: String,
     extend: String,
@@ -69,6 +71,33 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
+    /// `complete` with its update of sk's own results rows addressed to one partition
+    /// (the rows' partition, `partitions::Known`), not through the partitioned table.
+    pub(crate) fn complete_in(&self, schema: &Schema, partition: &str) -> std::sync::Arc<str> {
+        let mut cache = self
+            .complete_in
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(sql) = cache.get(partition) {
+            return sql.clone();
+        }
+        let target = |table: &str| format!("UPDATE {table} r SET task_status = 3,");
+        let sql: std::sync::Arc<str> = self
+            .complete
+            .replacen(
+                &target(&schema.table("task_results_t")),
+                &target(&format!("{}.{partition}", schema.schema_name())),
+                1,
+            )
+            .into();
+        // One entry per partition the completions met: a few a day; old ones go.
+        if cache.len() >= 16 {
+            cache.clear();
+        }
+        cache.insert(partition.to_owned(), sql.clone());
+        sql
+    }
+
     pub(crate) fn new(schema: &Schema) -> Self {
         let q = schema.table("tasks_queue_t");
         let r = schema.table("task_results_t");
@@ -435,7 +464,9 @@ impl Statements {
                 SELECT task_id FROM done",
                 rerun("$5::timestamptz"),
                 stats.replace("$now", "$5").replace("$owner", "$4")
-            ),
+            )
+            .into(),
+            complete_in: std::sync::Mutex::default(),
             fail,
             // A given-back job did not use up an attempt, and is claimable at once.
             give_back: format!(
@@ -883,6 +914,8 @@ pub(crate) struct PgStore {
     pub(crate) pool: PgPool,
     pub(crate) schema: Schema,
     pub(crate) worker_id: String,
+    /// Results partitions, for statements that address one directly.
+    pub(crate) partitions: partitions::Known,
 }
 
 /// How long sk waits for a pooled connection before it looks for the reason itself: the
@@ -1034,22 +1067,42 @@ impl PgStore {
         let attempts: Vec<i32> = done.iter().map(|s| s.lease.attempt).collect();
         let millis: Vec<i64> = done.iter().map(|s| s.millis).collect();
         let outputs: Vec<Option<&str>> = done.iter().map(|s| s.output.as_deref()).collect();
-        let mut conn = self.acquire().await?;
-        let mut tx = Self::batched(&mut conn)
-            .await
-            .map_err(|e| self.lost_in(e))?;
-        let held = sqlx::query_scalar(&self.schema.sql.complete)
-            .bind(ids)
-            .bind(attempts)
-            .bind(millis)
-            .bind(&self.worker_id)
-            .bind(now)
-            .bind(outputs)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(|e| self.lost(e))?;
-        tx.commit().await.map_err(|e| self.lost(e))?;
-        Ok(held)
+        // The jobs' results rows are updated in their partition when one holds them all
+        // (`partitions::Known`); through the partitioned table otherwise, and if that
+        // partition is gone (42P01: maintenance retired it since it was read, which it
+        // does only when none of its jobs is live, so these rows are not there).
+        let mut partition = self.partitions.of(&ids);
+        loop {
+            let statement = match &partition {
+                Some(name) => self.schema.sql.complete_in(&self.schema, name),
+                None => self.schema.sql.complete.clone(),
+            };
+            let mut conn = self.acquire().await?;
+            let mut tx = Self::batched(&mut conn)
+                .await
+                .map_err(|e| self.lost_in(e))?;
+            let held = sqlx::query_scalar(&statement)
+                .bind(&ids)
+                .bind(&attempts)
+                .bind(&millis)
+                .bind(&self.worker_id)
+                .bind(now)
+                .bind(&outputs)
+                .fetch_all(&mut *tx)
+                .await;
+            match held {
+                Err(sqlx::Error::Database(e))
+                    if partition.is_some() && e.code().as_deref() == Some("42P01") =>
+                {
+                    partition = None;
+                }
+                held => {
+                    let held = held.map_err(|e| self.lost(e))?;
+                    tx.commit().await.map_err(|e| self.lost(e))?;
+                    return Ok(held);
+                }
+            }
+        }
     }
 
     /// Records a failed run (retry or final); false when the lease was lost (fenced).
