@@ -1077,6 +1077,7 @@ async fn a_custom_schema_and_a_queue_filter() {
         tables,
         [
             "app_metrics_t",
+            "app_schedules_t",
             "app_schema_migrations_t",
             "app_task_execution_time_stats_t",
             "app_task_results_default",
@@ -1320,7 +1321,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
             .fetch_all(&db.pool)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
     // The old results table became the default partition (migration 5), options and all.
     let options: Vec<String> = sqlx::query_scalar(
         "SELECT unnest(reloptions) FROM pg_class WHERE oid = 'old.sk_task_results_default'::regclass ORDER BY 1",
@@ -1349,7 +1350,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
     let error = worker.run_until(std::future::pending()).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "the database schema is at version 99, newer than this sk (5); upgrade sk"
+        "the database schema is at version 99, newer than this sk (6); upgrade sk"
     );
     db.drop().await;
 }

@@ -943,3 +943,144 @@ async fn a_missed_tick_runs_once_at_start_when_asked() {
     assert!(rx.try_recv().is_err());
     db.drop().await;
 }
+
+#[sk_runtime::job(schedule = "0 0 8 * * *", timezone = "Europe/Paris")]
+async fn paris_morning(ctx: sk_runtime::JobContext, probe: sk_runtime::Data<super::Probe>) {
+    probe.saw(&ctx, "8:00 in Paris");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cron_time_zone_ticks_at_local_time() {
+    use chrono::TimeZone as _;
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    // 7:59:30 in Paris on a winter day (CET, UTC+1).
+    let clock = sk_runtime::ManualClock::new(
+        chrono::Utc
+            .with_ymd_and_hms(2026, 1, 10, 6, 59, 30)
+            .unwrap(),
+    );
+    let w = RunningWorker::start(
+        worker(&db, &[ParisMorning::TASK_TYPE])
+            .clock(clock.clone())
+            .data(probe),
+    );
+    db.wait_worker_up(&w.id).await;
+    clock.advance(Duration::from_secs(60));
+    let run = recv(&mut rx, "the 8:00 tick in Paris", T).await;
+    let r = db
+        .wait_job(run.id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    w.stop().await;
+    assert_eq!(
+        r.unique_key.as_deref(),
+        Some("paris_morning@2026-01-10T07:00:00+00:00")
+    );
+    // An unknown zone in a schedule given at run time fails the build, naming it.
+    let refused = sk_runtime::Worker::builder(db.pool.clone())
+        .task_types([Record::TASK_TYPE])
+        .data(super::probe().0)
+        .periodic("CRON_TZ=Mars/Olympus 0 8 * * *", Record::new("x".into()))
+        .build()
+        .err()
+        .expect("an unknown zone is refused")
+        .to_string();
+    assert!(
+        refused.contains("unknown time zone \"Mars/Olympus\""),
+        "{refused}"
+    );
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_added_at_run_time_runs_once_per_tick_across_workers() {
+    use chrono::Timelike;
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    // Half a second past a whole second, so every advance crosses exactly one tick.
+    let start =
+        chrono::Utc::now().with_nanosecond(500_000_000).unwrap() + chrono::Duration::seconds(1);
+    let clock = sk_runtime::ManualClock::new(start);
+    let a = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE])
+            .clock(clock.clone())
+            .data(probe.clone()),
+    );
+    let b = RunningWorker::start(
+        sk_runtime::Worker::builder(db.second_pool().await)
+            .task_types([Record::TASK_TYPE])
+            .poll_interval(Duration::from_millis(50))
+            .clock(clock.clone())
+            .data(probe),
+    );
+    db.wait_worker_up(&a.id).await;
+    db.wait_worker_up(&b.id).await;
+    let schedules = sk_runtime::StoredSchedules::new(db.pool.clone()).clock(clock.clone());
+    // Bad input is refused, and nothing is stored.
+    let record = |label: &str| Record::new(label.into());
+    assert!(schedules.add("", "* * * * * *", record("x")).await.is_err());
+    assert!(schedules
+        .add("bad", "CRON_TZ=Nowhere/Land * * * * *", record("x"))
+        .await
+        .is_err());
+    assert!(schedules
+        .add("bad", "every second", record("x"))
+        .await
+        .is_err());
+    assert!(schedules.list().await.unwrap().is_empty());
+
+    schedules
+        .add("every-second", "* * * * * *", record("stored"))
+        .await
+        .unwrap();
+    let listed = schedules.list().await.unwrap();
+    assert_eq!(
+        (
+            listed.len(),
+            listed[0].task_type.as_str(),
+            &listed[0].payload
+        ),
+        (1, "record", &serde_json::json!({ "label": "stored" }))
+    );
+    for _ in 0..4 {
+        clock.advance(Duration::from_secs(1));
+        let run = recv(&mut rx, "a stored schedule's tick", T).await;
+        assert_eq!(run.label, "stored");
+        db.wait_job(run.id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+    }
+    // Once removed, no worker enqueues its ticks; another schedule's tick shows that the
+    // workers went on.
+    assert!(schedules.remove("every-second").await.unwrap());
+    assert!(!schedules.remove("every-second").await.unwrap());
+    schedules
+        .add("marker", "* * * * * *", record("marker"))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(1));
+    let run = recv(&mut rx, "the marker's tick", T).await;
+    assert_eq!(run.label, "marker");
+    db.wait_job(run.id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    a.stop().await;
+    b.stop().await;
+    assert!(
+        rx.try_recv().is_err(),
+        "no tick ran twice, none after the removal"
+    );
+    let keys: Vec<String> = sqlx::query_scalar(
+        "SELECT task_unique_key FROM sk_task_results_t
+         WHERE task_unique_key LIKE 'sk-schedule:every-second@%' ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let ticks: Vec<String> = (1..=4)
+        .map(|s| {
+            let tick = start.with_nanosecond(0).unwrap() + chrono::Duration::seconds(s);
+            format!("sk-schedule:every-second@{}", tick.to_rfc3339())
+        })
+        .collect();
+    assert_eq!(keys, ticks, "one job per tick while the schedule existed");
+    db.drop().await;
+}

@@ -8,7 +8,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprPath, ExprUnary, Lit, LitStr, Meta, Token, UnOp};
 
 const KEYS: &str =
-    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, overlap, missed, every";
+    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, timezone, overlap, missed, every";
 const MAX_NAME_LEN: usize = 255;
 
 /// How the delay before a retry grows.
@@ -40,6 +40,9 @@ pub(crate) struct JobArgs {
     pub(crate) overlap: Option<(bool, Span)>,
     /// Whether the latest tick missed while no worker ran is run at start.
     pub(crate) run_missed: Option<(bool, Span)>,
+    /// The IANA time zone of `schedule` (checked by the worker, which has the zone
+    /// database), and where it was written.
+    pub(crate) timezone: Option<(String, Span)>,
 }
 
 /// Collects errors so that every mistake is reported at once.
@@ -147,6 +150,19 @@ impl JobArgs {
                             lit.span(),
                             format!("`missed` is \"skip\" or \"run_once\", not {other:?}"),
                         ),
+                    }
+                }
+            }
+            "timezone" => {
+                if let Some(lit) = string(key, value, errors) {
+                    let zone = lit.value();
+                    if zone.is_empty() || zone.contains(char::is_whitespace) {
+                        errors.at(
+                            lit.span(),
+                            format!("`timezone` is an IANA zone name such as \"Europe/Paris\", not {zone:?}"),
+                        );
+                    } else {
+                        self.timezone = Some((zone, lit.span()));
                     }
                 }
             }
@@ -335,9 +351,11 @@ mod tests {
             backoff_base = "2s",
             backoff_max = "1m",
             timeout = "30s",
-            schedule = "*/5 * * * *"
+            schedule = "*/5 * * * *",
+            timezone = "Europe/Paris"
         ));
         assert!(result.is_ok());
+        assert_eq!(args.timezone.map(|t| t.0).as_deref(), Some("Europe/Paris"));
         assert_eq!(
             args.name.map(|l| l.value()).as_deref(),
             Some("mail.welcome")
@@ -352,14 +370,20 @@ mod tests {
 
     #[test]
     fn reports_all_errors_together() {
-        let (_, result) = parse(quote!(priority = "high", bogus = 1, max_attempts = 0));
+        let (_, result) = parse(quote!(
+            priority = "high",
+            bogus = 1,
+            max_attempts = 0,
+            timezone = "Europe Paris"
+        ));
         let messages: Vec<String> = result
             .err()
             .into_iter()
             .flatten()
             .map(|e| e.to_string())
             .collect();
-        assert_eq!(messages.len(), 3, "{messages:?}");
+        assert_eq!(messages.len(), 4, "{messages:?}");
+        assert!(messages[3].contains("`timezone` is an IANA zone name"));
         assert!(messages[0].contains("`priority` expects an integer literal"));
         assert!(messages[1].contains("unknown #[job] key `bogus`"));
         assert!(messages[2].contains("`max_attempts` must be an integer from 1"));

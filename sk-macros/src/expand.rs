@@ -46,6 +46,12 @@ pub(crate) fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
             "`overlap` applies to `schedule`: whether a cron tick may start while the last one still runs",
         );
     }
+    if let (None, Some((_, span))) = (&args.schedule, &args.timezone) {
+        errors.at(
+            *span,
+            "`timezone` applies to `schedule`: the zone its cron ticks are in (UTC by default)",
+        );
+    }
     if let (None, Some((_, span))) = (&args.schedule, &args.run_missed) {
         errors.at(
             *span,
@@ -168,7 +174,14 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
     let overlap = args.overlap.is_some_and(|(b, _)| b);
     let run_missed = args.run_missed.is_some_and(|(b, _)| b);
     let schedule = match &args.schedule {
-        Some((expr, _)) => quote!(::core::option::Option::Some(#expr)),
+        // The worker reads the zone from the expression's `CRON_TZ=` prefix.
+        Some((expr, _)) => {
+            let expr = match &args.timezone {
+                Some((zone, _)) => format!("CRON_TZ={zone} {expr}"),
+                None => expr.clone(),
+            };
+            quote!(::core::option::Option::Some(#expr))
+        }
         None => quote!(::core::option::Option::None),
     };
     let output = match &item.sig.output {

@@ -59,6 +59,7 @@ pub use error::{Error, JobError, Result};
 pub use info::{Attempt, AttemptOutcome, JobRecord, JobStatus, QueueCounts, QueueInfo, QueuedJob};
 pub use job::{Data, Job, JobContext, JobOptions, DEFAULT_MAX_ATTEMPTS};
 pub use retry::Backoff;
+pub use schedule::{StoredSchedule, StoredSchedules};
 pub use store::Schema;
 pub use worker::{migrate, Worker, WorkerBuilder};
 
@@ -90,7 +91,8 @@ pub use worker::{migrate, Worker, WorkerBuilder};
 /// | `backoff_base` | first (or constant) delay, a duration like `"2s"` | `"1s"` |
 /// | `backoff_max` | cap of the delay | `"1h"` |
 /// | `timeout` | a duration; a run over it is a recoverable failure | none |
-/// | `schedule` | a cron expression (5 fields, or 6/7 with seconds first), UTC; only on fns without payload arguments | none |
+/// | `schedule` | a cron expression (5 fields, or 6/7 with seconds first); only on fns without payload arguments | none |
+/// | `timezone` | the IANA zone of `schedule`'s ticks, like `"Europe/Paris"` (an unknown zone fails [`WorkerBuilder::build`]) | `"UTC"` |
 /// | `overlap` | `true` lets a cron tick start while the last one still runs; by default such a tick is skipped | `false` |
 /// | `missed` | `"run_once"` runs the latest tick missed while no worker ran (once across workers) when a worker starts; `"skip"` counts ticks from the start | `"skip"` |
 /// | `every` | a duration: the job runs again this long after each run ends, one run at a time across all workers; only on fns without payload arguments, not with `schedule` | none |

@@ -27,8 +27,10 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         vacuum_if_needed(&shared, &mut queue_vacuum).await;
         if last_upkeep.is_none_or(|at| at.elapsed() >= shared.config.maintenance_interval) {
             last_upkeep = Some(Instant::now());
-            partitions(&shared).await;
-            write_metrics(&shared).await;
+            // One time for the whole pass: the metrics' stamp says which time it ran at.
+            let now = shared.now();
+            partitions(&shared, now).await;
+            write_metrics(&shared, now).await;
         }
         if !shared
             .pause(VACUUM_CHECK.min(shared.config.maintenance_interval))
@@ -113,9 +115,8 @@ async fn vacuum_if_needed(shared: &Shared, queue_vacuum: &mut Spacing) {
 
 /// Creates the results partitions ahead (also done at start) and retires those past the
 /// retention (docs/reliability.md, "Results").
-pub(crate) async fn partitions(shared: &Shared) {
+pub(crate) async fn partitions(shared: &Shared, now: chrono::DateTime<chrono::Utc>) {
     let (pool, schema) = (&shared.store.pool, &shared.store.schema);
-    let now = shared.now();
     match partitions::ensure(pool, schema, now, shared.config.results_partition).await {
         Ok(created) if !created.is_empty() => {
             tracing::info!(partitions = ?created, "sk: created results partitions");
@@ -153,10 +154,10 @@ pub(crate) async fn partitions(shared: &Shared) {
     }
 }
 
-pub(crate) async fn write_metrics(shared: &Shared) {
+pub(crate) async fn write_metrics(shared: &Shared, now: chrono::DateTime<chrono::Utc>) {
     if let Err(e) = shared
         .store
-        .write_metrics(&shared.metrics.snapshot(), shared.now())
+        .write_metrics(&shared.metrics.snapshot(), now)
         .await
     {
         tracing::warn!("sk: cannot write metrics: {e}");

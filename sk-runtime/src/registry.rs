@@ -26,7 +26,8 @@ pub struct Registration {
     pub task_type: &'static str,
     /// Defaults from the attribute.
     pub options: JobOptions,
-    /// A normalized cron expression (6 or 7 fields) for scheduled jobs.
+    /// A normalized cron expression (6 or 7 fields, after `CRON_TZ=<zone> ` for a
+    /// `timezone`) for scheduled jobs.
     pub schedule: Option<&'static str>,
     /// For scheduled jobs: whether a tick may start while the last one still runs.
     pub overlap: bool,

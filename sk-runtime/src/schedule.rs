@@ -1,5 +1,7 @@
 //! Cron schedules: each worker enqueues every tick of its scheduled jobs with a unique key
-//! (`task_type@tick`), so a tick runs once however many workers run.
+//! (`task_type@tick`), so a tick runs once however many workers run. Schedules come from
+//! the code (`#[job(schedule)]`, `WorkerBuilder::periodic`) or from the database
+//! ([`StoredSchedules`]), in UTC or a time zone (`CRON_TZ=<zone>`).
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -18,17 +20,39 @@ use crate::worker::Shared;
 const MAX_CATCH_UP: usize = 1000;
 
 /// One scheduled job: what to enqueue at each tick.
+#[derive(Clone)]
 struct Entry {
     task_type: &'static str,
     payload: String,
     options: JobOptions,
-    schedule: cron::Schedule,
+    schedule: Cron,
     /// The unique key is `{key_prefix}@{tick}`.
     key_prefix: String,
     /// Whether a tick may start while the last one is still live.
     overlap: bool,
     /// Whether the latest tick before the worker started is run (once across workers).
     run_missed: bool,
+    /// A stored schedule's name and update time, as read (`StoredSchedules`).
+    stored: Option<(String, DateTime<Utc>)>,
+}
+
+/// A cron expression in a time zone: UTC, or the IANA zone a `CRON_TZ=<zone> ` prefix
+/// names (the convention of robfig/cron, which River's periodic jobs use), so a job at
+/// `CRON_TZ=Europe/Paris 0 8 * * *` runs at 8:00 in Paris in summer and in winter.
+#[derive(Clone, Debug)]
+pub(crate) struct Cron {
+    schedule: cron::Schedule,
+    tz: chrono_tz::Tz,
+}
+
+impl Cron {
+    /// The ticks after `t`, in order; from the back (`next_back`), the ticks at or before
+    /// `t`, latest first.
+    fn after(&self, t: DateTime<Utc>) -> impl DoubleEndedIterator<Item = DateTime<Utc>> + '_ {
+        self.schedule
+            .after(&t.with_timezone(&self.tz))
+            .map(|tick| tick.with_timezone(&Utc))
+    }
 }
 
 /// A periodic job given at run time with
@@ -66,6 +90,7 @@ impl Schedules {
                 key_prefix: registration.task_type.to_owned(),
                 overlap: registration.overlap,
                 run_missed: registration.run_missed,
+                stored: None,
             });
         }
         for p in periodic {
@@ -89,6 +114,7 @@ impl Schedules {
                 key_prefix,
                 overlap: false,
                 run_missed: false,
+                stored: None,
             });
         }
         Ok(Schedules(all))
@@ -113,14 +139,29 @@ fn tick_id(key: &str, tick: DateTime<Utc>) -> Uuid {
     uuid::Builder::from_unix_timestamp_millis(millis, &bits).into_uuid()
 }
 
-/// Parses a 5-field (minutes), 6-field (seconds first) or 7-field (with years) expression.
-pub(crate) fn parse(expr: &str) -> std::result::Result<cron::Schedule, String> {
-    let normalized = match expr.split_whitespace().count() {
-        5 => format!("0 {}", expr.trim()),
-        6 | 7 => expr.trim().to_owned(),
+/// Parses a 5-field (minutes), 6-field (seconds first) or 7-field (with years) expression,
+/// optionally after `CRON_TZ=<zone> ` (or `TZ=<zone> `) with an IANA zone name.
+pub(crate) fn parse(expr: &str) -> std::result::Result<Cron, String> {
+    let trimmed = expr.trim();
+    let (tz, fields) = match trimmed
+        .strip_prefix("CRON_TZ=")
+        .or_else(|| trimmed.strip_prefix("TZ="))
+    {
+        Some(rest) => {
+            let (zone, fields) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            let tz = zone.parse::<chrono_tz::Tz>().map_err(|_| {
+                format!("{expr:?} names an unknown time zone {zone:?} (expected an IANA name such as \"Europe/Paris\")")
+            })?;
+            (tz, fields.trim())
+        }
+        None => (chrono_tz::UTC, trimmed),
+    };
+    let normalized = match fields.split_whitespace().count() {
+        5 => format!("0 {fields}"),
+        6 | 7 => fields.to_owned(),
         n => return Err(format!("{expr:?} has {n} fields; expected 5, 6 or 7")),
     };
-    cron::Schedule::from_str(&normalized).map_err(|e| {
+    let schedule = cron::Schedule::from_str(&normalized).map_err(|e| {
         // The parser's message repeats the input with a caret; keep only its reason line.
         let text = e.to_string();
         let reason = text
@@ -130,24 +171,21 @@ pub(crate) fn parse(expr: &str) -> std::result::Result<cron::Schedule, String> {
             .unwrap_or_default()
             .to_owned();
         format!("{expr:?} does not parse: {reason}")
-    })
+    })?;
+    Ok(Cron { schedule, tz })
 }
 
 /// The latest tick in `(after, now]`, if any.
-fn latest_due(
-    schedule: &cron::Schedule,
-    after: DateTime<Utc>,
-    now: DateTime<Utc>,
-) -> Option<DateTime<Utc>> {
+fn latest_due(schedule: &Cron, after: DateTime<Utc>, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
     let mut latest = None;
-    for (n, tick) in schedule.after(&after).enumerate() {
+    for (n, tick) in schedule.after(after).enumerate() {
         if tick > now {
             return latest;
         }
         if n >= MAX_CATCH_UP {
             // Far behind (a clock jump): take the last tick before now directly.
             return schedule
-                .after(&now)
+                .after(now)
                 .next_back()
                 .filter(|t| *t > after)
                 .or(Some(tick));
@@ -222,30 +260,36 @@ async fn post_periodic(shared: &Shared, registration: &Registration) -> Result<(
 }
 
 /// Enqueues due ticks until the worker stops; `start` is when the worker came up, so only
-/// ticks after it count.
+/// ticks after it count. Stored schedules are read again once per poll interval.
 pub(crate) async fn run(shared: Arc<Shared>, start: DateTime<Utc>) {
     start_periodic(&shared).await;
-    let entries = &shared.schedules.0;
-    if entries.is_empty() {
-        return;
-    }
     // Ticks count from the start; an entry that runs its missed tick counts from just
     // before the latest tick at or before the start (its unique key keeps it once, also
-    // when it ran before the worker stopped).
-    let mut last: Vec<DateTime<Utc>> = entries
+    // when it ran before the worker stopped). Each entry with the last tick it handled.
+    let mut entries: Vec<(Entry, DateTime<Utc>)> = shared
+        .schedules
+        .0
         .iter()
         .map(|entry| {
             let latest = entry
                 .run_missed
-                .then(|| entry.schedule.after(&start).next_back())
+                .then(|| entry.schedule.after(start).next_back())
                 .flatten();
-            latest.map_or(start, |tick| tick - chrono::Duration::milliseconds(1))
+            let last = latest.map_or(start, |tick| tick - chrono::Duration::milliseconds(1));
+            (entry.clone(), last)
         })
         .collect();
+    let fixed = entries.len();
+    let mut loaded: Option<std::time::Instant> = None;
+    let mut refused = std::collections::HashSet::new();
     loop {
+        if loaded.is_none_or(|at| at.elapsed() >= shared.config.poll_interval) {
+            loaded = Some(std::time::Instant::now());
+            load_stored(&shared, &mut entries, fixed, start, &mut refused).await;
+        }
         let now = shared.now();
         let mut wait = shared.config.poll_interval;
-        for (entry, last) in entries.iter().zip(last.iter_mut()) {
+        for (entry, last) in &mut entries {
             if let Some(tick) = latest_due(&entry.schedule, *last, now) {
                 match enqueue(&shared, entry, tick, now).await {
                     // Retried on the next pass; the unique key keeps the tick single even
@@ -261,7 +305,7 @@ pub(crate) async fn run(shared: Arc<Shared>, start: DateTime<Utc>) {
                     }
                 }
             }
-            if let Some(next) = entry.schedule.after(last).next() {
+            if let Some(next) = entry.schedule.after(*last).next() {
                 let until = (next - now).to_std().unwrap_or(Duration::ZERO);
                 wait = wait.min(until.max(Duration::from_millis(1)));
             }
@@ -270,6 +314,66 @@ pub(crate) async fn run(shared: Arc<Shared>, start: DateTime<Utc>) {
             return;
         }
     }
+}
+
+/// Replaces the stored entries (after the first `fixed`) with the schedules the table
+/// holds for task types this worker runs. An unchanged schedule keeps its last tick; a
+/// new or changed one counts ticks from its update (or the worker's start, if later). A
+/// row whose expression does not parse (written by hand: [`StoredSchedules::add`] checks)
+/// is skipped with one warning.
+async fn load_stored(
+    shared: &Shared,
+    entries: &mut Vec<(Entry, DateTime<Utc>)>,
+    fixed: usize,
+    start: DateTime<Utc>,
+    refused: &mut std::collections::HashSet<(String, DateTime<Utc>)>,
+) {
+    let rows = match postgres::schedule_list(&shared.store.pool, &shared.store.schema).await {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::warn!("sk: cannot read the stored schedules: {e}");
+            return;
+        }
+    };
+    let mut stored = Vec::new();
+    for row in rows {
+        let Some(registration) = shared.registry.jobs.get(row.task_type.as_str()) else {
+            continue;
+        };
+        let version = (row.schedule_name, row.schedule_updated_at_ts);
+        if let Some(known) = entries[fixed..]
+            .iter()
+            .find(|(e, _)| e.stored.as_ref() == Some(&version))
+        {
+            stored.push(known.clone());
+            continue;
+        }
+        let schedule = match parse(&row.schedule_cron) {
+            Ok(schedule) => schedule,
+            Err(reason) => {
+                if refused.insert(version.clone()) {
+                    tracing::warn!(
+                        schedule = version.0,
+                        "sk: stored schedule skipped: {reason}"
+                    );
+                }
+                continue;
+            }
+        };
+        let entry = Entry {
+            task_type: registration.task_type,
+            payload: row.task_payload,
+            options: registration.options,
+            schedule,
+            key_prefix: format!("sk-schedule:{}", version.0),
+            overlap: row.schedule_overlap,
+            run_missed: false,
+            stored: Some(version),
+        };
+        stored.push((entry, row.schedule_updated_at_ts.max(start)));
+    }
+    entries.truncate(fixed);
+    entries.extend(stored);
 }
 
 async fn enqueue(
@@ -295,14 +399,172 @@ async fn enqueue(
         metadata: None,
         every_ms: None,
     };
+    let schema = &shared.store.schema;
     let mut conn = shared.store.acquire().await?;
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    // A stored schedule's tick goes in only while the schedule is there as it was read:
+    // once `StoredSchedules::remove` (or a change) returns, no worker enqueues its ticks.
+    if let Some((name, updated_at)) = &entry.stored {
+        if !postgres::schedule_hold(&mut tx, schema, name, *updated_at).await? {
+            return Ok(false);
+        }
+    }
     let id = if entry.overlap {
-        postgres::enqueue_one(&mut *conn, &shared.store.schema, job, now).await?
+        postgres::enqueue_one(&mut *tx, schema, job, now).await?
     } else {
         let live_key = format!("sk-cron:{}", entry.key_prefix);
-        postgres::enqueue_tick(&mut *conn, &shared.store.schema, job, &live_key, now).await?
+        postgres::enqueue_tick(&mut *tx, schema, job, &live_key, now).await?
     };
+    tx.commit().await?;
     Ok(id.is_some())
+}
+
+/// Schedules kept in the database (seed 003's periodic tasks, added and removed while
+/// workers run): every worker that runs the job's type reads them once per poll interval
+/// and enqueues each tick once across workers, as it does for `#[job(schedule)]`. A
+/// tick that comes while the last one is still live is skipped unless the schedule
+/// allows overlap.
+///
+/// ```no_run
+/// # use sk_runtime::{job, StoredSchedules};
+/// #[job]
+/// async fn send_digest(kind: String) {}
+///
+/// # async fn f(pool: sqlx::PgPool) -> sk_runtime::Result<()> {
+/// let schedules = StoredSchedules::new(pool);
+/// schedules
+///     .add("weekly-digest", "CRON_TZ=Europe/Paris 0 8 * * MON", SendDigest::new("weekly".into()))
+///     .await?;
+/// assert_eq!(schedules.list().await?.len(), 1);
+/// schedules.remove("weekly-digest").await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct StoredSchedules {
+    pool: sqlx::PgPool,
+    schema: crate::Schema,
+    clock: Arc<dyn crate::Clock>,
+}
+
+/// One schedule of [`StoredSchedules::list`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct StoredSchedule {
+    /// Its name, unique.
+    pub name: String,
+    /// The job's `task_type`.
+    pub task_type: String,
+    /// The job's arguments as JSON.
+    pub payload: serde_json::Value,
+    /// The cron expression, with its `CRON_TZ=` prefix if any.
+    pub cron: String,
+    /// Whether a tick may start while the last one is still live.
+    pub overlap: bool,
+    /// When it was added or last changed; ticks after this run.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl StoredSchedules {
+    /// The schedules of the default schema.
+    pub fn new(pool: sqlx::PgPool) -> Self {
+        StoredSchedules {
+            pool,
+            schema: crate::Schema::default(),
+            clock: Arc::new(crate::SystemClock),
+        }
+    }
+
+    /// Another schema/prefix.
+    #[must_use]
+    pub fn schema(mut self, schema: crate::Schema) -> Self {
+        self.schema = schema;
+        self
+    }
+
+    /// Stamps changes with `clock` (the workers' clock, in tests).
+    #[must_use]
+    pub fn clock(mut self, clock: impl crate::Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Adds the schedule `name`, or replaces the one of that name: `job` at every tick of
+    /// `cron` (5 fields, or 6/7 with seconds first; UTC unless it starts with
+    /// `CRON_TZ=<IANA zone> `), from now on. Ticks do not overlap a still-live tick.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for an empty or too long name or an expression that does not
+    /// parse (nothing is stored); the database fails.
+    pub async fn add<J: crate::Job>(&self, name: &str, cron: &str, job: J) -> Result<()> {
+        self.put(name, cron, job, false).await
+    }
+
+    /// As [`add`](Self::add), but a tick starts even while the last one is still live.
+    ///
+    /// # Errors
+    /// As [`add`](Self::add).
+    pub async fn add_overlapping<J: crate::Job>(
+        &self,
+        name: &str,
+        cron: &str,
+        job: J,
+    ) -> Result<()> {
+        self.put(name, cron, job, true).await
+    }
+
+    async fn put<J: crate::Job>(
+        &self,
+        name: &str,
+        cron: &str,
+        job: J,
+        overlap: bool,
+    ) -> Result<()> {
+        crate::client::check_name("schedule name", name)?;
+        parse(cron).map_err(|reason| Error::invalid("cron schedule", reason))?;
+        let payload = serde_json::to_string(&job).map_err(|source| Error::Serialize {
+            task_type: J::TASK_TYPE,
+            source,
+        })?;
+        let row = postgres::ScheduleRow {
+            schedule_name: name.to_owned(),
+            task_type: J::TASK_TYPE.to_owned(),
+            task_payload: payload,
+            schedule_cron: cron.trim().to_owned(),
+            schedule_overlap: overlap,
+            // Microseconds, as the table keeps them: workers compare it to their copy.
+            schedule_updated_at_ts: chrono::SubsecRound::trunc_subsecs(self.clock.now(), 6),
+        };
+        postgres::schedule_put(&self.pool, &self.schema, &row).await
+    }
+
+    /// Removes the schedule `name`; false if there was none. No tick of it is enqueued
+    /// after this returns (ticks already enqueued still run).
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn remove(&self, name: &str) -> Result<bool> {
+        postgres::schedule_remove(&self.pool, &self.schema, name).await
+    }
+
+    /// Every stored schedule, by name.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn list(&self) -> Result<Vec<StoredSchedule>> {
+        let rows = postgres::schedule_list(&self.pool, &self.schema).await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| StoredSchedule {
+                payload: serde_json::from_str(&row.task_payload)
+                    .unwrap_or(serde_json::Value::String(row.task_payload)),
+                name: row.schedule_name,
+                task_type: row.task_type,
+                cron: row.schedule_cron,
+                overlap: row.schedule_overlap,
+                updated_at: row.schedule_updated_at_ts,
+            })
+            .collect())
+    }
 }
 
 #[cfg(test)]
@@ -314,6 +576,34 @@ mod tests {
         Utc.with_ymd_and_hms(2026, 1, 1, h, m, s)
             .single()
             .expect("a valid time")
+    }
+
+    #[test]
+    fn a_time_zone_keeps_local_time_across_daylight_saving() {
+        let paris = parse("CRON_TZ=Europe/Paris 0 8 * * *").expect("valid");
+        let day = |m: u32, d: u32, h: u32| Utc.with_ymd_and_hms(2026, m, d, h, 0, 0).unwrap();
+        // 8:00 in Paris is 7:00 UTC in winter (CET) and 6:00 UTC in summer (CEST).
+        assert_eq!(paris.after(day(1, 10, 0)).next(), Some(day(1, 10, 7)));
+        assert_eq!(paris.after(day(7, 10, 0)).next(), Some(day(7, 10, 6)));
+        // Across the switch on 29 March 2026.
+        let ticks: Vec<_> = paris.after(day(3, 28, 0)).take(2).collect();
+        assert_eq!(ticks, [day(3, 28, 7), day(3, 29, 6)]);
+        assert_eq!(paris.after(day(1, 10, 12)).next_back(), Some(day(1, 10, 7)));
+        let tokyo = parse("TZ=Asia/Tokyo 0 0 9 * * *").expect("valid");
+        assert_eq!(tokyo.after(day(1, 10, 1)).next(), Some(day(1, 11, 0)));
+        assert!(parse("CRON_TZ=Mars/Olympus 0 8 * * *")
+            .unwrap_err()
+            .contains("unknown time zone \"Mars/Olympus\""));
+        assert!(parse("CRON_TZ=Europe/Paris")
+            .unwrap_err()
+            .contains("has 0 fields"));
+        assert_eq!(
+            parse("0 8 * * *")
+                .expect("valid")
+                .after(day(1, 10, 0))
+                .next(),
+            Some(day(1, 10, 8))
+        );
     }
 
     #[test]
@@ -350,7 +640,7 @@ mod tests {
     #[test]
     fn the_tick_before_a_time_is_found_backwards() {
         let hourly = parse("0 0 * * * *").expect("valid");
-        assert_eq!(hourly.after(&at(10, 30, 0)).next_back(), Some(at(10, 0, 0)));
+        assert_eq!(hourly.after(at(10, 30, 0)).next_back(), Some(at(10, 0, 0)));
         assert_eq!(
             latest_due(
                 &hourly,

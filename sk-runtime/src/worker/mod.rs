@@ -206,7 +206,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// Enqueues `job` at every tick of `cron` (5 fields, or 6/7 with seconds first; UTC),
+    /// Enqueues `job` at every tick of `cron` (5 fields, or 6/7 with seconds first; UTC
+    /// unless it starts with `CRON_TZ=<IANA zone> `, as `CRON_TZ=Europe/Paris 0 8 * * *`),
     /// once per tick however many workers run the same schedule. For schedules known only
     /// at run time; `#[job(schedule = "...")]` covers the static case.
     ///
@@ -589,7 +590,7 @@ impl Worker {
         // Schedules count ticks from here; the metrics row then announces the worker, so
         // whoever sees it knows every tick after this instant will be enqueued.
         let started = shared.now();
-        crate::maintenance::write_metrics(&shared).await;
+        crate::maintenance::write_metrics(&shared, shared.now()).await;
         let (tx, rx) = mpsc::unbounded_channel();
         let background = CancellationToken::new();
         let completer = tokio::spawn(completer::run(shared.clone(), rx));
@@ -613,7 +614,7 @@ impl Worker {
         let _ = completer.await;
         background.cancel();
         let _ = tokio::join!(heartbeat, listener, scheduler, maintenance);
-        crate::maintenance::write_metrics(&shared).await;
+        crate::maintenance::write_metrics(&shared, shared.now()).await;
         tracing::info!(worker = %shared.store.worker_id, "sk: worker stopped");
         Ok(())
     }

@@ -12,4 +12,7 @@ async fn missed_without_schedule() {}
 #[job(schedule = "* * * * *", missed = "always")]
 async fn unknown_policy() {}
 
+#[job(timezone = "Europe/Paris")]
+async fn zone_without_schedule() {}
+
 fn main() {}

@@ -42,6 +42,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "results partitioned by time",
         include_str!("../../../../migrations/postgres/0005_results_partitions.sql"),
     ),
+    (
+        6,
+        "schedules stored in the database",
+        include_str!("../../../../migrations/postgres/0006_schedules.sql"),
+    ),
 ];
 
 /// The statements of one schema, formatted once and then reused, so sqlx's per-connection
@@ -1273,4 +1278,86 @@ pub(crate) async fn job(
         .bind(now)
         .fetch_optional(pool)
         .await?)
+}
+
+/// A stored schedule's row (migration 6).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub(crate) struct ScheduleRow {
+    pub(crate) schedule_name: String,
+    pub(crate) task_type: String,
+    pub(crate) task_payload: String,
+    pub(crate) schedule_cron: String,
+    pub(crate) schedule_overlap: bool,
+    pub(crate) schedule_updated_at_ts: DateTime<Utc>,
+}
+
+/// Adds or replaces a stored schedule.
+pub(crate) async fn schedule_put(pool: &PgPool, schema: &Schema, row: &ScheduleRow) -> Result<()> {
+    sqlx::query(&format!(
+        "INSERT INTO {} (schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
+            schedule_updated_at_ts)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (schedule_name) DO UPDATE SET task_type = EXCLUDED.task_type,
+            task_payload = EXCLUDED.task_payload, schedule_cron = EXCLUDED.schedule_cron,
+            schedule_overlap = EXCLUDED.schedule_overlap,
+            schedule_updated_at_ts = EXCLUDED.schedule_updated_at_ts",
+        schema.table("schedules_t")
+    ))
+    .bind(&row.schedule_name)
+    .bind(&row.task_type)
+    .bind(&row.task_payload)
+    .bind(&row.schedule_cron)
+    .bind(row.schedule_overlap)
+    .bind(row.schedule_updated_at_ts)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Removes a stored schedule; false if there was none of that name. Waits for a tick of
+/// it being enqueued (`schedule_hold`); none is enqueued after this returns.
+pub(crate) async fn schedule_remove(pool: &PgPool, schema: &Schema, name: &str) -> Result<bool> {
+    let done = sqlx::query(&format!(
+        "DELETE FROM {} WHERE schedule_name = $1",
+        schema.table("schedules_t")
+    ))
+    .bind(name)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Every stored schedule, by name.
+pub(crate) async fn schedule_list<'e, E: PgExecutor<'e>>(
+    executor: E,
+    schema: &Schema,
+) -> Result<Vec<ScheduleRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
+            schedule_updated_at_ts
+         FROM {} ORDER BY schedule_name",
+        schema.table("schedules_t")
+    ))
+    .fetch_all(executor)
+    .await?)
+}
+
+/// Locks a stored schedule as the worker read it (same update time) until `tx` ends, so a
+/// tick is enqueued only while its schedule exists unchanged; false if it was removed or
+/// changed since.
+pub(crate) async fn schedule_hold(
+    tx: &mut PgConnection,
+    schema: &Schema,
+    name: &str,
+    updated_at: DateTime<Utc>,
+) -> Result<bool> {
+    Ok(sqlx::query_scalar::<_, i32>(&format!(
+        "SELECT 1 FROM {} WHERE schedule_name = $1 AND schedule_updated_at_ts = $2 FOR SHARE",
+        schema.table("schedules_t")
+    ))
+    .bind(name)
+    .bind(updated_at)
+    .fetch_optional(tx)
+    .await?
+    .is_some())
 }
