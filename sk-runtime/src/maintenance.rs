@@ -131,7 +131,7 @@ pub(crate) async fn partitions(shared: &Shared, now: chrono::DateTime<chrono::Ut
         return;
     };
     let archive = shared.config.archive_results_to.as_deref();
-    match partitions::retire(pool, schema, cutoff, archive).await {
+    match partitions::retire(pool, schema, cutoff, archive, &shared.stopping).await {
         Ok(retired) => {
             if !retired.dropped.is_empty() {
                 tracing::info!(partitions = ?retired.dropped, %cutoff, "sk: dropped results partitions");
@@ -140,7 +140,7 @@ pub(crate) async fn partitions(shared: &Shared, now: chrono::DateTime<chrono::Ut
                 tracing::info!(partitions = ?retired.archived, schema = archive, %cutoff, "sk: archived results partitions");
             }
             if !retired.held.is_empty() {
-                tracing::info!(partitions = ?retired.held, %cutoff, "sk: kept results partitions past the retention for their live jobs");
+                tracing::debug!(partitions = ?retired.held, %cutoff, "sk: kept results partitions past the retention for their live jobs");
             }
             if retired.rows > 0 {
                 tracing::info!(rows = retired.rows, %cutoff, "sk: pruned finished results");

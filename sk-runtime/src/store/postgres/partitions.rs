@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::{Executor as _, PgConnection, PgPool};
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
@@ -229,6 +230,7 @@ pub(crate) async fn retire(
     schema: &Schema,
     cutoff: DateTime<Utc>,
     archive: Option<&str>,
+    stopping: &CancellationToken,
 ) -> Result<Retired> {
     let all = ranges(&mut *pool.acquire().await?, schema).await?;
     let bound = id_floor(cutoff);
@@ -245,10 +247,11 @@ pub(crate) async fn retire(
             }
             continue;
         }
-        retired.rows += prune_rows(pool, &table, cutoff).await?;
+        retired.rows += prune_rows(pool, &table, cutoff, stopping).await?;
         retired.held.push(range.name.clone());
     }
-    retired.rows += prune_rows(pool, &schema.table("task_results_default"), cutoff).await?;
+    let default = schema.table("task_results_default");
+    retired.rows += prune_rows(pool, &default, cutoff, stopping).await?;
     Ok(retired)
 }
 
@@ -329,8 +332,14 @@ fn busy(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some("55P03"))
 }
 
-/// Deletes the rows of `table` (a partition) finished before `cutoff`, in batches.
-async fn prune_rows(pool: &PgPool, table: &str, cutoff: DateTime<Utc>) -> Result<u64> {
+/// Deletes the rows of `table` (a partition) finished before `cutoff`, in batches, until
+/// none is left or the worker stops.
+async fn prune_rows(
+    pool: &PgPool,
+    table: &str,
+    cutoff: DateTime<Utc>,
+    stopping: &CancellationToken,
+) -> Result<u64> {
     let statement = format!(
         "DELETE FROM {table} WHERE task_id IN (
             SELECT task_id FROM {table} WHERE task_processing_finalized_at_ts < $1 LIMIT $2)"
@@ -344,7 +353,7 @@ async fn prune_rows(pool: &PgPool, table: &str, cutoff: DateTime<Utc>) -> Result
             .await?
             .rows_affected();
         total += n;
-        if n < ROW_BATCH as u64 {
+        if n < ROW_BATCH as u64 || stopping.is_cancelled() {
             return Ok(total);
         }
     }
@@ -416,6 +425,16 @@ mod tests {
         assert_eq!(known.of(&[id(250)]), None, "none");
         assert_eq!(known.of(&[Uuid::from_u128(u128::MAX)]), None);
         assert_eq!(known.of(&[]), None);
+    }
+
+    #[test]
+    fn a_completion_addresses_the_partition_itself() {
+        let schema = Schema::new("jobs", "app_").unwrap();
+        let sql = schema
+            .sql
+            .complete_in(&schema, "app_task_results_p20261122_0000");
+        assert!(sql.contains("UPDATE jobs.app_task_results_p20261122_0000 r SET task_status = 3,"));
+        assert!(!sql.contains("UPDATE jobs.app_task_results_t r"));
     }
 
     #[test]
