@@ -226,7 +226,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
             /// The payload does not serialize, breaks a limit, or the database fails.
             #vis async fn enqueue<'e, E>(self, executor: E) -> ::sk_runtime::Result<#p::Uuid>
             where
-                E: #p::PgExecutor<'e>,
+                E: ::sk_runtime::Executor<'e>,
             {
                 ::sk_runtime::Enqueue::new(self).enqueue(executor).await
             }
@@ -237,7 +237,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
             /// As [`Self::enqueue`]; nothing is stored when any job is rejected.
             #vis async fn enqueue_many<'e, E, I>(executor: E, jobs: I) -> ::sk_runtime::Result<::std::vec::Vec<#p::Uuid>>
             where
-                E: #p::PgExecutor<'e>,
+                E: ::sk_runtime::Executor<'e>,
                 I: ::core::iter::IntoIterator,
                 I::Item: ::core::convert::Into<::sk_runtime::Enqueue<Self>>,
             {

@@ -3,12 +3,11 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::PgExecutor;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::job::Job;
-use crate::store::{postgres, NewJob, Schema};
+use crate::store::{Backend, Executor, NewJob, Schema};
 
 /// The longest queue name, source or unique key accepted (the columns' width).
 pub(crate) const MAX_NAME_BYTES: usize = 255;
@@ -162,7 +161,7 @@ impl<J: Job> Enqueue<J> {
     /// # Errors
     /// [`Error::Invalid`] for a bad name, a unique mode without a key or an oversized
     /// payload, [`Error::Serialize`], [`Error::Database`].
-    pub async fn enqueue<'e, E: PgExecutor<'e>>(self, executor: E) -> Result<Uuid> {
+    pub async fn enqueue<'e, E: Executor<'e>>(self, executor: E) -> Result<Uuid> {
         Ok(self.enqueue_outcome(executor).await?.id)
     }
 
@@ -189,14 +188,15 @@ impl<J: Job> Enqueue<J> {
     ///
     /// # Errors
     /// As [`Enqueue::enqueue`].
-    pub async fn enqueue_outcome<'e, E: PgExecutor<'e>>(self, executor: E) -> Result<Enqueued> {
+    pub async fn enqueue_outcome<'e, E: Executor<'e>>(self, executor: E) -> Result<Enqueued> {
         let schema = self.schema.clone().unwrap_or_default();
         let now = Utc::now();
         let job = self.into_new_job(now)?;
         match job.unique_mode {
             Some(mode) => {
                 let (id, inserted, running) =
-                    postgres::enqueue_unique(executor, &schema, job, mode, now).await?;
+                    <E::Database as Backend>::enqueue_unique(executor, &schema, job, mode, now)
+                        .await?;
                 let outcome = match (inserted, mode, running) {
                     (true, _, _) => EnqueueOutcome::Inserted,
                     (false, UniqueMode::Restart, true) => EnqueueOutcome::RerunScheduled,
@@ -209,7 +209,7 @@ impl<J: Job> Enqueue<J> {
             }
             None => {
                 let id = job.id;
-                postgres::enqueue_one(executor, &schema, job, now).await?;
+                <E::Database as Backend>::enqueue_one(executor, &schema, job, now).await?;
                 Ok(Enqueued {
                     id,
                     outcome: EnqueueOutcome::Inserted,
@@ -228,7 +228,7 @@ impl<J: Job> Enqueue<J> {
     /// (enqueue those one at a time). If any job is invalid, none is stored.
     pub async fn enqueue_many<'e, E, I>(executor: E, jobs: I) -> Result<Vec<Uuid>>
     where
-        E: PgExecutor<'e>,
+        E: Executor<'e>,
         I: IntoIterator,
         I::Item: Into<Enqueue<J>>,
     {
@@ -255,7 +255,8 @@ impl<J: Job> Enqueue<J> {
                 format!("enqueue_many takes unique keys of mode Skip only, not {mode:?}; enqueue those jobs one at a time"),
             ));
         }
-        postgres::enqueue_many(executor, &schema.unwrap_or_default(), rows, now).await
+        <E::Database as Backend>::enqueue_many(executor, &schema.unwrap_or_default(), rows, now)
+            .await
     }
 
     fn into_new_job(self, now: DateTime<Utc>) -> Result<NewJob> {

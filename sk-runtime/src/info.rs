@@ -324,9 +324,9 @@ pub struct QueueInfo {
 
 impl QueueInfo {
     /// Queue info on the default schema.
-    pub fn new(pool: PgPool) -> Self {
+    pub fn new(pool: impl Into<crate::Pool>) -> Self {
         QueueInfo {
-            pool,
+            pool: pool.into().postgres(),
             schema: Schema::default(),
             clock: std::sync::Arc::new(SystemClock),
         }

@@ -466,9 +466,9 @@ pub struct StoredSchedule {
 
 impl StoredSchedules {
     /// The schedules of the default schema.
-    pub fn new(pool: sqlx::PgPool) -> Self {
+    pub fn new(pool: impl Into<crate::Pool>) -> Self {
         StoredSchedules {
-            pool,
+            pool: pool.into().postgres(),
             schema: crate::Schema::default(),
             clock: Arc::new(crate::SystemClock),
         }

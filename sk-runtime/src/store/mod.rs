@@ -4,6 +4,8 @@
 
 pub(crate) mod postgres;
 
+use futures_util::future::BoxFuture;
+
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
@@ -181,5 +183,137 @@ impl Failure {
             Some(detail) => format!("{}: {}\n{detail}", self.kind, self.message),
             None => format!("{}: {}", self.kind, self.message),
         }
+    }
+}
+
+/// A connection pool of a [`Backend`]: what the worker, queue info, stored schedules and
+/// [`migrate`](crate::migrate) take. Made from a `sqlx::PgPool` (pass the pool, or a
+/// reference for `migrate`); the backend follows from the pool.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Pool {
+    /// PostgreSQL (cargo feature `postgres`).
+    Postgres(sqlx::PgPool),
+}
+
+impl From<sqlx::PgPool> for Pool {
+    fn from(pool: sqlx::PgPool) -> Self {
+        Pool::Postgres(pool)
+    }
+}
+
+impl From<&sqlx::PgPool> for Pool {
+    fn from(pool: &sqlx::PgPool) -> Self {
+        Pool::Postgres(pool.clone())
+    }
+}
+
+impl Pool {
+    /// The PostgreSQL pool: the one backend the worker's store speaks today.
+    pub(crate) fn postgres(self) -> sqlx::PgPool {
+        match self {
+            Pool::Postgres(pool) => pool,
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for sqlx::Postgres {}
+}
+
+/// A database sk runs on, chosen by the pool or transaction you pass: `sqlx::Postgres`
+/// (cargo feature `postgres`, the default). Sealed: its methods are sk's own store.
+#[allow(private_interfaces)]
+pub trait Backend: sqlx::Database + sealed::Sealed {
+    // Boxed futures: an opaque future returned by a trait method could not be shown to be
+    // `Send` for every lifetime, which an enqueue inside a spawned task needs.
+    #[doc(hidden)]
+    fn enqueue_one<'e, 'a, E>(
+        executor: E,
+        schema: &'a Schema,
+        job: NewJob,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<Option<Uuid>>>
+    where
+        E: sqlx::Executor<'e, Database = Self> + 'a,
+        'e: 'a;
+
+    #[doc(hidden)]
+    fn enqueue_unique<'e, 'a, E>(
+        executor: E,
+        schema: &'a Schema,
+        job: NewJob,
+        mode: crate::client::UniqueMode,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<(Uuid, bool, bool)>>
+    where
+        E: sqlx::Executor<'e, Database = Self> + 'a,
+        'e: 'a;
+
+    #[doc(hidden)]
+    fn enqueue_many<'e, 'a, E>(
+        executor: E,
+        schema: &'a Schema,
+        jobs: Vec<NewJob>,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<Vec<Uuid>>>
+    where
+        E: sqlx::Executor<'e, Database = Self> + 'a,
+        'e: 'a;
+}
+
+/// What `.enqueue()` takes: a pool, a connection or a transaction of a [`Backend`], so a
+/// job can be enqueued inside the application's own transaction (it is stored, and its
+/// workers woken, only if that transaction commits).
+pub trait Executor<'e>: sqlx::Executor<'e, Database: Backend> {}
+
+impl<'e, T> Executor<'e> for T
+where
+    T: sqlx::Executor<'e>,
+    T::Database: Backend,
+{
+}
+
+#[allow(private_interfaces)]
+impl Backend for sqlx::Postgres {
+    fn enqueue_one<'e, 'a, E>(
+        executor: E,
+        schema: &'a Schema,
+        job: NewJob,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<Option<Uuid>>>
+    where
+        E: sqlx::Executor<'e, Database = Self> + 'a,
+        'e: 'a,
+    {
+        Box::pin(postgres::enqueue_one(executor, schema, job, now))
+    }
+
+    fn enqueue_unique<'e, 'a, E>(
+        executor: E,
+        schema: &'a Schema,
+        job: NewJob,
+        mode: crate::client::UniqueMode,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<(Uuid, bool, bool)>>
+    where
+        E: sqlx::Executor<'e, Database = Self> + 'a,
+        'e: 'a,
+    {
+        Box::pin(postgres::enqueue_unique(executor, schema, job, mode, now))
+    }
+
+    fn enqueue_many<'e, 'a, E>(
+        executor: E,
+        schema: &'a Schema,
+        jobs: Vec<NewJob>,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<Vec<Uuid>>>
+    where
+        E: sqlx::Executor<'e, Database = Self> + 'a,
+        'e: 'a,
+    {
+        Box::pin(postgres::enqueue_many(executor, schema, jobs, now))
     }
 }

@@ -470,9 +470,9 @@ impl Metrics {
 
 impl Worker {
     /// Starts configuring a worker on `pool`.
-    pub fn builder(pool: PgPool) -> WorkerBuilder {
+    pub fn builder(pool: impl Into<crate::Pool>) -> WorkerBuilder {
         WorkerBuilder {
-            pool,
+            pool: pool.into().postgres(),
             config: Config {
                 concurrency: 10,
                 lease: Duration::from_secs(30),
@@ -635,8 +635,8 @@ const _: () = {
 ///
 /// # Errors
 /// The database fails, or holds a schema newer than this build knows.
-pub async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
-    postgres::migrate(pool, schema).await
+pub async fn migrate(pool: impl Into<crate::Pool>, schema: &Schema) -> Result<()> {
+    postgres::migrate(&pool.into().postgres(), schema).await
 }
 
 /// Waits until the database answers a direct connection (the pool's own wait retries a
