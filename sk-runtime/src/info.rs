@@ -1,12 +1,11 @@
 //! Queue info: counts per status, a peek at the head of the queue, one job by id.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::Result;
-use crate::store::{postgres, Schema};
+use crate::store::{Pool, Schema};
 
 /// A job's status in `task_results_t.task_status` (the seed's codes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -317,7 +316,7 @@ impl JobRecord {
 /// ```
 #[derive(Clone)]
 pub struct QueueInfo {
-    pool: PgPool,
+    pool: Pool,
     schema: Schema,
     clock: std::sync::Arc<dyn Clock>,
 }
@@ -326,7 +325,7 @@ impl QueueInfo {
     /// Queue info on the default schema.
     pub fn new(pool: impl Into<crate::Pool>) -> Self {
         QueueInfo {
-            pool: pool.into().postgres(),
+            pool: pool.into(),
             schema: Schema::default(),
             clock: std::sync::Arc::new(SystemClock),
         }
@@ -351,7 +350,7 @@ impl QueueInfo {
     /// # Errors
     /// The database fails.
     pub async fn counts(&self) -> Result<QueueCounts> {
-        postgres::counts(&self.pool, &self.schema, self.clock.now()).await
+        self.pool.counts(&self.schema, self.clock.now()).await
     }
 
     /// The next `limit` waiting jobs in the order workers take them (delayed ones included,
@@ -360,7 +359,7 @@ impl QueueInfo {
     /// # Errors
     /// The database fails.
     pub async fn peek(&self, limit: i64) -> Result<Vec<QueuedJob>> {
-        postgres::peek(&self.pool, &self.schema, limit).await
+        self.pool.peek(&self.schema, limit).await
     }
 
     /// Status and result of one job; `None` if no such job was ever posted (or its result
@@ -369,6 +368,6 @@ impl QueueInfo {
     /// # Errors
     /// The database fails.
     pub async fn job(&self, id: Uuid) -> Result<Option<JobRecord>> {
-        postgres::job(&self.pool, &self.schema, id, self.clock.now()).await
+        self.pool.job(&self.schema, id, self.clock.now()).await
     }
 }

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::store::postgres::partitions;
 use crate::worker::Shared;
 
 /// How often dead tuples are checked; the check is one read of `pg_stat_user_tables`.
@@ -116,8 +115,11 @@ async fn vacuum_if_needed(shared: &Shared, queue_vacuum: &mut Spacing) {
 /// Creates the results partitions ahead (also done at start) and retires those past the
 /// retention (docs/reliability.md, "Results").
 pub(crate) async fn partitions(shared: &Shared, now: chrono::DateTime<chrono::Utc>) {
-    let (pool, schema) = (&shared.store.pool, &shared.store.schema);
-    match partitions::ensure(pool, schema, now, shared.config.results_partition).await {
+    let store = &shared.store;
+    match store
+        .ensure_partitions(now, shared.config.results_partition)
+        .await
+    {
         Ok(created) if !created.is_empty() => {
             tracing::info!(partitions = ?created, "sk: created results partitions");
         }
@@ -131,7 +133,10 @@ pub(crate) async fn partitions(shared: &Shared, now: chrono::DateTime<chrono::Ut
         return;
     };
     let archive = shared.config.archive_results_to.as_deref();
-    match partitions::retire(pool, schema, cutoff, archive, &shared.stopping).await {
+    match store
+        .retire_partitions(cutoff, archive, &shared.stopping)
+        .await
+    {
         Ok(retired) => {
             if !retired.dropped.is_empty() {
                 tracing::info!(partitions = ?retired.dropped, %cutoff, "sk: dropped results partitions");
@@ -147,10 +152,6 @@ pub(crate) async fn partitions(shared: &Shared, now: chrono::DateTime<chrono::Ut
             }
         }
         Err(e) => tracing::warn!("sk: cannot prune old results: {e}"),
-    }
-    match partitions::list(pool, schema).await {
-        Ok(ranges) => shared.store.partitions.set(ranges),
-        Err(e) => tracing::warn!("sk: cannot read the results partitions: {e}"),
     }
 }
 

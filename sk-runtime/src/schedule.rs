@@ -13,7 +13,7 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::job::JobOptions;
 use crate::registry::{Registration, Registry};
-use crate::store::{postgres, NewJob};
+use crate::store::NewJob;
 use crate::worker::Shared;
 
 /// Ticks further behind than this many are skipped: only the latest missed tick runs.
@@ -247,15 +247,10 @@ async fn post_periodic(shared: &Shared, registration: &Registration) -> Result<(
         metadata: None,
         every_ms: Some(i64::try_from(period.as_millis()).unwrap_or(i64::MAX)),
     };
-    let mut conn = shared.store.acquire().await?;
-    postgres::enqueue_unique(
-        &mut *conn,
-        &shared.store.schema,
-        job,
-        crate::client::UniqueMode::Skip,
-        now,
-    )
-    .await?;
+    shared
+        .store
+        .enqueue_unique(job, crate::client::UniqueMode::Skip, now)
+        .await?;
     Ok(())
 }
 
@@ -328,7 +323,7 @@ async fn load_stored(
     start: DateTime<Utc>,
     refused: &mut std::collections::HashSet<(String, DateTime<Utc>)>,
 ) {
-    let rows = match postgres::schedule_list(&shared.store.pool, &shared.store.schema).await {
+    let rows = match shared.store.stored_schedules().await {
         Ok(rows) => rows,
         Err(e) => {
             tracing::warn!("sk: cannot read the stored schedules: {e}");
@@ -399,24 +394,12 @@ async fn enqueue(
         metadata: None,
         every_ms: None,
     };
-    let schema = &shared.store.schema;
-    let mut conn = shared.store.acquire().await?;
-    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-    // A stored schedule's tick goes in only while the schedule is there as it was read:
-    // once `StoredSchedules::remove` (or a change) returns, no worker enqueues its ticks.
-    if let Some((name, updated_at)) = &entry.stored {
-        if !postgres::schedule_hold(&mut tx, schema, name, *updated_at).await? {
-            return Ok(false);
-        }
-    }
-    let id = if entry.overlap {
-        postgres::enqueue_one(&mut *tx, schema, job, now).await?
-    } else {
-        let live_key = format!("sk-cron:{}", entry.key_prefix);
-        postgres::enqueue_tick(&mut *tx, schema, job, &live_key, now).await?
-    };
-    tx.commit().await?;
-    Ok(id.is_some())
+    let live_key = (!entry.overlap).then(|| format!("sk-cron:{}", entry.key_prefix));
+    let stored = entry.stored.as_ref().map(|(name, at)| (name.as_str(), *at));
+    shared
+        .store
+        .enqueue_tick(job, live_key.as_deref(), stored, now)
+        .await
 }
 
 /// Schedules kept in the database (seed 003's periodic tasks, added and removed while
@@ -441,7 +424,7 @@ async fn enqueue(
 /// ```
 #[derive(Clone)]
 pub struct StoredSchedules {
-    pool: sqlx::PgPool,
+    pool: crate::Pool,
     schema: crate::Schema,
     clock: Arc<dyn crate::Clock>,
 }
@@ -468,7 +451,7 @@ impl StoredSchedules {
     /// The schedules of the default schema.
     pub fn new(pool: impl Into<crate::Pool>) -> Self {
         StoredSchedules {
-            pool: pool.into().postgres(),
+            pool: pool.into(),
             schema: crate::Schema::default(),
             clock: Arc::new(crate::SystemClock),
         }
@@ -525,7 +508,7 @@ impl StoredSchedules {
             task_type: J::TASK_TYPE,
             source,
         })?;
-        let row = postgres::ScheduleRow {
+        let row = crate::store::ScheduleRow {
             schedule_name: name.to_owned(),
             task_type: J::TASK_TYPE.to_owned(),
             task_payload: payload,
@@ -534,7 +517,7 @@ impl StoredSchedules {
             // Microseconds, as the table keeps them: workers compare it to their copy.
             schedule_updated_at_ts: chrono::SubsecRound::trunc_subsecs(self.clock.now(), 6),
         };
-        postgres::schedule_put(&self.pool, &self.schema, &row).await
+        self.pool.put_schedule(&self.schema, &row).await
     }
 
     /// Removes the schedule `name`; false if there was none. No tick of it is enqueued
@@ -543,7 +526,7 @@ impl StoredSchedules {
     /// # Errors
     /// The database fails.
     pub async fn remove(&self, name: &str) -> Result<bool> {
-        postgres::schedule_remove(&self.pool, &self.schema, name).await
+        self.pool.remove_schedule(&self.schema, name).await
     }
 
     /// Every stored schedule, by name.
@@ -551,7 +534,7 @@ impl StoredSchedules {
     /// # Errors
     /// The database fails.
     pub async fn list(&self) -> Result<Vec<StoredSchedule>> {
-        let rows = postgres::schedule_list(&self.pool, &self.schema).await?;
+        let rows = self.pool.schedules(&self.schema).await?;
         Ok(rows
             .into_iter()
             .map(|row| StoredSchedule {

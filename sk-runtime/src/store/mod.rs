@@ -208,6 +208,8 @@ impl From<&sqlx::PgPool> for Pool {
     }
 }
 
+/// The client side of the store: what queue info, stored schedules and `migrate` run,
+/// on whichever backend the pool is of.
 impl Pool {
     /// The PostgreSQL pool: the one backend the worker's store speaks today.
     pub(crate) fn postgres(self) -> sqlx::PgPool {
@@ -215,6 +217,72 @@ impl Pool {
             Pool::Postgres(pool) => pool,
         }
     }
+
+    pub(crate) async fn migrate(&self, schema: &Schema) -> Result<()> {
+        match self {
+            Pool::Postgres(pool) => postgres::migrate(pool, schema).await,
+        }
+    }
+
+    pub(crate) async fn counts(
+        &self,
+        schema: &Schema,
+        now: DateTime<Utc>,
+    ) -> Result<crate::info::QueueCounts> {
+        match self {
+            Pool::Postgres(pool) => postgres::counts(pool, schema, now).await,
+        }
+    }
+
+    pub(crate) async fn peek(
+        &self,
+        schema: &Schema,
+        limit: i64,
+    ) -> Result<Vec<crate::info::QueuedJob>> {
+        match self {
+            Pool::Postgres(pool) => postgres::peek(pool, schema, limit).await,
+        }
+    }
+
+    pub(crate) async fn job(
+        &self,
+        schema: &Schema,
+        id: Uuid,
+        now: DateTime<Utc>,
+    ) -> Result<Option<crate::info::JobRecord>> {
+        match self {
+            Pool::Postgres(pool) => postgres::job(pool, schema, id, now).await,
+        }
+    }
+
+    pub(crate) async fn put_schedule(&self, schema: &Schema, row: &ScheduleRow) -> Result<()> {
+        match self {
+            Pool::Postgres(pool) => postgres::schedule_put(pool, schema, row).await,
+        }
+    }
+
+    pub(crate) async fn remove_schedule(&self, schema: &Schema, name: &str) -> Result<bool> {
+        match self {
+            Pool::Postgres(pool) => postgres::schedule_remove(pool, schema, name).await,
+        }
+    }
+
+    pub(crate) async fn schedules(&self, schema: &Schema) -> Result<Vec<ScheduleRow>> {
+        match self {
+            Pool::Postgres(pool) => postgres::schedule_list(pool, schema).await,
+        }
+    }
+}
+
+/// A stored schedule's row (`StoredSchedules`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub(crate) struct ScheduleRow {
+    pub(crate) schedule_name: String,
+    pub(crate) task_type: String,
+    pub(crate) task_payload: String,
+    pub(crate) schedule_cron: String,
+    pub(crate) schedule_overlap: bool,
+    pub(crate) schedule_updated_at_ts: DateTime<Utc>,
 }
 
 mod sealed {

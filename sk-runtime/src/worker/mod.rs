@@ -578,7 +578,7 @@ impl Worker {
             }
         }
         if shared.config.auto_migrate {
-            postgres::migrate(&shared.store.pool, &shared.store.schema).await?;
+            shared.store.migrate().await?;
         }
         tracing::info!(
             worker = %shared.store.worker_id,
@@ -636,7 +636,7 @@ const _: () = {
 /// # Errors
 /// The database fails, or holds a schema newer than this build knows.
 pub async fn migrate(pool: impl Into<crate::Pool>, schema: &Schema) -> Result<()> {
-    postgres::migrate(&pool.into().postgres(), schema).await
+    pool.into().migrate(schema).await
 }
 
 /// Waits until the database answers a direct connection (the pool's own wait retries a

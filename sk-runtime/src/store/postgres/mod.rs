@@ -11,7 +11,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection as _, Executor, PgConnection, PgExecutor, PgPool, Postgres, Row};
 use uuid::Uuid;
 
-use super::{ClaimedJob, Failure, Lease, NewJob, Schema, Success};
+use super::{ClaimedJob, Failure, Lease, NewJob, ScheduleRow, Schema, Success};
 use crate::error::{Error, Result};
 use crate::info::{JobRecord, QueueCounts, QueuedJob};
 
@@ -1169,6 +1169,77 @@ impl PgStore {
         Ok(held)
     }
 
+    /// Posts one job with a unique key of mode `mode` (the periodic jobs' first runs).
+    pub(crate) async fn enqueue_unique(
+        &self,
+        job: NewJob,
+        mode: crate::client::UniqueMode,
+        now: DateTime<Utc>,
+    ) -> Result<(Uuid, bool, bool)> {
+        let mut conn = self.acquire().await?;
+        enqueue_unique(&mut *conn, &self.schema, job, mode, now).await
+    }
+
+    /// Posts a cron tick, once across workers (its id comes from its unique key); with
+    /// `live_key`, only while no earlier tick holding that key is live (no overlap); with
+    /// `stored`, only while that stored schedule exists as it was read (name and update
+    /// time), so none goes in after `StoredSchedules::remove` returns. False if it was not
+    /// posted.
+    pub(crate) async fn enqueue_tick(
+        &self,
+        job: NewJob,
+        live_key: Option<&str>,
+        stored: Option<(&str, DateTime<Utc>)>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let mut conn = self.acquire().await?;
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        if let Some((name, updated_at)) = stored {
+            if !schedule_hold(&mut tx, &self.schema, name, updated_at).await? {
+                return Ok(false);
+            }
+        }
+        let id = match live_key {
+            None => enqueue_one(&mut *tx, &self.schema, job, now).await?,
+            Some(key) => enqueue_tick(&mut *tx, &self.schema, job, key, now).await?,
+        };
+        tx.commit().await?;
+        Ok(id.is_some())
+    }
+
+    /// The stored schedules (migration 6).
+    pub(crate) async fn stored_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        schedule_list(&self.pool, &self.schema).await
+    }
+
+    /// Applies the migrations and creates the results partitions for `now` and ahead.
+    pub(crate) async fn migrate(&self) -> Result<()> {
+        migrate(&self.pool, &self.schema).await
+    }
+
+    /// Creates the results partitions from `now`'s span to two spans ahead; their names.
+    pub(crate) async fn ensure_partitions(
+        &self,
+        now: DateTime<Utc>,
+        span: Duration,
+    ) -> Result<Vec<String>> {
+        partitions::ensure(&self.pool, &self.schema, now, span).await
+    }
+
+    /// Retires the results partitions past `cutoff` (`partitions::retire`), then reads
+    /// the partitions again for the completions that address one directly.
+    pub(crate) async fn retire_partitions(
+        &self,
+        cutoff: DateTime<Utc>,
+        archive: Option<&str>,
+        stopping: &tokio_util::sync::CancellationToken,
+    ) -> Result<partitions::Retired> {
+        let retired = partitions::retire(&self.pool, &self.schema, cutoff, archive, stopping).await;
+        self.partitions
+            .set(partitions::list(&self.pool, &self.schema).await?);
+        retired
+    }
+
     /// Live and dead tuples of the queue table and of each results partition.
     pub(crate) async fn table_health(&self) -> Result<Vec<TableHealth>> {
         let rows: Vec<(String, bool, i64, i64, i64, bool)> =
@@ -1278,17 +1349,6 @@ pub(crate) async fn job(
         .bind(now)
         .fetch_optional(pool)
         .await?)
-}
-
-/// A stored schedule's row (migration 6).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub(crate) struct ScheduleRow {
-    pub(crate) schedule_name: String,
-    pub(crate) task_type: String,
-    pub(crate) task_payload: String,
-    pub(crate) schedule_cron: String,
-    pub(crate) schedule_overlap: bool,
-    pub(crate) schedule_updated_at_ts: DateTime<Utc>,
 }
 
 /// Adds or replaces a stored schedule.
