@@ -385,3 +385,133 @@ impl Backend for sqlx::Postgres {
         Box::pin(postgres::enqueue_many(executor, schema, jobs, now))
     }
 }
+
+/// Tuple counts of one of sk's tables.
+pub(crate) struct TableHealth {
+    /// Its qualified name.
+    pub(crate) name: String,
+    pub(crate) is_queue: bool,
+    pub(crate) live: i64,
+    pub(crate) dead: i64,
+    /// Rows inserted, updated or deleted since the table's statistics were taken.
+    pub(crate) changed: i64,
+    /// Whether the table has statistics at all.
+    pub(crate) analyzed: bool,
+}
+
+/// Why a direct connection attempt failed.
+pub(crate) enum ProbeFailure {
+    /// Waiting can cure it: refused, reset, timed out, the server starting up or full.
+    Transient(Error),
+    /// It needs a change of configuration: authentication, an unknown database, TLS.
+    Permanent(Error),
+}
+
+/// What a retirement pass did.
+#[derive(Debug, Default)]
+pub(crate) struct Retired {
+    pub(crate) dropped: Vec<String>,
+    pub(crate) archived: Vec<String>,
+    /// Past the retention, kept for live jobs (or jobs finished less than the retention
+    /// ago); their rows finished before the cutoff were pruned one by one.
+    pub(crate) held: Vec<String>,
+    /// Rows pruned one by one, in held partitions and the default one.
+    pub(crate) rows: u64,
+}
+
+/// The worker's store: one variant per backend (cargo features), each method a `match`,
+/// so the worker's pipeline (claim, execute, finalize, heartbeats, schedules, upkeep) is
+/// the same code on every backend, with static dispatch.
+#[derive(Clone)]
+pub(crate) enum Store {
+    Postgres(postgres::PgStore),
+}
+
+/// Defines `Store`'s methods as calls of the backend store's methods of the same name.
+macro_rules! delegate {
+    ($( $(#[$meta:meta])* fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty; )*) => {
+        impl Store {
+            $(
+                $(#[$meta])*
+                pub(crate) async fn $name(&self $(, $arg: $ty)*) -> $ret {
+                    match self {
+                        Store::Postgres(store) => store.$name($($arg),*).await,
+                    }
+                }
+            )*
+        }
+    };
+}
+
+delegate! {
+    /// Leases up to `limit` due jobs of these types (and queues, tenants) until `lease_until`.
+    fn claim(
+        &self,
+        task_types: &[String],
+        queues: Option<&[String]>,
+        tenants: Option<&[String]>,
+        limit: i64,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<ClaimedJob>>;
+    /// Records successful runs (fenced); the ids whose lease was still held.
+    fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>>;
+    /// Records a failed run, to retry or final (fenced); false when the lease was lost.
+    fn fail(&self, failure: &Failure, now: DateTime<Utc>) -> Result<bool>;
+    /// Hands jobs back without using an attempt (a graceful stop).
+    fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64>;
+    /// Extends the leases still held; the ids of those.
+    fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>>;
+    /// Posts one job with a unique key of that mode.
+    fn enqueue_unique(
+        &self,
+        job: NewJob,
+        mode: crate::client::UniqueMode,
+        now: DateTime<Utc>,
+    ) -> Result<(Uuid, bool, bool)>;
+    /// Posts a cron tick once across workers; false if it was not posted.
+    fn enqueue_tick(
+        &self,
+        job: NewJob,
+        live_key: Option<&str>,
+        stored: Option<(&str, DateTime<Utc>)>,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+    /// The schedules stored in the database.
+    fn stored_schedules(&self) -> Result<Vec<ScheduleRow>>;
+    /// Brings the schema to this build's version.
+    fn migrate(&self) -> Result<()>;
+    /// Creates the results partitions ahead; their names.
+    fn ensure_partitions(&self, now: DateTime<Utc>, span: std::time::Duration) -> Result<Vec<String>>;
+    /// Retires the results past the retention.
+    fn retire_partitions(
+        &self,
+        cutoff: DateTime<Utc>,
+        archive: Option<&str>,
+        stopping: &tokio_util::sync::CancellationToken,
+    ) -> Result<Retired>;
+    /// Dead and live rows of the hot tables.
+    fn table_health(&self) -> Result<Vec<TableHealth>>;
+    /// Vacuums one table unless another worker does; whether this one did.
+    fn vacuum(&self, table: &str) -> Result<bool>;
+    /// Writes this worker's metrics.
+    fn write_metrics(&self, metrics: &[(&str, i64)], now: DateTime<Utc>) -> Result<()>;
+    /// One connection attempt outside the pool, saying why it failed.
+    fn probe(&self) -> std::result::Result<(), ProbeFailure>;
+}
+
+impl Store {
+    /// This worker's id, as stored in leases and metrics.
+    pub(crate) fn worker_id(&self) -> &str {
+        match self {
+            Store::Postgres(store) => &store.worker_id,
+        }
+    }
+
+    /// Where the store connects, for messages.
+    pub(crate) fn address(&self) -> String {
+        match self {
+            Store::Postgres(store) => store.address(),
+        }
+    }
+}

@@ -1,17 +1,23 @@
 //! LISTEN on a dedicated connection that reconnects; every notification (and every
-//! reconnect, since notifications may have been missed) wakes the producer.
+//! reconnect, since notifications may have been missed) wakes the producer. PostgreSQL's
+//! own: a backend without LISTEN/NOTIFY wakes by its poll interval.
 
 use std::sync::Arc;
 
 use sqlx::postgres::PgListener;
 
 use super::{producer, Shared};
+use crate::store::postgres::PgStore;
+use crate::store::Store;
 
 pub(super) async fn run(shared: Arc<Shared>) {
-    let channel = shared.store.schema.channel();
+    let store = match &shared.store {
+        Store::Postgres(store) => store.clone(),
+    };
+    let channel = store.schema.channel();
     let mut failures = 0u32;
     while !shared.stopping.is_cancelled() {
-        match connect(&shared, &channel).await {
+        match connect(&store, &channel).await {
             Ok(mut listener) => {
                 if failures > 0 {
                     tracing::info!("sk: listener reconnected after {failures} failed attempts");
@@ -49,11 +55,11 @@ pub(super) async fn run(shared: Arc<Shared>) {
     }
 }
 
-async fn connect(shared: &Shared, channel: &str) -> crate::Result<PgListener> {
+async fn connect(store: &PgStore, channel: &str) -> crate::Result<PgListener> {
     // The listener takes its connection from the pool: one the store hands out, so an
     // outage is named as it is everywhere else.
-    drop(shared.store.acquire().await?);
-    let mut listener = PgListener::connect_with(&shared.store.pool).await?;
+    drop(store.acquire().await?);
+    let mut listener = PgListener::connect_with(&store.pool).await?;
     listener.listen(channel).await?;
     Ok(listener)
 }

@@ -24,8 +24,9 @@ use uuid::Uuid;
 use crate::clock::{Clock, SharedClock, SystemClock};
 use crate::error::{Error, Result};
 use crate::registry::{DataMap, Registry};
-use crate::store::postgres::{self, PgStore};
+use crate::store::postgres::PgStore;
 use crate::store::{Lease, Schema};
+use crate::store::{ProbeFailure, Store};
 
 /// Builds a [`Worker`]; every setting has a documented default.
 ///
@@ -341,12 +342,12 @@ impl WorkerBuilder {
         config.heartbeat = Some(heartbeat);
         Ok(Worker {
             shared: Arc::new(Shared {
-                store: PgStore {
+                store: Store::Postgres(PgStore {
                     pool: self.pool,
                     schema: self.schema,
                     worker_id: id,
                     partitions: Default::default(),
-                },
+                }),
                 task_types: registry.task_types(),
                 registry,
                 schedules,
@@ -374,7 +375,7 @@ pub struct Worker {
 
 /// State shared by the pipeline's tasks.
 pub(crate) struct Shared {
-    pub(crate) store: PgStore,
+    pub(crate) store: Store,
     pub(crate) registry: Registry,
     pub(crate) schedules: crate::schedule::Schedules,
     pub(crate) task_types: Vec<String>,
@@ -501,7 +502,7 @@ impl Worker {
 
     /// This worker's id (`task_locked_by`).
     pub fn id(&self) -> &str {
-        &self.shared.store.worker_id
+        self.shared.store.worker_id()
     }
 
     /// The task types this worker runs.
@@ -581,7 +582,7 @@ impl Worker {
             shared.store.migrate().await?;
         }
         tracing::info!(
-            worker = %shared.store.worker_id,
+            worker = %shared.store.worker_id(),
             task_types = ?shared.task_types,
             queues = ?shared.queues,
             concurrency = shared.config.concurrency,
@@ -601,7 +602,7 @@ impl Worker {
 
         let producer = tokio::spawn(producer::run(shared.clone(), tx.clone()));
         stop.await;
-        tracing::info!(worker = %shared.store.worker_id, "sk: stopping; no more claims");
+        tracing::info!(worker = %shared.store.worker_id(), "sk: stopping; no more claims");
         shared.stopping.cancel();
         shared.jobs_cancel.cancel();
         // The producer returns at its next idle point, never in the middle of a claim, so
@@ -615,7 +616,7 @@ impl Worker {
         background.cancel();
         let _ = tokio::join!(heartbeat, listener, scheduler, maintenance);
         crate::maintenance::write_metrics(&shared, shared.now()).await;
-        tracing::info!(worker = %shared.store.worker_id, "sk: worker stopped");
+        tracing::info!(worker = %shared.store.worker_id(), "sk: worker stopped");
         Ok(())
     }
 }
@@ -658,8 +659,8 @@ async fn wait_for_database(shared: &Shared) -> Result<()> {
                 }
                 return Ok(());
             }
-            Err(postgres::ProbeFailure::Permanent(e)) => return Err(e),
-            Err(postgres::ProbeFailure::Transient(e)) => e,
+            Err(ProbeFailure::Permanent(e)) => return Err(e),
+            Err(ProbeFailure::Transient(e)) => e,
         };
         failures += 1;
         if shared

@@ -11,7 +11,9 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection as _, Executor, PgConnection, PgExecutor, PgPool, Postgres, Row};
 use uuid::Uuid;
 
-use super::{ClaimedJob, Failure, Lease, NewJob, ScheduleRow, Schema, Success};
+use super::{
+    ClaimedJob, Failure, Lease, NewJob, ProbeFailure, ScheduleRow, Schema, Success, TableHealth,
+};
 use crate::error::{Error, Result};
 use crate::info::{JobRecord, QueueCounts, QueuedJob};
 
@@ -900,19 +902,6 @@ fn in_lock_order(leases: &[Lease]) -> (Vec<Uuid>, Vec<i32>) {
     sorted.into_iter().map(|l| (l.id, l.attempt)).unzip()
 }
 
-/// Tuple counts of one of sk's tables.
-pub(crate) struct TableHealth {
-    /// Its qualified name.
-    pub(crate) name: String,
-    pub(crate) is_queue: bool,
-    pub(crate) live: i64,
-    pub(crate) dead: i64,
-    /// Rows inserted, updated or deleted since the table's statistics were taken.
-    pub(crate) changed: i64,
-    /// Whether the table has statistics at all.
-    pub(crate) analyzed: bool,
-}
-
 /// The worker's view of the store: every statement that runs under a lease.
 #[derive(Clone)]
 pub(crate) struct PgStore {
@@ -927,14 +916,6 @@ pub(crate) struct PgStore {
 /// pool's own wait (its `acquire_timeout`, 30 s by default) retries a refused connection
 /// in silence and then says only that it timed out.
 const ACQUIRE_WAIT: Duration = Duration::from_secs(2);
-
-/// Why a direct connection attempt failed.
-pub(crate) enum ProbeFailure {
-    /// Waiting can cure it: refused, reset, timed out, the server starting up or full.
-    Transient(Error),
-    /// It needs a change of configuration: authentication, an unknown database, TLS.
-    Permanent(Error),
-}
 
 /// `host:port` (or the socket path) and database of a connection's options.
 fn address(options: &PgConnectOptions) -> String {
@@ -1233,7 +1214,7 @@ impl PgStore {
         cutoff: DateTime<Utc>,
         archive: Option<&str>,
         stopping: &tokio_util::sync::CancellationToken,
-    ) -> Result<partitions::Retired> {
+    ) -> Result<super::Retired> {
         let retired = partitions::retire(&self.pool, &self.schema, cutoff, archive, stopping).await;
         self.partitions
             .set(partitions::list(&self.pool, &self.schema).await?);

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::store::Schema;
+use crate::store::{Retired, Schema};
 
 /// Each partition covers this much posting time unless the worker says otherwise.
 pub(crate) const DEFAULT_PERIOD: Duration = Duration::from_secs(24 * 3600);
@@ -47,18 +47,6 @@ pub(crate) struct Range {
     pub(crate) name: String,
     pub(crate) from: Uuid,
     pub(crate) to: Uuid,
-}
-
-/// What a retirement pass did.
-#[derive(Debug, Default)]
-pub(crate) struct Retired {
-    pub(crate) dropped: Vec<String>,
-    pub(crate) archived: Vec<String>,
-    /// Past the retention, kept for live jobs (or jobs finished less than the retention
-    /// ago); their rows finished before the cutoff were pruned one by one.
-    pub(crate) held: Vec<String>,
-    /// Rows pruned one by one, in held partitions and the default one.
-    pub(crate) rows: u64,
 }
 
 /// Parses `FOR VALUES FROM ('…') TO ('…')`; `None` for the default partition.
