@@ -280,3 +280,85 @@ async fn retired_partitions_can_be_archived() {
     );
     db.drop().await;
 }
+
+/// The smallest UUIDv7 of a millisecond: the bound sk gives its partitions.
+fn id_floor(at: DateTime<Utc>) -> Uuid {
+    let millis = u64::try_from(at.timestamp_millis()).unwrap();
+    let mut bytes = [0; 16];
+    bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
+    Uuid::from_bytes(bytes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_into_a_partition_dropped_since_it_was_read_goes_through_the_parent() {
+    let db = TestDb::new().await;
+    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+    // A partition a month ahead, and the last of the three migrate made gone: the
+    // worker's first upkeep makes that one again, then reads the partitions.
+    let month = (Utc::now() + chrono::Duration::days(30))
+        .date_naive()
+        .and_hms_opt(0, 0, 0)
+        .unwrap()
+        .and_utc();
+    let ahead = format!("sk_task_results_p{}", month.format("%Y%m%d_%H%M"));
+    sqlx::query(&format!(
+        "CREATE TABLE {ahead} PARTITION OF sk_task_results_t FOR VALUES FROM ('{}') TO ('{}')",
+        id_floor(month),
+        id_floor(month + chrono::Duration::days(1))
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let made = partitions(&db).await;
+    let last_made = made.iter().rfind(|p| **p != ahead).unwrap().clone();
+    sqlx::query(&format!("DROP TABLE {last_made}"))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (probe, mut rx) = probe();
+    let w = RunningWorker::start(
+        worker_on(&db, "sk-dropped", &clock, &[Record::TASK_TYPE])
+            .await
+            .maintenance_interval(Duration::from_secs(3600))
+            // Migrating would make the partition again before the upkeep does.
+            .auto_migrate(false)
+            .data(probe),
+    );
+    wait_until("the first upkeep", T, || async {
+        partitions(&db).await.contains(&last_made).then_some(())
+    })
+    .await;
+    // Gone after the worker read it: a job posted elsewhere with an id of its span
+    // completes through a statement naming it, then through the partitioned table.
+    sqlx::query(&format!("DROP TABLE {ahead}"))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let in_span = uuid::Builder::from_unix_timestamp_millis(
+        u64::try_from((month + chrono::Duration::hours(1)).timestamp_millis()).unwrap(),
+        &[1; 10],
+    )
+    .into_uuid();
+    sqlx::query(
+        "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_priority,
+            task_locked_until_ts)
+         VALUES ($1, 'record', 'elsewhere', '{\"label\":\"late\"}', 0, now())",
+    )
+    .bind(in_span)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query("NOTIFY sk_task_queue_item_added")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(sk_tests::recv(&mut rx, "the job", T).await.id, in_span);
+    db.wait_job(in_span, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    assert_eq!(
+        partition_of(&db, in_span).await.as_deref(),
+        Some("sk_task_results_default")
+    );
+    w.stop().await;
+    db.drop().await;
+}

@@ -564,7 +564,7 @@ impl Statements {
 /// a worker starts land in them.
 pub(crate) async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
     migrate_to(pool, schema, i32::MAX).await?;
-    partitions::ensure(pool, schema, Utc::now(), partitions::DEFAULT_PERIOD).await?;
+    partitions::ensure(pool, schema, Utc::now(), partitions::DEFAULT_PERIOD, None).await?;
     Ok(())
 }
 
@@ -1198,27 +1198,31 @@ impl PgStore {
         migrate(&self.pool, &self.schema).await
     }
 
-    /// Creates the results partitions from `now`'s span to two spans ahead; their names.
+    /// Creates the results partitions from `now`'s span to two spans ahead (their names),
+    /// and keeps the map of partitions the completions address directly.
     pub(crate) async fn ensure_partitions(
         &self,
         now: DateTime<Utc>,
         span: Duration,
     ) -> Result<Vec<String>> {
-        partitions::ensure(&self.pool, &self.schema, now, span).await
+        partitions::ensure(&self.pool, &self.schema, now, span, Some(&self.partitions)).await
     }
 
-    /// Retires the results partitions past `cutoff` (`partitions::retire`), then reads
-    /// the partitions again for the completions that address one directly.
+    /// Retires the results partitions past `cutoff` (`partitions::retire`), and reads the
+    /// partitions again for the completions' map if it retired any.
     pub(crate) async fn retire_partitions(
         &self,
         cutoff: DateTime<Utc>,
         archive: Option<&str>,
         stopping: &tokio_util::sync::CancellationToken,
     ) -> Result<super::Retired> {
-        let retired = partitions::retire(&self.pool, &self.schema, cutoff, archive, stopping).await;
-        self.partitions
-            .set(partitions::list(&self.pool, &self.schema).await?);
-        retired
+        let retired =
+            partitions::retire(&self.pool, &self.schema, cutoff, archive, stopping).await?;
+        if !retired.dropped.is_empty() || !retired.archived.is_empty() {
+            self.partitions
+                .set(partitions::list(&self.pool, &self.schema).await?);
+        }
+        Ok(retired)
     }
 
     /// Live and dead tuples of the queue table and of each results partition.

@@ -141,20 +141,31 @@ async fn lock(conn: &mut PgConnection, schema: &Schema) -> Result<bool> {
 /// aligned to whole periods since the Unix epoch (UTC), where none exists yet; returns
 /// their names. Rows the default partition took for a new partition's span (posted while
 /// it did not exist) move into it. One worker at a time; the others return at once.
+///
+/// `known` (the worker's map of partitions, if any) gets the partitions as they are once
+/// this commits: set before the commit, so that whoever sees a new partition knows the
+/// map has it (a map naming a partition that is not there costs a retry through the
+/// partitioned table, never a wrong write).
 pub(crate) async fn ensure(
     pool: &PgPool,
     schema: &Schema,
     now: DateTime<Utc>,
     period: Duration,
+    known: Option<&Known>,
 ) -> Result<Vec<String>> {
     let period = i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1);
     let start = now.timestamp_millis().div_euclid(period) * period;
     let horizon = start.saturating_add(period.saturating_mul(AHEAD + 1));
     let mut tx = pool.begin().await?;
     if !lock(&mut tx, schema).await? {
+        drop(tx);
+        if let Some(known) = known {
+            known.set(list(pool, schema).await?);
+        }
         return Ok(Vec::new());
     }
     let existing = ranges(&mut tx, schema).await?;
+    let mut after = existing.clone();
     let r = schema.table("task_results_t");
     let default = schema.table("task_results_default");
     let mut created = Vec::new();
@@ -193,7 +204,14 @@ pub(crate) async fn ensure(
                 )
                 .await;
             match attached {
-                Ok(_) => created.push(name),
+                Ok(_) => {
+                    after.push(Range {
+                        name: name.clone(),
+                        from: lo,
+                        to: hi,
+                    });
+                    created.push(name);
+                }
                 // Created on a later pass; meanwhile the default partition takes the rows.
                 Err(e) if busy(&e) => {
                     tracing::debug!(partition = %name, "sk: results table busy, partition created on a later pass");
@@ -203,6 +221,10 @@ pub(crate) async fn ensure(
             }
         }
         slot = slot_end;
+    }
+    if let Some(known) = known {
+        after.sort_by_key(|r| r.from);
+        known.set(after);
     }
     tx.commit().await?;
     Ok(created)
