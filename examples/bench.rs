@@ -6,7 +6,10 @@
 //!     [--repeat 1] [--only NAME,...]
 //! ```
 //! Prints one line per figure, `name value unit`, machine-readable; with `--repeat R` each
-//! measure runs R times and the median is printed (the runs go to stderr). Measures:
+//! measure runs R times and the median is printed (the runs go to stderr). sk's measures
+//! and their raw baselines run in alternation (sk, raw, sk, raw, ...), and `NAME_ratio` is
+//! the median of the ratios of those back-to-back pairs: the machine's speed drifts over
+//! minutes, a pair sees the same machine. Measures:
 //! - `enqueue_single`: N jobs enqueued one at a time (one statement, one commit each), one
 //!   client; `raw_insert_single`: the same with one plain INSERT per transaction into a
 //!   plain table of the queue table's shape.
@@ -113,7 +116,20 @@ struct Bench {
     schema: Schema,
     args: Args,
     results: Vec<(String, f64, &'static str)>,
+    /// Per sk measure, the median of its ratios to the raw baseline run beside it.
+    ratios: Vec<(&'static str, f64)>,
 }
+
+/// A measure's name, unit and run.
+type Measure<'f> = (
+    &'static str,
+    &'static str,
+    &'f (dyn for<'a> Fn(
+        &'a Bench,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<f64, BoxError>> + Send + 'a>,
+    > + Sync),
+);
 
 #[tokio::main]
 async fn main() {
@@ -143,6 +159,7 @@ async fn run() -> Result<(), BoxError> {
         schema: Schema::new("sk_bench", "sk_")?,
         args,
         results: Vec::new(),
+        ratios: Vec::new(),
     };
     b.reset().await?;
     let machine = machine();
@@ -150,32 +167,35 @@ async fn run() -> Result<(), BoxError> {
 
     if b.wants("enqueue_single") {
         let n = b.args.single;
-        b.measure("enqueue_single", "jobs/s", |b| {
-            Box::pin(b.enqueue_single(n))
-        })
-        .await?;
-        b.measure("raw_insert_single", "rows/s", |b| {
-            Box::pin(b.raw_insert_single(n))
-        })
+        b.measure_pair(
+            ("enqueue_single", "jobs/s", &|b| {
+                Box::pin(b.enqueue_single(n))
+            }),
+            ("raw_insert_single", "rows/s", &|b| {
+                Box::pin(b.raw_insert_single(n))
+            }),
+        )
         .await?;
     }
     if b.wants("enqueue_bulk") {
         let n = b.args.jobs;
-        b.measure("enqueue_bulk", "jobs/s", |b| Box::pin(b.enqueue_bulk(n)))
-            .await?;
-        b.measure("raw_insert_bulk", "rows/s", |b| {
-            Box::pin(b.raw_insert_bulk(n))
-        })
+        b.measure_pair(
+            ("enqueue_bulk", "jobs/s", &|b| Box::pin(b.enqueue_bulk(n))),
+            ("raw_insert_bulk", "rows/s", &|b| {
+                Box::pin(b.raw_insert_bulk(n))
+            }),
+        )
         .await?;
     }
     if b.wants("burn_down") {
         let (n, c) = (b.args.jobs, b.args.concurrency);
-        b.measure("burn_down", "jobs/s", |b| {
-            Box::pin(b.burn_down(n, c, false))
-        })
+        b.measure_pair(
+            ("burn_down", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, c, false))
+            }),
+            ("raw_burn_down", "jobs/s", &|b| Box::pin(b.raw_burn_down(n))),
+        )
         .await?;
-        b.measure("raw_burn_down", "jobs/s", |b| Box::pin(b.raw_burn_down(n)))
-            .await?;
     }
     if b.wants("latency") {
         b.latency().await?;
@@ -196,15 +216,8 @@ async fn run() -> Result<(), BoxError> {
     for (name, value, unit) in &b.results {
         println!("{name} {value:.1} {unit}");
     }
-    let get = |name: &str| b.results.iter().find(|r| r.0 == name).map(|r| r.1);
-    for (sk, raw) in [
-        ("enqueue_single", "raw_insert_single"),
-        ("enqueue_bulk", "raw_insert_bulk"),
-        ("burn_down", "raw_burn_down"),
-    ] {
-        if let (Some(sk_v), Some(raw_v)) = (get(sk), get(raw)) {
-            println!("{sk}_ratio {:.2} of_raw", sk_v / raw_v);
-        }
+    for (name, ratio) in &b.ratios {
+        println!("{name}_ratio {ratio:.2} of_raw");
     }
     Ok(())
 }
@@ -249,6 +262,40 @@ impl Bench {
         runs.sort_by(f64::total_cmp);
         self.results
             .push((name.to_owned(), runs[runs.len() / 2], unit));
+        Ok(())
+    }
+
+    /// Runs sk's measure and its raw-SQL baseline alternately, `repeat` times each (each
+    /// run on empty tables), and records both medians and the median of the ratios of
+    /// each pair: the machine's speed drifts by tens of percent over minutes, and a pair
+    /// run back to back sees the same machine.
+    async fn measure_pair(&mut self, sk: Measure<'_>, raw: Measure<'_>) -> Result<(), BoxError> {
+        let mut pairs = Vec::new();
+        for i in 0..self.args.repeat {
+            let mut pair = [0.0; 2];
+            for (slot, (name, unit, f)) in [sk, raw].into_iter().enumerate() {
+                self.reset().await?;
+                pair[slot] = f(self).await?;
+                eprintln!("bench: {name} run {} = {:.1} {unit}", i + 1, pair[slot]);
+            }
+            eprintln!(
+                "bench: {} pair {} ratio = {:.2}",
+                sk.0,
+                i + 1,
+                pair[0] / pair[1]
+            );
+            pairs.push(pair);
+        }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        for (slot, (name, unit, _)) in [sk, raw].into_iter().enumerate() {
+            let value = median(pairs.iter().map(|p| p[slot]).collect());
+            self.results.push((name.to_owned(), value, unit));
+        }
+        self.ratios
+            .push((sk.0, median(pairs.iter().map(|p| p[0] / p[1]).collect())));
         Ok(())
     }
 
