@@ -362,3 +362,35 @@ async fn a_completion_into_a_partition_dropped_since_it_was_read_goes_through_th
     w.stop().await;
     db.drop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retention_shorter_than_a_partition_prunes_rows_within_it() {
+    let db = TestDb::new().await;
+    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+    let old = Record::new("old".into()).enqueue(&db.pool).await.unwrap();
+    let (probe, _rx) = probe();
+    let w = RunningWorker::start(
+        worker_on(&db, "sk-short", &clock, &[Record::TASK_TYPE])
+            .await
+            .result_retention(Duration::from_secs(600))
+            .data(probe),
+    );
+    db.wait_job(old, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    let partition = partition_of(&db, old).await.unwrap();
+    // Twenty minutes on, with a retention of ten and partitions of a day: the old result
+    // goes by itself; one finished since stays, and so does the partition.
+    clock.advance(Duration::from_secs(1200));
+    let recent = Record::new("recent".into())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    db.wait_job(recent, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    wait_upkeep(&db, &w.id, clock.now()).await;
+    w.stop().await;
+    assert_eq!(partition_of(&db, old).await, None, "pruned by its row");
+    assert!(partition_of(&db, recent).await.is_some());
+    assert!(partitions(&db).await.contains(&partition));
+    db.drop().await;
+}

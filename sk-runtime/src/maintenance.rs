@@ -133,8 +133,10 @@ pub(crate) async fn partitions(shared: &Shared, now: chrono::DateTime<chrono::Ut
         return;
     };
     let archive = shared.config.archive_results_to.as_deref();
+    // A retention shorter than a partition's span cannot wait for whole partitions.
+    let within = shared.config.result_retention < shared.config.results_partition;
     match store
-        .retire_partitions(cutoff, archive, &shared.stopping)
+        .retire_partitions(cutoff, archive, within, &shared.stopping)
         .await
     {
         Ok(retired) => {

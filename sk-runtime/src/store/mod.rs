@@ -483,11 +483,13 @@ delegate! {
     fn migrate(&self) -> Result<()>;
     /// Creates the results partitions ahead; their names.
     fn ensure_partitions(&self, now: DateTime<Utc>, span: std::time::Duration) -> Result<Vec<String>>;
-    /// Retires the results past the retention.
+    /// Retires the results past the retention (`within`: by rows inside a partition too,
+    /// for a retention shorter than a partition's span).
     fn retire_partitions(
         &self,
         cutoff: DateTime<Utc>,
         archive: Option<&str>,
+        within: bool,
         stopping: &tokio_util::sync::CancellationToken,
     ) -> Result<Retired>;
     /// Dead and live rows of the hot tables.

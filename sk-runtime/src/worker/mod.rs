@@ -180,6 +180,8 @@ impl WorkerBuilder {
     /// partitioned by posting time ([`results_partition`](Self::results_partition)): a
     /// partition goes whole once every job in it was posted this long ago and finished
     /// (a partition with live jobs stays, and loses only its rows finished this long ago).
+    /// A retention shorter than the span prunes rows inside the partition the cutoff falls
+    /// in, one by one.
     pub fn result_retention(mut self, keep: Duration) -> Self {
         self.config.result_retention = keep;
         self

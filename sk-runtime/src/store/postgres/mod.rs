@@ -1214,10 +1214,11 @@ impl PgStore {
         &self,
         cutoff: DateTime<Utc>,
         archive: Option<&str>,
+        within: bool,
         stopping: &tokio_util::sync::CancellationToken,
     ) -> Result<super::Retired> {
         let retired =
-            partitions::retire(&self.pool, &self.schema, cutoff, archive, stopping).await?;
+            partitions::retire(&self.pool, &self.schema, cutoff, archive, within, stopping).await?;
         if !retired.dropped.is_empty() || !retired.archived.is_empty() {
             self.partitions
                 .set(partitions::list(&self.pool, &self.schema).await?);

@@ -235,16 +235,27 @@ pub(crate) async fn ensure(
 /// still holds live jobs (in the queue table), or jobs finished since, stays, and only its
 /// rows finished before `cutoff` are deleted. The default partition is pruned by rows, by
 /// finalization time. A partition whose lock is busy is tried again on the next pass.
+///
+/// With `within` (a retention shorter than the partitions' span, which whole partitions
+/// cannot follow), the partition the cutoff falls in is pruned by rows too, as before
+/// partitioning: jobs posted and finished before the cutoff.
 pub(crate) async fn retire(
     pool: &PgPool,
     schema: &Schema,
     cutoff: DateTime<Utc>,
     archive: Option<&str>,
+    within: bool,
     stopping: &CancellationToken,
 ) -> Result<Retired> {
     let all = ranges(&mut *pool.acquire().await?, schema).await?;
     let bound = id_floor(cutoff);
     let mut retired = Retired::default();
+    if within {
+        for range in all.iter().filter(|r| r.from < bound && bound < r.to) {
+            let table = format!("{}.{}", schema.schema_name(), range.name);
+            retired.rows += prune_rows(pool, &table, cutoff, Some(bound), stopping).await?;
+        }
+    }
     for range in all.iter().filter(|r| r.to <= bound) {
         let table = format!("{}.{}", schema.schema_name(), range.name);
         if !live(pool, schema, range, &table, cutoff).await?
@@ -257,11 +268,11 @@ pub(crate) async fn retire(
             }
             continue;
         }
-        retired.rows += prune_rows(pool, &table, cutoff, stopping).await?;
+        retired.rows += prune_rows(pool, &table, cutoff, Some(bound), stopping).await?;
         retired.held.push(range.name.clone());
     }
     let default = schema.table("task_results_default");
-    retired.rows += prune_rows(pool, &default, cutoff, stopping).await?;
+    retired.rows += prune_rows(pool, &default, cutoff, None, stopping).await?;
     Ok(retired)
 }
 
@@ -343,22 +354,29 @@ fn busy(error: &sqlx::Error) -> bool {
 }
 
 /// Deletes the rows of `table` (a partition) finished before `cutoff`, in batches, until
-/// none is left or the worker stops.
+/// none is left or the worker stops. With `below` (the smallest UUIDv7 of the cutoff),
+/// only ids below it: jobs posted before the cutoff, found by walking the primary key;
+/// without (the default partition, whose ids need not be v7), by its index on the
+/// finalization time.
 async fn prune_rows(
     pool: &PgPool,
     table: &str,
     cutoff: DateTime<Utc>,
+    below: Option<Uuid>,
     stopping: &CancellationToken,
 ) -> Result<u64> {
     let statement = format!(
         "DELETE FROM {table} WHERE task_id IN (
-            SELECT task_id FROM {table} WHERE task_processing_finalized_at_ts < $1 LIMIT $2)"
+            SELECT task_id FROM {table}
+            WHERE ($3::uuid IS NULL OR task_id < $3) AND task_processing_finalized_at_ts < $1
+            LIMIT $2)"
     );
     let mut total = 0;
     loop {
         let n = sqlx::query(&statement)
             .bind(cutoff)
             .bind(ROW_BATCH)
+            .bind(below)
             .execute(pool)
             .await?
             .rows_affected();
