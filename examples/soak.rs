@@ -160,7 +160,9 @@ async fn report(
     let (live, dead, queue_bytes, results_bytes): (i64, i64, i64, i64) = sqlx::query_as(
         "SELECT s.n_live_tup, s.n_dead_tup,
                 pg_total_relation_size('sk_soak.sk_tasks_queue_t'),
-                pg_total_relation_size('sk_soak.sk_task_results_t')
+                -- The results table is partitioned (schema 5): its partitions hold the rows.
+                (SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0)::int8 FROM pg_inherits
+                 WHERE inhparent = 'sk_soak.sk_task_results_t'::regclass)
          FROM pg_stat_user_tables s WHERE s.schemaname = 'sk_soak' AND s.relname = 'sk_tasks_queue_t'",
     )
     .fetch_one(pool)
