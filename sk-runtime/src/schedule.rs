@@ -132,9 +132,10 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 /// come from the key, so every worker posts the tick under the same id and the results
 /// table's primary key keeps it once (migration 5), in the partition of the tick's time.
 fn tick_id(key: &str, tick: DateTime<Utc>) -> Uuid {
+    let hash = fnv1a(key.as_bytes()).to_be_bytes();
     let mut bits = [0; 10];
-    bits[..8].copy_from_slice(&fnv1a(key.as_bytes()).to_be_bytes());
-    bits[8..].copy_from_slice(&fnv1a(key.as_bytes()).rotate_left(32).to_le_bytes()[..2]);
+    bits[..8].copy_from_slice(&hash);
+    bits[8..].copy_from_slice(&hash[..2]);
     let millis = u64::try_from(tick.timestamp_millis()).unwrap_or(0);
     uuid::Builder::from_unix_timestamp_millis(millis, &bits).into_uuid()
 }
