@@ -72,19 +72,10 @@ async fn wait_upkeep(db: &TestDb, id: &str, at: DateTime<Utc>) {
     .await;
 }
 
-/// Posts a job with a random (UUIDv4) id, as a seed producer does.
-async fn post_foreign(db: &TestDb) -> Uuid {
-    let id = Uuid::new_v4();
-    sqlx::query(
-        "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_priority,
-            task_locked_until_ts)
-         VALUES ($1, 'record', 'Stakhanovise.Producer', '{\"label\":\"foreign\"}', 0, now())",
-    )
-    .bind(id)
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    id
+/// Posts a `record` job with `id` as a seed producer does (a UUIDv4 is what one makes).
+async fn post_foreign(db: &TestDb, id: Uuid, label: &str) -> Uuid {
+    let payload = format!(r#"{{"label":"{label}"}}"#);
+    super::seeds::post_as_seed_producer_with_id(db, id, "record", Some(&payload)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -104,7 +95,7 @@ async fn retention_drops_whole_partitions_and_prunes_foreign_ids_by_rows() {
                 .unwrap(),
         );
     }
-    let foreign = post_foreign(&db).await;
+    let foreign = post_foreign(&db, Uuid::new_v4(), "foreign").await;
     let (probe_1, _rx) = probe();
     let w = RunningWorker::start(
         worker_on(&db, "sk-partitions-1", &clock, &[Record::TASK_TYPE])
@@ -339,19 +330,7 @@ async fn a_completion_into_a_partition_dropped_since_it_was_read_goes_through_th
         &[1; 10],
     )
     .into_uuid();
-    sqlx::query(
-        "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_priority,
-            task_locked_until_ts)
-         VALUES ($1, 'record', 'elsewhere', '{\"label\":\"late\"}', 0, now())",
-    )
-    .bind(in_span)
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    sqlx::query("NOTIFY sk_task_queue_item_added")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    post_foreign(&db, in_span, "late").await;
     assert_eq!(sk_tests::recv(&mut rx, "the job", T).await.id, in_span);
     db.wait_job(in_span, T, |r| r.status() == JobStatus::Processed)
         .await;

@@ -13,7 +13,16 @@ use super::{probe, worker, Record, T};
 /// Posts a job the way Stakhanovise.NET does: only the seed's columns, every parameter
 /// text-typed as Npgsql sends strings, then the seed's notification.
 async fn post_as_seed_producer(db: &TestDb, task_type: &str, payload: Option<&str>) -> Uuid {
-    let id = Uuid::new_v4();
+    post_as_seed_producer_with_id(db, Uuid::new_v4(), task_type, payload).await
+}
+
+/// As [`post_as_seed_producer`], with the id given.
+pub(super) async fn post_as_seed_producer_with_id(
+    db: &TestDb,
+    id: Uuid,
+    task_type: &str,
+    payload: Option<&str>,
+) -> Uuid {
     sqlx::query(
         "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_priority,
             task_locked_until_ts)
