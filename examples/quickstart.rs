@@ -71,9 +71,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
-    let pool = PgPool::connect(&url)
+    if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+        let scheme = url.split("://").next().unwrap_or_default();
+        return Err(format!(
+            "DATABASE_URL is a {scheme}:// URL; sk runs on PostgreSQL (postgres://...) so far, SQLite and MySQL are coming (docs/backends.md)"
+        )
+        .into());
+    }
+    let options: sqlx::postgres::PgConnectOptions = url
+        .parse()
+        .map_err(|e| format!("DATABASE_URL is not a PostgreSQL URL: {e}"))?;
+    // Which database it runs on, without the password the URL may carry.
+    let place = format!(
+        "{}:{}/{}",
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or("(the user's)")
+    );
+    println!("database: PostgreSQL at {place}");
+    let pool = PgPool::connect_with(options)
         .await
-        .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+        .map_err(|e| format!("cannot connect to {place}: {e}"))?;
     sqlx::query("DROP SCHEMA IF EXISTS sk_quickstart CASCADE")
         .execute(&pool)
         .await?;
