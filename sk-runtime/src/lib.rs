@@ -135,8 +135,10 @@ pub use worker::{migrate, Worker, WorkerBuilder};
 /// ```
 pub use sk_macros::job;
 
-#[cfg(not(feature = "postgres"))]
-compile_error!("sk-runtime needs a backend: enable its cargo feature `postgres` (the default)");
+#[cfg(not(any(feature = "postgres", feature = "sqlite")))]
+compile_error!(
+    "sk-runtime needs a backend: enable its cargo feature `postgres` (the default) or `sqlite`"
+);
 
 #[doc(hidden)]
 pub mod __private {
@@ -159,6 +161,7 @@ pub mod __private {
     ///
     /// # Errors
     /// As [`crate::migrate`].
+    #[cfg(feature = "postgres")]
     pub async fn migrate_to(
         pool: &sqlx::PgPool,
         schema: &crate::Schema,

@@ -518,7 +518,7 @@ impl StoredSchedules {
             // Microseconds, as the table keeps them: workers compare it to their copy.
             schedule_updated_at_ts: chrono::SubsecRound::trunc_subsecs(self.clock.now(), 6),
         };
-        self.pool.put_schedule(&self.schema, &row).await
+        self.pool.schedule_put(&self.schema, &row).await
     }
 
     /// Removes the schedule `name`; false if there was none. No tick of it is enqueued
@@ -527,7 +527,7 @@ impl StoredSchedules {
     /// # Errors
     /// The database fails.
     pub async fn remove(&self, name: &str) -> Result<bool> {
-        self.pool.remove_schedule(&self.schema, name).await
+        self.pool.schedule_remove(&self.schema, name).await
     }
 
     /// Every stored schedule, by name.
@@ -535,7 +535,7 @@ impl StoredSchedules {
     /// # Errors
     /// The database fails.
     pub async fn list(&self) -> Result<Vec<StoredSchedule>> {
-        let rows = self.pool.schedules(&self.schema).await?;
+        let rows = self.pool.schedule_list(&self.schema).await?;
         Ok(rows
             .into_iter()
             .map(|row| StoredSchedule {

@@ -1,8 +1,11 @@
-//! The storage boundary. All SQL lives below this module; the worker and the client speak
-//! only in the backend-neutral types defined here, so MySQL/MariaDB and SQLite stores can
-//! sit beside `postgres` with their own migrations folders.
+//! The storage boundary. All SQL lives below this module, one module per backend with
+//! its own migrations folder; the worker and the client speak only in the
+//! backend-neutral types defined here.
 
+#[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+#[cfg(feature = "sqlite")]
+pub(crate) mod sqlite;
 
 use futures_util::future::BoxFuture;
 
@@ -29,7 +32,10 @@ use crate::error::{Error, Result};
 pub struct Schema {
     schema: String,
     prefix: String,
+    #[cfg(feature = "postgres")]
     pub(crate) sql: Arc<postgres::Statements>,
+    #[cfg(feature = "sqlite")]
+    pub(crate) sqlite: Arc<sqlite::Statements>,
 }
 
 static DEFAULT_SCHEMA: LazyLock<Schema> = LazyLock::new(|| {
@@ -60,18 +66,43 @@ impl Schema {
     pub fn new(schema: &str, prefix: &str) -> Result<Self> {
         check_identifier("schema name", schema, false)?;
         check_identifier("table prefix", prefix, true)?;
+        #[allow(unused_mut)]
         let mut s = Schema {
             schema: schema.to_owned(),
             prefix: prefix.to_owned(),
+            #[cfg(feature = "postgres")]
             sql: Arc::default(),
+            #[cfg(feature = "sqlite")]
+            sqlite: Arc::default(),
         };
-        s.sql = Arc::new(postgres::Statements::new(&s));
+        #[cfg(feature = "postgres")]
+        {
+            s.sql = Arc::new(postgres::Statements::new(&s));
+        }
+        #[cfg(feature = "sqlite")]
+        {
+            s.sqlite = Arc::new(sqlite::Statements::new(&s));
+        }
         Ok(s)
     }
 
     /// The qualified name of one of sk's tables, e.g. `table("tasks_queue_t")`.
     pub fn table(&self, name: &str) -> String {
         format!("{}.{}{}", self.schema, self.prefix, name)
+    }
+
+    /// A table's name on a backend without schemas (SQLite): the prefix, after the
+    /// schema name unless that is `public` (`jobs_sk_tasks_queue_t`).
+    pub fn flat_table(&self, name: &str) -> String {
+        format!("{}{name}", self.flat_prefix())
+    }
+
+    pub(crate) fn flat_prefix(&self) -> String {
+        if self.schema == "public" {
+            self.prefix.clone()
+        } else {
+            format!("{}_{}", self.schema, self.prefix)
+        }
     }
 
     /// The LISTEN/NOTIFY channel (the seed's `sk_task_queue_item_added` by default).
@@ -83,10 +114,12 @@ impl Schema {
         }
     }
 
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn schema_name(&self) -> &str {
         &self.schema
     }
 
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn prefix(&self) -> &str {
         &self.prefix
     }
@@ -105,6 +138,28 @@ pub(crate) fn check_identifier(what: &'static str, name: &str, may_be_empty: boo
         return Err(Error::invalid(
             what,
             format!("{name:?} must be a lowercase identifier ([a-z_][a-z0-9_]*, at most 30 bytes)"),
+        ));
+    }
+    Ok(())
+}
+
+/// The span of a results partition unless `WorkerBuilder::results_partition` says
+/// otherwise: a day.
+pub(crate) const RESULTS_PARTITION: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Checks a partition period: whole minutes, from an hour to a year.
+pub(crate) fn check_period(period: std::time::Duration) -> Result<()> {
+    if period < std::time::Duration::from_secs(3600)
+        || period > std::time::Duration::from_secs(366 * 24 * 3600)
+        || period.as_secs() % 60 != 0
+        || period.subsec_nanos() != 0
+    {
+        return Err(Error::invalid(
+            "results partition period",
+            format!(
+                "{} must be whole minutes, from 1 hour to 366 days",
+                humantime::format_duration(period)
+            ),
         ));
     }
     Ok(())
@@ -187,89 +242,94 @@ impl Failure {
 }
 
 /// A connection pool of a [`Backend`]: what the worker, queue info, stored schedules and
-/// [`migrate`](crate::migrate) take. Made from a `sqlx::PgPool` (pass the pool, or a
-/// reference for `migrate`); the backend follows from the pool.
+/// [`migrate`](crate::migrate) take. Made from a `sqlx::PgPool` or `sqlx::SqlitePool`
+/// (pass the pool, or a reference); the backend follows from the pool.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum Pool {
     /// PostgreSQL (cargo feature `postgres`).
+    #[cfg(feature = "postgres")]
     Postgres(sqlx::PgPool),
+    /// SQLite (cargo feature `sqlite`).
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::SqlitePool),
 }
 
-impl From<sqlx::PgPool> for Pool {
-    fn from(pool: sqlx::PgPool) -> Self {
-        Pool::Postgres(pool)
-    }
+/// `From` a backend's pool and a reference to it.
+macro_rules! pool_from {
+    ($feature:literal, $variant:ident, $pool:ty) => {
+        #[cfg(feature = $feature)]
+        impl From<$pool> for Pool {
+            fn from(pool: $pool) -> Self {
+                Pool::$variant(pool)
+            }
+        }
+
+        #[cfg(feature = $feature)]
+        impl From<&$pool> for Pool {
+            fn from(pool: &$pool) -> Self {
+                Pool::$variant(pool.clone())
+            }
+        }
+    };
 }
 
-impl From<&sqlx::PgPool> for Pool {
-    fn from(pool: &sqlx::PgPool) -> Self {
-        Pool::Postgres(pool.clone())
-    }
+pool_from!("postgres", Postgres, sqlx::PgPool);
+pool_from!("sqlite", Sqlite, sqlx::SqlitePool);
+
+/// Defines `Pool`'s methods as calls of the backend module's functions of the same name,
+/// with the pool and the arguments.
+macro_rules! pool_delegate {
+    ($( $(#[$meta:meta])* fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty; )*) => {
+        impl Pool {
+            $(
+                $(#[$meta])*
+                pub(crate) async fn $name(&self $(, $arg: $ty)*) -> $ret {
+                    match self {
+                        #[cfg(feature = "postgres")]
+                        Pool::Postgres(pool) => postgres::$name(pool $(, $arg)*).await,
+                        #[cfg(feature = "sqlite")]
+                        Pool::Sqlite(pool) => sqlite::$name(pool $(, $arg)*).await,
+                    }
+                }
+            )*
+        }
+    };
 }
 
-/// The client side of the store: what queue info, stored schedules and `migrate` run,
-/// on whichever backend the pool is of.
-impl Pool {
-    /// The PostgreSQL pool: the one backend the worker's store speaks today.
-    pub(crate) fn postgres(self) -> sqlx::PgPool {
-        match self {
-            Pool::Postgres(pool) => pool,
-        }
-    }
-
-    pub(crate) async fn migrate(&self, schema: &Schema) -> Result<()> {
-        match self {
-            Pool::Postgres(pool) => postgres::migrate(pool, schema).await,
-        }
-    }
-
-    pub(crate) async fn counts(
-        &self,
-        schema: &Schema,
-        now: DateTime<Utc>,
-    ) -> Result<crate::info::QueueCounts> {
-        match self {
-            Pool::Postgres(pool) => postgres::counts(pool, schema, now).await,
-        }
-    }
-
-    pub(crate) async fn peek(
-        &self,
-        schema: &Schema,
-        limit: i64,
-    ) -> Result<Vec<crate::info::QueuedJob>> {
-        match self {
-            Pool::Postgres(pool) => postgres::peek(pool, schema, limit).await,
-        }
-    }
-
-    pub(crate) async fn job(
+// The client side of the store: what queue info, stored schedules and `migrate` run.
+pool_delegate! {
+    fn migrate(&self, schema: &Schema) -> Result<()>;
+    fn counts(&self, schema: &Schema, now: DateTime<Utc>) -> Result<crate::info::QueueCounts>;
+    fn peek(&self, schema: &Schema, limit: i64) -> Result<Vec<crate::info::QueuedJob>>;
+    fn job(
         &self,
         schema: &Schema,
         id: Uuid,
         now: DateTime<Utc>,
-    ) -> Result<Option<crate::info::JobRecord>> {
-        match self {
-            Pool::Postgres(pool) => postgres::job(pool, schema, id, now).await,
-        }
-    }
+    ) -> Result<Option<crate::info::JobRecord>>;
+    fn schedule_put(&self, schema: &Schema, row: &ScheduleRow) -> Result<()>;
+    fn schedule_remove(&self, schema: &Schema, name: &str) -> Result<bool>;
+    fn schedule_list(&self, schema: &Schema) -> Result<Vec<ScheduleRow>>;
+}
 
-    pub(crate) async fn put_schedule(&self, schema: &Schema, row: &ScheduleRow) -> Result<()> {
+impl Pool {
+    /// The worker's store on this pool.
+    pub(crate) fn store(self, schema: Schema, worker_id: String) -> Store {
         match self {
-            Pool::Postgres(pool) => postgres::schedule_put(pool, schema, row).await,
-        }
-    }
-
-    pub(crate) async fn remove_schedule(&self, schema: &Schema, name: &str) -> Result<bool> {
-        match self {
-            Pool::Postgres(pool) => postgres::schedule_remove(pool, schema, name).await,
-        }
-    }
-
-    pub(crate) async fn schedules(&self, schema: &Schema) -> Result<Vec<ScheduleRow>> {
-        match self {
-            Pool::Postgres(pool) => postgres::schedule_list(pool, schema).await,
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => Store::Postgres(postgres::PgStore {
+                pool,
+                schema,
+                worker_id,
+                partitions: Default::default(),
+            }),
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => Store::Sqlite(sqlite::SqliteStore {
+                pool,
+                schema,
+                worker_id,
+            }),
         }
     }
 }
@@ -287,11 +347,15 @@ pub(crate) struct ScheduleRow {
 
 mod sealed {
     pub trait Sealed {}
+    #[cfg(feature = "postgres")]
     impl Sealed for sqlx::Postgres {}
+    #[cfg(feature = "sqlite")]
+    impl Sealed for sqlx::Sqlite {}
 }
 
 /// A database sk runs on, chosen by the pool or transaction you pass: `sqlx::Postgres`
-/// (cargo feature `postgres`, the default). Sealed: its methods are sk's own store.
+/// (cargo feature `postgres`, the default) or `sqlx::Sqlite` (feature `sqlite`). Sealed:
+/// its methods are sk's own store.
 #[allow(private_interfaces)]
 pub trait Backend: sqlx::Database + sealed::Sealed {
     // Boxed futures: an opaque future returned by a trait method could not be shown to be
@@ -343,48 +407,57 @@ where
 {
 }
 
-#[allow(private_interfaces)]
-impl Backend for sqlx::Postgres {
-    fn enqueue_one<'e, 'a, E>(
-        executor: E,
-        schema: &'a Schema,
-        job: NewJob,
-        now: DateTime<Utc>,
-    ) -> BoxFuture<'a, Result<Option<Uuid>>>
-    where
-        E: sqlx::Executor<'e, Database = Self> + 'a,
-        'e: 'a,
-    {
-        Box::pin(postgres::enqueue_one(executor, schema, job, now))
-    }
+/// `Backend` for a sqlx database, by the enqueue functions of its store module.
+macro_rules! backend {
+    ($feature:literal, $db:ty, $module:ident) => {
+        #[cfg(feature = $feature)]
+        #[allow(private_interfaces)]
+        impl Backend for $db {
+            fn enqueue_one<'e, 'a, E>(
+                executor: E,
+                schema: &'a Schema,
+                job: NewJob,
+                now: DateTime<Utc>,
+            ) -> BoxFuture<'a, Result<Option<Uuid>>>
+            where
+                E: sqlx::Executor<'e, Database = Self> + 'a,
+                'e: 'a,
+            {
+                Box::pin($module::enqueue_one(executor, schema, job, now))
+            }
 
-    fn enqueue_unique<'e, 'a, E>(
-        executor: E,
-        schema: &'a Schema,
-        job: NewJob,
-        mode: crate::client::UniqueMode,
-        now: DateTime<Utc>,
-    ) -> BoxFuture<'a, Result<(Uuid, bool, bool)>>
-    where
-        E: sqlx::Executor<'e, Database = Self> + 'a,
-        'e: 'a,
-    {
-        Box::pin(postgres::enqueue_unique(executor, schema, job, mode, now))
-    }
+            fn enqueue_unique<'e, 'a, E>(
+                executor: E,
+                schema: &'a Schema,
+                job: NewJob,
+                mode: crate::client::UniqueMode,
+                now: DateTime<Utc>,
+            ) -> BoxFuture<'a, Result<(Uuid, bool, bool)>>
+            where
+                E: sqlx::Executor<'e, Database = Self> + 'a,
+                'e: 'a,
+            {
+                Box::pin($module::enqueue_unique(executor, schema, job, mode, now))
+            }
 
-    fn enqueue_many<'e, 'a, E>(
-        executor: E,
-        schema: &'a Schema,
-        jobs: Vec<NewJob>,
-        now: DateTime<Utc>,
-    ) -> BoxFuture<'a, Result<Vec<Uuid>>>
-    where
-        E: sqlx::Executor<'e, Database = Self> + 'a,
-        'e: 'a,
-    {
-        Box::pin(postgres::enqueue_many(executor, schema, jobs, now))
-    }
+            fn enqueue_many<'e, 'a, E>(
+                executor: E,
+                schema: &'a Schema,
+                jobs: Vec<NewJob>,
+                now: DateTime<Utc>,
+            ) -> BoxFuture<'a, Result<Vec<Uuid>>>
+            where
+                E: sqlx::Executor<'e, Database = Self> + 'a,
+                'e: 'a,
+            {
+                Box::pin($module::enqueue_many(executor, schema, jobs, now))
+            }
+        }
+    };
 }
+
+backend!("postgres", sqlx::Postgres, postgres);
+backend!("sqlite", sqlx::Sqlite, sqlite);
 
 /// Tuple counts of one of sk's tables.
 pub(crate) struct TableHealth {
@@ -424,7 +497,10 @@ pub(crate) struct Retired {
 /// the same code on every backend, with static dispatch.
 #[derive(Clone)]
 pub(crate) enum Store {
+    #[cfg(feature = "postgres")]
     Postgres(postgres::PgStore),
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlite::SqliteStore),
 }
 
 /// Defines `Store`'s methods as calls of the backend store's methods of the same name.
@@ -435,7 +511,10 @@ macro_rules! delegate {
                 $(#[$meta])*
                 pub(crate) async fn $name(&self $(, $arg: $ty)*) -> $ret {
                     match self {
+                        #[cfg(feature = "postgres")]
                         Store::Postgres(store) => store.$name($($arg),*).await,
+                        #[cfg(feature = "sqlite")]
+                        Store::Sqlite(store) => store.$name($($arg),*).await,
                     }
                 }
             )*
@@ -506,14 +585,20 @@ impl Store {
     /// This worker's id, as stored in leases and metrics.
     pub(crate) fn worker_id(&self) -> &str {
         match self {
+            #[cfg(feature = "postgres")]
             Store::Postgres(store) => &store.worker_id,
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(store) => &store.worker_id,
         }
     }
 
     /// Where the store connects, for messages.
     pub(crate) fn address(&self) -> String {
         match self {
+            #[cfg(feature = "postgres")]
             Store::Postgres(store) => store.address(),
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(store) => store.address(),
         }
     }
 }

@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use sqlx::PgPool;
 use tokio::sync::{mpsc, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -24,7 +23,6 @@ use uuid::Uuid;
 use crate::clock::{Clock, SharedClock, SystemClock};
 use crate::error::{Error, Result};
 use crate::registry::{DataMap, Registry};
-use crate::store::postgres::PgStore;
 use crate::store::{Lease, Schema};
 use crate::store::{ProbeFailure, Store};
 
@@ -48,7 +46,7 @@ use crate::store::{ProbeFailure, Store};
 /// ```
 #[must_use]
 pub struct WorkerBuilder {
-    pool: PgPool,
+    pool: crate::Pool,
     config: Config,
     queues: Option<Vec<String>>,
     tenants: Option<Vec<String>>,
@@ -288,9 +286,16 @@ impl WorkerBuilder {
                 "must be longer than zero",
             ));
         }
-        crate::store::postgres::partitions::check_period(c.results_partition)?;
+        crate::store::check_period(c.results_partition)?;
         if let Some(archive) = &c.archive_results_to {
             crate::store::check_identifier("archive schema", archive, false)?;
+            #[cfg(feature = "sqlite")]
+            if matches!(self.pool, crate::Pool::Sqlite(_)) {
+                return Err(Error::invalid(
+                    "archive schema",
+                    "SQLite has no schemas to archive results into; past the retention they are deleted",
+                ));
+            }
         }
         if c.poll_interval.is_zero() || c.maintenance_interval.is_zero() {
             return Err(Error::invalid(
@@ -344,12 +349,7 @@ impl WorkerBuilder {
         config.heartbeat = Some(heartbeat);
         Ok(Worker {
             shared: Arc::new(Shared {
-                store: Store::Postgres(PgStore {
-                    pool: self.pool,
-                    schema: self.schema,
-                    worker_id: id,
-                    partitions: Default::default(),
-                }),
+                store: self.pool.store(self.schema, id),
                 task_types: registry.task_types(),
                 registry,
                 schedules,
@@ -475,7 +475,7 @@ impl Worker {
     /// Starts configuring a worker on `pool`.
     pub fn builder(pool: impl Into<crate::Pool>) -> WorkerBuilder {
         WorkerBuilder {
-            pool: pool.into().postgres(),
+            pool: pool.into(),
             config: Config {
                 concurrency: 10,
                 lease: Duration::from_secs(30),
@@ -484,7 +484,7 @@ impl Worker {
                 grace_period: Duration::from_secs(30),
                 auto_migrate: true,
                 result_retention: Duration::from_secs(7 * 24 * 3600),
-                results_partition: crate::store::postgres::partitions::DEFAULT_PERIOD,
+                results_partition: crate::store::RESULTS_PARTITION,
                 archive_results_to: None,
                 maintenance_interval: Duration::from_secs(60),
                 vacuum: true,

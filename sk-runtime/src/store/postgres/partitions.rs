@@ -9,11 +9,11 @@ use sqlx::{Executor as _, PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::store::{Retired, Schema};
 
 /// Each partition covers this much posting time unless the worker says otherwise.
-pub(crate) const DEFAULT_PERIOD: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const DEFAULT_PERIOD: Duration = crate::store::RESULTS_PARTITION;
 /// Partitions exist this many periods past the current one.
 const AHEAD: i64 = 2;
 /// DDL waits at most this long for the results table's lock, then gives up until the next
@@ -387,24 +387,6 @@ async fn prune_rows(
     }
 }
 
-/// Checks a partition period: whole minutes, from an hour to a year.
-pub(crate) fn check_period(period: Duration) -> Result<()> {
-    if period < Duration::from_secs(3600)
-        || period > Duration::from_secs(366 * 24 * 3600)
-        || period.as_secs() % 60 != 0
-        || period.subsec_nanos() != 0
-    {
-        return Err(Error::invalid(
-            "results partition period",
-            format!(
-                "{} must be whole minutes, from 1 hour to 366 days",
-                humantime::format_duration(period)
-            ),
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -479,8 +461,8 @@ mod tests {
             vec![(0, 20), (40, 60), (70, 100)]
         );
         assert_eq!(uncovered(100, 200, &[range(0, 150)]), vec![(150, 200)]);
-        assert!(check_period(Duration::from_secs(3600)).is_ok());
-        assert!(check_period(Duration::from_secs(59)).is_err());
-        assert!(check_period(Duration::from_millis(3_600_500)).is_err());
+        assert!(crate::store::check_period(Duration::from_secs(3600)).is_ok());
+        assert!(crate::store::check_period(Duration::from_secs(59)).is_err());
+        assert!(crate::store::check_period(Duration::from_millis(3_600_500)).is_err());
     }
 }

@@ -1,0 +1,1177 @@
+//! SQLite: migrations and every statement sk runs on an embedded database file.
+//!
+//! SQLite has one writer at a time per file, across processes, and no `SKIP LOCKED`:
+//! sk relies on that writer lock instead. A claim is one `UPDATE … RETURNING` statement,
+//! which takes the write lock before it reads, so two claims (of this process or another
+//! one on the same file) run one after the other and the second sees the first's leases:
+//! a job is never claimed twice under one lease. Every write that spans several
+//! statements (a batch of completions, a failure, a tick) runs in a `BEGIN IMMEDIATE`
+//! transaction, which takes the lock first too; a writer that finds the lock taken waits
+//! for the connection's `busy_timeout`. Within a process, an enqueue wakes the workers at
+//! once; other processes find new jobs at their poll interval.
+//!
+//! Times are bound as fixed-width UTC text (`ts`), so text order is time order.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePool};
+use sqlx::{Connection as _, Executor as _, Row as _, Sqlite};
+use uuid::Uuid;
+
+use super::{
+    ClaimedJob, Failure, Lease, NewJob, ProbeFailure, Retired, ScheduleRow, Schema, Success,
+};
+use crate::error::{Error, Result};
+use crate::info::{Attempt, JobRecord, QueueCounts, QueuedJob};
+
+/// Versioned migrations, applied in order; `__PREFIX__` is substituted.
+const MIGRATIONS: &[(i32, &str, &str)] = &[(
+    1,
+    "initial schema",
+    include_str!("../../../../migrations/sqlite/0001_init.sql"),
+)];
+
+/// A time as sk stores it on SQLite: `2026-11-22T10:39:48.123456Z`.
+pub(crate) fn ts(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// A UUIDv7 of `at`, as the queue's other ids (results are pruned by id order elsewhere;
+/// here it keeps the ids of reruns in posting order).
+fn uuid_v7(at: DateTime<Utc>) -> Uuid {
+    let secs = u64::try_from(at.timestamp()).unwrap_or(0);
+    Uuid::new_v7(uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        secs,
+        at.timestamp_subsec_nanos(),
+    ))
+}
+
+/// Wakes this process's SQLite workers: every enqueue bumps it, every worker's listener
+/// watches it. One for all SQLite files of the process: a wake-up for another file
+/// costs a worker one claim that finds nothing.
+static WAKE: LazyLock<tokio::sync::watch::Sender<u64>> =
+    LazyLock::new(|| tokio::sync::watch::channel(0).0);
+
+pub(crate) fn wake() {
+    WAKE.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+pub(crate) fn wake_ups() -> tokio::sync::watch::Receiver<u64> {
+    WAKE.subscribe()
+}
+
+/// The statements of one schema, formatted once.
+#[derive(Default)]
+pub(crate) struct Statements {
+    queue: String,
+    results: String,
+    enqueue_one: String,
+    enqueue_unique: String,
+    enqueue_many: String,
+    claim: String,
+    take: String,
+    retry: String,
+    success: String,
+    failure: String,
+    again: String,
+    stats: String,
+    give_back: String,
+    extend: String,
+    counts_by_status: String,
+    counts_live: String,
+    peek: String,
+    job: String,
+    metrics: String,
+}
+
+/// The columns of a new queue row, `$1` to `$16`, in the order `bind_new` binds them.
+const NEW_COLUMNS: &str = "task_id, task_type, task_source, task_payload, task_priority,
+    task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result,
+    task_tenant, task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_every_ms";
+const NEW_VALUES: &str = "$1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $10, $11, $12, $13, $14, $15";
+
+impl Statements {
+    pub(crate) fn new(schema: &Schema) -> Self {
+        let q = schema.flat_table("tasks_queue_t");
+        let r = schema.flat_table("task_results_t");
+        let s = schema.flat_table("task_execution_time_stats_t");
+        let m = schema.flat_table("metrics_t");
+        let lost_message = "'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)'";
+        // The columns a results row repeats from its queue row, `$1` to `$9`.
+        let job_columns =
+            "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
+            task_tenant, task_correlation_id, task_metadata";
+        let queue_row =
+            "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
+            task_tenant, task_correlation_id, task_metadata, task_claimed_at_ts, task_lost_attempts,
+            task_payload, task_max_attempts, task_unique_key, task_unique_mode, task_rerun,
+            task_every_ms, task_has_result";
+        Statements {
+            queue: q.clone(),
+            results: r.clone(),
+            enqueue_one: format!(
+                "INSERT INTO {q} ({NEW_COLUMNS}) SELECT {NEW_VALUES}
+                 WHERE NOT EXISTS (SELECT 1 FROM {r} WHERE task_id = $1)
+                 ON CONFLICT DO NOTHING
+                 RETURNING task_id"
+            ),
+            // A duplicate key changes the live job as its mode says (`UniqueMode`); the
+            // statement answers with the live job's row, so an id other than `$1` means
+            // the job was there already.
+            enqueue_unique: format!(
+                "INSERT INTO {q} AS q ({NEW_COLUMNS}) VALUES ({NEW_VALUES})
+                 ON CONFLICT (task_unique_key) WHERE task_unique_key IS NOT NULL DO UPDATE SET
+                    task_payload = CASE WHEN ($14 = 3 AND q.task_locked_by IS NULL) OR $14 = 2
+                        THEN excluded.task_payload ELSE q.task_payload END,
+                    task_locked_until_ts = CASE WHEN $14 = 3 AND q.task_locked_by IS NULL
+                        THEN excluded.task_locked_until_ts ELSE q.task_locked_until_ts END,
+                    task_rerun = q.task_rerun OR ($14 = 2 AND q.task_locked_by IS NOT NULL),
+                    task_every_ms = coalesce(excluded.task_every_ms, q.task_every_ms)
+                 RETURNING task_id, task_locked_by IS NOT NULL"
+            ),
+            // The batch as one JSON array of rows, in the caller's order (so the lock
+            // handles follow it). A key a live job holds (mode skip) leaves that job as it
+            // is, and the statement answers with its id (a no-op update returns the row).
+            enqueue_many: format!(
+                "INSERT INTO {q} AS q ({NEW_COLUMNS})
+                 SELECT unhex(value ->> 'id'), value ->> 'type', value ->> 'source', value ->> 'payload',
+                    value ->> 'priority', $1, value ->> 'run_at', value ->> 'queue', value ->> 'max_attempts', 1,
+                    value ->> 'tenant', value ->> 'correlation_id', value ->> 'metadata', value ->> 'key',
+                    CASE WHEN value ->> 'key' IS NOT NULL THEN 1 END, NULL
+                 FROM json_each($2) WHERE true ORDER BY key
+                 ON CONFLICT (task_unique_key) WHERE task_unique_key IS NOT NULL
+                    DO UPDATE SET task_unique_key = q.task_unique_key
+                 RETURNING task_id, task_unique_key"
+            ),
+            // One statement: it takes the write lock before it reads (module docs). A row
+            // still held by a worker had its lease run out: that attempt is noted as lost.
+            claim: format!(
+                "UPDATE {q} SET task_locked_until_ts = $5, task_locked_by = $6, task_attempt = task_attempt + 1,
+                    task_claimed_at_ts = $1,
+                    task_lost_attempts = CASE WHEN task_locked_by IS NULL THEN task_lost_attempts
+                        ELSE json_insert(coalesce(task_lost_attempts, '[]'), '$[#]', json_object(
+                            'attempt', task_attempt, 'worker', task_locked_by,
+                            'started_at', task_claimed_at_ts, 'ended_at', $1,
+                            'outcome', 'lost', 'kind', 'worker_lost', 'message', {lost_message},
+                            'recoverable', json('true'))) END
+                 WHERE task_lock_handle_id IN (
+                    SELECT task_lock_handle_id FROM {q}
+                    WHERE task_locked_until_ts <= $1
+                      AND task_type IN (SELECT value FROM json_each($2))
+                      AND ($3 IS NULL OR task_queue IN (SELECT value FROM json_each($3)))
+                      AND ($7 IS NULL OR task_tenant IN (SELECT value FROM json_each($7)))
+                    ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
+                    LIMIT $4)
+                 RETURNING task_id, task_type, task_payload, task_attempt, task_max_attempts, task_priority,
+                    task_queue, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata,
+                    task_lock_handle_id"
+            ),
+            // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
+            take: format!(
+                "DELETE FROM {q} WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3
+                 RETURNING {queue_row}"
+            ),
+            // A failed run to retry: the row waits again; its lost attempts move to the
+            // results row, read first (`read_row`).
+            retry: format!(
+                "UPDATE {q} SET task_locked_until_ts = $4, task_locked_by = NULL, task_lost_attempts = NULL,
+                    task_has_result = 1
+                 WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3"
+            ),
+            // A success, into the results row, or a new one for a job another producer
+            // posted. `$16`: every failed attempt so far when lost ones are added, else NULL.
+            success: format!(
+                "INSERT INTO {r} ({job_columns}, task_status, task_error_count,
+                    task_processing_time_milliseconds, task_processing_finalized_at_ts, task_last_locked_by,
+                    task_output, task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts,
+                    task_errors)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 3, $10, $11, $12, $13, $14, $15, $16, coalesce($17, '[]'))
+                 ON CONFLICT (task_id) DO UPDATE SET task_status = 3,
+                    task_error_count = task_error_count + excluded.task_error_count,
+                    task_processing_time_milliseconds = excluded.task_processing_time_milliseconds,
+                    task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,
+                    task_last_locked_by = excluded.task_last_locked_by,
+                    task_output = excluded.task_output,
+                    task_first_processing_attempted_at_ts =
+                        coalesce(task_first_processing_attempted_at_ts, excluded.task_first_processing_attempted_at_ts),
+                    task_last_processing_attempted_at_ts = excluded.task_last_processing_attempted_at_ts,
+                    task_errors = coalesce($17, task_errors)"
+            ),
+            failure: format!(
+                "INSERT INTO {r} ({job_columns}, task_status, task_error_count, task_last_error_type,
+                    task_last_error_message, task_last_error_detail, task_last_error, task_last_error_is_recoverable,
+                    task_processing_time_milliseconds, task_processing_finalized_at_ts, task_payload,
+                    task_last_locked_by, task_errors, task_output, task_first_processing_attempted_at_ts,
+                    task_last_processing_attempted_at_ts)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
+                    $20, $21, NULL, $22, $23)
+                 ON CONFLICT (task_id) DO UPDATE SET task_status = excluded.task_status,
+                    task_error_count = task_error_count + excluded.task_error_count,
+                    task_last_error_type = excluded.task_last_error_type,
+                    task_last_error_message = excluded.task_last_error_message,
+                    task_last_error_detail = excluded.task_last_error_detail,
+                    task_last_error = excluded.task_last_error,
+                    task_last_error_is_recoverable = excluded.task_last_error_is_recoverable,
+                    task_processing_time_milliseconds = excluded.task_processing_time_milliseconds,
+                    task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,
+                    task_payload = excluded.task_payload,
+                    task_last_locked_by = excluded.task_last_locked_by,
+                    task_errors = excluded.task_errors,
+                    task_output = NULL,
+                    task_first_processing_attempted_at_ts =
+                        coalesce(task_first_processing_attempted_at_ts, excluded.task_first_processing_attempted_at_ts),
+                    task_last_processing_attempted_at_ts = excluded.task_last_processing_attempted_at_ts"
+            ),
+            // A restart asked for during the run, or a periodic job's next run.
+            again: format!("INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES})"),
+            stats: format!(
+                "INSERT INTO {s} (et_payload_type, et_owner_process_id, et_avg_execution_time,
+                    et_fastest_execution_time, et_longest_execution_time, et_total_execution_time,
+                    et_n_execution_cycles, et_last_execution_time, et_last_updated_ts)
+                 VALUES ($1, $2, $3 / $6, $4, $5, $3, $6, $7, $8)
+                 ON CONFLICT (et_payload_type, et_owner_process_id) DO UPDATE SET
+                    et_total_execution_time = et_total_execution_time + excluded.et_total_execution_time,
+                    et_n_execution_cycles = et_n_execution_cycles + excluded.et_n_execution_cycles,
+                    et_avg_execution_time = (et_total_execution_time + excluded.et_total_execution_time)
+                        / (et_n_execution_cycles + excluded.et_n_execution_cycles),
+                    et_fastest_execution_time = min(et_fastest_execution_time, excluded.et_fastest_execution_time),
+                    et_longest_execution_time = max(et_longest_execution_time, excluded.et_longest_execution_time),
+                    et_last_execution_time = excluded.et_last_execution_time,
+                    et_last_updated_ts = excluded.et_last_updated_ts"
+            ),
+            // A given-back job did not use up an attempt, and is claimable at once.
+            give_back: format!(
+                "UPDATE {q} SET task_locked_until_ts = $1, task_locked_by = NULL, task_attempt = task_attempt - 1
+                 WHERE task_id = $2 AND task_attempt = $3 AND task_locked_by = $4"
+            ),
+            extend: format!(
+                "UPDATE {q} SET task_locked_until_ts = $1
+                 WHERE task_id = $2 AND task_attempt = $3 AND task_locked_by = $4"
+            ),
+            counts_by_status: format!("SELECT task_status, count(*) FROM {r} GROUP BY task_status"),
+            counts_live: format!(
+                "SELECT
+                    count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
+                    count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1),
+                    count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1),
+                    count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts <= $1)
+                 FROM {q}"
+            ),
+            peek: format!(
+                "SELECT task_id, task_type, task_queue, task_priority, task_attempt, task_max_attempts,
+                    task_locked_until_ts, task_posted_at_ts
+                 FROM {q} WHERE task_locked_by IS NULL
+                 ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT $1"
+            ),
+            // As on PostgreSQL: a leased queue row means the job runs now; results hold
+            // what happened before. The queue row's lost attempts follow the recorded ones
+            // (`lost`, appended in `job`).
+            job: format!(
+                "SELECT k.id AS task_id, coalesce(r.task_type, q.task_type) AS task_type,
+                    coalesce(r.task_source, q.task_source) AS task_source,
+                    coalesce(r.task_queue, q.task_queue) AS task_queue,
+                    coalesce(q.task_payload, r.task_payload) AS task_payload,
+                    CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > $2 THEN 2
+                         ELSE coalesce(r.task_status, 1) END AS task_status,
+                    coalesce(q.task_priority, r.task_priority) AS task_priority,
+                    coalesce(r.task_error_count, 0) + json_array_length(coalesce(q.task_lost_attempts, '[]'))
+                        AS task_error_count, r.task_last_error_type,
+                    r.task_last_error_message, r.task_last_error_detail,
+                    r.task_last_error_is_recoverable = 1 AS task_last_error_is_recoverable,
+                    coalesce(r.task_processing_time_milliseconds, 0) AS task_processing_time_milliseconds,
+                    coalesce(r.task_posted_at_ts, q.task_posted_at_ts) AS task_posted_at_ts,
+                    coalesce(r.task_first_processing_attempted_at_ts,
+                        json_extract(q.task_lost_attempts, '$[0].started_at'), q.task_claimed_at_ts)
+                        AS task_first_processing_attempted_at_ts,
+                    CASE WHEN q.task_locked_by IS NOT NULL THEN q.task_claimed_at_ts
+                         ELSE r.task_last_processing_attempted_at_ts END AS task_last_processing_attempted_at_ts,
+                    r.task_processing_finalized_at_ts,
+                    q.task_attempt, q.task_max_attempts, q.task_locked_until_ts, q.task_locked_by,
+                    coalesce(r.task_errors, '[]') AS task_errors, q.task_lost_attempts AS lost,
+                    r.task_last_locked_by, r.task_output,
+                    coalesce(r.task_tenant, q.task_tenant) AS task_tenant,
+                    coalesce(r.task_correlation_id, q.task_correlation_id) AS task_correlation_id,
+                    coalesce(r.task_metadata, q.task_metadata) AS task_metadata,
+                    coalesce(r.task_unique_key, q.task_unique_key) AS task_unique_key,
+                    coalesce(r.task_unique_mode, q.task_unique_mode) AS task_unique_mode
+                 FROM (SELECT $1 AS id) k
+                 LEFT JOIN {r} r ON r.task_id = k.id
+                 LEFT JOIN {q} q ON q.task_id = k.id
+                 WHERE r.task_id IS NOT NULL OR q.task_id IS NOT NULL"
+            ),
+            metrics: format!(
+                "INSERT INTO {m} (metric_owner_process_id, metric_id, metric_category, metric_value, metric_last_updated)
+                 VALUES ($1, $2, 'worker', $3, $4)
+                 ON CONFLICT (metric_owner_process_id, metric_id) DO UPDATE
+                 SET metric_value = excluded.metric_value, metric_last_updated = excluded.metric_last_updated"
+            ),
+        }
+    }
+}
+
+/// Binds a new queue row's `$1` to `$15` (`NEW_COLUMNS` without `task_has_result`).
+macro_rules! bind_new {
+    ($query:expr, $job:expr, $now:expr, $mode:expr) => {
+        $query
+            .bind($job.id)
+            .bind($job.task_type)
+            .bind($job.source)
+            .bind($job.payload)
+            .bind($job.priority)
+            .bind(ts($now))
+            .bind(ts($job.run_at))
+            .bind($job.queue)
+            .bind($job.max_attempts)
+            .bind($job.tenant)
+            .bind($job.correlation_id)
+            .bind($job.metadata)
+            .bind($job.unique_key)
+            .bind($mode)
+            .bind($job.every_ms)
+    };
+}
+
+/// Brings the schema to the newest version: in a `BEGIN IMMEDIATE` transaction, so
+/// workers starting at once apply each migration exactly once. Puts the file in WAL mode
+/// (readers never wait for the writer; the mode stays with the file).
+pub(crate) async fn migrate(pool: &SqlitePool, schema: &Schema) -> Result<()> {
+    migrate_to(pool, schema, i32::MAX).await
+}
+
+pub(crate) async fn migrate_to(pool: &SqlitePool, schema: &Schema, target: i32) -> Result<()> {
+    let mut conn = pool.acquire().await?;
+    // An in-memory database answers "memory", and keeps it.
+    sqlx::query("PRAGMA journal_mode = WAL")
+        .execute(&mut *conn)
+        .await?;
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+    let versions = schema.flat_table("schema_migrations_t");
+    sqlx::query(&format!(
+        "CREATE TABLE IF NOT EXISTS {versions} (
+             version INTEGER NOT NULL PRIMARY KEY,
+             description TEXT NOT NULL,
+             applied_at TEXT NOT NULL
+         )"
+    ))
+    .execute(&mut *tx)
+    .await?;
+    let current: Option<i32> = sqlx::query_scalar(&format!("SELECT max(version) FROM {versions}"))
+        .fetch_one(&mut *tx)
+        .await?;
+    let current = current.unwrap_or(0);
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    if current > known {
+        return Err(Error::SchemaTooNew {
+            found: current,
+            known,
+        });
+    }
+    for (version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > current && m.0 <= target)
+    {
+        let sql = sql.replace("__PREFIX__", &schema.flat_prefix());
+        (&mut *tx)
+            .execute(sql.as_str())
+            .await
+            .map_err(|source| Error::Migration {
+                version: *version,
+                source,
+            })?;
+        sqlx::query(&format!(
+            "INSERT INTO {versions} (version, description, applied_at) VALUES ($1, $2, $3)"
+        ))
+        .bind(version)
+        .bind(description)
+        .bind(ts(Utc::now()))
+        .execute(&mut *tx)
+        .await?;
+        tracing::info!(version, description, "sk: applied migration (SQLite)");
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Inserts one job without a unique key; `None` when a job with its id exists.
+pub(crate) async fn enqueue_one<'e, E: sqlx::Executor<'e, Database = Sqlite>>(
+    executor: E,
+    schema: &Schema,
+    job: NewJob,
+    now: DateTime<Utc>,
+) -> Result<Option<Uuid>> {
+    let mode = job.unique_mode.map(|m| m as i16);
+    let id = bind_new!(
+        sqlx::query_scalar(&schema.sqlite.enqueue_one),
+        job,
+        now,
+        mode
+    )
+    .fetch_optional(executor)
+    .await?;
+    wake();
+    Ok(id)
+}
+
+/// Inserts one job with a unique key of mode skip, restart or replace; the id of the new
+/// or live job, whether it is new, and whether the live job is running.
+pub(crate) async fn enqueue_unique<'e, E: sqlx::Executor<'e, Database = Sqlite>>(
+    executor: E,
+    schema: &Schema,
+    job: NewJob,
+    mode: crate::client::UniqueMode,
+    now: DateTime<Utc>,
+) -> Result<(Uuid, bool, bool)> {
+    let new_id = job.id;
+    let (id, running): (Uuid, bool) = bind_new!(
+        sqlx::query_as(&schema.sqlite.enqueue_unique),
+        job,
+        now,
+        Some(mode as i16)
+    )
+    .fetch_one(executor)
+    .await?;
+    wake();
+    Ok((id, id == new_id, running))
+}
+
+/// Inserts many jobs in one statement; the ids in order (a duplicate key's place holds
+/// the live job's id, or the first of the batch with that key).
+pub(crate) async fn enqueue_many<'e, E: sqlx::Executor<'e, Database = Sqlite>>(
+    executor: E,
+    schema: &Schema,
+    jobs: Vec<NewJob>,
+    now: DateTime<Utc>,
+) -> Result<Vec<Uuid>> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<serde_json::Value> = jobs
+        .iter()
+        .map(|j| {
+            serde_json::json!({
+                "id": j.id.simple().to_string(),
+                "type": j.task_type,
+                "source": j.source,
+                "payload": j.payload,
+                "priority": j.priority,
+                "run_at": ts(j.run_at),
+                "queue": j.queue,
+                "max_attempts": j.max_attempts,
+                "tenant": j.tenant,
+                "correlation_id": j.correlation_id,
+                "metadata": j.metadata,
+                "key": j.unique_key,
+            })
+        })
+        .collect();
+    let stored: Vec<(Uuid, Option<String>)> = sqlx::query_as(&schema.sqlite.enqueue_many)
+        .bind(ts(now))
+        .bind(serde_json::Value::Array(rows).to_string())
+        .fetch_all(executor)
+        .await?;
+    wake();
+    let by_key: HashMap<String, Uuid> = stored
+        .into_iter()
+        .filter_map(|(id, key)| key.map(|k| (k, id)))
+        .collect();
+    Ok(jobs
+        .iter()
+        .map(|j| {
+            j.unique_key
+                .as_ref()
+                .and_then(|k| by_key.get(k).copied())
+                .unwrap_or(j.id)
+        })
+        .collect())
+}
+
+/// A queue row as it was when its run ended (`Statements::take`).
+#[derive(sqlx::FromRow)]
+struct Row {
+    task_id: Uuid,
+    task_type: String,
+    task_source: String,
+    task_queue: String,
+    task_priority: i32,
+    task_posted_at_ts: String,
+    task_tenant: Option<String>,
+    task_correlation_id: Option<String>,
+    task_metadata: Option<String>,
+    task_claimed_at_ts: Option<String>,
+    task_lost_attempts: Option<String>,
+    task_payload: Option<String>,
+    task_max_attempts: i32,
+    task_unique_key: Option<String>,
+    task_unique_mode: Option<i16>,
+    task_rerun: bool,
+    task_every_ms: Option<i64>,
+}
+
+impl Row {
+    fn lost(&self) -> Vec<serde_json::Value> {
+        self.task_lost_attempts
+            .as_deref()
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or_default()
+    }
+
+    /// When the job first started: its first lost attempt, or this run.
+    fn first_started(&self, lost: &[serde_json::Value]) -> Option<String> {
+        lost.first()
+            .and_then(|a| a.get("started_at"))
+            .and_then(|s| s.as_str())
+            .map(str::to_owned)
+            .or_else(|| self.task_claimed_at_ts.clone())
+    }
+}
+
+/// Per task type: total and count, fastest, longest and last run time (seed 001).
+#[derive(Default)]
+struct Stats(HashMap<String, (i64, i64, i64, i64, i64)>);
+
+impl Stats {
+    fn add(&mut self, task_type: &str, ms: i64) {
+        let e = self
+            .0
+            .entry(task_type.to_owned())
+            .or_insert((0, 0, i64::MAX, i64::MIN, 0));
+        e.0 += ms;
+        e.1 += 1;
+        e.2 = e.2.min(ms);
+        e.3 = e.3.max(ms);
+        e.4 = ms;
+    }
+}
+
+/// The worker's view of the store on SQLite.
+#[derive(Clone)]
+pub(crate) struct SqliteStore {
+    pub(crate) pool: SqlitePool,
+    pub(crate) schema: Schema,
+    pub(crate) worker_id: String,
+}
+
+impl SqliteStore {
+    fn sql(&self) -> &Statements {
+        &self.schema.sqlite
+    }
+
+    /// The database file, for messages.
+    pub(crate) fn address(&self) -> String {
+        address(&self.pool.connect_options())
+    }
+
+    /// A transaction that holds the write lock from its start (module docs).
+    async fn write(conn: &mut SqliteConnection) -> Result<sqlx::Transaction<'_, Sqlite>> {
+        Ok(conn.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// Opens the file outside the pool, saying why it cannot.
+    pub(crate) async fn probe(&self) -> std::result::Result<(), ProbeFailure> {
+        let options = self.pool.connect_options();
+        match SqliteConnection::connect_with(&options).await {
+            Ok(conn) => {
+                let _ = conn.close().await;
+                Ok(())
+            }
+            Err(e) => {
+                let busy =
+                    matches!(&e, sqlx::Error::Database(db) if db.code().as_deref() == Some("5"));
+                let error = Error::Connect {
+                    address: address(&options),
+                    cause: e.to_string(),
+                };
+                Err(if busy {
+                    ProbeFailure::Transient(error)
+                } else {
+                    ProbeFailure::Permanent(error)
+                })
+            }
+        }
+    }
+
+    pub(crate) async fn claim(
+        &self,
+        task_types: &[String],
+        queues: Option<&[String]>,
+        tenants: Option<&[String]>,
+        limit: i64,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<ClaimedJob>> {
+        let list = |l: &[String]| serde_json::to_string(l).unwrap_or_default();
+        let rows = sqlx::query(&self.sql().claim)
+            .bind(ts(now))
+            .bind(list(task_types))
+            .bind(queues.map(list))
+            .bind(limit)
+            .bind(ts(lease_until))
+            .bind(&self.worker_id)
+            .bind(tenants.map(list))
+            .fetch_all(&self.pool)
+            .await?;
+        // RETURNING gives rows in no particular order: back to the claim's.
+        let mut jobs = Vec::with_capacity(rows.len());
+        for row in rows {
+            let handle: i64 = row.try_get("task_lock_handle_id")?;
+            jobs.push((handle, <ClaimedJob as sqlx::FromRow<_>>::from_row(&row)?));
+        }
+        jobs.sort_by_key(|(handle, job)| (job.task_priority, *handle));
+        Ok(jobs.into_iter().map(|(_, job)| job).collect())
+    }
+
+    /// Posts a restart or a periodic job's next run after `row`'s outcome (as on
+    /// PostgreSQL: a new job with the same key, payload and period).
+    async fn again(&self, tx: &mut SqliteConnection, row: &Row, now: DateTime<Utc>) -> Result<()> {
+        if !row.task_rerun && row.task_every_ms.is_none() {
+            return Ok(());
+        }
+        let run_at = match row.task_every_ms {
+            Some(ms) if !row.task_rerun => now + chrono::Duration::milliseconds(ms),
+            _ => now,
+        };
+        sqlx::query(&self.sql().again)
+            .bind(uuid_v7(now))
+            .bind(&row.task_type)
+            .bind(&row.task_source)
+            .bind(&row.task_payload)
+            .bind(row.task_priority)
+            .bind(ts(now))
+            .bind(ts(run_at))
+            .bind(&row.task_queue)
+            .bind(row.task_max_attempts)
+            .bind(&row.task_tenant)
+            .bind(&row.task_correlation_id)
+            .bind(&row.task_metadata)
+            .bind(&row.task_unique_key)
+            .bind(row.task_unique_mode)
+            .bind(row.task_every_ms)
+            .execute(&mut *tx)
+            .await?;
+        Ok(())
+    }
+
+    /// The failed attempts recorded for `id` followed by `more`, as a JSON array.
+    async fn errors_with(
+        &self,
+        tx: &mut SqliteConnection,
+        id: Uuid,
+        more: Vec<serde_json::Value>,
+    ) -> Result<String> {
+        let recorded: Option<String> = sqlx::query_scalar(&format!(
+            "SELECT task_errors FROM {} WHERE task_id = $1",
+            self.sql().results
+        ))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let mut all: Vec<serde_json::Value> = recorded
+            .as_deref()
+            .and_then(|r| serde_json::from_str(r).ok())
+            .unwrap_or_default();
+        all.extend(more);
+        Ok(serde_json::Value::Array(all).to_string())
+    }
+
+    async fn write_stats(
+        &self,
+        tx: &mut SqliteConnection,
+        stats: Stats,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let mut types: Vec<_> = stats.0.into_iter().collect();
+        types.sort_by(|a, b| a.0.cmp(&b.0));
+        for (task_type, (total, n, fastest, longest, last)) in types {
+            sqlx::query(&self.sql().stats)
+                .bind(task_type)
+                .bind(&self.worker_id)
+                .bind(total)
+                .bind(fastest)
+                .bind(longest)
+                .bind(n)
+                .bind(last)
+                .bind(ts(now))
+                .execute(&mut *tx)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Finalizes successful runs (fenced); the ids whose lease was still held.
+    pub(crate) async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        let mut conn = self.pool.acquire().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        let mut held = Vec::with_capacity(done.len());
+        let mut stats = Stats::default();
+        for s in done {
+            let row: Option<Row> = sqlx::query_as(&self.sql().take)
+                .bind(s.lease.id)
+                .bind(s.lease.attempt)
+                .bind(&self.worker_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(row) = row else { continue };
+            let lost = row.lost();
+            let first = row.first_started(&lost);
+            let lost_count = lost.len() as i64;
+            let errors = if lost.is_empty() {
+                None
+            } else {
+                Some(self.errors_with(&mut tx, row.task_id, lost).await?)
+            };
+            sqlx::query(&self.sql().success)
+                .bind(row.task_id)
+                .bind(&row.task_type)
+                .bind(&row.task_source)
+                .bind(&row.task_queue)
+                .bind(row.task_priority)
+                .bind(&row.task_posted_at_ts)
+                .bind(&row.task_tenant)
+                .bind(&row.task_correlation_id)
+                .bind(&row.task_metadata)
+                .bind(lost_count)
+                .bind(s.millis)
+                .bind(ts(now))
+                .bind(&self.worker_id)
+                .bind(&s.output)
+                .bind(first)
+                .bind(&row.task_claimed_at_ts)
+                .bind(errors)
+                .execute(&mut *tx)
+                .await?;
+            self.again(&mut tx, &row, now).await?;
+            stats.add(&row.task_type, s.millis);
+            held.push(row.task_id);
+        }
+        self.write_stats(&mut tx, stats, now).await?;
+        tx.commit().await?;
+        if held.iter().len() < done.len() || !held.is_empty() {
+            // A rerun or next run may be due now.
+            wake();
+        }
+        Ok(held)
+    }
+
+    /// Records a failed run (retry or final); false when the lease was lost (fenced).
+    pub(crate) async fn fail(&self, f: &Failure, now: DateTime<Utc>) -> Result<bool> {
+        let mut conn = self.pool.acquire().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        let row: Option<Row> = match f.retry_at {
+            None => {
+                sqlx::query_as(&self.sql().take)
+                    .bind(f.lease.id)
+                    .bind(f.lease.attempt)
+                    .bind(&self.worker_id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+            }
+            Some(retry_at) => {
+                let row: Option<Row> = sqlx::query_as(&format!(
+                    "SELECT * FROM {} WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3",
+                    self.sql().queue
+                ))
+                .bind(f.lease.id)
+                .bind(f.lease.attempt)
+                .bind(&self.worker_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if row.is_some() {
+                    sqlx::query(&self.sql().retry)
+                        .bind(f.lease.id)
+                        .bind(f.lease.attempt)
+                        .bind(&self.worker_id)
+                        .bind(ts(retry_at))
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                row
+            }
+        };
+        let Some(row) = row else {
+            return Ok(false);
+        };
+        let mut attempts = row.lost();
+        let first = row.first_started(&attempts);
+        let failed = 1 + attempts.len() as i64;
+        attempts.push(serde_json::json!({
+            "attempt": f.lease.attempt,
+            "worker": self.worker_id,
+            "started_at": row.task_claimed_at_ts,
+            "ended_at": ts(now),
+            "outcome": if f.retry_at.is_none() { "fatal" } else { "retried" },
+            "kind": f.kind,
+            "message": f.message,
+            "detail": f.detail,
+            "recoverable": f.recoverable,
+        }));
+        let errors = self.errors_with(&mut tx, row.task_id, attempts).await?;
+        let last_run = f.retry_at.is_none();
+        sqlx::query(&self.sql().failure)
+            .bind(row.task_id)
+            .bind(&row.task_type)
+            .bind(&row.task_source)
+            .bind(&row.task_queue)
+            .bind(row.task_priority)
+            .bind(&row.task_posted_at_ts)
+            .bind(&row.task_tenant)
+            .bind(&row.task_correlation_id)
+            .bind(&row.task_metadata)
+            .bind(f.status as i32)
+            .bind(failed)
+            .bind(&f.kind)
+            .bind(&f.message)
+            .bind(&f.detail)
+            .bind(f.seed_error())
+            .bind(f.recoverable)
+            .bind(f.millis)
+            .bind(last_run.then(|| ts(now)))
+            // A job that failed for good keeps its payload, to inspect or re-post.
+            .bind(if last_run {
+                row.task_payload.as_deref()
+            } else {
+                None
+            })
+            .bind(&self.worker_id)
+            .bind(errors)
+            .bind(first)
+            .bind(&row.task_claimed_at_ts)
+            .execute(&mut *tx)
+            .await?;
+        if last_run {
+            self.again(&mut tx, &row, now).await?;
+        }
+        let mut stats = Stats::default();
+        stats.add(&row.task_type, f.millis);
+        self.write_stats(&mut tx, stats, now).await?;
+        tx.commit().await?;
+        wake();
+        Ok(true)
+    }
+
+    /// Releases leases at once (graceful stop), without using up an attempt.
+    pub(crate) async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64> {
+        let mut conn = self.pool.acquire().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        let mut n = 0;
+        for lease in leases {
+            n += sqlx::query(&self.sql().give_back)
+                .bind(ts(now))
+                .bind(lease.id)
+                .bind(lease.attempt)
+                .bind(&self.worker_id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        tx.commit().await?;
+        wake();
+        Ok(n)
+    }
+
+    /// Extends the leases still held; their ids (a missing one was lost).
+    pub(crate) async fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        let mut conn = self.pool.acquire().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        let mut held = Vec::with_capacity(leases.len());
+        for lease in leases {
+            let done = sqlx::query(&self.sql().extend)
+                .bind(ts(until))
+                .bind(lease.id)
+                .bind(lease.attempt)
+                .bind(&self.worker_id)
+                .execute(&mut *tx)
+                .await?;
+            if done.rows_affected() == 1 {
+                held.push(lease.id);
+            }
+        }
+        tx.commit().await?;
+        Ok(held)
+    }
+
+    /// Posts one job with a unique key of mode `mode` (the periodic jobs' first runs).
+    pub(crate) async fn enqueue_unique(
+        &self,
+        job: NewJob,
+        mode: crate::client::UniqueMode,
+        now: DateTime<Utc>,
+    ) -> Result<(Uuid, bool, bool)> {
+        enqueue_unique(&self.pool, &self.schema, job, mode, now).await
+    }
+
+    /// Posts a cron tick once across workers (its id comes from its key); with
+    /// `live_key`, only while no earlier tick holding that key is live; with `stored`, only
+    /// while that stored schedule exists as it was read. False if it was not posted.
+    pub(crate) async fn enqueue_tick(
+        &self,
+        job: NewJob,
+        live_key: Option<&str>,
+        stored: Option<(&str, DateTime<Utc>)>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let mut conn = self.pool.acquire().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        if let Some((name, updated_at)) = stored {
+            let exists: Option<i32> = sqlx::query_scalar(&format!(
+                "SELECT 1 FROM {} WHERE schedule_name = $1 AND schedule_updated_at_ts = $2",
+                self.schema.flat_table("schedules_t")
+            ))
+            .bind(name)
+            .bind(ts(updated_at))
+            .fetch_optional(&mut *tx)
+            .await?;
+            if exists.is_none() {
+                return Ok(false);
+            }
+        }
+        let results = &self.sql().results;
+        let queue = &self.sql().queue;
+        let seen: Option<i32> =
+            sqlx::query_scalar(&format!("SELECT 1 FROM {results} WHERE task_id = $1"))
+                .bind(job.id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if seen.is_some() {
+            return Ok(false);
+        }
+        if let Some(key) = live_key {
+            let live: Option<i32> =
+                sqlx::query_scalar(&format!("SELECT 1 FROM {queue} WHERE task_unique_key = $1"))
+                    .bind(key)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if live.is_some() {
+                return Ok(false);
+            }
+        }
+        // The results row keeps the tick's key; the queue row holds the live key (mode
+        // skip) or none.
+        sqlx::query(&format!(
+            "INSERT INTO {results} (task_id, task_type, task_source, task_queue, task_status, task_priority,
+                task_unique_key, task_posted_at_ts)
+             VALUES ($1, $2, $3, $4, 1, $5, $6, $7)"
+        ))
+        .bind(job.id)
+        .bind(job.task_type)
+        .bind(&job.source)
+        .bind(&job.queue)
+        .bind(job.priority)
+        .bind(&job.unique_key)
+        .bind(ts(now))
+        .execute(&mut *tx)
+        .await?;
+        let mut job = job;
+        job.unique_key = live_key.map(str::to_owned);
+        let mode = live_key.map(|_| crate::client::UniqueMode::Skip as i16);
+        bind_new!(sqlx::query(&self.sql().again), job, now, mode)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        wake();
+        Ok(true)
+    }
+
+    pub(crate) async fn stored_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        schedule_list(&self.pool, &self.schema).await
+    }
+
+    pub(crate) async fn migrate(&self) -> Result<()> {
+        migrate(&self.pool, &self.schema).await
+    }
+
+    /// SQLite has no partitions: results are pruned row by row (`retire_partitions`).
+    pub(crate) async fn ensure_partitions(
+        &self,
+        _now: DateTime<Utc>,
+        _span: Duration,
+    ) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+
+    /// Deletes the results of jobs finished before `cutoff`, a thousand rows per
+    /// statement (each a short write, so workers' claims go between them). The archive
+    /// schema does not apply (`WorkerBuilder::build` refuses it on SQLite).
+    pub(crate) async fn retire_partitions(
+        &self,
+        cutoff: DateTime<Utc>,
+        _archive: Option<&str>,
+        _within: bool,
+        stopping: &tokio_util::sync::CancellationToken,
+    ) -> Result<Retired> {
+        let results = &self.sql().results;
+        let statement = format!(
+            "DELETE FROM {results} WHERE task_id IN (
+                SELECT task_id FROM {results}
+                WHERE task_processing_finalized_at_ts IS NOT NULL AND task_processing_finalized_at_ts < $1
+                  AND task_id NOT IN (SELECT task_id FROM {})
+                LIMIT 1000)",
+            self.sql().queue
+        );
+        let mut retired = Retired::default();
+        while !stopping.is_cancelled() {
+            let n = sqlx::query(&statement)
+                .bind(ts(cutoff))
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            retired.rows += n;
+            if n < 1000 {
+                break;
+            }
+        }
+        Ok(retired)
+    }
+
+    /// SQLite reuses the pages of deleted rows without a vacuum: nothing to watch.
+    pub(crate) async fn table_health(&self) -> Result<Vec<super::TableHealth>> {
+        Ok(Vec::new())
+    }
+
+    pub(crate) async fn vacuum(&self, _table: &str) -> Result<bool> {
+        Ok(false)
+    }
+
+    pub(crate) async fn write_metrics(
+        &self,
+        metrics: &[(&str, i64)],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let mut conn = self.pool.acquire().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        for (id, value) in metrics {
+            sqlx::query(&self.sql().metrics)
+                .bind(&self.worker_id)
+                .bind(id)
+                .bind(value)
+                .bind(ts(now))
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// The database file of a connection's options.
+fn address(options: &SqliteConnectOptions) -> String {
+    format!("sqlite:{}", options.get_filename().display())
+}
+
+pub(crate) async fn counts(
+    pool: &SqlitePool,
+    schema: &Schema,
+    now: DateTime<Utc>,
+) -> Result<QueueCounts> {
+    let mut counts = QueueCounts::default();
+    for row in sqlx::query(&schema.sqlite.counts_by_status)
+        .fetch_all(pool)
+        .await?
+    {
+        let status: i32 = row.try_get(0)?;
+        let n: i64 = row.try_get(1)?;
+        counts
+            .by_status
+            .push((crate::info::JobStatus::from_code(status), n));
+    }
+    let row = sqlx::query(&schema.sqlite.counts_live)
+        .bind(ts(now))
+        .fetch_one(pool)
+        .await?;
+    counts.available = row.try_get(0)?;
+    counts.scheduled = row.try_get(1)?;
+    counts.running = row.try_get(2)?;
+    counts.lease_expired = row.try_get(3)?;
+    Ok(counts)
+}
+
+pub(crate) async fn peek(pool: &SqlitePool, schema: &Schema, limit: i64) -> Result<Vec<QueuedJob>> {
+    Ok(sqlx::query_as(&schema.sqlite.peek)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?)
+}
+
+pub(crate) async fn job(
+    pool: &SqlitePool,
+    schema: &Schema,
+    id: Uuid,
+    now: DateTime<Utc>,
+) -> Result<Option<JobRecord>> {
+    let Some(row) = sqlx::query(&schema.sqlite.job)
+        .bind(id)
+        .bind(ts(now))
+        .fetch_optional(pool)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let mut record = <JobRecord as sqlx::FromRow<_>>::from_row(&row)?;
+    let lost: Option<String> = row.try_get("lost")?;
+    if let Some(lost) = lost {
+        let lost: Vec<Attempt> = serde_json::from_str(&lost).map_err(|e| {
+            Error::Database(sqlx::Error::Decode(
+                format!("task_lost_attempts of job {id}: {e}").into(),
+            ))
+        })?;
+        record.failed_attempts.extend(lost);
+    }
+    Ok(Some(record))
+}
+
+/// Adds or replaces a stored schedule.
+pub(crate) async fn schedule_put(
+    pool: &SqlitePool,
+    schema: &Schema,
+    row: &ScheduleRow,
+) -> Result<()> {
+    sqlx::query(&format!(
+        "INSERT INTO {} (schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
+            schedule_updated_at_ts)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (schedule_name) DO UPDATE SET task_type = excluded.task_type,
+            task_payload = excluded.task_payload, schedule_cron = excluded.schedule_cron,
+            schedule_overlap = excluded.schedule_overlap,
+            schedule_updated_at_ts = excluded.schedule_updated_at_ts",
+        schema.flat_table("schedules_t")
+    ))
+    .bind(&row.schedule_name)
+    .bind(&row.task_type)
+    .bind(&row.task_payload)
+    .bind(&row.schedule_cron)
+    .bind(row.schedule_overlap)
+    .bind(ts(row.schedule_updated_at_ts))
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Removes a stored schedule; false if there was none of that name. A tick is enqueued
+/// in a write transaction that checks the schedule first, so none is enqueued after this.
+pub(crate) async fn schedule_remove(
+    pool: &SqlitePool,
+    schema: &Schema,
+    name: &str,
+) -> Result<bool> {
+    let done = sqlx::query(&format!(
+        "DELETE FROM {} WHERE schedule_name = $1",
+        schema.flat_table("schedules_t")
+    ))
+    .bind(name)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Every stored schedule, by name.
+pub(crate) async fn schedule_list(pool: &SqlitePool, schema: &Schema) -> Result<Vec<ScheduleRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
+            schedule_updated_at_ts
+         FROM {} ORDER BY schedule_name",
+        schema.flat_table("schedules_t")
+    ))
+    .fetch_all(pool)
+    .await?)
+}
