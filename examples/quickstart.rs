@@ -104,7 +104,10 @@ async fn sqlite() -> Result<(), Box<dyn std::error::Error>> {
             _ => {}
         }
     }
-    println!("database: SQLite at {} (DATABASE_URL is not set)", file.display());
+    println!(
+        "database: SQLite at {} (DATABASE_URL is not set)",
+        file.display()
+    );
     let options = sqlx::sqlite::SqliteConnectOptions::new()
         .filename(&file)
         .create_if_missing(true)

@@ -12,7 +12,7 @@ use sk_runtime::{
     job, Clock, Data, Error, Job, JobContext, JobError, JobStatus, ManualClock, Worker,
     WorkerBuilder,
 };
-use sk_tests::{recv, wait_until, RunningWorker, TestDb};
+use sk_tests::{each_backend, recv, wait_until, Db, RunningWorker, TestBackend, TestDb};
 use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
@@ -210,7 +210,10 @@ async fn wants_data(config: Data<String>) {
 
 /// A worker on `db` that runs only `types` and polls often (tests also rely on
 /// LISTEN/NOTIFY where they say so).
-fn worker(db: &TestDb, types: &[&str]) -> WorkerBuilder {
+fn worker<B: TestBackend>(db: &Db<B>, types: &[&str]) -> WorkerBuilder
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
     Worker::builder(db.pool.clone())
         .task_types(types.iter().copied())
         .poll_interval(Duration::from_millis(50))
@@ -219,7 +222,11 @@ fn worker(db: &TestDb, types: &[&str]) -> WorkerBuilder {
 
 /// Enqueues a `record` job per (label, priority), in this order, then runs them with one
 /// slot and returns the labels in the order they ran.
-async fn run_one_at_a_time(db: &TestDb, jobs: &[(&str, i32)]) -> Vec<String> {
+async fn run_one_at_a_time<B: TestBackend>(db: &Db<B>, jobs: &[(&str, i32)]) -> Vec<String>
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+    for<'c> &'c mut B::Connection: sqlx::Executor<'c, Database = B>,
+{
     let (probe, mut rx) = probe();
     for (label, priority) in jobs {
         Record::new((*label).into())
@@ -258,218 +265,218 @@ async fn insert_raw(db: &TestDb, task_type: &str, payload: &str) -> Uuid {
     id
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runs_by_priority_then_fifo() {
-    let db = TestDb::new().await;
-    let jobs = [
-        ("p5-a", 5),
-        ("p1-a", 1),
-        ("p3", 3),
-        ("p1-b", 1),
-        ("p5-b", 5),
-        ("p-7", -7),
-    ];
-    let order = run_one_at_a_time(&db, &jobs).await;
-    assert_eq!(order, ["p-7", "p1-a", "p1-b", "p3", "p5-a", "p5-b"]);
-    let counts = db.info().counts().await.unwrap();
-    assert_eq!(counts.status(JobStatus::Processed), 6);
-    assert_eq!(
-        counts.available + counts.scheduled + counts.running,
-        0,
-        "the queue table is empty"
-    );
-    db.drop().await;
+each_backend! {
+    async fn runs_by_priority_then_fifo(db) {
+        let jobs = [
+            ("p5-a", 5),
+            ("p1-a", 1),
+            ("p3", 3),
+            ("p1-b", 1),
+            ("p5-b", 5),
+            ("p-7", -7),
+        ];
+        let order = run_one_at_a_time(&db, &jobs).await;
+        assert_eq!(order, ["p-7", "p1-a", "p1-b", "p3", "p5-a", "p5-b"]);
+        let counts = db.info().counts().await.unwrap();
+        assert_eq!(counts.status(JobStatus::Processed), 6);
+        assert_eq!(
+            counts.available + counts.scheduled + counts.running,
+            0,
+            "the queue table is empty"
+        );
+        db.drop().await;
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delayed_job_does_not_run_early() {
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
-    let later = clock.now() + chrono::Duration::hours(1);
-    let delayed = Record::new("delayed".into())
-        .run_at(later)
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
-    let now = Record::new("now".into())
-        .with_priority(10)
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
-    let w = RunningWorker::start(
-        worker(&db, &[Record::TASK_TYPE])
-            .concurrency(4)
-            .clock(clock.clone())
-            .data(probe),
-    );
+each_backend! {
+    async fn a_delayed_job_does_not_run_early(db) {
+        let (probe, mut rx) = probe();
+        let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+        let later = clock.now() + chrono::Duration::hours(1);
+        let delayed = Record::new("delayed".into())
+            .run_at(later)
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let now = Record::new("now".into())
+            .with_priority(10)
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let w = RunningWorker::start(
+            worker(&db, &[Record::TASK_TYPE])
+                .concurrency(4)
+                .clock(clock.clone())
+                .data(probe),
+        );
 
-    // The claim that found `now` would have taken `delayed` too (it sorts first by
-    // priority) had it been due.
-    let first = recv(&mut rx, "the immediate job", T).await;
-    assert_eq!((first.id, first.label.as_str()), (now, "now"));
-    let record = db.job(delayed).await;
-    assert_eq!(record.status(), JobStatus::Unprocessed);
-    assert_eq!(record.attempt, Some(0));
-    assert_eq!(record.first_attempt_at, None);
-    let counts = db.info().clock(clock.clone()).counts().await.unwrap();
-    assert_eq!(counts.scheduled, 1);
-    // Its result written first: an hour on, its lease would have run out.
-    db.wait_job(now, T, |r| r.status() == JobStatus::Processed)
-        .await;
+        // The claim that found `now` would have taken `delayed` too (it sorts first by
+        // priority) had it been due.
+        let first = recv(&mut rx, "the immediate job", T).await;
+        assert_eq!((first.id, first.label.as_str()), (now, "now"));
+        let record = db.job(delayed).await;
+        assert_eq!(record.status(), JobStatus::Unprocessed);
+        assert_eq!(record.attempt, Some(0));
+        assert_eq!(record.first_attempt_at, None);
+        let counts = db.info().clock(clock.clone()).counts().await.unwrap();
+        assert_eq!(counts.scheduled, 1);
+        // Its result written first: an hour on, its lease would have run out.
+        db.wait_job(now, T, |r| r.status() == JobStatus::Processed)
+            .await;
 
-    clock.advance(Duration::from_secs(3600));
-    let second = recv(&mut rx, "the delayed job", T).await;
-    assert_eq!(second.id, delayed);
-    let record = db
-        .wait_job(delayed, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    assert_eq!(record.first_attempt_at, Some(clock.now()));
-    assert!(record.first_attempt_at.unwrap() >= later);
-    w.stop().await;
-    db.drop().await;
+        clock.advance(Duration::from_secs(3600));
+        let second = recv(&mut rx, "the delayed job", T).await;
+        assert_eq!(second.id, delayed);
+        let record = db
+            .wait_job(delayed, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        assert_eq!(record.first_attempt_at, Some(clock.now()));
+        assert!(record.first_attempt_at.unwrap() >= later);
+        w.stop().await;
+        db.drop().await;
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retries_with_the_jobs_backoff_then_succeeds() {
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    let id = Flaky::new().enqueue(&db.pool).await.unwrap();
-    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
-    let t0 = clock.now();
-    let w = RunningWorker::start(
-        worker(&db, &[Flaky::TASK_TYPE])
-            .clock(clock.clone())
-            .data(probe),
-    );
-    let info = db.info().clock(clock.clone());
+each_backend! {
+    async fn retries_with_the_jobs_backoff_then_succeeds(db) {
+        let (probe, mut rx) = probe();
+        let id = Flaky::new().enqueue(&db.pool).await.unwrap();
+        let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+        let t0 = clock.now();
+        let w = RunningWorker::start(
+            worker(&db, &[Flaky::TASK_TYPE])
+                .clock(clock.clone())
+                .data(probe),
+        );
+        let info = db.info().clock(clock.clone());
 
-    // Attempt 1 fails: retry after base = 10 s.
-    assert_eq!(recv(&mut rx, "attempt 1", T).await.attempt, 1);
-    let r = db.wait_job(id, T, |r| r.error_count == 1).await;
-    assert_eq!(r.status(), JobStatus::Error);
-    assert_eq!(r.locked_until, Some(t0 + chrono::Duration::seconds(10)));
-    assert_eq!(r.locked_by, None);
-    assert_eq!(r.last_error_message.as_deref(), Some("failure number 1"));
-    assert_eq!(r.last_error_recoverable, Some(true));
-    assert_eq!(
-        (r.first_attempt_at, r.last_attempt_at, r.finalized_at),
-        (Some(t0), Some(t0), None)
-    );
+        // Attempt 1 fails: retry after base = 10 s.
+        assert_eq!(recv(&mut rx, "attempt 1", T).await.attempt, 1);
+        let r = db.wait_job(id, T, |r| r.error_count == 1).await;
+        assert_eq!(r.status(), JobStatus::Error);
+        assert_eq!(r.locked_until, Some(t0 + chrono::Duration::seconds(10)));
+        assert_eq!(r.locked_by, None);
+        assert_eq!(r.last_error_message.as_deref(), Some("failure number 1"));
+        assert_eq!(r.last_error_recoverable, Some(true));
+        assert_eq!(
+            (r.first_attempt_at, r.last_attempt_at, r.finalized_at),
+            (Some(t0), Some(t0), None)
+        );
 
-    // Not due 9 s later; due at 10 s.
-    clock.advance(Duration::from_secs(9));
-    assert_eq!(
-        (
-            info.counts().await.unwrap().scheduled,
-            info.counts().await.unwrap().available
-        ),
-        (1, 0)
-    );
-    clock.advance(Duration::from_secs(1));
-    let t1 = clock.now();
-    assert_eq!(recv(&mut rx, "attempt 2", T).await.attempt, 2);
-    let r = db.wait_job(id, T, |r| r.error_count == 2).await;
-    assert_eq!(r.status(), JobStatus::Error);
-    assert_eq!(
-        r.locked_until,
-        Some(t1 + chrono::Duration::seconds(20)),
-        "exponential: 2 x base"
-    );
+        // Not due 9 s later; due at 10 s.
+        clock.advance(Duration::from_secs(9));
+        assert_eq!(
+            (
+                info.counts().await.unwrap().scheduled,
+                info.counts().await.unwrap().available
+            ),
+            (1, 0)
+        );
+        clock.advance(Duration::from_secs(1));
+        let t1 = clock.now();
+        assert_eq!(recv(&mut rx, "attempt 2", T).await.attempt, 2);
+        let r = db.wait_job(id, T, |r| r.error_count == 2).await;
+        assert_eq!(r.status(), JobStatus::Error);
+        assert_eq!(
+            r.locked_until,
+            Some(t1 + chrono::Duration::seconds(20)),
+            "exponential: 2 x base"
+        );
 
-    clock.advance(Duration::from_secs(20));
-    let t2 = clock.now();
-    assert_eq!(recv(&mut rx, "attempt 3", T).await.attempt, 3);
-    let r = db
-        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    assert_eq!(r.error_count, 2);
-    assert_eq!(
-        (r.first_attempt_at, r.last_attempt_at, r.finalized_at),
-        (Some(t0), Some(t2), Some(t2))
-    );
-    assert_eq!(r.attempt, None, "a finished job leaves the queue table");
-    w.stop().await;
-    db.drop().await;
+        clock.advance(Duration::from_secs(20));
+        let t2 = clock.now();
+        assert_eq!(recv(&mut rx, "attempt 3", T).await.attempt, 3);
+        let r = db
+            .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        assert_eq!(r.error_count, 2);
+        assert_eq!(
+            (r.first_attempt_at, r.last_attempt_at, r.finalized_at),
+            (Some(t0), Some(t2), Some(t2))
+        );
+        assert_eq!(r.attempt, None, "a finished job leaves the queue table");
+        w.stop().await;
+        db.drop().await;
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fatal_after_max_attempts() {
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    let id = AlwaysFails::new().enqueue(&db.pool).await.unwrap();
-    let w = RunningWorker::start(worker(&db, &[AlwaysFails::TASK_TYPE]).data(probe));
-    let r = db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await;
-    w.stop().await;
-    let attempts: Vec<i32> = std::iter::from_fn(|| rx.try_recv().ok())
-        .map(|e| e.attempt)
-        .collect();
-    assert_eq!(attempts, [1, 2, 3]);
-    assert_eq!(r.error_count, 3);
-    assert_eq!(
-        r.last_error_message.as_deref(),
-        Some("still broken at attempt 3")
-    );
-    assert_eq!(r.last_error_recoverable, Some(true));
-    assert!(r.finalized_at.is_some() && r.finalized_at >= r.last_attempt_at);
-    assert_eq!(r.attempt, None, "a fatal job leaves the queue table");
-    db.drop().await;
+each_backend! {
+    async fn fatal_after_max_attempts(db) {
+        let (probe, mut rx) = probe();
+        let id = AlwaysFails::new().enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(worker(&db, &[AlwaysFails::TASK_TYPE]).data(probe));
+        let r = db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await;
+        w.stop().await;
+        let attempts: Vec<i32> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|e| e.attempt)
+            .collect();
+        assert_eq!(attempts, [1, 2, 3]);
+        assert_eq!(r.error_count, 3);
+        assert_eq!(
+            r.last_error_message.as_deref(),
+            Some("still broken at attempt 3")
+        );
+        assert_eq!(r.last_error_recoverable, Some(true));
+        assert!(r.finalized_at.is_some() && r.finalized_at >= r.last_attempt_at);
+        assert_eq!(r.attempt, None, "a fatal job leaves the queue table");
+        db.drop().await;
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fatal_error_is_not_retried() {
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    let id = Refuses::new().enqueue(&db.pool).await.unwrap();
-    let w = RunningWorker::start(worker(&db, &[Refuses::TASK_TYPE]).data(probe));
-    let r = db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await;
-    w.stop().await;
-    assert_eq!(std::iter::from_fn(|| rx.try_recv().ok()).count(), 1);
-    assert_eq!(r.error_count, 1);
-    assert_eq!(r.last_error_recoverable, Some(false));
-    assert_eq!(
-        r.last_error_message.as_deref(),
-        Some("invalid account: retrying cannot help")
-    );
-    db.drop().await;
+each_backend! {
+    async fn a_fatal_error_is_not_retried(db) {
+        let (probe, mut rx) = probe();
+        let id = Refuses::new().enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(worker(&db, &[Refuses::TASK_TYPE]).data(probe));
+        let r = db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await;
+        w.stop().await;
+        assert_eq!(std::iter::from_fn(|| rx.try_recv().ok()).count(), 1);
+        assert_eq!(r.error_count, 1);
+        assert_eq!(r.last_error_recoverable, Some(false));
+        assert_eq!(
+            r.last_error_message.as_deref(),
+            Some("invalid account: retrying cannot help")
+        );
+        db.drop().await;
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn panics_and_timeouts_are_retried() {
-    let db = TestDb::new().await;
-    let (probe, _rx) = probe();
-    let panicking = PanicsOnce::new().enqueue(&db.pool).await.unwrap();
-    let slow = SlowOnce::new().enqueue(&db.pool).await.unwrap();
-    let w = RunningWorker::start(
-        worker(&db, &[PanicsOnce::TASK_TYPE, SlowOnce::TASK_TYPE]).data(probe),
-    );
-    let p = db
-        .wait_job(panicking, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    let s = db
-        .wait_job(slow, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    w.stop().await;
-    assert_eq!(
-        (p.error_count, p.last_error_type.as_deref()),
-        (1, Some("panic"))
-    );
-    assert!(
-        p.last_error_message
-            .as_deref()
-            .unwrap()
-            .contains("boom on attempt 1"),
-        "{p:?}"
-    );
-    assert_eq!(
-        (s.error_count, s.last_error_type.as_deref()),
-        (1, Some("timeout"))
-    );
-    assert_eq!(
-        s.last_error_message.as_deref(),
-        Some("timed out after 100ms")
-    );
-    db.drop().await;
+each_backend! {
+    async fn panics_and_timeouts_are_retried(db) {
+        let (probe, _rx) = probe();
+        let panicking = PanicsOnce::new().enqueue(&db.pool).await.unwrap();
+        let slow = SlowOnce::new().enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(
+            worker(&db, &[PanicsOnce::TASK_TYPE, SlowOnce::TASK_TYPE]).data(probe),
+        );
+        let p = db
+            .wait_job(panicking, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        let s = db
+            .wait_job(slow, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        w.stop().await;
+        assert_eq!(
+            (p.error_count, p.last_error_type.as_deref()),
+            (1, Some("panic"))
+        );
+        assert!(
+            p.last_error_message
+                .as_deref()
+                .unwrap()
+                .contains("boom on attempt 1"),
+            "{p:?}"
+        );
+        assert_eq!(
+            (s.error_count, s.last_error_type.as_deref()),
+            (1, Some("timeout"))
+        );
+        assert_eq!(
+            s.last_error_message.as_deref(),
+            Some("timed out after 100ms")
+        );
+        db.drop().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -559,52 +566,52 @@ async fn rows_of_unknown_task_types_are_left_untouched() {
     db.drop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueue_in_a_transaction_is_visible_after_commit_and_gone_after_rollback() {
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    // Polling once a minute: only the NOTIFY sent at commit can wake this worker in time.
-    let w = RunningWorker::start(
-        worker(&db, &[Record::TASK_TYPE])
-            .poll_interval(Duration::from_secs(60))
-            .data(probe),
-    );
-    let info = db.info();
+each_backend! {
+    async fn enqueue_in_a_transaction_is_visible_after_commit_and_gone_after_rollback(db) {
+        let (probe, mut rx) = probe();
+        // Polling once a minute: only the NOTIFY sent at commit can wake this worker in time.
+        let w = RunningWorker::start(
+            worker(&db, &[Record::TASK_TYPE])
+                .poll_interval(Duration::from_secs(60))
+                .data(probe),
+        );
+        let info = db.info();
 
-    let mut tx = db.pool.begin().await.unwrap();
-    let rolled_back = Record::new("rolled back".into())
-        .enqueue(&mut *tx)
-        .await
-        .unwrap();
-    assert!(
-        info.job(rolled_back).await.unwrap().is_none(),
-        "invisible before commit"
-    );
-    tx.rollback().await.unwrap();
-    assert!(
-        info.job(rolled_back).await.unwrap().is_none(),
-        "gone after rollback"
-    );
+        let mut tx = db.pool.begin().await.unwrap();
+        let rolled_back = Record::new("rolled back".into())
+            .enqueue(&mut *tx)
+            .await
+            .unwrap();
+        assert!(
+            info.job(rolled_back).await.unwrap().is_none(),
+            "invisible before commit"
+        );
+        tx.rollback().await.unwrap();
+        assert!(
+            info.job(rolled_back).await.unwrap().is_none(),
+            "gone after rollback"
+        );
 
-    let mut tx = db.pool.begin().await.unwrap();
-    let committed = Record::new("committed".into())
-        .enqueue(&mut *tx)
-        .await
-        .unwrap();
-    assert!(
-        info.job(committed).await.unwrap().is_none(),
-        "invisible before commit"
-    );
-    assert!(info.peek(10).await.unwrap().is_empty());
-    tx.commit().await.unwrap();
+        let mut tx = db.pool.begin().await.unwrap();
+        let committed = Record::new("committed".into())
+            .enqueue(&mut *tx)
+            .await
+            .unwrap();
+        assert!(
+            info.job(committed).await.unwrap().is_none(),
+            "invisible before commit"
+        );
+        assert!(info.peek(10).await.unwrap().is_empty());
+        tx.commit().await.unwrap();
 
-    let ran = recv(&mut rx, "the committed job", Duration::from_secs(10)).await;
-    assert_eq!((ran.id, ran.label.as_str()), (committed, "committed"));
-    db.wait_job(committed, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    w.stop().await;
-    assert!(rx.try_recv().is_err(), "the rolled-back job never ran");
-    db.drop().await;
+        let ran = recv(&mut rx, "the committed job", Duration::from_secs(10)).await;
+        assert_eq!((ran.id, ran.label.as_str()), (committed, "committed"));
+        db.wait_job(committed, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        w.stop().await;
+        assert!(rx.try_recv().is_err(), "the rolled-back job never ran");
+        db.drop().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -820,117 +827,117 @@ async fn a_cron_job_is_enqueued_once_per_tick_with_two_workers() {
     db.drop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_graceful_stop_gives_unfinished_jobs_back_at_once() {
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    let ids = Gated::enqueue_many(&db.pool, ["a", "b", "c"].map(|l| Gated::new(l.into())))
-        .await
-        .unwrap();
-    let (_closed_forever, closed) = gate(false);
-    let w = RunningWorker::start(
-        worker(&db, &[Gated::TASK_TYPE])
-            .concurrency(2)
-            .grace_period(Duration::from_millis(200))
-            .data(probe.clone())
-            .data(closed),
-    );
-    let started = [
-        recv(&mut rx, "a started job", T).await.id,
-        recv(&mut rx, "a started job", T).await.id,
-    ];
-    let stop = std::time::Instant::now();
-    w.stop().await;
-    assert!(
-        stop.elapsed() < Duration::from_secs(5),
-        "stopped after the grace period: {:?}",
-        stop.elapsed()
-    );
-    for id in started {
-        let r = db.job(id).await;
-        assert_eq!(
-            (r.status(), r.attempt, r.locked_by.as_deref()),
-            (JobStatus::Unprocessed, Some(0), None),
-            "{r:?}"
-        );
-        assert!(
-            r.locked_until.unwrap() <= Utc::now(),
-            "claimable at once, not after the lease"
-        );
-    }
-
-    // Another worker (lease 30 s) takes all three well before any lease could run out.
-    let (_open_tx, open) = gate(true);
-    let w = RunningWorker::start(
-        worker(&db, &[Gated::TASK_TYPE])
-            .concurrency(4)
-            .data(probe)
-            .data(open),
-    );
-    for id in ids {
-        db.wait_job(id, Duration::from_secs(10), |r| {
-            r.status() == JobStatus::Processed
-        })
-        .await;
-    }
-    w.stop().await;
-    db.drop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_that_stops_when_asked_keeps_its_attempts() {
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    let id = Cooperative::new(false).enqueue(&db.pool).await.unwrap();
-    // Three deploys in a row, each during the job's run (max_attempts = 3).
-    for deploy in 1..=3 {
+each_backend! {
+    async fn a_graceful_stop_gives_unfinished_jobs_back_at_once(db) {
+        let (probe, mut rx) = probe();
+        let ids = Gated::enqueue_many(&db.pool, ["a", "b", "c"].map(|l| Gated::new(l.into())))
+            .await
+            .unwrap();
         let (_closed_forever, closed) = gate(false);
         let w = RunningWorker::start(
-            worker(&db, &[Cooperative::TASK_TYPE])
+            worker(&db, &[Gated::TASK_TYPE])
+                .concurrency(2)
+                .grace_period(Duration::from_millis(200))
                 .data(probe.clone())
                 .data(closed),
         );
-        let run = recv(&mut rx, "the job to start", T).await;
-        assert_eq!((run.id, run.attempt), (id, 1), "deploy {deploy}");
+        let started = [
+            recv(&mut rx, "a started job", T).await.id,
+            recv(&mut rx, "a started job", T).await.id,
+        ];
         let stop = std::time::Instant::now();
         w.stop().await;
         assert!(
-            stop.elapsed() < Duration::from_secs(4),
-            "the job stopped when asked, within the 5 s grace period"
+            stop.elapsed() < Duration::from_secs(5),
+            "stopped after the grace period: {:?}",
+            stop.elapsed()
         );
-        let r = db.job(id).await;
-        assert_eq!(
-            (r.status(), r.error_count, r.attempt, r.locked_by.as_deref()),
-            (JobStatus::Unprocessed, 0, Some(0), None),
-            "given back, no attempt used, no error recorded: {r:?}"
-        );
-        assert!(r.locked_until.unwrap() <= Utc::now(), "claimable at once");
-    }
-    let (_open_tx, open) = gate(true);
-    let w = RunningWorker::start(
-        worker(&db, &[Cooperative::TASK_TYPE])
-            .data(probe.clone())
-            .data(open),
-    );
-    assert_eq!(recv(&mut rx, "the fourth run", T).await.attempt, 1);
-    let r = db
-        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    assert_eq!(r.error_count, 0);
+        for id in started {
+            let r = db.job(id).await;
+            assert_eq!(
+                (r.status(), r.attempt, r.locked_by.as_deref()),
+                (JobStatus::Unprocessed, Some(0), None),
+                "{r:?}"
+            );
+            assert!(
+                r.locked_until.unwrap() <= Utc::now(),
+                "claimable at once, not after the lease"
+            );
+        }
 
-    // Saying "interrupted" when nobody asked is an ordinary, recorded failure.
-    let rogue = Cooperative::new(true).enqueue(&db.pool).await.unwrap();
-    let r = db.wait_job(rogue, T, |r| r.error_count == 1).await;
-    w.stop().await;
-    assert_eq!(r.last_error_type.as_deref(), Some("interrupted"));
-    assert!(
-        r.last_error_message
-            .as_deref()
-            .unwrap()
-            .contains("the worker had not asked it to stop"),
-        "{r:?}"
-    );
-    db.drop().await;
+        // Another worker (lease 30 s) takes all three well before any lease could run out.
+        let (_open_tx, open) = gate(true);
+        let w = RunningWorker::start(
+            worker(&db, &[Gated::TASK_TYPE])
+                .concurrency(4)
+                .data(probe)
+                .data(open),
+        );
+        for id in ids {
+            db.wait_job(id, Duration::from_secs(10), |r| {
+                r.status() == JobStatus::Processed
+            })
+            .await;
+        }
+        w.stop().await;
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn a_job_that_stops_when_asked_keeps_its_attempts(db) {
+        let (probe, mut rx) = probe();
+        let id = Cooperative::new(false).enqueue(&db.pool).await.unwrap();
+        // Three deploys in a row, each during the job's run (max_attempts = 3).
+        for deploy in 1..=3 {
+            let (_closed_forever, closed) = gate(false);
+            let w = RunningWorker::start(
+                worker(&db, &[Cooperative::TASK_TYPE])
+                    .data(probe.clone())
+                    .data(closed),
+            );
+            let run = recv(&mut rx, "the job to start", T).await;
+            assert_eq!((run.id, run.attempt), (id, 1), "deploy {deploy}");
+            let stop = std::time::Instant::now();
+            w.stop().await;
+            assert!(
+                stop.elapsed() < Duration::from_secs(4),
+                "the job stopped when asked, within the 5 s grace period"
+            );
+            let r = db.job(id).await;
+            assert_eq!(
+                (r.status(), r.error_count, r.attempt, r.locked_by.as_deref()),
+                (JobStatus::Unprocessed, 0, Some(0), None),
+                "given back, no attempt used, no error recorded: {r:?}"
+            );
+            assert!(r.locked_until.unwrap() <= Utc::now(), "claimable at once");
+        }
+        let (_open_tx, open) = gate(true);
+        let w = RunningWorker::start(
+            worker(&db, &[Cooperative::TASK_TYPE])
+                .data(probe.clone())
+                .data(open),
+        );
+        assert_eq!(recv(&mut rx, "the fourth run", T).await.attempt, 1);
+        let r = db
+            .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        assert_eq!(r.error_count, 0);
+
+        // Saying "interrupted" when nobody asked is an ordinary, recorded failure.
+        let rogue = Cooperative::new(true).enqueue(&db.pool).await.unwrap();
+        let r = db.wait_job(rogue, T, |r| r.error_count == 1).await;
+        w.stop().await;
+        assert_eq!(r.last_error_type.as_deref(), Some("interrupted"));
+        assert!(
+            r.last_error_message
+                .as_deref()
+                .unwrap()
+                .contains("the worker had not asked it to stop"),
+            "{r:?}"
+        );
+        db.drop().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -994,40 +1001,40 @@ async fn a_worker_that_lost_its_lease_cannot_finalize() {
     db.drop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn heartbeats_keep_a_long_job_from_being_taken_over() {
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    let lease = Duration::from_millis(300);
-    let id = TakesAWhile::new(1500).enqueue(&db.pool).await.unwrap();
-    let a = RunningWorker::start(
-        worker(&db, &[TakesAWhile::TASK_TYPE])
-            .lease(lease)
-            .heartbeat_interval(Duration::from_millis(100))
-            .data(probe.clone()),
-    );
-    assert_eq!(recv(&mut rx, "the job to start", T).await.label, "started");
-    // B polls every 50 ms with free slots for the whole run: five leases long.
-    let b = RunningWorker::start(
-        worker(&db, &[TakesAWhile::TASK_TYPE])
-            .lease(lease)
-            .data(probe),
-    );
-    let done = recv(&mut rx, "the job to finish", T).await;
-    assert_eq!(
-        (done.id, done.label.as_str(), done.attempt),
-        (id, "finished", 1),
-        "no second start in between"
-    );
-    let r = db
-        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    a.stop().await;
-    b.stop().await;
-    assert!(rx.try_recv().is_err(), "the job ran once");
-    assert_eq!(r.error_count, 0);
-    assert!(r.processing_time_ms >= 1500, "{}", r.processing_time_ms);
-    db.drop().await;
+each_backend! {
+    async fn heartbeats_keep_a_long_job_from_being_taken_over(db) {
+        let (probe, mut rx) = probe();
+        let lease = Duration::from_millis(300);
+        let id = TakesAWhile::new(1500).enqueue(&db.pool).await.unwrap();
+        let a = RunningWorker::start(
+            worker(&db, &[TakesAWhile::TASK_TYPE])
+                .lease(lease)
+                .heartbeat_interval(Duration::from_millis(100))
+                .data(probe.clone()),
+        );
+        assert_eq!(recv(&mut rx, "the job to start", T).await.label, "started");
+        // B polls every 50 ms with free slots for the whole run: five leases long.
+        let b = RunningWorker::start(
+            worker(&db, &[TakesAWhile::TASK_TYPE])
+                .lease(lease)
+                .data(probe),
+        );
+        let done = recv(&mut rx, "the job to finish", T).await;
+        assert_eq!(
+            (done.id, done.label.as_str(), done.attempt),
+            (id, "finished", 1),
+            "no second start in between"
+        );
+        let r = db
+            .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        a.stop().await;
+        b.stop().await;
+        assert!(rx.try_recv().is_err(), "the job ran once");
+        assert_eq!(r.error_count, 0);
+        assert!(r.processing_time_ms >= 1500, "{}", r.processing_time_ms);
+        db.drop().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1187,103 +1194,103 @@ async fn bad_enqueue_input_is_refused_with_a_clear_error() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn priorities_at_the_integer_limits() {
-    let db = TestDb::new().await;
-    let jobs = [
-        ("max", i32::MAX),
-        ("min", i32::MIN),
-        ("zero", 0),
-        ("minus one", -1),
-    ];
-    let order = run_one_at_a_time(&db, &jobs).await;
-    assert_eq!(order, ["min", "minus one", "zero", "max"]);
-    db.drop().await;
+each_backend! {
+    async fn priorities_at_the_integer_limits(db) {
+        let jobs = [
+            ("max", i32::MAX),
+            ("min", i32::MIN),
+            ("zero", 0),
+            ("minus one", -1),
+        ];
+        let order = run_one_at_a_time(&db, &jobs).await;
+        assert_eq!(order, ["min", "minus one", "zero", "max"]);
+        db.drop().await;
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn names_full_of_quotes_and_sql_are_stored_as_data() {
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    let queue = "q'; DROP TABLE sk_tasks_queue_t; --";
-    let source = "Robert'); DROP TABLE students;-- \\ \"x\" $1 $$";
-    let id = sk_runtime::Enqueue::new(EvilName::new("it's \"quoted\"".into()))
-        .with_queue(queue)
-        .with_source(source)
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
-    let w = RunningWorker::start(
-        worker(&db, &[EvilName::TASK_TYPE])
-            .queues([queue])
-            .data(probe),
-    );
-    let ran = recv(&mut rx, "the job", T).await;
-    assert_eq!((ran.id, ran.label.as_str()), (id, "it's \"quoted\""));
-    let r = db
-        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    w.stop().await;
-    assert_eq!(
-        (r.task_type.as_str(), r.queue.as_str(), r.source.as_str()),
-        (EvilName::TASK_TYPE, queue, source)
-    );
-    assert_eq!(
-        db.info()
-            .counts()
+each_backend! {
+    async fn names_full_of_quotes_and_sql_are_stored_as_data(db) {
+        let (probe, mut rx) = probe();
+        let queue = "q'; DROP TABLE sk_tasks_queue_t; --";
+        let source = "Robert'); DROP TABLE students;-- \\ \"x\" $1 $$";
+        let id = sk_runtime::Enqueue::new(EvilName::new("it's \"quoted\"".into()))
+            .with_queue(queue)
+            .with_source(source)
+            .enqueue(&db.pool)
             .await
-            .unwrap()
-            .status(JobStatus::Processed),
-        1,
-        "both tables intact"
-    );
-    db.drop().await;
+            .unwrap();
+        let w = RunningWorker::start(
+            worker(&db, &[EvilName::TASK_TYPE])
+                .queues([queue])
+                .data(probe),
+        );
+        let ran = recv(&mut rx, "the job", T).await;
+        assert_eq!((ran.id, ran.label.as_str()), (id, "it's \"quoted\""));
+        let r = db
+            .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        w.stop().await;
+        assert_eq!(
+            (r.task_type.as_str(), r.queue.as_str(), r.source.as_str()),
+            (EvilName::TASK_TYPE, queue, source)
+        );
+        assert_eq!(
+            db.info()
+                .counts()
+                .await
+                .unwrap()
+                .status(JobStatus::Processed),
+            1,
+            "both tables intact"
+        );
+        db.drop().await;
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_time_schedules_parse_or_fail_with_a_clear_error() {
-    let db = TestDb::new().await;
-    let error = worker(&db, &[Record::TASK_TYPE])
-        .data(probe_only())
-        .periodic("61 * * * *", Record::new("never".into()))
-        .build()
-        .err()
-        .expect("a bad expression");
-    let text = error.to_string();
-    assert!(text.starts_with("invalid cron schedule: periodic job `record`: \"61 * * * *\" does not parse: Minutes must be"), "{text}");
-    assert!(text.ends_with("('61' specified.)"), "{text}");
-    let error = worker(&db, &[Record::TASK_TYPE])
-        .data(probe_only())
-        .periodic("daily", Record::new("x".into()))
-        .build()
-        .err()
-        .unwrap();
-    assert!(
-        error
-            .to_string()
-            .contains("\"daily\" has 1 fields; expected 5, 6 or 7"),
-        "{error}"
-    );
+each_backend! {
+    async fn run_time_schedules_parse_or_fail_with_a_clear_error(db) {
+        let error = worker(&db, &[Record::TASK_TYPE])
+            .data(probe_only())
+            .periodic("61 * * * *", Record::new("never".into()))
+            .build()
+            .err()
+            .expect("a bad expression");
+        let text = error.to_string();
+        assert!(text.starts_with("invalid cron schedule: periodic job `record`: \"61 * * * *\" does not parse: Minutes must be"), "{text}");
+        assert!(text.ends_with("('61' specified.)"), "{text}");
+        let error = worker(&db, &[Record::TASK_TYPE])
+            .data(probe_only())
+            .periodic("daily", Record::new("x".into()))
+            .build()
+            .err()
+            .unwrap();
+        assert!(
+            error
+                .to_string()
+                .contains("\"daily\" has 1 fields; expected 5, 6 or 7"),
+            "{error}"
+        );
 
-    // A good one runs with its payload, once per tick.
-    let (probe, mut rx) = probe();
-    let clock = ManualClock::new(
-        Utc::now().with_nanosecond(500_000_000).unwrap() + chrono::Duration::seconds(1),
-    );
-    let w = RunningWorker::start(
-        worker(&db, &[Record::TASK_TYPE])
-            .clock(clock.clone())
-            .periodic("* * * * * *", Record::new("from the schedule".into()))
-            .data(probe),
-    );
-    db.wait_worker_up(&w.id).await;
-    clock.advance(Duration::from_secs(1));
-    assert_eq!(
-        recv(&mut rx, "the periodic job", T).await.label,
-        "from the schedule"
-    );
-    w.stop().await;
-    db.drop().await;
+        // A good one runs with its payload, once per tick.
+        let (probe, mut rx) = probe();
+        let clock = ManualClock::new(
+            Utc::now().with_nanosecond(500_000_000).unwrap() + chrono::Duration::seconds(1),
+        );
+        let w = RunningWorker::start(
+            worker(&db, &[Record::TASK_TYPE])
+                .clock(clock.clone())
+                .periodic("* * * * * *", Record::new("from the schedule".into()))
+                .data(probe),
+        );
+        db.wait_worker_up(&w.id).await;
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(
+            recv(&mut rx, "the periodic job", T).await.label,
+            "from the schedule"
+        );
+        w.stop().await;
+        db.drop().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1359,45 +1366,45 @@ fn probe_only() -> Probe {
     probe().0
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueue_many_keeps_per_job_options_and_skips_known_unique_keys() {
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    let mixed = vec![
-        sk_runtime::Enqueue::new(Record::new("b".into())).with_priority(2),
-        sk_runtime::Enqueue::new(Record::new("a".into()))
-            .with_priority(1)
-            .with_queue("other"),
-        sk_runtime::Enqueue::new(Record::new("c".into())).with_priority(2),
-    ];
-    let ids = Record::enqueue_many(&db.pool, mixed).await.unwrap();
-    let keyed = vec![
-        sk_runtime::Enqueue::new(Record::new("d".into()))
-            .with_priority(3)
-            .with_unique_key("k1"),
-        sk_runtime::Enqueue::new(Record::new("e".into()))
-            .with_priority(3)
-            .with_unique_key("k2"),
-    ];
-    Record::enqueue_many(&db.pool, keyed).await.unwrap();
-    let again = vec![sk_runtime::Enqueue::new(Record::new("d again".into())).with_unique_key("k1")];
-    Record::enqueue_many(&db.pool, again).await.unwrap();
-    let record = db.job(ids[1]).await;
-    assert_eq!((record.queue.as_str(), record.priority), ("other", 1));
+each_backend! {
+    async fn enqueue_many_keeps_per_job_options_and_skips_known_unique_keys(db) {
+        let (probe, mut rx) = probe();
+        let mixed = vec![
+            sk_runtime::Enqueue::new(Record::new("b".into())).with_priority(2),
+            sk_runtime::Enqueue::new(Record::new("a".into()))
+                .with_priority(1)
+                .with_queue("other"),
+            sk_runtime::Enqueue::new(Record::new("c".into())).with_priority(2),
+        ];
+        let ids = Record::enqueue_many(&db.pool, mixed).await.unwrap();
+        let keyed = vec![
+            sk_runtime::Enqueue::new(Record::new("d".into()))
+                .with_priority(3)
+                .with_unique_key("k1"),
+            sk_runtime::Enqueue::new(Record::new("e".into()))
+                .with_priority(3)
+                .with_unique_key("k2"),
+        ];
+        Record::enqueue_many(&db.pool, keyed).await.unwrap();
+        let again = vec![sk_runtime::Enqueue::new(Record::new("d again".into())).with_unique_key("k1")];
+        Record::enqueue_many(&db.pool, again).await.unwrap();
+        let record = db.job(ids[1]).await;
+        assert_eq!((record.queue.as_str(), record.priority), ("other", 1));
 
-    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).concurrency(1).data(probe));
-    let mut order = Vec::new();
-    for _ in 0..5 {
-        order.push(recv(&mut rx, "a job", T).await.label);
+        let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).concurrency(1).data(probe));
+        let mut order = Vec::new();
+        for _ in 0..5 {
+            order.push(recv(&mut rx, "a job", T).await.label);
+        }
+        w.stop().await;
+        assert_eq!(
+            order,
+            ["a", "b", "c", "d", "e"],
+            "priority, then the caller's order"
+        );
+        assert!(rx.try_recv().is_err(), "the duplicate key was skipped");
+        db.drop().await;
     }
-    w.stop().await;
-    assert_eq!(
-        order,
-        ["a", "b", "c", "d", "e"],
-        "priority, then the caller's order"
-    );
-    assert!(rx.try_recv().is_err(), "the duplicate key was skipped");
-    db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

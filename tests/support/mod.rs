@@ -1,5 +1,5 @@
-//! Helpers for sk's integration tests: a fresh PostgreSQL database per test, a worker
-//! running in the background, and waiting for events under a timeout.
+//! Helpers for sk's integration tests: a fresh database per test (PostgreSQL or SQLite),
+//! a worker running in the background, and waiting for events under a timeout.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -17,28 +17,59 @@ pub fn database_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }
 
-/// A database of its own for one test, with sk's schema applied; dropped by [`TestDb::drop`].
-pub struct TestDb {
-    /// A pool on the test database.
-    pub pool: PgPool,
-    /// The test database's URL, for worker processes.
-    pub url: String,
-    name: String,
-    admin: PgPool,
-    options: PgConnectOptions,
+/// A database sk's tests run on: PostgreSQL (`TestDb`) or SQLite, each test with a
+/// database of its own. The behaviour tests run on every backend (`each_backend!` in the
+/// test files); tests of one backend's own features name it.
+pub trait TestBackend: sk_runtime::Backend + Sized {
+    /// Its name in test names and messages.
+    const NAME: &'static str;
+
+    /// A fresh database with sk's schema applied.
+    fn create() -> impl Future<Output = Db<Self>> + Send;
+
+    /// How many metrics rows worker `id` has written (it announces itself at start).
+    fn metrics_rows<'a>(pool: &'a sqlx::Pool<Self>, id: &'a str) -> BoxFuture<'a, Option<i64>>;
 }
 
-impl TestDb {
-    /// Creates the database and migrates it.
-    ///
+type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A database of its own for one test, with sk's schema applied; removed by [`Db::drop`].
+pub struct Db<B: TestBackend> {
+    /// A pool on the test database.
+    pub pool: sqlx::Pool<B>,
+    /// The test database's URL, for worker processes.
+    pub url: String,
+    place: Place,
+}
+
+/// Where a test database lives, to remove it.
+enum Place {
+    Server {
+        name: String,
+        admin: PgPool,
+        options: PgConnectOptions,
+    },
+    File(std::path::PathBuf),
+}
+
+/// A PostgreSQL test database (most tests).
+pub type TestDb = Db<sqlx::Postgres>;
+
+fn init_logs() {
+    // RUST_LOG=sk_runtime=debug shows the worker's logs in a failing test's output.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+impl TestBackend for sqlx::Postgres {
+    const NAME: &'static str = "PostgreSQL";
+
     /// # Panics
     /// When PostgreSQL cannot be reached: the tests need a real server and say so.
-    pub async fn new() -> TestDb {
-        // RUST_LOG=sk_runtime=debug shows the worker's logs in a failing test's output.
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
+    async fn create() -> Db<Self> {
+        init_logs();
         let url = database_url();
         let admin = PgPoolOptions::new()
             .max_connections(2)
@@ -64,63 +95,81 @@ impl TestDb {
         sk_runtime::migrate(&pool, &Schema::default())
             .await
             .expect("migrate the test database");
-        TestDb {
+        Db {
             pool,
             url: with_database(&url, &name),
-            name,
-            admin,
-            options,
+            place: Place::Server {
+                name,
+                admin,
+                options,
+            },
         }
     }
 
-    /// Another pool on the same database, as a second worker process would have.
-    pub async fn second_pool(&self) -> PgPool {
-        PgPoolOptions::new()
-            .max_connections(20)
-            .connect_with(self.options.clone())
+    fn metrics_rows<'a>(pool: &'a PgPool, id: &'a str) -> BoxFuture<'a, Option<i64>> {
+        Box::pin(async move {
+            sqlx::query_scalar(
+                "SELECT count(*) FROM sk_metrics_t WHERE metric_owner_process_id = $1",
+            )
+            .bind(id)
+            .fetch_one(pool)
             .await
-            .expect("connect again")
+            .ok()
+        })
     }
+}
 
-    /// A pool whose connections carry `application_name`, so a test can wait for them to
-    /// be gone (see [`TestDb::wait_disconnected`]).
-    pub async fn named_pool(&self, application_name: &str, max_connections: u32) -> PgPool {
-        PgPoolOptions::new()
-            .max_connections(max_connections)
-            .connect_with(self.options.clone().application_name(application_name))
+impl TestBackend for sqlx::Sqlite {
+    const NAME: &'static str = "SQLite";
+
+    /// A file in the temp dir, in WAL mode.
+    async fn create() -> Db<Self> {
+        init_logs();
+        let path = std::env::temp_dir().join(format!("sk_test_{}.sqlite", Uuid::new_v4().simple()));
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(sqlite_options(&path))
             .await
-            .expect("connect again")
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+        sk_runtime::migrate(&pool, &Schema::default())
+            .await
+            .expect("migrate the test database");
+        Db {
+            pool,
+            url: format!("sqlite://{}", path.display()),
+            place: Place::File(path),
+        }
     }
 
-    /// Waits until no connection named `application_name` is left on the server. A
-    /// backend flushes its statistics (deadlocks among them) before it leaves
-    /// `pg_stat_activity`, so the counters read after this include its work.
-    pub async fn wait_disconnected(&self, application_name: &str) {
-        wait_until(
-            &format!("the {application_name} connections to close"),
-            Duration::from_secs(20),
-            || async {
-                let n: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
-                )
-                .bind(application_name)
-                .fetch_one(&self.pool)
-                .await
-                .ok()?;
-                (n == 0).then_some(())
-            },
-        )
-        .await;
+    fn metrics_rows<'a>(pool: &'a sqlx::SqlitePool, id: &'a str) -> BoxFuture<'a, Option<i64>> {
+        Box::pin(async move {
+            sqlx::query_scalar(
+                "SELECT count(*) FROM sk_metrics_t WHERE metric_owner_process_id = $1",
+            )
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .ok()
+        })
     }
+}
 
-    /// Deadlocks the server has detected in this database so far.
-    pub async fn deadlocks(&self) -> i64 {
-        sqlx::query_scalar(
-            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
-        )
-        .fetch_one(&self.pool)
-        .await
-        .expect("read pg_stat_database")
+/// The options sk's docs give for a SQLite file: WAL, `synchronous = NORMAL`.
+pub fn sqlite_options(path: &std::path::Path) -> sqlx::sqlite::SqliteConnectOptions {
+    sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .synchronous(sqlx::sqlite::SqliteSynchronous::Normal)
+}
+
+impl<B: TestBackend> Db<B>
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    /// Creates the database and migrates it.
+    pub async fn new() -> Self {
+        B::create().await
     }
 
     /// Queue info on this database.
@@ -156,30 +205,114 @@ impl TestDb {
         wait_until(
             &format!("worker {id} to start"),
             Duration::from_secs(20),
+            || async { B::metrics_rows(&self.pool, id).await.filter(|n| *n > 0) },
+        )
+        .await;
+    }
+
+    /// Another pool on the same database, as a second worker process would have.
+    pub async fn second_pool(&self) -> sqlx::Pool<B> {
+        let options = self.pool.connect_options();
+        sqlx::pool::PoolOptions::<B>::new()
+            .max_connections(20)
+            .connect_with((*options).clone())
+            .await
+            .expect("connect again")
+    }
+
+    /// Removes the database.
+    pub async fn drop(self) {
+        self.pool.close().await;
+        match self.place {
+            Place::Server { name, admin, .. } => {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&admin)
+                    .await;
+            }
+            Place::File(path) => {
+                for suffix in ["", "-wal", "-shm"] {
+                    let mut name = path.clone().into_os_string();
+                    name.push(suffix);
+                    let _ = std::fs::remove_file(name);
+                }
+            }
+        }
+    }
+}
+
+impl Db<sqlx::Postgres> {
+    fn options(&self) -> &PgConnectOptions {
+        match &self.place {
+            Place::Server { options, .. } => options,
+            Place::File(_) => unreachable!("a PostgreSQL database is on a server"),
+        }
+    }
+
+    /// A pool whose connections carry `application_name`, so a test can wait for them to
+    /// be gone (see [`Db::wait_disconnected`]).
+    pub async fn named_pool(&self, application_name: &str, max_connections: u32) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(max_connections)
+            .connect_with(self.options().clone().application_name(application_name))
+            .await
+            .expect("connect again")
+    }
+
+    /// Waits until no connection named `application_name` is left on the server. A
+    /// backend flushes its statistics (deadlocks among them) before it leaves
+    /// `pg_stat_activity`, so the counters read after this include its work.
+    pub async fn wait_disconnected(&self, application_name: &str) {
+        wait_until(
+            &format!("the {application_name} connections to close"),
+            Duration::from_secs(20),
             || async {
                 let n: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM sk_metrics_t WHERE metric_owner_process_id = $1",
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
                 )
-                .bind(id)
+                .bind(application_name)
                 .fetch_one(&self.pool)
                 .await
                 .ok()?;
-                (n > 0).then_some(())
+                (n == 0).then_some(())
             },
         )
         .await;
     }
 
-    /// Drops the database.
-    pub async fn drop(self) {
-        self.pool.close().await;
-        let _ = sqlx::query(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.name
-        ))
-        .execute(&self.admin)
-        .await;
+    /// Deadlocks the server has detected in this database so far.
+    pub async fn deadlocks(&self) -> i64 {
+        sqlx::query_scalar(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .expect("read pg_stat_database")
     }
+}
+
+/// Runs a test body once per backend: `name::postgres` and `name::sqlite`, each with
+/// `$db` a fresh [`Db`] of that backend.
+#[macro_export]
+macro_rules! each_backend {
+    ($(#[doc = $doc:literal])* async fn $name:ident($db:ident) $body:block) => {
+        $(#[doc = $doc])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let $db = $crate::Db::<sqlx::Postgres>::new().await;
+                $body
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let $db = $crate::Db::<sqlx::Sqlite>::new().await;
+                $body
+            }
+        }
+    };
 }
 
 /// `url` with its database name replaced by `name`.

@@ -624,9 +624,15 @@ impl SqliteStore {
 
     /// Posts a restart or a periodic job's next run after `row`'s outcome (as on
     /// PostgreSQL: a new job with the same key, payload and period).
-    async fn again(&self, tx: &mut SqliteConnection, row: &Row, now: DateTime<Utc>) -> Result<()> {
+    /// Whether it posted one.
+    async fn again(
+        &self,
+        tx: &mut SqliteConnection,
+        row: &Row,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
         if !row.task_rerun && row.task_every_ms.is_none() {
-            return Ok(());
+            return Ok(false);
         }
         let run_at = match row.task_every_ms {
             Some(ms) if !row.task_rerun => now + chrono::Duration::milliseconds(ms),
@@ -650,7 +656,7 @@ impl SqliteStore {
             .bind(row.task_every_ms)
             .execute(&mut *tx)
             .await?;
-        Ok(())
+        Ok(true)
     }
 
     /// The failed attempts recorded for `id` followed by `more`, as a JSON array.
@@ -705,6 +711,7 @@ impl SqliteStore {
         let mut tx = Self::write(&mut conn).await?;
         let mut held = Vec::with_capacity(done.len());
         let mut stats = Stats::default();
+        let mut posted = false;
         for s in done {
             let row: Option<Row> = sqlx::query_as(&self.sql().take)
                 .bind(s.lease.id)
@@ -741,14 +748,13 @@ impl SqliteStore {
                 .bind(errors)
                 .execute(&mut *tx)
                 .await?;
-            self.again(&mut tx, &row, now).await?;
+            posted |= self.again(&mut tx, &row, now).await?;
             stats.add(&row.task_type, s.millis);
             held.push(row.task_id);
         }
         self.write_stats(&mut tx, stats, now).await?;
         tx.commit().await?;
-        if held.iter().len() < done.len() || !held.is_empty() {
-            // A rerun or next run may be due now.
+        if posted {
             wake();
         }
         Ok(held)
