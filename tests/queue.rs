@@ -614,78 +614,83 @@ each_backend! {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_workers_run_20000_jobs_exactly_once() {
-    const JOBS: u32 = 20_000;
-    let db = TestDb::new().await;
-    let ids = Counted::enqueue_many(&db.pool, (0..JOBS).map(Counted::new))
-        .await
-        .unwrap();
-    assert_eq!(ids.len(), JOBS as usize);
-    let runs = Arc::new(Mutex::new(HashMap::new()));
-    let tallies: Vec<Tally> = (0..2)
-        .map(|_| Tally {
-            runs: runs.clone(),
-            mine: Arc::default(),
-        })
-        .collect();
-    let second_pool = db.second_pool().await;
-    let a = RunningWorker::start(
-        worker(&db, &[Counted::TASK_TYPE])
-            .concurrency(16)
-            .data(tallies[0].clone()),
-    );
-    let b = RunningWorker::start(
-        Worker::builder(second_pool)
-            .task_types([Counted::TASK_TYPE])
-            .poll_interval(Duration::from_millis(50))
-            .concurrency(16)
-            .data(tallies[1].clone()),
-    );
-    let info = db.info();
-    wait_until(
-        "20,000 processed results",
-        Duration::from_secs(120),
-        || async {
-            let counts = info.counts().await.ok()?;
-            (counts.status(JobStatus::Processed) == i64::from(JOBS)).then_some(())
-        },
-    )
-    .await;
-    a.stop().await;
-    b.stop().await;
+each_backend! {
+    async fn two_workers_run_20000_jobs_exactly_once(db) {
+        const JOBS: u32 = 20_000;
+        let ids = Counted::enqueue_many(&db.pool, (0..JOBS).map(Counted::new))
+            .await
+            .unwrap();
+        assert_eq!(ids.len(), JOBS as usize);
+        let runs = Arc::new(Mutex::new(HashMap::new()));
+        let tallies: Vec<Tally> = (0..2)
+            .map(|_| Tally {
+                runs: runs.clone(),
+                mine: Arc::default(),
+            })
+            .collect();
+        let second_pool = db.second_pool().await;
+        let a = RunningWorker::start(
+            worker(&db, &[Counted::TASK_TYPE])
+                .concurrency(16)
+                .data(tallies[0].clone()),
+        );
+        let b = RunningWorker::start(
+            Worker::builder(second_pool)
+                .task_types([Counted::TASK_TYPE])
+                .poll_interval(Duration::from_millis(50))
+                .concurrency(16)
+                .data(tallies[1].clone()),
+        );
+        let info = db.info();
+        wait_until(
+            "20,000 processed results",
+            Duration::from_secs(120),
+            || async {
+                let counts = info.counts().await.ok()?;
+                (counts.status(JobStatus::Processed) == i64::from(JOBS)).then_some(())
+            },
+        )
+        .await;
+        a.stop().await;
+        b.stop().await;
 
-    let runs = runs.lock().unwrap().clone();
-    assert_eq!(runs.len(), JOBS as usize, "every job ran");
-    assert!(runs.values().all(|n| *n == 1), "no job ran twice");
-    assert!(ids.iter().all(|id| runs.contains_key(id)));
-    let (ran_a, ran_b) = (
-        tallies[0].mine.load(Ordering::Relaxed),
-        tallies[1].mine.load(Ordering::Relaxed),
-    );
-    assert_eq!(ran_a + ran_b, u64::from(JOBS));
-    assert!(
-        ran_a > 0 && ran_b > 0,
-        "both workers took jobs: {ran_a} / {ran_b}"
-    );
-    let counts = info.counts().await.unwrap();
-    assert_eq!(
-        counts.available + counts.scheduled + counts.running + counts.lease_expired,
-        0
-    );
-    let (finalized, total): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM sk_task_results_t WHERE task_processing_finalized_at_ts IS NOT NULL),
-                (SELECT sum(et_n_execution_cycles)::int8 FROM sk_task_execution_time_stats_t WHERE et_payload_type = 'counted')",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    assert_eq!(
-        (finalized, total),
-        (i64::from(JOBS), i64::from(JOBS)),
-        "each job finalized once"
-    );
-    db.drop().await;
+        let runs = runs.lock().unwrap().clone();
+        assert_eq!(runs.len(), JOBS as usize, "every job ran");
+        assert!(runs.values().all(|n| *n == 1), "no job ran twice");
+        assert!(ids.iter().all(|id| runs.contains_key(id)));
+        let (ran_a, ran_b) = (
+            tallies[0].mine.load(Ordering::Relaxed),
+            tallies[1].mine.load(Ordering::Relaxed),
+        );
+        assert_eq!(ran_a + ran_b, u64::from(JOBS));
+        assert!(
+            ran_a > 0 && ran_b > 0,
+            "both workers took jobs: {ran_a} / {ran_b}"
+        );
+        let counts = info.counts().await.unwrap();
+        assert_eq!(
+            counts.available + counts.scheduled + counts.running + counts.lease_expired,
+            0
+        );
+        let finalized = db
+            .scalar(
+                "SELECT count(*) FROM sk_task_results_t WHERE task_processing_finalized_at_ts IS NOT NULL",
+                None,
+            )
+            .await;
+        let total = db
+            .scalar(
+                "SELECT CAST(sum(et_n_execution_cycles) AS BIGINT) FROM sk_task_execution_time_stats_t WHERE et_payload_type = 'counted'",
+                None,
+            )
+            .await;
+        assert_eq!(
+            (finalized, total),
+            (Some(i64::from(JOBS)), Some(i64::from(JOBS))),
+            "each job finalized once"
+        );
+        db.drop().await;
+    }
 }
 
 /// Heartbeats (every 200 ms, over up to 400 leases) and batched finalizations of the same
@@ -770,61 +775,60 @@ async fn a_fresh_backlog_is_analyzed_and_vacuumed_at_once() {
     db.drop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cron_job_is_enqueued_once_per_tick_with_two_workers() {
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    // Half a second past a whole second, so every advance crosses exactly one tick.
-    let start = Utc::now().with_nanosecond(500_000_000).unwrap() + chrono::Duration::seconds(1);
-    let clock = ManualClock::new(start);
-    let second_pool = db.second_pool().await;
-    let a = RunningWorker::start(
-        worker(&db, &[EverySecond::TASK_TYPE])
-            .clock(clock.clone())
-            .data(probe.clone()),
-    );
-    let b = RunningWorker::start(
-        Worker::builder(second_pool)
-            .task_types([EverySecond::TASK_TYPE])
-            .poll_interval(Duration::from_millis(50))
-            .clock(clock.clone())
-            .data(probe),
-    );
-    db.wait_worker_up(&a.id).await;
-    db.wait_worker_up(&b.id).await;
-    let mut seen = Vec::new();
-    for _ in 0..5 {
-        clock.advance(Duration::from_secs(1));
-        let event = recv(&mut rx, "a scheduled run", T).await;
-        seen.push(event.id);
-        db.wait_job(event.id, T, |r| r.status() == JobStatus::Processed)
-            .await;
-    }
-    a.stop().await;
-    b.stop().await;
-    assert!(rx.try_recv().is_err(), "no tick ran twice");
-    let keys: Vec<(String, chrono::DateTime<Utc>)> = sqlx::query_as(
-        "SELECT r.task_unique_key, r.task_first_processing_attempted_at_ts FROM sk_task_results_t r
-         WHERE task_type = 'every_second' ORDER BY task_unique_key",
-    )
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
-    let ticks: Vec<String> = (1..=5)
-        .map(|s| {
-            format!(
-                "every_second@{}",
-                (start.with_nanosecond(0).unwrap() + chrono::Duration::seconds(s)).to_rfc3339()
+each_backend! {
+    async fn a_cron_job_is_enqueued_once_per_tick_with_two_workers(db) {
+        let (probe, mut rx) = probe();
+        // Half a second past a whole second, so every advance crosses exactly one tick.
+        let start = Utc::now().with_nanosecond(500_000_000).unwrap() + chrono::Duration::seconds(1);
+        let clock = ManualClock::new(start);
+        let second_pool = db.second_pool().await;
+        let a = RunningWorker::start(
+            worker(&db, &[EverySecond::TASK_TYPE])
+                .clock(clock.clone())
+                .data(probe.clone()),
+        );
+        let b = RunningWorker::start(
+            Worker::builder(second_pool)
+                .task_types([EverySecond::TASK_TYPE])
+                .poll_interval(Duration::from_millis(50))
+                .clock(clock.clone())
+                .data(probe),
+        );
+        db.wait_worker_up(&a.id).await;
+        db.wait_worker_up(&b.id).await;
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            clock.advance(Duration::from_secs(1));
+            let event = recv(&mut rx, "a scheduled run", T).await;
+            seen.push(event.id);
+            db.wait_job(event.id, T, |r| r.status() == JobStatus::Processed)
+                .await;
+        }
+        a.stop().await;
+        b.stop().await;
+        assert!(rx.try_recv().is_err(), "no tick ran twice");
+        let keys = db
+            .text_and_time(
+                "SELECT r.task_unique_key, r.task_first_processing_attempted_at_ts FROM sk_task_results_t r
+                 WHERE task_type = 'every_second' ORDER BY task_unique_key",
             )
-        })
-        .collect();
-    assert_eq!(
-        keys.iter().map(|k| k.0.clone()).collect::<Vec<_>>(),
-        ticks,
-        "one job per tick"
-    );
-    assert_eq!(seen.len(), 5);
-    db.drop().await;
+            .await;
+        let ticks: Vec<String> = (1..=5)
+            .map(|s| {
+                format!(
+                    "every_second@{}",
+                    (start.with_nanosecond(0).unwrap() + chrono::Duration::seconds(s)).to_rfc3339()
+                )
+            })
+            .collect();
+        assert_eq!(
+            keys.iter().map(|k| k.0.clone()).collect::<Vec<_>>(),
+            ticks,
+            "one job per tick"
+        );
+        assert_eq!(seen.len(), 5);
+        db.drop().await;
+    }
 }
 
 each_backend! {
@@ -940,65 +944,64 @@ each_backend! {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_that_lost_its_lease_cannot_finalize() {
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
-    let id = Gated::new("x".into()).enqueue(&db.pool).await.unwrap();
-    let (release_a, closed) = gate(false);
-    let a = RunningWorker::start(
-        // One slot, held by the stalled run, so A cannot re-claim the job itself.
-        worker(&db, &[Gated::TASK_TYPE])
-            .concurrency(1)
-            .lease(Duration::from_secs(3600))
-            .clock(clock.clone())
-            .data(probe.clone())
-            .data(closed),
-    );
-    assert_eq!(recv(&mut rx, "worker A's run", T).await.attempt, 1);
+each_backend! {
+    async fn a_worker_that_lost_its_lease_cannot_finalize(db) {
+        let (probe, mut rx) = probe();
+        let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+        let id = Gated::new("x".into()).enqueue(&db.pool).await.unwrap();
+        let (release_a, closed) = gate(false);
+        let a = RunningWorker::start(
+            // One slot, held by the stalled run, so A cannot re-claim the job itself.
+            worker(&db, &[Gated::TASK_TYPE])
+                .concurrency(1)
+                .lease(Duration::from_secs(3600))
+                .clock(clock.clone())
+                .data(probe.clone())
+                .data(closed),
+        );
+        assert_eq!(recv(&mut rx, "worker A's run", T).await.attempt, 1);
 
-    // A stalls past its lease; B takes the job over and finishes it.
-    clock.advance(Duration::from_secs(7200));
-    let (_open_tx, open) = gate(true);
-    let b = RunningWorker::start(
-        worker(&db, &[Gated::TASK_TYPE])
-            .clock(clock.clone())
-            .data(probe)
-            .data(open),
-    );
-    assert_eq!(recv(&mut rx, "worker B's run", T).await.attempt, 2);
-    let r = db
-        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    b.stop().await;
+        // A stalls past its lease; B takes the job over and finishes it.
+        clock.advance(Duration::from_secs(7200));
+        let (_open_tx, open) = gate(true);
+        let b = RunningWorker::start(
+            worker(&db, &[Gated::TASK_TYPE])
+                .clock(clock.clone())
+                .data(probe)
+                .data(open),
+        );
+        assert_eq!(recv(&mut rx, "worker B's run", T).await.attempt, 2);
+        let r = db
+            .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        b.stop().await;
 
-    // A finishes late: its result is refused.
-    release_a.send(true).unwrap();
-    let a_id = a.id.clone();
-    a.stop().await;
-    let fenced: i64 = sqlx::query_scalar(
-        "SELECT metric_value FROM sk_metrics_t WHERE metric_owner_process_id = $1 AND metric_id = 'jobs_fenced'",
-    )
-    .bind(&a_id)
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    assert_eq!(fenced, 1, "worker A's late result was refused");
-    let after = db.job(id).await;
-    // A's attempt counts as failed ("worker lost", recorded by B's claim), once.
-    assert_eq!(
-        (after.status(), after.error_count, after.finalized_at),
-        (JobStatus::Processed, 1, r.finalized_at)
-    );
-    let finalizations: i64 = sqlx::query_scalar(
-        "SELECT sum(et_n_execution_cycles)::int8 FROM sk_task_execution_time_stats_t WHERE et_payload_type = 'gated'",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    assert_eq!(finalizations, 1, "one finalization recorded");
-    db.drop().await;
+        // A finishes late: its result is refused.
+        release_a.send(true).unwrap();
+        let a_id = a.id.clone();
+        a.stop().await;
+        let fenced = db
+            .scalar(
+                "SELECT metric_value FROM sk_metrics_t WHERE metric_owner_process_id = $1 AND metric_id = 'jobs_fenced'",
+                Some(&a_id),
+            )
+            .await;
+        assert_eq!(fenced, Some(1), "worker A's late result was refused");
+        let after = db.job(id).await;
+        // A's attempt counts as failed ("worker lost", recorded by B's claim), once.
+        assert_eq!(
+            (after.status(), after.error_count, after.finalized_at),
+            (JobStatus::Processed, 1, r.finalized_at)
+        );
+        let finalizations = db
+            .scalar(
+                "SELECT CAST(sum(et_n_execution_cycles) AS BIGINT) FROM sk_task_execution_time_stats_t WHERE et_payload_type = 'gated'",
+                None,
+            )
+            .await;
+        assert_eq!(finalizations, Some(1), "one finalization recorded");
+        db.drop().await;
+    }
 }
 
 each_backend! {
@@ -1407,57 +1410,56 @@ each_backend! {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn finished_results_are_pruned_after_the_retention_period() {
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
-    let done = Record::new("done".into()).enqueue(&db.pool).await.unwrap();
-    let waiting = Record::new("later".into())
-        .run_at(clock.now() + chrono::Duration::days(30))
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
-    let w = RunningWorker::start(
-        worker(&db, &[Record::TASK_TYPE])
-            .clock(clock.clone())
-            .result_retention(Duration::from_secs(7 * 24 * 3600))
-            .maintenance_interval(Duration::from_millis(100))
-            .data(probe),
-    );
-    assert_eq!(recv(&mut rx, "the job", T).await.id, done);
-    db.wait_job(done, T, |r| r.status() == JobStatus::Processed)
+each_backend! {
+    async fn finished_results_are_pruned_after_the_retention_period(db) {
+        let (probe, mut rx) = probe();
+        let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+        let done = Record::new("done".into()).enqueue(&db.pool).await.unwrap();
+        let waiting = Record::new("later".into())
+            .run_at(clock.now() + chrono::Duration::days(30))
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let w = RunningWorker::start(
+            worker(&db, &[Record::TASK_TYPE])
+                .clock(clock.clone())
+                .result_retention(Duration::from_secs(7 * 24 * 3600))
+                .maintenance_interval(Duration::from_millis(100))
+                .data(probe),
+        );
+        assert_eq!(recv(&mut rx, "the job", T).await.id, done);
+        db.wait_job(done, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        clock.advance(Duration::from_secs(6 * 24 * 3600));
+        // A maintenance pass prunes, then stamps the metrics with the clock: once the stamp
+        // shows the advanced time, a prune at that time has run, and the result is still kept.
+        let six_days_on = clock.now();
+        wait_until("a maintenance pass at the advanced clock", T, || async {
+            let stamp = db
+                .time(
+                    "SELECT max(metric_last_updated) FROM sk_metrics_t WHERE metric_owner_process_id = $1",
+                    Some(&w.id),
+                )
+                .await;
+            (stamp >= Some(six_days_on)).then_some(())
+        })
         .await;
-    clock.advance(Duration::from_secs(6 * 24 * 3600));
-    // A maintenance pass prunes, then stamps the metrics with the clock: once the stamp
-    // shows the advanced time, a prune at that time has run, and the result is still kept.
-    let six_days_on = clock.now();
-    wait_until("a maintenance pass at the advanced clock", T, || async {
-        let stamp: Option<chrono::DateTime<Utc>> = sqlx::query_scalar(
-            "SELECT max(metric_last_updated) FROM sk_metrics_t WHERE metric_owner_process_id = $1",
-        )
-        .bind(&w.id)
-        .fetch_one(&db.pool)
-        .await
-        .ok()?;
-        (stamp >= Some(six_days_on)).then_some(())
-    })
-    .await;
-    assert!(
-        db.info().job(done).await.unwrap().is_some(),
-        "kept until the retention runs out"
-    );
-    clock.advance(Duration::from_secs(2 * 24 * 3600));
-    let info = db.info();
-    wait_until("the finished result to be pruned", T, || async {
-        info.job(done).await.unwrap().is_none().then_some(())
-    })
-    .await;
-    w.stop().await;
-    assert_eq!(
-        db.job(waiting).await.status(),
-        JobStatus::Unprocessed,
-        "live jobs are never pruned"
-    );
-    db.drop().await;
+        assert!(
+            db.info().job(done).await.unwrap().is_some(),
+            "kept until the retention runs out"
+        );
+        clock.advance(Duration::from_secs(2 * 24 * 3600));
+        let info = db.info();
+        wait_until("the finished result to be pruned", T, || async {
+            info.job(done).await.unwrap().is_none().then_some(())
+        })
+        .await;
+        w.stop().await;
+        assert_eq!(
+            db.job(waiting).await.status(),
+            JobStatus::Unprocessed,
+            "live jobs are never pruned"
+        );
+        db.drop().await;
+    }
 }

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use sk_runtime::{JobRecord, QueueInfo, Schema, Worker, WorkerBuilder};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
@@ -27,8 +28,72 @@ pub trait TestBackend: sk_runtime::Backend + Sized {
     /// A fresh database with sk's schema applied.
     fn create() -> impl Future<Output = Db<Self>> + Send;
 
-    /// How many metrics rows worker `id` has written (it announces itself at start).
-    fn metrics_rows<'a>(pool: &'a sqlx::Pool<Self>, id: &'a str) -> BoxFuture<'a, Option<i64>>;
+    /// The first column of the first row of `sql` (with `$1` bound to `bind`, if given)
+    /// as an integer; `None` for SQL NULL, no row or an error. `sql` is written in the SQL
+    /// all backends share (`CAST(x AS BIGINT)`, not `x::int8`).
+    fn scalar<'a>(
+        pool: &'a sqlx::Pool<Self>,
+        sql: &'a str,
+        bind: Option<&'a str>,
+    ) -> BoxFuture<'a, Option<i64>>;
+
+    /// As [`TestBackend::scalar`], for a time.
+    fn time<'a>(
+        pool: &'a sqlx::Pool<Self>,
+        sql: &'a str,
+        bind: Option<&'a str>,
+    ) -> BoxFuture<'a, Option<DateTime<Utc>>>;
+
+    /// Every row of `sql` as text and time.
+    fn text_and_time<'a>(
+        pool: &'a sqlx::Pool<Self>,
+        sql: &'a str,
+    ) -> BoxFuture<'a, Vec<(String, DateTime<Utc>)>>;
+}
+
+/// The generic queries of [`TestBackend`], the same text for every backend.
+macro_rules! queries {
+    ($db:ty) => {
+        fn scalar<'a>(
+            pool: &'a sqlx::Pool<$db>,
+            sql: &'a str,
+            bind: Option<&'a str>,
+        ) -> BoxFuture<'a, Option<i64>> {
+            Box::pin(async move {
+                let mut query = sqlx::query_scalar::<_, Option<i64>>(sql);
+                if let Some(bind) = bind {
+                    query = query.bind(bind);
+                }
+                query.fetch_optional(pool).await.ok().flatten().flatten()
+            })
+        }
+
+        fn time<'a>(
+            pool: &'a sqlx::Pool<$db>,
+            sql: &'a str,
+            bind: Option<&'a str>,
+        ) -> BoxFuture<'a, Option<DateTime<Utc>>> {
+            Box::pin(async move {
+                let mut query = sqlx::query_scalar::<_, Option<DateTime<Utc>>>(sql);
+                if let Some(bind) = bind {
+                    query = query.bind(bind);
+                }
+                query.fetch_optional(pool).await.ok().flatten().flatten()
+            })
+        }
+
+        fn text_and_time<'a>(
+            pool: &'a sqlx::Pool<$db>,
+            sql: &'a str,
+        ) -> BoxFuture<'a, Vec<(String, DateTime<Utc>)>> {
+            Box::pin(async move {
+                sqlx::query_as(sql)
+                    .fetch_all(pool)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            })
+        }
+    };
 }
 
 type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -106,17 +171,7 @@ impl TestBackend for sqlx::Postgres {
         }
     }
 
-    fn metrics_rows<'a>(pool: &'a PgPool, id: &'a str) -> BoxFuture<'a, Option<i64>> {
-        Box::pin(async move {
-            sqlx::query_scalar(
-                "SELECT count(*) FROM sk_metrics_t WHERE metric_owner_process_id = $1",
-            )
-            .bind(id)
-            .fetch_one(pool)
-            .await
-            .ok()
-        })
-    }
+    queries!(sqlx::Postgres);
 }
 
 impl TestBackend for sqlx::Sqlite {
@@ -141,17 +196,7 @@ impl TestBackend for sqlx::Sqlite {
         }
     }
 
-    fn metrics_rows<'a>(pool: &'a sqlx::SqlitePool, id: &'a str) -> BoxFuture<'a, Option<i64>> {
-        Box::pin(async move {
-            sqlx::query_scalar(
-                "SELECT count(*) FROM sk_metrics_t WHERE metric_owner_process_id = $1",
-            )
-            .bind(id)
-            .fetch_one(pool)
-            .await
-            .ok()
-        })
-    }
+    queries!(sqlx::Sqlite);
 }
 
 /// The options sk's docs give for a SQLite file: WAL, `synchronous = NORMAL`.
@@ -205,9 +250,31 @@ where
         wait_until(
             &format!("worker {id} to start"),
             Duration::from_secs(20),
-            || async { B::metrics_rows(&self.pool, id).await.filter(|n| *n > 0) },
+            || async {
+                self.scalar(
+                    "SELECT count(*) FROM sk_metrics_t WHERE metric_owner_process_id = $1",
+                    Some(id),
+                )
+                .await
+                .filter(|n| *n > 0)
+            },
         )
         .await;
+    }
+
+    /// [`TestBackend::scalar`] on this database.
+    pub async fn scalar(&self, sql: &str, bind: Option<&str>) -> Option<i64> {
+        B::scalar(&self.pool, sql, bind).await
+    }
+
+    /// [`TestBackend::time`] on this database.
+    pub async fn time(&self, sql: &str, bind: Option<&str>) -> Option<DateTime<Utc>> {
+        B::time(&self.pool, sql, bind).await
+    }
+
+    /// [`TestBackend::text_and_time`] on this database.
+    pub async fn text_and_time(&self, sql: &str) -> Vec<(String, DateTime<Utc>)> {
+        B::text_and_time(&self.pool, sql).await
     }
 
     /// Another pool on the same database, as a second worker process would have.
