@@ -5,10 +5,10 @@
 use std::time::{Duration, Instant};
 
 use sk_runtime::{Job, JobStatus};
-use sk_tests::{recv, RunningWorker, TestDb};
+use sk_tests::{each_backend, recv, Db, RunningWorker, TestBackend, TestDb};
 use uuid::Uuid;
 
-use super::{probe, worker, Record, T};
+use super::{gate, probe, worker, AlwaysFails, Gated, Probe, Record, TakesAWhile, T};
 
 /// Posts a job the way Stakhanovise.NET does: only the seed's columns, every parameter
 /// text-typed as Npgsql sends strings, then the seed's notification.
@@ -391,59 +391,59 @@ async fn fails_twice(ctx: sk_runtime::JobContext) -> Result<Receipt, sk_runtime:
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_attempt_and_the_output_are_on_record() {
-    use sk_runtime::AttemptOutcome::{Fatal, Processed, Retried};
-    let db = TestDb::new().await;
-    let (probe, _rx) = probe();
-    let ok = FailsTwice::new().enqueue(&db.pool).await.unwrap();
-    let bad = super::AlwaysFails::new().enqueue(&db.pool).await.unwrap();
-    let w = RunningWorker::start(
-        worker(&db, &[FailsTwice::TASK_TYPE, super::AlwaysFails::TASK_TYPE]).data(probe),
-    );
-    let ok = db
-        .wait_job(ok, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    let bad = db
-        .wait_job(bad, T, |r| r.status() == JobStatus::Fatal)
-        .await;
-    w.stop().await;
+each_backend! {
+    async fn every_attempt_and_the_output_are_on_record(db) {
+        use sk_runtime::AttemptOutcome::{Fatal, Processed, Retried};
+        let (probe, _rx) = probe();
+        let ok = FailsTwice::new().enqueue(&db.pool).await.unwrap();
+        let bad = AlwaysFails::new().enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(
+            worker(&db, &[FailsTwice::TASK_TYPE, AlwaysFails::TASK_TYPE]).data(probe),
+        );
+        let ok = db
+            .wait_job(ok, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        let bad = db
+            .wait_job(bad, T, |r| r.status() == JobStatus::Fatal)
+            .await;
+        w.stop().await;
 
-    let attempts = ok.attempts();
-    assert_eq!(
-        attempts
+        let attempts = ok.attempts();
+        assert_eq!(
+            attempts
+                .iter()
+                .map(|a| (
+                    a.attempt,
+                    a.outcome,
+                    a.message.as_deref(),
+                    a.worker.as_deref()
+                ))
+                .collect::<Vec<_>>(),
+            [
+                (1, Retried, Some("failure 1"), Some(w_id(&ok))),
+                (2, Retried, Some("failure 2"), Some(w_id(&ok))),
+                (3, Processed, None, Some(w_id(&ok))),
+            ]
+        );
+        assert_eq!(attempts[0].detail.as_deref(), Some("the service said no"));
+        assert!(attempts
             .iter()
-            .map(|a| (
-                a.attempt,
-                a.outcome,
-                a.message.as_deref(),
-                a.worker.as_deref()
-            ))
-            .collect::<Vec<_>>(),
-        [
-            (1, Retried, Some("failure 1"), Some(w_id(&ok))),
-            (2, Retried, Some("failure 2"), Some(w_id(&ok))),
-            (3, Processed, None, Some(w_id(&ok))),
-        ]
-    );
-    assert_eq!(attempts[0].detail.as_deref(), Some("the service said no"));
-    assert!(attempts
-        .iter()
-        .all(|a| a.started_at.is_some() && a.ended_at >= a.started_at));
-    assert_eq!(ok.error_count, 2);
-    assert_eq!(
-        ok.output::<Receipt>().unwrap(),
-        Some(Receipt {
-            attempt: 3,
-            note: "charged".into()
-        })
-    );
-    assert_eq!(
-        bad.attempts().iter().map(|a| a.outcome).collect::<Vec<_>>(),
-        [Retried, Retried, Fatal]
-    );
-    assert_eq!(bad.output::<Receipt>().unwrap(), None);
-    db.drop().await;
+            .all(|a| a.started_at.is_some() && a.ended_at >= a.started_at));
+        assert_eq!(ok.error_count, 2);
+        assert_eq!(
+            ok.output::<Receipt>().unwrap(),
+            Some(Receipt {
+                attempt: 3,
+                note: "charged".into()
+            })
+        );
+        assert_eq!(
+            bad.attempts().iter().map(|a| a.outcome).collect::<Vec<_>>(),
+            [Retried, Retried, Fatal]
+        );
+        assert_eq!(bad.output::<Receipt>().unwrap(), None);
+        db.drop().await;
+    }
 }
 
 /// The worker that recorded the last attempt.
@@ -451,74 +451,74 @@ fn w_id(r: &sk_runtime::JobRecord) -> &str {
     r.last_worker.as_deref().unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_that_ran_out_is_an_attempt_on_record() {
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    // Microseconds, as the database keeps them.
-    let start = chrono::DateTime::from_timestamp_micros(
-        (chrono::Utc::now() + chrono::Duration::seconds(1)).timestamp_micros(),
-    )
-    .unwrap();
-    let clock = sk_runtime::ManualClock::new(start);
-    let id = super::Gated::new("x".into())
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
-    let (release_a, closed) = super::gate(false);
-    // A takes the job and stalls (as a killed worker would, its lease runs out).
-    let a = RunningWorker::start(
-        worker(&db, &[super::Gated::TASK_TYPE])
-            .concurrency(1)
-            .lease(Duration::from_secs(3600))
-            .clock(clock.clone())
-            .data(probe.clone())
-            .data(closed),
-    );
-    assert_eq!(recv(&mut rx, "worker A's run", T).await.attempt, 1);
-    clock.advance(Duration::from_secs(7200));
-    let (_open_tx, open) = super::gate(true);
-    let b = RunningWorker::start(
-        worker(&db, &[super::Gated::TASK_TYPE])
-            .clock(clock.clone())
-            .data(probe)
-            .data(open),
-    );
-    assert_eq!(recv(&mut rx, "worker B's run", T).await.attempt, 2);
-    let r = db
-        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    let (a_id, b_id) = (a.id.clone(), b.id.clone());
-    b.stop().await;
-    release_a.send(true).unwrap(); // A wakes late; its result is refused.
-    a.stop().await;
-
-    let attempts = r.attempts();
-    assert_eq!(attempts.len(), 2, "{attempts:?}");
-    let lost = &attempts[0];
-    assert_eq!(
-        (
-            lost.attempt,
-            lost.outcome,
-            lost.worker.as_deref(),
-            lost.kind.as_deref()
-        ),
-        (
-            1,
-            sk_runtime::AttemptOutcome::Lost,
-            Some(a_id.as_str()),
-            Some("worker_lost")
+each_backend! {
+    async fn a_lease_that_ran_out_is_an_attempt_on_record(db) {
+        let (probe, mut rx) = probe();
+        // Microseconds, as the database keeps them.
+        let start = chrono::DateTime::from_timestamp_micros(
+            (chrono::Utc::now() + chrono::Duration::seconds(1)).timestamp_micros(),
         )
-    );
-    assert!(lost.message.as_deref().unwrap().starts_with("worker lost"));
-    assert_eq!(lost.started_at, Some(start), "A's claim time");
-    assert_eq!(
-        (attempts[1].attempt, attempts[1].worker.as_deref()),
-        (2, Some(b_id.as_str()))
-    );
-    assert_eq!(r.error_count, 1);
-    assert_eq!(r.first_attempt_at, Some(start), "the true first attempt");
-    db.drop().await;
+        .unwrap();
+        let clock = sk_runtime::ManualClock::new(start);
+        let id = Gated::new("x".into())
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let (release_a, closed) = gate(false);
+        // A takes the job and stalls (as a killed worker would, its lease runs out).
+        let a = RunningWorker::start(
+            worker(&db, &[Gated::TASK_TYPE])
+                .concurrency(1)
+                .lease(Duration::from_secs(3600))
+                .clock(clock.clone())
+                .data(probe.clone())
+                .data(closed),
+        );
+        assert_eq!(recv(&mut rx, "worker A's run", T).await.attempt, 1);
+        clock.advance(Duration::from_secs(7200));
+        let (_open_tx, open) = gate(true);
+        let b = RunningWorker::start(
+            worker(&db, &[Gated::TASK_TYPE])
+                .clock(clock.clone())
+                .data(probe)
+                .data(open),
+        );
+        assert_eq!(recv(&mut rx, "worker B's run", T).await.attempt, 2);
+        let r = db
+            .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        let (a_id, b_id) = (a.id.clone(), b.id.clone());
+        b.stop().await;
+        release_a.send(true).unwrap(); // A wakes late; its result is refused.
+        a.stop().await;
+
+        let attempts = r.attempts();
+        assert_eq!(attempts.len(), 2, "{attempts:?}");
+        let lost = &attempts[0];
+        assert_eq!(
+            (
+                lost.attempt,
+                lost.outcome,
+                lost.worker.as_deref(),
+                lost.kind.as_deref()
+            ),
+            (
+                1,
+                sk_runtime::AttemptOutcome::Lost,
+                Some(a_id.as_str()),
+                Some("worker_lost")
+            )
+        );
+        assert!(lost.message.as_deref().unwrap().starts_with("worker lost"));
+        assert_eq!(lost.started_at, Some(start), "A's claim time");
+        assert_eq!(
+            (attempts[1].attempt, attempts[1].worker.as_deref()),
+            (2, Some(b_id.as_str()))
+        );
+        assert_eq!(r.error_count, 1);
+        assert_eq!(r.first_attempt_at, Some(start), "the true first attempt");
+        db.drop().await;
+    }
 }
 
 /// Reports its tenant, correlation id and metadata, and enqueues a child job (without a
@@ -630,77 +630,77 @@ async fn tenant_correlation_id_and_metadata_travel_with_the_job() {
     db.drop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_on_update_coalesces_reruns_and_runs_a_finished_job_again() {
-    use sk_runtime::{EnqueueOutcome, UniqueMode};
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    let post = |label: &str| {
-        super::Gated::new(label.into())
-            .with_unique_key("doc:1")
-            .with_unique_mode(UniqueMode::Restart)
-            .enqueue_outcome(&db.pool)
-    };
-    let first = post("v1").await.unwrap();
-    assert_eq!(first.outcome, EnqueueOutcome::Inserted);
-    // Ten updates while it waits: one run, with the newest data.
-    for i in 2..=11 {
-        let again = post(&format!("v{i}")).await.unwrap();
-        assert_eq!(
-            (again.id, again.outcome),
-            (first.id, EnqueueOutcome::Updated)
+each_backend! {
+    async fn restart_on_update_coalesces_reruns_and_runs_a_finished_job_again(db) {
+        use sk_runtime::{EnqueueOutcome, UniqueMode};
+        let (probe, mut rx) = probe();
+        let post = |label: &str| {
+            Gated::new(label.into())
+                .with_unique_key("doc:1")
+                .with_unique_mode(UniqueMode::Restart)
+                .enqueue_outcome(&db.pool)
+        };
+        let first = post("v1").await.unwrap();
+        assert_eq!(first.outcome, EnqueueOutcome::Inserted);
+        // Ten updates while it waits: one run, with the newest data.
+        for i in 2..=11 {
+            let again = post(&format!("v{i}")).await.unwrap();
+            assert_eq!(
+                (again.id, again.outcome),
+                (first.id, EnqueueOutcome::Updated)
+            );
+        }
+        let (open_tx, gate) = gate(false);
+        let w = RunningWorker::start(
+            worker(&db, &[Gated::TASK_TYPE])
+                .data(probe)
+                .data(gate),
         );
+        let run = recv(&mut rx, "the first run", T).await;
+        assert_eq!((run.id, run.label.as_str()), (first.id, "v11"));
+        // An update during the run: it runs once more after this run, not beside it.
+        let during = post("v12").await.unwrap();
+        assert_eq!(
+            (during.id, during.outcome),
+            (first.id, EnqueueOutcome::RerunScheduled)
+        );
+        assert_eq!(
+            post("v13").await.unwrap().outcome,
+            EnqueueOutcome::RerunScheduled,
+            "a second update during the run asks for the same one rerun"
+        );
+        open_tx.send(true).unwrap();
+        let rerun = recv(&mut rx, "the rerun", T).await;
+        assert_ne!(rerun.id, first.id, "the rerun is a job of its own");
+        assert_eq!(rerun.label, "v13", "with the newest payload");
+        let done = db
+            .wait_job(rerun.id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        assert_eq!(
+            (done.unique_key.as_deref(), done.unique_mode()),
+            (Some("doc:1"), Some(UniqueMode::Restart))
+        );
+        assert_eq!(
+            db.job(first.id).await.status(),
+            JobStatus::Processed,
+            "the first run finished before the rerun started"
+        );
+        // Finished: the key is free, and an update runs the job again.
+        let after = post("v14").await.unwrap();
+        assert_eq!(after.outcome, EnqueueOutcome::Inserted);
+        assert_eq!(recv(&mut rx, "the run after", T).await.label, "v14");
+        db.wait_job(after.id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        w.stop().await;
+        assert!(rx.try_recv().is_err(), "three runs in all");
+        db.drop().await;
     }
-    let (open_tx, gate) = super::gate(false);
-    let w = RunningWorker::start(
-        worker(&db, &[super::Gated::TASK_TYPE])
-            .data(probe)
-            .data(gate),
-    );
-    let run = recv(&mut rx, "the first run", T).await;
-    assert_eq!((run.id, run.label.as_str()), (first.id, "v11"));
-    // An update during the run: it runs once more after this run, not beside it.
-    let during = post("v12").await.unwrap();
-    assert_eq!(
-        (during.id, during.outcome),
-        (first.id, EnqueueOutcome::RerunScheduled)
-    );
-    assert_eq!(
-        post("v13").await.unwrap().outcome,
-        EnqueueOutcome::RerunScheduled,
-        "a second update during the run asks for the same one rerun"
-    );
-    open_tx.send(true).unwrap();
-    let rerun = recv(&mut rx, "the rerun", T).await;
-    assert_ne!(rerun.id, first.id, "the rerun is a job of its own");
-    assert_eq!(rerun.label, "v13", "with the newest payload");
-    let done = db
-        .wait_job(rerun.id, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    assert_eq!(
-        (done.unique_key.as_deref(), done.unique_mode()),
-        (Some("doc:1"), Some(UniqueMode::Restart))
-    );
-    assert_eq!(
-        db.job(first.id).await.status(),
-        JobStatus::Processed,
-        "the first run finished before the rerun started"
-    );
-    // Finished: the key is free, and an update runs the job again.
-    let after = post("v14").await.unwrap();
-    assert_eq!(after.outcome, EnqueueOutcome::Inserted);
-    assert_eq!(recv(&mut rx, "the run after", T).await.label, "v14");
-    db.wait_job(after.id, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    w.stop().await;
-    assert!(rx.try_recv().is_err(), "three runs in all");
-    db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_and_replace_modes_and_unique_keys_in_bulk() {
-    use sk_runtime::{EnqueueOutcome, Error, UniqueMode};
     let db = TestDb::new().await;
+    use sk_runtime::{EnqueueOutcome, Error, UniqueMode};
     let first = Record::new("kept".into())
         .with_unique_key("s")
         .enqueue(&db.pool)
@@ -803,11 +803,14 @@ async fn slow_periodic(spans: sk_runtime::Data<Spans>) {
 
 /// Runs `task_type` (a job taking `Data<Spans>`) on two workers until it has run `runs`
 /// times; returns the runs' spans and how many of its jobs were live at that moment.
-async fn spans_on_two_workers(
-    db: &TestDb,
+async fn spans_on_two_workers<B: TestBackend>(
+    db: &Db<B>,
     task_type: &str,
     runs: usize,
-) -> (Vec<(Instant, Instant)>, i64) {
+) -> (Vec<(Instant, Instant)>, i64)
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
     let spans = Spans::default();
     let workers: Vec<RunningWorker> = (0..2)
         .map(|_| RunningWorker::start(worker(db, &[task_type]).data(spans.clone())))
@@ -816,12 +819,13 @@ async fn spans_on_two_workers(
         (spans.0.lock().unwrap().len() >= runs).then_some(())
     })
     .await;
-    let live: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM sk_tasks_queue_t WHERE task_type = $1")
-            .bind(task_type)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let live = db
+        .scalar(
+            "SELECT count(*) FROM sk_tasks_queue_t WHERE task_type = $1",
+            Some(task_type),
+        )
+        .await
+        .expect("a count");
     for w in workers {
         w.stop().await;
     }
@@ -835,44 +839,44 @@ async fn spans_on_two_workers(
     (spans, live)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_periodic_job_runs_a_period_after_each_run_and_never_overlaps() {
-    let db = TestDb::new().await;
-    let (spans, live) = spans_on_two_workers(&db, SlowPeriodic::TASK_TYPE, 3).await;
-    assert_eq!(live, 1, "one live run at a time, however many workers");
-    for pair in spans.windows(2) {
-        let gap = pair[1].0.saturating_duration_since(pair[0].1);
-        assert!(
-            pair[1].0 > pair[0].1 && gap >= Duration::from_millis(950),
-            "the next run starts a period after the last one ended: gap {gap:?}"
-        );
+each_backend! {
+    async fn a_periodic_job_runs_a_period_after_each_run_and_never_overlaps(db) {
+        let (spans, live) = spans_on_two_workers(&db, SlowPeriodic::TASK_TYPE, 3).await;
+        assert_eq!(live, 1, "one live run at a time, however many workers");
+        for pair in spans.windows(2) {
+            let gap = pair[1].0.saturating_duration_since(pair[0].1);
+            assert!(
+                pair[1].0 > pair[0].1 && gap >= Duration::from_millis(950),
+                "the next run starts a period after the last one ended: gap {gap:?}"
+            );
+        }
+        db.drop().await;
     }
-    db.drop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_default_timeout_rescues_a_hung_job() {
-    let db = TestDb::new().await;
-    let (probe, _rx) = probe();
-    let id = super::TakesAWhile::new(60_000)
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
-    let w = RunningWorker::start(
-        worker(&db, &[super::TakesAWhile::TASK_TYPE])
-            .default_timeout(Duration::from_millis(100))
-            .data(probe),
-    );
-    let r = db.wait_job(id, T, |r| r.error_count >= 1).await;
-    w.stop().await;
-    assert_eq!(
-        (
-            r.last_error_type.as_deref(),
-            r.last_error_message.as_deref()
-        ),
-        (Some("timeout"), Some("timed out after 100ms"))
-    );
-    db.drop().await;
+each_backend! {
+    async fn a_worker_default_timeout_rescues_a_hung_job(db) {
+        let (probe, _rx) = probe();
+        let id = TakesAWhile::new(60_000)
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let w = RunningWorker::start(
+            worker(&db, &[TakesAWhile::TASK_TYPE])
+                .default_timeout(Duration::from_millis(100))
+                .data(probe),
+        );
+        let r = db.wait_job(id, T, |r| r.error_count >= 1).await;
+        w.stop().await;
+        assert_eq!(
+            (
+                r.last_error_type.as_deref(),
+                r.last_error_message.as_deref()
+            ),
+            (Some("timeout"), Some("timed out after 100ms"))
+        );
+        db.drop().await;
+    }
 }
 
 #[sk_runtime::job(schedule = "* * * * * *")]
@@ -882,214 +886,210 @@ async fn slow_tick(spans: sk_runtime::Data<Spans>) {
     spans.0.lock().unwrap().push((start, Instant::now()));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_cron_job_skips_the_ticks_that_come_while_it_runs() {
-    let db = TestDb::new().await;
-    let (spans, live) = spans_on_two_workers(&db, SlowTick::TASK_TYPE, 2).await;
-    assert!(live <= 1, "{live} ticks live at once");
-    // Two runs of 2.5 s with a tick every second: the ticks in between were skipped, and
-    // left no results row.
-    let rows: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM sk_task_results_t WHERE task_type = 'slow_tick'")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
-    assert!(
-        rows <= spans.len() as i64 + 1,
-        "{rows} results rows for {} runs",
-        spans.len()
-    );
-    db.drop().await;
+each_backend! {
+    async fn a_slow_cron_job_skips_the_ticks_that_come_while_it_runs(db) {
+        let (spans, live) = spans_on_two_workers(&db, SlowTick::TASK_TYPE, 2).await;
+        assert!(live <= 1, "{live} ticks live at once");
+        // Two runs of 2.5 s with a tick every second: the ticks in between were skipped, and
+        // left no results row.
+        let rows: i64 =
+            db
+                .scalar("SELECT count(*) FROM sk_task_results_t WHERE task_type = 'slow_tick'", None)
+                .await
+                .expect("a count");
+        assert!(
+            rows <= spans.len() as i64 + 1,
+            "{rows} results rows for {} runs",
+            spans.len()
+        );
+        db.drop().await;
+    }
 }
 
 #[sk_runtime::job(schedule = "0 0 * * * *", missed = "run_once")]
-async fn hourly_catch_up(ctx: sk_runtime::JobContext, probe: sk_runtime::Data<super::Probe>) {
+async fn hourly_catch_up(ctx: sk_runtime::JobContext, probe: sk_runtime::Data<Probe>) {
     probe.saw(&ctx, "caught up");
 }
 
 #[sk_runtime::job(schedule = "0 0 * * * *")]
-async fn hourly_skip(ctx: sk_runtime::JobContext, probe: sk_runtime::Data<super::Probe>) {
+async fn hourly_skip(ctx: sk_runtime::JobContext, probe: sk_runtime::Data<Probe>) {
     probe.saw(&ctx, "skipped tick ran");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missed_tick_runs_once_at_start_when_asked() {
-    use chrono::Timelike;
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    // Half past the hour: the tick at the top of the hour was missed.
-    let now = chrono::Utc::now();
-    let half_past = now
-        .with_minute(30)
-        .and_then(|t| t.with_second(0))
-        .and_then(|t| t.with_nanosecond(0))
-        .unwrap();
-    let clock = sk_runtime::ManualClock::new(half_past);
-    let types = [HourlyCatchUp::TASK_TYPE, HourlySkip::TASK_TYPE];
-    let a = RunningWorker::start(worker(&db, &types).clock(clock.clone()).data(probe.clone()));
-    let run = recv(&mut rx, "the missed tick", T).await;
-    assert_eq!(run.label, "caught up");
-    db.wait_job(run.id, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    // Another worker starting later in the same hour finds the tick done.
-    let b = RunningWorker::start(worker(&db, &types).clock(clock.clone()).data(probe));
-    db.wait_worker_up(&b.id).await;
-    a.stop().await;
-    // A stopping scheduler finishes its pass: B has tried to enqueue the missed tick.
-    b.stop().await;
-    let ticks: Vec<String> = sqlx::query_scalar(
-        "SELECT task_unique_key FROM sk_task_results_t WHERE task_type IN ('hourly_catch_up', 'hourly_skip')",
-    )
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
-    let top_of_hour = half_past.with_minute(0).unwrap();
-    assert_eq!(
-        ticks,
-        [format!("hourly_catch_up@{}", top_of_hour.to_rfc3339())],
-        "one catch-up run, and none for the job that skips missed ticks"
-    );
-    assert!(rx.try_recv().is_err());
-    db.drop().await;
+each_backend! {
+    async fn a_missed_tick_runs_once_at_start_when_asked(db) {
+        use chrono::Timelike;
+        let (probe, mut rx) = probe();
+        // Half past the hour: the tick at the top of the hour was missed.
+        let now = chrono::Utc::now();
+        let half_past = now
+            .with_minute(30)
+            .and_then(|t| t.with_second(0))
+            .and_then(|t| t.with_nanosecond(0))
+            .unwrap();
+        let clock = sk_runtime::ManualClock::new(half_past);
+        let types = [HourlyCatchUp::TASK_TYPE, HourlySkip::TASK_TYPE];
+        let a = RunningWorker::start(worker(&db, &types).clock(clock.clone()).data(probe.clone()));
+        let run = recv(&mut rx, "the missed tick", T).await;
+        assert_eq!(run.label, "caught up");
+        db.wait_job(run.id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        // Another worker starting later in the same hour finds the tick done.
+        let b = RunningWorker::start(worker(&db, &types).clock(clock.clone()).data(probe));
+        db.wait_worker_up(&b.id).await;
+        a.stop().await;
+        // A stopping scheduler finishes its pass: B has tried to enqueue the missed tick.
+        b.stop().await;
+        let ticks = db
+            .texts("SELECT task_unique_key FROM sk_task_results_t WHERE task_type IN ('hourly_catch_up', 'hourly_skip')")
+            .await;
+        let top_of_hour = half_past.with_minute(0).unwrap();
+        assert_eq!(
+            ticks,
+            [format!("hourly_catch_up@{}", top_of_hour.to_rfc3339())],
+            "one catch-up run, and none for the job that skips missed ticks"
+        );
+        assert!(rx.try_recv().is_err());
+        db.drop().await;
+    }
 }
 
 #[sk_runtime::job(schedule = "0 0 8 * * *", timezone = "Europe/Paris")]
-async fn paris_morning(ctx: sk_runtime::JobContext, probe: sk_runtime::Data<super::Probe>) {
+async fn paris_morning(ctx: sk_runtime::JobContext, probe: sk_runtime::Data<Probe>) {
     probe.saw(&ctx, "8:00 in Paris");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cron_time_zone_ticks_at_local_time() {
-    use chrono::TimeZone as _;
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    // 7:59:30 in Paris on a winter day (CET, UTC+1).
-    let clock = sk_runtime::ManualClock::new(
-        chrono::Utc
-            .with_ymd_and_hms(2026, 1, 10, 6, 59, 30)
-            .unwrap(),
-    );
-    let w = RunningWorker::start(
-        worker(&db, &[ParisMorning::TASK_TYPE])
-            .clock(clock.clone())
-            .data(probe),
-    );
-    db.wait_worker_up(&w.id).await;
-    clock.advance(Duration::from_secs(60));
-    let run = recv(&mut rx, "the 8:00 tick in Paris", T).await;
-    let r = db
-        .wait_job(run.id, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    w.stop().await;
-    assert_eq!(
-        r.unique_key.as_deref(),
-        Some("paris_morning@2026-01-10T07:00:00+00:00")
-    );
-    // An unknown zone in a schedule given at run time fails the build, naming it.
-    let refused = sk_runtime::Worker::builder(db.pool.clone())
-        .task_types([Record::TASK_TYPE])
-        .data(super::probe().0)
-        .periodic("CRON_TZ=Mars/Olympus 0 8 * * *", Record::new("x".into()))
-        .build()
-        .err()
-        .expect("an unknown zone is refused")
-        .to_string();
-    assert!(
-        refused.contains("unknown time zone \"Mars/Olympus\""),
-        "{refused}"
-    );
-    db.drop().await;
+each_backend! {
+    async fn a_cron_time_zone_ticks_at_local_time(db) {
+        use chrono::TimeZone as _;
+        let (probe, mut rx) = probe();
+        // 7:59:30 in Paris on a winter day (CET, UTC+1).
+        let clock = sk_runtime::ManualClock::new(
+            chrono::Utc
+                .with_ymd_and_hms(2026, 1, 10, 6, 59, 30)
+                .unwrap(),
+        );
+        let w = RunningWorker::start(
+            worker(&db, &[ParisMorning::TASK_TYPE])
+                .clock(clock.clone())
+                .data(probe),
+        );
+        db.wait_worker_up(&w.id).await;
+        clock.advance(Duration::from_secs(60));
+        let run = recv(&mut rx, "the 8:00 tick in Paris", T).await;
+        let r = db
+            .wait_job(run.id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        w.stop().await;
+        assert_eq!(
+            r.unique_key.as_deref(),
+            Some("paris_morning@2026-01-10T07:00:00+00:00")
+        );
+        // An unknown zone in a schedule given at run time fails the build, naming it.
+        let refused = sk_runtime::Worker::builder(db.pool.clone())
+            .task_types([Record::TASK_TYPE])
+            .data(super::super::probe().0)
+            .periodic("CRON_TZ=Mars/Olympus 0 8 * * *", Record::new("x".into()))
+            .build()
+            .err()
+            .expect("an unknown zone is refused")
+            .to_string();
+        assert!(
+            refused.contains("unknown time zone \"Mars/Olympus\""),
+            "{refused}"
+        );
+        db.drop().await;
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_schedule_added_at_run_time_runs_once_per_tick_across_workers() {
-    use chrono::Timelike;
-    let db = TestDb::new().await;
-    let (probe, mut rx) = probe();
-    // Half a second past a whole second, so every advance crosses exactly one tick.
-    let start =
-        chrono::Utc::now().with_nanosecond(500_000_000).unwrap() + chrono::Duration::seconds(1);
-    let clock = sk_runtime::ManualClock::new(start);
-    let a = RunningWorker::start(
-        worker(&db, &[Record::TASK_TYPE])
-            .clock(clock.clone())
-            .data(probe.clone()),
-    );
-    let b = RunningWorker::start(
-        sk_runtime::Worker::builder(db.second_pool().await)
-            .task_types([Record::TASK_TYPE])
-            .poll_interval(Duration::from_millis(50))
-            .clock(clock.clone())
-            .data(probe),
-    );
-    db.wait_worker_up(&a.id).await;
-    db.wait_worker_up(&b.id).await;
-    let schedules = sk_runtime::StoredSchedules::new(db.pool.clone()).clock(clock.clone());
-    // Bad input is refused, and nothing is stored.
-    let record = |label: &str| Record::new(label.into());
-    assert!(schedules.add("", "* * * * * *", record("x")).await.is_err());
-    assert!(schedules
-        .add("bad", "CRON_TZ=Nowhere/Land * * * * *", record("x"))
-        .await
-        .is_err());
-    assert!(schedules
-        .add("bad", "every second", record("x"))
-        .await
-        .is_err());
-    assert!(schedules.list().await.unwrap().is_empty());
+each_backend! {
+    async fn a_schedule_added_at_run_time_runs_once_per_tick_across_workers(db) {
+        use chrono::Timelike;
+        let (probe, mut rx) = probe();
+        // Half a second past a whole second, so every advance crosses exactly one tick.
+        let start =
+            chrono::Utc::now().with_nanosecond(500_000_000).unwrap() + chrono::Duration::seconds(1);
+        let clock = sk_runtime::ManualClock::new(start);
+        let a = RunningWorker::start(
+            worker(&db, &[Record::TASK_TYPE])
+                .clock(clock.clone())
+                .data(probe.clone()),
+        );
+        let b = RunningWorker::start(
+            sk_runtime::Worker::builder(db.second_pool().await)
+                .task_types([Record::TASK_TYPE])
+                .poll_interval(Duration::from_millis(50))
+                .clock(clock.clone())
+                .data(probe),
+        );
+        db.wait_worker_up(&a.id).await;
+        db.wait_worker_up(&b.id).await;
+        let schedules = sk_runtime::StoredSchedules::new(db.pool.clone()).clock(clock.clone());
+        // Bad input is refused, and nothing is stored.
+        let record = |label: &str| Record::new(label.into());
+        assert!(schedules.add("", "* * * * * *", record("x")).await.is_err());
+        assert!(schedules
+            .add("bad", "CRON_TZ=Nowhere/Land * * * * *", record("x"))
+            .await
+            .is_err());
+        assert!(schedules
+            .add("bad", "every second", record("x"))
+            .await
+            .is_err());
+        assert!(schedules.list().await.unwrap().is_empty());
 
-    schedules
-        .add("every-second", "* * * * * *", record("stored"))
-        .await
-        .unwrap();
-    let listed = schedules.list().await.unwrap();
-    assert_eq!(
-        (
-            listed.len(),
-            listed[0].task_type.as_str(),
-            &listed[0].payload
-        ),
-        (1, "record", &serde_json::json!({ "label": "stored" }))
-    );
-    for _ in 0..4 {
+        schedules
+            .add("every-second", "* * * * * *", record("stored"))
+            .await
+            .unwrap();
+        let listed = schedules.list().await.unwrap();
+        assert_eq!(
+            (
+                listed.len(),
+                listed[0].task_type.as_str(),
+                &listed[0].payload
+            ),
+            (1, "record", &serde_json::json!({ "label": "stored" }))
+        );
+        for _ in 0..4 {
+            clock.advance(Duration::from_secs(1));
+            let run = recv(&mut rx, "a stored schedule's tick", T).await;
+            assert_eq!(run.label, "stored");
+            db.wait_job(run.id, T, |r| r.status() == JobStatus::Processed)
+                .await;
+        }
+        // Once removed, no worker enqueues its ticks; another schedule's tick shows that the
+        // workers went on.
+        assert!(schedules.remove("every-second").await.unwrap());
+        assert!(!schedules.remove("every-second").await.unwrap());
+        schedules
+            .add("marker", "* * * * * *", record("marker"))
+            .await
+            .unwrap();
         clock.advance(Duration::from_secs(1));
-        let run = recv(&mut rx, "a stored schedule's tick", T).await;
-        assert_eq!(run.label, "stored");
+        let run = recv(&mut rx, "the marker's tick", T).await;
+        assert_eq!(run.label, "marker");
         db.wait_job(run.id, T, |r| r.status() == JobStatus::Processed)
             .await;
+        a.stop().await;
+        b.stop().await;
+        assert!(
+            rx.try_recv().is_err(),
+            "no tick ran twice, none after the removal"
+        );
+        let keys = db
+            .texts(
+                "SELECT task_unique_key FROM sk_task_results_t
+                 WHERE task_unique_key LIKE 'sk-schedule:every-second@%' ORDER BY 1",
+            )
+            .await;
+        let ticks: Vec<String> = (1..=4)
+            .map(|s| {
+                let tick = start.with_nanosecond(0).unwrap() + chrono::Duration::seconds(s);
+                format!("sk-schedule:every-second@{}", tick.to_rfc3339())
+            })
+            .collect();
+        assert_eq!(keys, ticks, "one job per tick while the schedule existed");
+        db.drop().await;
     }
-    // Once removed, no worker enqueues its ticks; another schedule's tick shows that the
-    // workers went on.
-    assert!(schedules.remove("every-second").await.unwrap());
-    assert!(!schedules.remove("every-second").await.unwrap());
-    schedules
-        .add("marker", "* * * * * *", record("marker"))
-        .await
-        .unwrap();
-    clock.advance(Duration::from_secs(1));
-    let run = recv(&mut rx, "the marker's tick", T).await;
-    assert_eq!(run.label, "marker");
-    db.wait_job(run.id, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    a.stop().await;
-    b.stop().await;
-    assert!(
-        rx.try_recv().is_err(),
-        "no tick ran twice, none after the removal"
-    );
-    let keys: Vec<String> = sqlx::query_scalar(
-        "SELECT task_unique_key FROM sk_task_results_t
-         WHERE task_unique_key LIKE 'sk-schedule:every-second@%' ORDER BY 1",
-    )
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
-    let ticks: Vec<String> = (1..=4)
-        .map(|s| {
-            let tick = start.with_nanosecond(0).unwrap() + chrono::Duration::seconds(s);
-            format!("sk-schedule:every-second@{}", tick.to_rfc3339())
-        })
-        .collect();
-    assert_eq!(keys, ticks, "one job per tick while the schedule existed");
-    db.drop().await;
 }

@@ -44,6 +44,9 @@ pub trait TestBackend: sk_runtime::Backend + Sized {
         bind: Option<&'a str>,
     ) -> BoxFuture<'a, Option<DateTime<Utc>>>;
 
+    /// Every row of `sql` as text.
+    fn texts<'a>(pool: &'a sqlx::Pool<Self>, sql: &'a str) -> BoxFuture<'a, Vec<String>>;
+
     /// Every row of `sql` as text and time.
     fn text_and_time<'a>(
         pool: &'a sqlx::Pool<Self>,
@@ -79,6 +82,15 @@ macro_rules! queries {
                     query = query.bind(bind);
                 }
                 query.fetch_optional(pool).await.ok().flatten().flatten()
+            })
+        }
+
+        fn texts<'a>(pool: &'a sqlx::Pool<$db>, sql: &'a str) -> BoxFuture<'a, Vec<String>> {
+            Box::pin(async move {
+                sqlx::query_scalar(sql)
+                    .fetch_all(pool)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
             })
         }
 
@@ -270,6 +282,11 @@ where
     /// [`TestBackend::time`] on this database.
     pub async fn time(&self, sql: &str, bind: Option<&str>) -> Option<DateTime<Utc>> {
         B::time(&self.pool, sql, bind).await
+    }
+
+    /// [`TestBackend::texts`] on this database.
+    pub async fn texts(&self, sql: &str) -> Vec<String> {
+        B::texts(&self.pool, sql).await
     }
 
     /// [`TestBackend::text_and_time`] on this database.
