@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sk_runtime::{job, JobStatus};
-use sk_tests::{wait_until, TestDb};
+use sk_tests::{wait_until, Db, TestBackend};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util_free::Switch;
 use uuid::Uuid;
@@ -167,15 +167,20 @@ async fn fault_pause(d: Duration) {
     tokio::time::sleep(d).await;
 }
 
-async fn setup(jobs: u32, millis: u64) -> (TestDb, Vec<Uuid>) {
-    let db = TestDb::new().await;
-    sqlx::query(
+async fn setup<B: TestBackend>(jobs: u32, millis: u64) -> (Db<B>, Vec<Uuid>)
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+    for<'c> &'c mut B::Connection: sqlx::Executor<'c, Database = B>,
+{
+    let db = Db::<B>::new().await;
+    db.execute(if B::BACKEND == "SQLite" {
+        "CREATE TABLE fault_runs (task_id BLOB NOT NULL, attempt INTEGER NOT NULL, pid INTEGER NOT NULL,
+                                  started_at TEXT NOT NULL)"
+    } else {
         "CREATE TABLE fault_runs (task_id uuid NOT NULL, attempt int NOT NULL, pid int NOT NULL,
-                                  started_at timestamptz NOT NULL DEFAULT clock_timestamp())",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap();
+                                  started_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+    })
+    .await;
     let mut ids = Vec::new();
     for chunk in (0..jobs).collect::<Vec<_>>().chunks(10_000) {
         ids.extend(
@@ -188,26 +193,34 @@ async fn setup(jobs: u32, millis: u64) -> (TestDb, Vec<Uuid>) {
 }
 
 /// Waits until `n` runs of `burn` have started (`fault_runs` rows).
-async fn wait_runs_started(db: &TestDb, n: i64, what: &str) {
+async fn wait_runs_started<B: TestBackend>(db: &Db<B>, n: i64, what: &str)
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
     wait_until(what, Duration::from_secs(30), || async {
-        let started: i64 = sqlx::query_scalar("SELECT count(*) FROM fault_runs")
-            .fetch_one(&db.pool)
-            .await
-            .ok()?;
+        let started = db.scalar("SELECT count(*) FROM fault_runs", None).await?;
         (started == n).then_some(())
     })
     .await;
 }
 
 /// Jobs with a final, successful result.
-async fn processed(db: &TestDb) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM sk_task_results_t WHERE task_status = 3")
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
+async fn processed<B: TestBackend>(db: &Db<B>) -> i64
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    db.scalar(
+        "SELECT count(*) FROM sk_task_results_t WHERE task_status = 3",
+        None,
+    )
+    .await
+    .expect("a count")
 }
 
-async fn wait_processed(db: &TestDb, n: usize, timeout: Duration) {
+async fn wait_processed<B: TestBackend>(db: &Db<B>, n: usize, timeout: Duration)
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
     wait_until(&format!("{n} finalized jobs"), timeout, || async {
         (processed(db).await >= n as i64).then_some(())
     })
@@ -218,16 +231,17 @@ async fn wait_processed(db: &TestDb, n: usize, timeout: Duration) {
 /// result, none left in the queue, at least one run each, and no run that started after
 /// the job's final result (a second finalization needs a second claim, which needs the
 /// queue row the first finalization deleted). Returns how many jobs ran more than once.
-async fn assert_each_job_finished_once(db: &TestDb, ids: &[Uuid]) -> i64 {
-    let (results, processed_rows, finalized, queue_rows): (i64, i64, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM sk_task_results_t),
-                (SELECT count(*) FROM sk_task_results_t WHERE task_status = 3),
-                (SELECT count(*) FROM sk_task_results_t WHERE task_processing_finalized_at_ts IS NOT NULL),
-                (SELECT count(*) FROM sk_tasks_queue_t)",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+async fn assert_each_job_finished_once<B: TestBackend>(db: &Db<B>, ids: &[Uuid]) -> i64
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let count = |sql: &'static str| async move { db.scalar(sql, None).await.expect("a count") };
+    let (results, processed_rows, finalized, queue_rows) = (
+        count("SELECT count(*) FROM sk_task_results_t").await,
+        count("SELECT count(*) FROM sk_task_results_t WHERE task_status = 3").await,
+        count("SELECT count(*) FROM sk_task_results_t WHERE task_processing_finalized_at_ts IS NOT NULL").await,
+        count("SELECT count(*) FROM sk_tasks_queue_t").await,
+    );
     let n = ids.len() as i64;
     assert_eq!(
         (results, processed_rows, finalized, queue_rows),
@@ -235,15 +249,12 @@ async fn assert_each_job_finished_once(db: &TestDb, ids: &[Uuid]) -> i64 {
         "lost = {}",
         n - processed_rows
     );
-    let (never_ran, ran_after_final, reran): (i64, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM sk_task_results_t r WHERE NOT EXISTS (SELECT 1 FROM fault_runs f WHERE f.task_id = r.task_id)),
-                (SELECT count(*) FROM fault_runs f JOIN sk_task_results_t r USING (task_id)
-                 WHERE f.started_at > r.task_processing_finalized_at_ts),
-                (SELECT count(*) FROM (SELECT task_id FROM fault_runs GROUP BY task_id HAVING count(*) > 1) d)",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
+    let (never_ran, ran_after_final, reran) = (
+        count("SELECT count(*) FROM sk_task_results_t r WHERE NOT EXISTS (SELECT 1 FROM fault_runs f WHERE f.task_id = r.task_id)").await,
+        count("SELECT count(*) FROM fault_runs f JOIN sk_task_results_t r USING (task_id)
+               WHERE f.started_at > r.task_processing_finalized_at_ts").await,
+        count("SELECT count(*) FROM (SELECT task_id FROM fault_runs GROUP BY task_id HAVING count(*) > 1) d").await,
+    );
     assert_eq!(never_ran, 0, "every finalized job ran");
     assert_eq!(
         ran_after_final, 0,
@@ -264,7 +275,7 @@ async fn kill_9_with_restarts_loses_nothing_and_finalizes_once() {
     let _serial = SERIAL.lock().await;
     const JOBS: u32 = 30_000;
     const LEASE_MS: u64 = 1000;
-    let (db, ids) = setup(JOBS, 20).await;
+    let (db, ids) = setup::<sqlx::Postgres>(JOBS, 20).await;
     let (mut rng, seed) = Rng::from_env();
     let args = [
         "--concurrency",
@@ -399,7 +410,7 @@ async fn kill_9_with_restarts_loses_nothing_and_finalizes_once() {
 async fn terminated_backends_are_reconnected_and_nothing_is_lost() {
     let _serial = SERIAL.lock().await;
     const JOBS: u32 = 10_000;
-    let (db, ids) = setup(JOBS, 5).await;
+    let (db, ids) = setup::<sqlx::Postgres>(JOBS, 5).await;
     let args = [
         "--concurrency",
         "8",
@@ -532,7 +543,7 @@ mod tokio_util_free {
 async fn a_worker_whose_database_is_away_keeps_trying_without_spinning() {
     let _serial = SERIAL.lock().await;
     const JOBS: u32 = 3000;
-    let (db, ids) = setup(JOBS, 2).await;
+    let (db, ids) = setup::<sqlx::Postgres>(JOBS, 2).await;
     let proxy = Proxy::start().await;
     let via_proxy = db.url.replace(":5432/", &format!(":{}/", proxy.port));
     assert_ne!(via_proxy, db.url, "the test database URL names port 5432");
@@ -606,7 +617,7 @@ async fn a_worker_whose_database_is_away_keeps_trying_without_spinning() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_worker_resumed_after_its_lease_is_fenced() {
     let _serial = SERIAL.lock().await;
-    let (db, ids) = setup(1, 1500).await;
+    let (db, ids) = setup::<sqlx::Postgres>(1, 1500).await;
     let id = ids[0];
     let mut a = Proc::spawn(
         &db.url,
@@ -698,7 +709,7 @@ async fn a_stale_worker_resumed_after_its_lease_is_fenced() {
 async fn sigterm_finishes_running_jobs_and_gives_the_rest_back() {
     let _serial = SERIAL.lock().await;
     const JOBS: u32 = 400;
-    let (db, ids) = setup(JOBS, 200).await;
+    let (db, ids) = setup::<sqlx::Postgres>(JOBS, 200).await;
     let mut a = Proc::spawn(
         &db.url,
         "term-graceful",
@@ -784,7 +795,7 @@ async fn sigterm_finishes_running_jobs_and_gives_the_rest_back() {
 async fn a_second_sigterm_stops_at_once() {
     let _serial = SERIAL.lock().await;
     // Jobs that work for a minute and do not look at the stop request.
-    let (db, ids) = setup(4, 60_000).await;
+    let (db, ids) = setup::<sqlx::Postgres>(4, 60_000).await;
     let mut w = Proc::spawn(
         &db.url,
         "term-twice",
@@ -846,7 +857,7 @@ async fn a_second_sigterm_stops_at_once() {
 async fn a_worker_started_before_its_database_names_the_cause_and_waits() {
     let _serial = SERIAL.lock().await;
     const JOBS: u32 = 200;
-    let (db, ids) = setup(JOBS, 1).await;
+    let (db, ids) = setup::<sqlx::Postgres>(JOBS, 1).await;
     // A port where nothing listens yet; the database appears there later.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -930,4 +941,172 @@ async fn a_wrong_database_url_is_a_one_line_error() {
         assert!(stderr.contains(cause), "the cause is named: {stderr}");
         report(&format!("bad-url: {url:?} -> {}", stderr.trim()));
     }
+}
+
+/// SQLite: three worker processes on one file, one of them killed with SIGKILL and
+/// restarted four times. There is no `SKIP LOCKED`: SQLite's write lock, taken by each
+/// claim before it reads, keeps the processes' claims apart (docs/backends.md), and a
+/// process killed inside a write leaves no half-written transaction behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_kill_9_with_restarts_loses_nothing_and_finalizes_once() {
+    let _serial = SERIAL.lock().await;
+    const JOBS: u32 = 6_000;
+    let (db, ids) = setup::<sqlx::Sqlite>(JOBS, 20).await;
+    let (mut rng, seed) = Rng::from_env();
+    let args = [
+        "--concurrency",
+        "16",
+        "--lease-ms",
+        "1000",
+        "--poll-ms",
+        "100",
+    ];
+    let mut victims = vec![Proc::spawn(&db.url, "sqlite-victim-0", &args)];
+    let mut steady = [
+        Proc::spawn(&db.url, "sqlite-steady-1", &args),
+        Proc::spawn(&db.url, "sqlite-steady-2", &args),
+    ];
+    let started = Instant::now();
+    let mut held_at_kill = 0;
+    let kills = 4;
+    for k in 1..=kills {
+        fault_pause(rng.millis(400, 1200)).await;
+        let victim = victims.last_mut().unwrap();
+        assert!(victim.alive(), "the victim was running");
+        let left = i64::from(JOBS) - processed(&db).await;
+        assert!(
+            left > 0,
+            "kill {k} came after the burn-down ended; the suite needs longer jobs"
+        );
+        victim.child.kill().unwrap(); // SIGKILL
+        victim.child.wait().unwrap();
+        held_at_kill += db
+            .scalar(
+                "SELECT count(*) FROM sk_tasks_queue_t WHERE task_locked_by = $1",
+                Some(&victim.id),
+            )
+            .await
+            .expect("a count");
+        report(&format!(
+            "sqlite kill-9: kill {k} of pid {} with {left} jobs left",
+            victim.pid()
+        ));
+        victims.push(Proc::spawn(
+            &db.url,
+            &format!("sqlite-victim-{k}"),
+            &args,
+        ));
+    }
+    wait_processed(&db, JOBS as usize, Duration::from_secs(300)).await;
+    let elapsed = started.elapsed();
+    for p in victims.iter_mut().rev().take(1).chain(steady.iter_mut()) {
+        p.signal("TERM");
+        assert_eq!(
+            p.exit_code(Duration::from_secs(30)).await,
+            Some(0),
+            "{} exits 0 on SIGTERM",
+            p.id
+        );
+    }
+    let reran = assert_each_job_finished_once(&db, &ids).await;
+    let lost = "EXISTS (SELECT 1 FROM json_each(r.task_errors) e WHERE e.value ->> 'outcome' = 'lost')";
+    let reran_without_lost = db
+        .scalar(
+            &format!(
+                "SELECT count(*) FROM (SELECT task_id FROM fault_runs GROUP BY task_id HAVING count(*) > 1) d
+                 JOIN sk_task_results_t r USING (task_id) WHERE NOT {lost}"
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(
+        reran_without_lost,
+        Some(0),
+        "a job that ran again has its lost attempt on record"
+    );
+    assert!(held_at_kill > 0, "the kills stranded leased jobs");
+    assert!(reran > 0, "jobs cut short by a kill ran again");
+    report(&format!(
+        "sqlite kill-9: seed={seed} jobs={JOBS} processes=3 kills={kills} restarts={kills} lost=0 finalized_twice=0 \
+         reran_jobs={reran} leased_to_killed={held_at_kill} burn_down_s={:.1}",
+        elapsed.as_secs_f64()
+    ));
+    db.drop().await;
+}
+
+/// SQLite: SIGTERM finishes the running jobs within the grace period and gives the rest
+/// back at once; a short grace period interrupts and gives back too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_sigterm_finishes_running_jobs_and_gives_the_rest_back() {
+    let _serial = SERIAL.lock().await;
+    const JOBS: u32 = 300;
+    let (db, ids) = setup::<sqlx::Sqlite>(JOBS, 200).await;
+    let slow = ["--grace-ms", "5000", "--lease-ms", "30000"];
+    let mut a = Proc::spawn(
+        &db.url,
+        "sqlite-term-graceful",
+        &[&["--concurrency", "8"][..], &slow].concat(),
+    );
+    wait_processed(&db, 40, Duration::from_secs(30)).await;
+    a.signal("TERM");
+    assert_eq!(a.exit_code(Duration::from_secs(10)).await, Some(0));
+    let started_unfinished = db
+        .scalar(
+            "SELECT count(*) FROM fault_runs f JOIN sk_task_results_t r USING (task_id) WHERE r.task_status <> 3",
+            None,
+        )
+        .await;
+    let held = db
+        .scalar(
+            "SELECT count(*) FROM sk_tasks_queue_t WHERE task_locked_by IS NOT NULL",
+            None,
+        )
+        .await;
+    assert_eq!(
+        (started_unfinished, held),
+        (Some(0), Some(0)),
+        "running jobs finished, the rest given back"
+    );
+
+    let mut b = Proc::spawn(
+        &db.url,
+        "sqlite-term-short-grace",
+        &[
+            "--concurrency",
+            "8",
+            "--grace-ms",
+            "100",
+            "--lease-ms",
+            "30000",
+        ],
+    );
+    wait_until("B to start jobs", Duration::from_secs(30), || async {
+        let n = db
+            .scalar(
+                "SELECT count(*) FROM sk_tasks_queue_t WHERE task_locked_by = 'sqlite-term-short-grace'",
+                None,
+            )
+            .await?;
+        (n > 0).then_some(())
+    })
+    .await;
+    b.signal("TERM");
+    assert_eq!(b.exit_code(Duration::from_secs(10)).await, Some(0));
+    let counts = db.info().counts().await.unwrap();
+    assert_eq!(
+        (counts.running, counts.lease_expired, counts.scheduled),
+        (0, 0, 0),
+        "every lease given back and claimable now"
+    );
+
+    let c = Proc::spawn(
+        &db.url,
+        "sqlite-term-finisher",
+        &["--concurrency", "32", "--lease-ms", "30000"],
+    );
+    wait_processed(&db, JOBS as usize, Duration::from_secs(30)).await;
+    c.signal("TERM");
+    assert_each_job_finished_once(&db, &ids).await;
+    drop(c);
+    db.drop().await;
 }

@@ -12,19 +12,44 @@ use std::time::Duration;
 
 use sk_runtime::{job, Data, JobContext, JobError, Worker};
 use sqlx::postgres::PgPoolOptions;
-use sqlx::PgPool;
+use sqlx::sqlite::SqlitePoolOptions;
 
-/// Where `burn` records its runs.
-struct RunLog(PgPool);
+/// Where `burn` records its runs: the database the worker runs on.
+enum RunLog {
+    Postgres(sqlx::PgPool),
+    Sqlite(sqlx::SqlitePool),
+}
 
 #[job(max_attempts = 1000, backoff = "constant", backoff_base = "50ms")]
 async fn burn(millis: u64, ctx: JobContext, log: Data<RunLog>) -> Result<(), JobError> {
-    sqlx::query("INSERT INTO fault_runs (task_id, attempt, pid) VALUES ($1, $2, $3)")
-        .bind(ctx.id())
-        .bind(ctx.attempt())
-        .bind(i32::try_from(std::process::id()).unwrap_or(-1))
-        .execute(&log.0)
-        .await?;
+    let pid = i32::try_from(std::process::id()).unwrap_or(-1);
+    let insert = "INSERT INTO fault_runs (task_id, attempt, pid) VALUES ($1, $2, $3)";
+    match &*log {
+        RunLog::Postgres(pool) => {
+            sqlx::query(insert)
+                .bind(ctx.id())
+                .bind(ctx.attempt())
+                .bind(pid)
+                .execute(pool)
+                .await?;
+        }
+        RunLog::Sqlite(pool) => {
+            // The start time in sk's own form on SQLite, to compare with its times.
+            sqlx::query(
+                "INSERT INTO fault_runs (task_id, attempt, pid, started_at) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(ctx.id())
+            .bind(ctx.attempt())
+            .bind(pid)
+            .bind(
+                chrono::Utc::now()
+                    .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+                    .to_string(),
+            )
+            .execute(pool)
+            .await?;
+        }
+    }
     tokio::time::sleep(Duration::from_millis(millis)).await;
     Ok(())
 }
@@ -76,11 +101,25 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("DATABASE_URL").map_err(|_| "DATABASE_URL is not set")?;
     // Set up as the README shows: lazy, so the worker's start names an unreachable
     // database, and sized for the jobs plus the worker's own tasks.
-    let pool = PgPoolOptions::new()
-        .max_connections(u32::try_from(args.concurrency).unwrap_or(64) + 5)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect_lazy(&url)?;
-    let mut builder = Worker::builder(pool.clone());
+    let connections = u32::try_from(args.concurrency).unwrap_or(64) + 5;
+    let (pool, log): (sk_runtime::Pool, RunLog) = if url.starts_with("sqlite:") {
+        let options: sqlx::sqlite::SqliteConnectOptions = url.parse()?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(connections.min(8))
+            .connect_lazy_with(
+                options
+                    .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+                    .synchronous(sqlx::sqlite::SqliteSynchronous::Normal),
+            );
+        (pool.clone().into(), RunLog::Sqlite(pool))
+    } else {
+        let pool = PgPoolOptions::new()
+            .max_connections(connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy(&url)?;
+        (pool.clone().into(), RunLog::Postgres(pool))
+    };
+    let mut builder = Worker::builder(pool);
     if let Some(limit) = args.start_timeout {
         builder = builder.start_timeout(limit);
     }
@@ -91,7 +130,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .lease(args.lease)
         .grace_period(args.grace)
         .poll_interval(args.poll)
-        .data(RunLog(pool))
+        .data(log)
         .build()?
         .run()
         .await?;

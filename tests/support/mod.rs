@@ -23,7 +23,7 @@ pub fn database_url() -> String {
 /// test files); tests of one backend's own features name it.
 pub trait TestBackend: sk_runtime::Backend + Sized {
     /// Its name in test names and messages.
-    const NAME: &'static str;
+    const BACKEND: &'static str;
 
     /// A fresh database with sk's schema applied.
     fn create() -> impl Future<Output = Db<Self>> + Send;
@@ -43,6 +43,9 @@ pub trait TestBackend: sk_runtime::Backend + Sized {
         sql: &'a str,
         bind: Option<&'a str>,
     ) -> BoxFuture<'a, Option<DateTime<Utc>>>;
+
+    /// Runs `sql`, which must succeed.
+    fn execute<'a>(pool: &'a sqlx::Pool<Self>, sql: &'a str) -> BoxFuture<'a, ()>;
 
     /// Every row of `sql` as text.
     fn texts<'a>(pool: &'a sqlx::Pool<Self>, sql: &'a str) -> BoxFuture<'a, Vec<String>>;
@@ -82,6 +85,15 @@ macro_rules! queries {
                     query = query.bind(bind);
                 }
                 query.fetch_optional(pool).await.ok().flatten().flatten()
+            })
+        }
+
+        fn execute<'a>(pool: &'a sqlx::Pool<$db>, sql: &'a str) -> BoxFuture<'a, ()> {
+            Box::pin(async move {
+                sqlx::query(sql)
+                    .execute(pool)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
             })
         }
 
@@ -141,7 +153,7 @@ fn init_logs() {
 }
 
 impl TestBackend for sqlx::Postgres {
-    const NAME: &'static str = "PostgreSQL";
+    const BACKEND: &'static str = "PostgreSQL";
 
     /// # Panics
     /// When PostgreSQL cannot be reached: the tests need a real server and say so.
@@ -187,7 +199,7 @@ impl TestBackend for sqlx::Postgres {
 }
 
 impl TestBackend for sqlx::Sqlite {
-    const NAME: &'static str = "SQLite";
+    const BACKEND: &'static str = "SQLite";
 
     /// A file in the temp dir, in WAL mode.
     async fn create() -> Db<Self> {
@@ -282,6 +294,11 @@ where
     /// [`TestBackend::time`] on this database.
     pub async fn time(&self, sql: &str, bind: Option<&str>) -> Option<DateTime<Utc>> {
         B::time(&self.pool, sql, bind).await
+    }
+
+    /// [`TestBackend::execute`] on this database.
+    pub async fn execute(&self, sql: &str) {
+        B::execute(&self.pool, sql).await
     }
 
     /// [`TestBackend::texts`] on this database.
