@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p sk-examples --bin bench -- [--jobs 100000] [--single 5000]
 //!     [--concurrency 1000] [--slow-jobs 20000] [--latency-jobs 500] [--old-results 0]
-//!     [--repeat 1] [--only NAME,...]
+//!     [--repeat 1] [--only NAME,...] [--backend postgres|sqlite]
 //! ```
 //! Prints one line per figure, `name value unit`, machine-readable; with `--repeat R` each
 //! measure runs R times and the median is printed (the runs go to stderr). sk's measures
@@ -30,6 +30,9 @@
 //!   keep up on a server without autovacuum.
 //!
 //! Uses schemas `sk_bench` and `sk_bench_raw`, recreated at each start.
+//!
+//! `--backend sqlite` runs the measures SQLite has against SQLite's own raw SQL
+//! (`bench_sqlite.rs`), in a file in the temp dir; no server needed.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -38,6 +41,9 @@ use sk_runtime::{job, Data, Enqueue, Schema, Worker};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
+
+#[path = "bench_sqlite.rs"]
+mod sqlite;
 
 #[job]
 async fn bench_noop(n: u64) {
@@ -73,6 +79,15 @@ struct Args {
     old_results: u64,
     repeat: usize,
     only: Option<Vec<String>>,
+    backend: String,
+}
+
+impl Args {
+    fn wants(&self, name: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|o| o == name))
+    }
 }
 
 fn args() -> Result<Args, String> {
@@ -85,6 +100,7 @@ fn args() -> Result<Args, String> {
         old_results: 0,
         repeat: 1,
         only: None,
+        backend: "postgres".to_owned(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -103,6 +119,8 @@ fn args() -> Result<Args, String> {
             "--old-results" => a.old_results = num()?,
             "--repeat" => a.repeat = num()?.max(1) as usize,
             "--only" => a.only = Some(value.split(',').map(str::to_owned).collect()),
+            "--backend" if value == "postgres" || value == "sqlite" => a.backend = value,
+            "--backend" => return Err(format!("--backend {value}: postgres or sqlite")),
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -148,6 +166,10 @@ async fn main() {
 
 async fn run() -> Result<(), BoxError> {
     let args = args()?;
+    eprintln!("bench: {} on {}", machine(), args.backend);
+    if args.backend == "sqlite" {
+        return sqlite::run(args).await;
+    }
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let pool = PgPoolOptions::new()
@@ -162,8 +184,6 @@ async fn run() -> Result<(), BoxError> {
         ratios: Vec::new(),
     };
     b.reset().await?;
-    let machine = machine();
-    eprintln!("bench: {machine}");
 
     if b.wants("enqueue_single") {
         let n = b.args.single;
@@ -237,10 +257,7 @@ fn machine() -> String {
 
 impl Bench {
     fn wants(&self, name: &str) -> bool {
-        self.args
-            .only
-            .as_ref()
-            .is_none_or(|only| only.iter().any(|o| o == name))
+        self.args.wants(name)
     }
 
     /// Runs `f` `repeat` times (each on empty tables) and records the median rate.

@@ -991,11 +991,7 @@ async fn sqlite_kill_9_with_restarts_loses_nothing_and_finalizes_once() {
             "sqlite kill-9: kill {k} of pid {} with {left} jobs left",
             victim.pid()
         ));
-        victims.push(Proc::spawn(
-            &db.url,
-            &format!("sqlite-victim-{k}"),
-            &args,
-        ));
+        victims.push(Proc::spawn(&db.url, &format!("sqlite-victim-{k}"), &args));
     }
     wait_processed(&db, JOBS as usize, Duration::from_secs(300)).await;
     let elapsed = started.elapsed();
@@ -1009,7 +1005,8 @@ async fn sqlite_kill_9_with_restarts_loses_nothing_and_finalizes_once() {
         );
     }
     let reran = assert_each_job_finished_once(&db, &ids).await;
-    let lost = "EXISTS (SELECT 1 FROM json_each(r.task_errors) e WHERE e.value ->> 'outcome' = 'lost')";
+    let lost =
+        "EXISTS (SELECT 1 FROM json_each(r.task_errors) e WHERE e.value ->> 'outcome' = 'lost')";
     let reran_without_lost = db
         .scalar(
             &format!(

@@ -1,0 +1,319 @@
+//! `bench --backend sqlite`: sk on a SQLite file against SQLite's own limit, in one run.
+//!
+//! The same measures as on PostgreSQL where SQLite has them, each beside its raw-SQL
+//! baseline on a plain table of the queue table's shape in the same file, run in
+//! alternation (sk, raw, ...), ratios as medians of the pairs:
+//! - `enqueue_single` / `raw_insert_single`: one job per statement (one commit each).
+//! - `enqueue_bulk` / `raw_insert_bulk`: 10,000 jobs per statement.
+//! - `burn_down` / `raw_burn_down`: a backlog burned by one worker at `--concurrency`;
+//!   the raw baseline is four clients each claiming 100 rows (one `UPDATE … RETURNING`)
+//!   and deleting them (one `DELETE`), as sk's claim and completion do without sk.
+//! - `pickup_latency_*`: an idle worker, jobs enqueued one at a time in the same process.
+//!
+//! The file is `sk-bench.sqlite` in the temp dir, recreated for every run, in WAL mode
+//! with `synchronous = NORMAL` (as docs/backends.md recommends).
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use sk_runtime::{Enqueue, Schema, Worker};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::SqlitePool;
+
+use super::{Args, BenchNoop, BenchPing, BoxError, Latency};
+
+const RAW_TABLE: &str = "CREATE TABLE raw_queue (
+    task_lock_handle_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id BLOB NOT NULL UNIQUE,
+    task_type TEXT NOT NULL,
+    task_source TEXT NOT NULL,
+    task_payload TEXT NULL,
+    task_priority INTEGER NOT NULL,
+    task_posted_at_ts TEXT NOT NULL,
+    task_locked_until_ts TEXT NOT NULL,
+    task_queue TEXT NOT NULL,
+    task_attempt INTEGER NOT NULL DEFAULT 0,
+    task_max_attempts INTEGER NOT NULL,
+    task_locked_by TEXT NULL
+);
+CREATE INDEX raw_queue_dequeue_idx ON raw_queue (task_priority, task_locked_until_ts, task_lock_handle_id);";
+
+fn ts(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// A fresh file with sk's schema and the raw table.
+async fn fresh() -> Result<SqlitePool, BoxError> {
+    let file = std::env::temp_dir().join("sk-bench.sqlite");
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = file.clone().into_os_string();
+        name.push(suffix);
+        let _ = std::fs::remove_file(name);
+    }
+    let pool = SqlitePoolOptions::new()
+        .max_connections(8)
+        .connect_with(
+            SqliteConnectOptions::new()
+                .filename(&file)
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal),
+        )
+        .await?;
+    sk_runtime::migrate(&pool, &Schema::default()).await?;
+    sqlx::raw_sql(RAW_TABLE).execute(&pool).await?;
+    Ok(pool)
+}
+
+type Run = fn(SqlitePool, &Args) -> std::pin::Pin<Box<dyn Future<Output = Result<f64, BoxError>>>>;
+
+use std::future::Future;
+
+pub(super) async fn run(args: Args) -> Result<(), BoxError> {
+    let mut lines = Vec::new();
+    let pairs: [(&str, &str, Run, &str, Run); 3] = [
+        (
+            "enqueue_single",
+            "jobs/s",
+            |p, a| Box::pin(enqueue_single(p, a.single)),
+            "raw_insert_single",
+            |p, a| Box::pin(raw_insert_single(p, a.single)),
+        ),
+        (
+            "enqueue_bulk",
+            "jobs/s",
+            |p, a| Box::pin(enqueue_bulk(p, a.jobs)),
+            "raw_insert_bulk",
+            |p, a| Box::pin(raw_insert_bulk(p, a.jobs)),
+        ),
+        (
+            "burn_down",
+            "jobs/s",
+            |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency)),
+            "raw_burn_down",
+            |p, a| Box::pin(raw_burn_down(p, a.jobs)),
+        ),
+    ];
+    for (name, unit, sk, raw_name, raw) in pairs {
+        if !args.wants(name) {
+            continue;
+        }
+        let mut runs = Vec::new();
+        for i in 0..args.repeat {
+            let a = sk(fresh().await?, &args).await?;
+            let b = raw(fresh().await?, &args).await?;
+            eprintln!(
+                "bench: {name} run {} = {a:.1}, {raw_name} = {b:.1} {unit}, ratio {:.2}",
+                i + 1,
+                a / b
+            );
+            runs.push((a, b, a / b));
+        }
+        let median = |f: fn(&(f64, f64, f64)) -> f64| {
+            let mut v: Vec<f64> = runs.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        lines.push(format!("{name} {:.1} {unit}", median(|r| r.0)));
+        lines.push(format!("{raw_name} {:.1} {unit}", median(|r| r.1)));
+        lines.push(format!("{name}_ratio {:.2} of_raw", median(|r| r.2)));
+    }
+    if args.wants("latency") {
+        let mut samples = latency(fresh().await?, args.latency_jobs).await?;
+        samples.sort_by(f64::total_cmp);
+        let pick = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
+        for (k, p) in [("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)] {
+            lines.push(format!("pickup_latency_{k} {:.2} ms", pick(p)));
+        }
+    }
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+async fn enqueue_single(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    for i in 0..n {
+        BenchNoop::new(i).enqueue(&pool).await?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn raw_insert_single(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    for i in 0..n {
+        let now = ts(Utc::now());
+        sqlx::query(
+            "INSERT INTO raw_queue (task_id, task_type, task_source, task_payload, task_priority,
+                task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
+             VALUES ($1, 'bench_noop', 'app', $2, 0, $3, $3, 'default', 25)",
+        )
+        .bind(uuid::Uuid::now_v7())
+        .bind(format!("{{\"n\":{i}}}"))
+        .bind(now)
+        .execute(&pool)
+        .await?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn enqueue_bulk(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    fill(&pool, n).await?;
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn fill(pool: &SqlitePool, n: u64) -> Result<(), BoxError> {
+    let mut i = 0;
+    while i < n {
+        let end = (i + 10_000).min(n);
+        BenchNoop::enqueue_many(pool, (i..end).map(|k| Enqueue::new(BenchNoop::new(k)))).await?;
+        i = end;
+    }
+    Ok(())
+}
+
+async fn raw_insert_bulk(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    raw_fill(&pool, n).await?;
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn raw_fill(pool: &SqlitePool, n: u64) -> Result<(), BoxError> {
+    let mut i = 0;
+    while i < n {
+        let end = (i + 10_000).min(n);
+        let rows: Vec<serde_json::Value> = (i..end)
+            .map(|k| {
+                serde_json::json!({
+                    "id": uuid::Uuid::now_v7().simple().to_string(),
+                    "payload": format!("{{\"n\":{k}}}"),
+                })
+            })
+            .collect();
+        sqlx::query(
+            "INSERT INTO raw_queue (task_id, task_type, task_source, task_payload, task_priority,
+                task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
+             SELECT unhex(value ->> 'id'), 'bench_noop', 'app', value ->> 'payload', 0, $2, $2, 'default', 25
+             FROM json_each($1) ORDER BY key",
+        )
+        .bind(serde_json::Value::Array(rows).to_string())
+        .bind(ts(Utc::now()))
+        .execute(pool)
+        .await?;
+        i = end;
+    }
+    Ok(())
+}
+
+async fn burn_down(pool: SqlitePool, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+    fill(&pool, n).await?;
+    let worker = Worker::builder(pool.clone())
+        .task_types(["bench_noop"])
+        .concurrency(concurrency)
+        .build()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run_until(async move {
+        let _ = stop_rx.await;
+    }));
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM sk_tasks_queue_t")
+            .fetch_one(&pool)
+            .await?;
+        if left == 0 {
+            break;
+        }
+    }
+    let _ = stop_tx.send(());
+    running.await??;
+    // From the first claim to the last result, as the PostgreSQL bench measures it.
+    let (done, first, last): (i64, DateTime<Utc>, DateTime<Utc>) = sqlx::query_as(
+        "SELECT count(*), min(task_first_processing_attempted_at_ts), max(task_processing_finalized_at_ts)
+         FROM sk_task_results_t WHERE task_status = 3",
+    )
+    .fetch_one(&pool)
+    .await?;
+    if done != n as i64 {
+        return Err(format!("burn-down finished {done} of {n} jobs").into());
+    }
+    Ok(n as f64 / (last - first).as_seconds_f64())
+}
+
+async fn raw_burn_down(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
+    raw_fill(&pool, n).await?;
+    let start = Instant::now();
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let pool = pool.clone();
+        clients.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            loop {
+                let now = Utc::now();
+                let ids: Vec<uuid::Uuid> = sqlx::query_scalar(
+                    "UPDATE raw_queue SET task_locked_until_ts = $2, task_attempt = task_attempt + 1,
+                        task_locked_by = 'raw'
+                     WHERE task_lock_handle_id IN (
+                        SELECT task_lock_handle_id FROM raw_queue WHERE task_locked_until_ts <= $1
+                        ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT 100)
+                     RETURNING task_id",
+                )
+                .bind(ts(now))
+                .bind(ts(now + chrono::Duration::seconds(30)))
+                .fetch_all(&pool)
+                .await?;
+                if ids.is_empty() {
+                    return Ok::<u64, sqlx::Error>(done);
+                }
+                done += ids.len() as u64;
+                let list: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
+                sqlx::query(
+                    "DELETE FROM raw_queue WHERE task_id IN (SELECT unhex(value) FROM json_each($1))",
+                )
+                .bind(serde_json::to_string(&list).unwrap_or_default())
+                .execute(&pool)
+                .await?;
+            }
+        }));
+    }
+    let mut done = 0;
+    for c in clients {
+        done += c.await??;
+    }
+    if done != n {
+        return Err(format!("raw burn-down finished {done} of {n}").into());
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Enqueue-to-start latency with an idle worker, in milliseconds.
+async fn latency(pool: SqlitePool, jobs: u64) -> Result<Vec<f64>, BoxError> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(pool.clone())
+        .task_types(["bench_ping"])
+        .concurrency(16)
+        .data(Latency(tx))
+        .build()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run_until(async move {
+        let _ = stop_rx.await;
+    }));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut rng = super::now_micros() as u64 | 1;
+    let mut samples = Vec::new();
+    for _ in 0..jobs {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        tokio::time::sleep(Duration::from_millis(5 + rng % 46)).await;
+        BenchPing::new(super::now_micros()).enqueue(&pool).await?;
+        match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+            Ok(Some(ms)) => samples.push(ms),
+            _ => return Err("a latency job did not run within 10 s".into()),
+        }
+    }
+    let _ = stop_tx.send(());
+    running.await??;
+    Ok(samples)
+}
