@@ -136,7 +136,7 @@ enum Place {
     Server {
         name: String,
         admin: PgPool,
-        options: PgConnectOptions,
+        options: Box<PgConnectOptions>,
     },
     File(std::path::PathBuf),
 }
@@ -190,7 +190,7 @@ impl TestBackend for sqlx::Postgres {
             place: Place::Server {
                 name,
                 admin,
-                options,
+                options: Box::new(options),
             },
         }
     }
