@@ -42,19 +42,38 @@ fn ts(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
-/// A fresh file with sk's schema and the raw table.
-async fn fresh() -> Result<SqlitePool, BoxError> {
+/// The bench's file and its WAL and shared-memory files.
+fn files() -> Vec<std::path::PathBuf> {
     let file = std::env::temp_dir().join("sk-bench.sqlite");
-    for suffix in ["", "-wal", "-shm"] {
-        let mut name = file.clone().into_os_string();
-        name.push(suffix);
-        let _ = std::fs::remove_file(name);
+    ["", "-wal", "-shm"]
+        .iter()
+        .map(|suffix| {
+            let mut name = file.clone().into_os_string();
+            name.push(suffix);
+            name.into()
+        })
+        .collect()
+}
+
+/// Runs one measure on a fresh file, then closes the pool before the file goes: a
+/// connection closed later would remove the next file's WAL (SQLite deletes it by name).
+async fn on_fresh(f: Run, args: &Args) -> Result<f64, BoxError> {
+    for file in files() {
+        let _ = std::fs::remove_file(file);
     }
+    let pool = fresh(&files()[0]).await?;
+    let value = f(pool.clone(), args).await;
+    pool.close().await;
+    value
+}
+
+/// A fresh file with sk's schema and the raw table.
+async fn fresh(file: &std::path::Path) -> Result<SqlitePool, BoxError> {
     let pool = SqlitePoolOptions::new()
         .max_connections(8)
         .connect_with(
             SqliteConnectOptions::new()
-                .filename(&file)
+                .filename(file)
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
                 .synchronous(SqliteSynchronous::Normal),
@@ -100,8 +119,8 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
         }
         let mut runs = Vec::new();
         for i in 0..args.repeat {
-            let a = sk(fresh().await?, &args).await?;
-            let b = raw(fresh().await?, &args).await?;
+            let a = on_fresh(sk, &args).await?;
+            let b = on_fresh(raw, &args).await?;
             eprintln!(
                 "bench: {name} run {} = {a:.1}, {raw_name} = {b:.1} {unit}, ratio {:.2}",
                 i + 1,
@@ -119,7 +138,12 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
         lines.push(format!("{name}_ratio {:.2} of_raw", median(|r| r.2)));
     }
     if args.wants("latency") {
-        let mut samples = latency(fresh().await?, args.latency_jobs).await?;
+        for file in files() {
+            let _ = std::fs::remove_file(file);
+        }
+        let pool = fresh(&files()[0]).await?;
+        let mut samples = latency(pool.clone(), args.latency_jobs).await?;
+        pool.close().await;
         samples.sort_by(f64::total_cmp);
         let pick = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
         for (k, p) in [("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)] {

@@ -1102,6 +1102,67 @@ async fn a_custom_schema_and_a_queue_filter() {
     db.drop().await;
 }
 
+/// SQLite: a schema other than `public` becomes part of the table names (a file has one
+/// namespace), and what SQLite cannot do is refused with the reason: it has no schema to
+/// archive results into. (Nor stored functions: the seed's `sk_try_dequeue_task` is
+/// PostgreSQL's; docs/backends.md.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_schemas_are_name_prefixes_and_an_archive_is_refused() {
+    let db = Db::<sqlx::Sqlite>::new().await;
+    let (probe, mut rx) = probe();
+    let schema = sk_runtime::Schema::new("jobs", "app_").unwrap();
+    sk_runtime::migrate(&db.pool, &schema).await.unwrap();
+    let id = sk_runtime::Enqueue::new(Record::new("prefixed".into()))
+        .with_schema(&schema)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE])
+            .schema(schema.clone())
+            .data(probe),
+    );
+    assert_eq!(recv(&mut rx, "the job", T).await.id, id);
+    let info = sk_runtime::QueueInfo::new(db.pool.clone()).schema(schema.clone());
+    wait_until("the job's result", T, || async {
+        info.job(id)
+            .await
+            .ok()
+            .flatten()
+            .filter(|r| r.status() == JobStatus::Processed)
+    })
+    .await;
+    w.stop().await;
+    let tables = db
+        .texts("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'jobs\\_app\\_%' ESCAPE '\\' ORDER BY 1")
+        .await;
+    assert_eq!(
+        tables,
+        [
+            "jobs_app_metrics_t",
+            "jobs_app_schedules_t",
+            "jobs_app_schema_migrations_t",
+            "jobs_app_task_execution_time_stats_t",
+            "jobs_app_task_results_t",
+            "jobs_app_tasks_queue_t"
+        ]
+    );
+    assert!(
+        db.info().job(id).await.unwrap().is_none(),
+        "nothing in the default tables"
+    );
+    let refused = Worker::builder(db.pool.clone())
+        .archive_results_to("old_results")
+        .build()
+        .err()
+        .expect("an archive schema is refused on SQLite");
+    assert!(
+        refused.to_string().contains("SQLite has no schemas"),
+        "{refused}"
+    );
+    db.drop().await;
+}
+
 #[tokio::test]
 async fn worker_start_names_duplicate_task_types_and_missing_data() {
     let pool = sqlx::PgPool::connect_lazy(&sk_tests::database_url()).unwrap();

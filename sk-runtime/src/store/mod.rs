@@ -329,6 +329,7 @@ impl Pool {
                 pool,
                 schema,
                 worker_id,
+                writer: Default::default(),
             }),
         }
     }

@@ -72,6 +72,8 @@ pub(crate) struct Statements {
     enqueue_one: String,
     enqueue_unique: String,
     enqueue_many: String,
+    enqueue_many_keyed: String,
+    enqueue_many_uniform: String,
     claim: String,
     take: String,
     retry: String,
@@ -79,6 +81,7 @@ pub(crate) struct Statements {
     failure: String,
     again: String,
     stats: String,
+    complete: String,
     give_back: String,
     extend: String,
     counts_by_status: String,
@@ -102,6 +105,14 @@ impl Statements {
         let m = schema.flat_table("metrics_t");
         let lost_message = "'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)'";
         // The columns a results row repeats from its queue row, `$1` to `$9`.
+        // The batch as one JSON array of rows, in the caller's order (so the lock handles
+        // follow it). With unique keys (mode skip), a key a live job holds leaves that job
+        // as it is, and the statement answers with its id (a no-op update returns the row).
+        let many = "SELECT unhex(value ->> 'id'), value ->> 'type', value ->> 'source', value ->> 'payload',
+                value ->> 'priority', $1, value ->> 'run_at', value ->> 'queue', value ->> 'max_attempts', 1,
+                value ->> 'tenant', value ->> 'correlation_id', value ->> 'metadata', value ->> 'key',
+                CASE WHEN value ->> 'key' IS NOT NULL THEN 1 END, NULL
+             FROM json_each($2) WHERE true ORDER BY key";
         let job_columns =
             "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
             task_tenant, task_correlation_id, task_metadata";
@@ -136,13 +147,18 @@ impl Statements {
             // The batch as one JSON array of rows, in the caller's order (so the lock
             // handles follow it). A key a live job holds (mode skip) leaves that job as it
             // is, and the statement answers with its id (a no-op update returns the row).
-            enqueue_many: format!(
-                "INSERT INTO {q} AS q ({NEW_COLUMNS})
-                 SELECT unhex(value ->> 'id'), value ->> 'type', value ->> 'source', value ->> 'payload',
-                    value ->> 'priority', $1, value ->> 'run_at', value ->> 'queue', value ->> 'max_attempts', 1,
-                    value ->> 'tenant', value ->> 'correlation_id', value ->> 'metadata', value ->> 'key',
-                    CASE WHEN value ->> 'key' IS NOT NULL THEN 1 END, NULL
-                 FROM json_each($2) WHERE true ORDER BY key
+            enqueue_many: format!("INSERT INTO {q} ({NEW_COLUMNS}) {many}"),
+            // The common batch: one job type, and everything but ids and payloads alike,
+            // so only `[id, payload]` pairs travel as JSON (each `->>` parses its row's
+            // JSON again: short rows are what makes this fast).
+            enqueue_many_uniform: format!(
+                "INSERT INTO {q} ({NEW_COLUMNS})
+                 SELECT unhex(value ->> 0), $3, $4, value ->> 1, $5, $1, $6, $7, $8, 1, $9, $10, $11,
+                    NULL, NULL, NULL
+                 FROM json_each($2) ORDER BY key"
+            ),
+            enqueue_many_keyed: format!(
+                "INSERT INTO {q} AS q ({NEW_COLUMNS}) {many}
                  ON CONFLICT (task_unique_key) WHERE task_unique_key IS NOT NULL
                     DO UPDATE SET task_unique_key = q.task_unique_key
                  RETURNING task_id, task_unique_key"
@@ -243,14 +259,72 @@ impl Statements {
                     et_last_execution_time = excluded.et_last_execution_time,
                     et_last_updated_ts = excluded.et_last_updated_ts"
             ),
+            // Several statements, one round trip: the batch (`[id, attempt, ms, output]`
+            // rows, `$1`) into a temp table, the rows this worker still holds under those
+            // claims (fenced) into another, then the queue rows deleted, the results rows
+            // written for jobs without lost attempts (the rest, and reruns, are `complete`'s
+            // rare path), and the run times added to this worker's statistics (seed 001).
+            complete: format!(
+                "CREATE TEMP TABLE IF NOT EXISTS sk_done (task_id BLOB PRIMARY KEY, attempt INTEGER,
+                    ms INTEGER, output TEXT);
+                 CREATE TEMP TABLE IF NOT EXISTS sk_gone (task_id BLOB PRIMARY KEY, task_type, task_source,
+                    task_queue, task_priority, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata,
+                    task_claimed_at_ts, task_lost_attempts, task_payload, task_max_attempts, task_unique_key,
+                    task_unique_mode, task_rerun, task_every_ms, ms, output);
+                 DELETE FROM temp.sk_done;
+                 DELETE FROM temp.sk_gone;
+                 INSERT INTO temp.sk_done SELECT unhex(value ->> 0), value ->> 1, value ->> 2, value ->> 3
+                    FROM json_each($1);
+                 INSERT INTO temp.sk_gone SELECT q.task_id, q.task_type, q.task_source, q.task_queue,
+                    q.task_priority, q.task_posted_at_ts, q.task_tenant, q.task_correlation_id, q.task_metadata,
+                    q.task_claimed_at_ts, q.task_lost_attempts,
+                    CASE WHEN q.task_rerun OR q.task_every_ms IS NOT NULL THEN q.task_payload END,
+                    q.task_max_attempts, q.task_unique_key, q.task_unique_mode, q.task_rerun, q.task_every_ms,
+                    d.ms, d.output
+                 FROM temp.sk_done d JOIN {q} q ON q.task_id = d.task_id
+                 WHERE q.task_attempt = d.attempt AND q.task_locked_by = $2;
+                 DELETE FROM {q} WHERE task_id IN (SELECT task_id FROM temp.sk_gone);
+                 INSERT INTO {r} ({job_columns}, task_status, task_processing_time_milliseconds,
+                    task_processing_finalized_at_ts, task_last_locked_by, task_output,
+                    task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts)
+                 SELECT {job_columns}, 3, ms, $3, $2, output, task_claimed_at_ts, task_claimed_at_ts
+                 FROM temp.sk_gone WHERE task_lost_attempts IS NULL
+                 ON CONFLICT (task_id) DO UPDATE SET task_status = 3,
+                    task_processing_time_milliseconds = excluded.task_processing_time_milliseconds,
+                    task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,
+                    task_last_locked_by = excluded.task_last_locked_by,
+                    task_output = excluded.task_output,
+                    task_first_processing_attempted_at_ts =
+                        coalesce(task_first_processing_attempted_at_ts, excluded.task_first_processing_attempted_at_ts),
+                    task_last_processing_attempted_at_ts = excluded.task_last_processing_attempted_at_ts;
+                 INSERT INTO {s} (et_payload_type, et_owner_process_id, et_avg_execution_time,
+                    et_fastest_execution_time, et_longest_execution_time, et_total_execution_time,
+                    et_n_execution_cycles, et_last_execution_time, et_last_updated_ts)
+                 SELECT task_type, $2, sum(ms) / count(*), min(ms), max(ms), sum(ms), count(*), max(ms), $3
+                 FROM temp.sk_gone WHERE true GROUP BY task_type
+                 ON CONFLICT (et_payload_type, et_owner_process_id) DO UPDATE SET
+                    et_total_execution_time = et_total_execution_time + excluded.et_total_execution_time,
+                    et_n_execution_cycles = et_n_execution_cycles + excluded.et_n_execution_cycles,
+                    et_avg_execution_time = (et_total_execution_time + excluded.et_total_execution_time)
+                        / (et_n_execution_cycles + excluded.et_n_execution_cycles),
+                    et_fastest_execution_time = min(et_fastest_execution_time, excluded.et_fastest_execution_time),
+                    et_longest_execution_time = max(et_longest_execution_time, excluded.et_longest_execution_time),
+                    et_last_execution_time = excluded.et_last_execution_time,
+                    et_last_updated_ts = excluded.et_last_updated_ts"
+            ),
             // A given-back job did not use up an attempt, and is claimable at once.
+            // `$2`: `[id, attempt]` rows; each is found by its id.
             give_back: format!(
-                "UPDATE {q} SET task_locked_until_ts = $1, task_locked_by = NULL, task_attempt = task_attempt - 1
-                 WHERE task_id = $2 AND task_attempt = $3 AND task_locked_by = $4"
+                "UPDATE {q} AS q SET task_locked_until_ts = $1, task_locked_by = NULL,
+                    task_attempt = q.task_attempt - 1
+                 FROM (SELECT unhex(value ->> 0) AS id, value ->> 1 AS attempt FROM json_each($2)) AS l
+                 WHERE q.task_id = l.id AND q.task_attempt = l.attempt AND q.task_locked_by = $3"
             ),
             extend: format!(
-                "UPDATE {q} SET task_locked_until_ts = $1
-                 WHERE task_id = $2 AND task_attempt = $3 AND task_locked_by = $4"
+                "UPDATE {q} AS q SET task_locked_until_ts = $1
+                 FROM (SELECT unhex(value ->> 0) AS id, value ->> 1 AS attempt FROM json_each($2)) AS l
+                 WHERE q.task_id = l.id AND q.task_attempt = l.attempt AND q.task_locked_by = $3
+                 RETURNING task_id"
             ),
             counts_by_status: format!("SELECT task_status, count(*) FROM {r} GROUP BY task_status"),
             counts_live: format!(
@@ -447,6 +521,44 @@ pub(crate) async fn enqueue_many<'e, E: sqlx::Executor<'e, Database = Sqlite>>(
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
+    let first = &jobs[0];
+    let uniform = jobs.iter().all(|j| {
+        j.unique_key.is_none()
+            && j.task_type == first.task_type
+            && j.source == first.source
+            && j.queue == first.queue
+            && j.priority == first.priority
+            && j.run_at == first.run_at
+            && j.max_attempts == first.max_attempts
+            && j.tenant == first.tenant
+            && j.correlation_id == first.correlation_id
+            && j.metadata == first.metadata
+    });
+    if uniform {
+        let pairs: Vec<(String, &str)> = jobs
+            .iter()
+            .map(|j| (j.id.simple().to_string(), j.payload.as_str()))
+            .collect();
+        sqlx::query(&schema.sqlite.enqueue_many_uniform)
+            .bind(ts(now))
+            .bind(
+                serde_json::to_string(&pairs)
+                    .map_err(|e| Error::invalid("payload", e.to_string()))?,
+            )
+            .bind(first.task_type)
+            .bind(&first.source)
+            .bind(first.priority)
+            .bind(ts(first.run_at))
+            .bind(&first.queue)
+            .bind(first.max_attempts)
+            .bind(&first.tenant)
+            .bind(&first.correlation_id)
+            .bind(&first.metadata)
+            .execute(executor)
+            .await?;
+        wake();
+        return Ok(jobs.iter().map(|j| j.id).collect());
+    }
     let rows: Vec<serde_json::Value> = jobs
         .iter()
         .map(|j| {
@@ -466,9 +578,19 @@ pub(crate) async fn enqueue_many<'e, E: sqlx::Executor<'e, Database = Sqlite>>(
             })
         })
         .collect();
-    let stored: Vec<(Uuid, Option<String>)> = sqlx::query_as(&schema.sqlite.enqueue_many)
+    let rows = serde_json::Value::Array(rows).to_string();
+    if jobs.iter().all(|j| j.unique_key.is_none()) {
+        sqlx::query(&schema.sqlite.enqueue_many)
+            .bind(ts(now))
+            .bind(rows)
+            .execute(executor)
+            .await?;
+        wake();
+        return Ok(jobs.iter().map(|j| j.id).collect());
+    }
+    let stored: Vec<(Uuid, Option<String>)> = sqlx::query_as(&schema.sqlite.enqueue_many_keyed)
         .bind(ts(now))
-        .bind(serde_json::Value::Array(rows).to_string())
+        .bind(rows)
         .fetch_all(executor)
         .await?;
     wake();
@@ -551,6 +673,8 @@ pub(crate) struct SqliteStore {
     pub(crate) pool: SqlitePool,
     pub(crate) schema: Schema,
     pub(crate) worker_id: String,
+    /// This worker's writes, one at a time (`SqliteStore::writing`).
+    pub(crate) writer: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl SqliteStore {
@@ -561,6 +685,21 @@ impl SqliteStore {
     /// The database file, for messages.
     pub(crate) fn address(&self) -> String {
         address(&self.pool.connect_options())
+    }
+
+    /// A connection for a write, and this worker's turn to write. The worker's claims,
+    /// completions and heartbeats would otherwise queue on SQLite's own lock, whose busy
+    /// handler retries by sleeping (1 ms, then longer steps up to 100 ms); a mutex hands
+    /// over at once. Other processes and the application's enqueues still meet at
+    /// SQLite's lock.
+    async fn writing(
+        &self,
+    ) -> Result<(
+        tokio::sync::MutexGuard<'_, ()>,
+        sqlx::pool::PoolConnection<Sqlite>,
+    )> {
+        let turn = self.writer.lock().await;
+        Ok((turn, self.pool.acquire().await?))
     }
 
     /// A transaction that holds the write lock from its start (module docs).
@@ -610,7 +749,7 @@ impl SqliteStore {
             .bind(ts(lease_until))
             .bind(&self.worker_id)
             .bind(tenants.map(list))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.writing().await?.1)
             .await?;
         // RETURNING gives rows in no particular order: back to the claim's.
         let mut jobs = Vec::with_capacity(rows.len());
@@ -707,62 +846,99 @@ impl SqliteStore {
 
     /// Finalizes successful runs (fenced); the ids whose lease was still held.
     pub(crate) async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
-        let mut conn = self.pool.acquire().await?;
+        let batch: Vec<(String, i32, i64, Option<&str>)> = done
+            .iter()
+            .map(|s| {
+                (
+                    s.lease.id.simple().to_string(),
+                    s.lease.attempt,
+                    s.millis,
+                    s.output.as_deref(),
+                )
+            })
+            .collect();
+        let batch = serde_json::to_string(&batch)
+            .map_err(|e| Error::invalid("job output", e.to_string()))?;
+        let (_turn, mut conn) = self.writing().await?;
         let mut tx = Self::write(&mut conn).await?;
-        let mut held = Vec::with_capacity(done.len());
-        let mut stats = Stats::default();
+        // Set-based: a batch costs the same few statements however long it is (each
+        // statement is a round trip to sqlx's SQLite thread, which is what a job costs).
+        sqlx::query(&self.sql().complete)
+            .bind(batch)
+            .bind(&self.worker_id)
+            .bind(ts(now))
+            .execute(&mut *tx)
+            .await?;
+        let (held, rare): (String, i64) = sqlx::query_as(
+            "SELECT coalesce(json_group_array(hex(task_id)), '[]'),
+                count(*) FILTER (WHERE task_lost_attempts IS NOT NULL OR task_rerun OR task_every_ms IS NOT NULL)
+             FROM temp.sk_gone",
+        )
+        .fetch_one(&mut *tx)
+        .await?;
         let mut posted = false;
-        for s in done {
-            let row: Option<Row> = sqlx::query_as(&self.sql().take)
-                .bind(s.lease.id)
-                .bind(s.lease.attempt)
-                .bind(&self.worker_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let Some(row) = row else { continue };
-            let lost = row.lost();
-            let first = row.first_started(&lost);
-            let lost_count = lost.len() as i64;
-            let errors = if lost.is_empty() {
-                None
-            } else {
-                Some(self.errors_with(&mut tx, row.task_id, lost).await?)
-            };
-            sqlx::query(&self.sql().success)
-                .bind(row.task_id)
-                .bind(&row.task_type)
-                .bind(&row.task_source)
-                .bind(&row.task_queue)
-                .bind(row.task_priority)
-                .bind(&row.task_posted_at_ts)
-                .bind(&row.task_tenant)
-                .bind(&row.task_correlation_id)
-                .bind(&row.task_metadata)
-                .bind(lost_count)
-                .bind(s.millis)
-                .bind(ts(now))
-                .bind(&self.worker_id)
-                .bind(&s.output)
-                .bind(first)
-                .bind(&row.task_claimed_at_ts)
-                .bind(errors)
-                .execute(&mut *tx)
-                .await?;
-            posted |= self.again(&mut tx, &row, now).await?;
-            stats.add(&row.task_type, s.millis);
-            held.push(row.task_id);
+        if rare > 0 {
+            // Lost attempts to move into the record, reruns and next runs to post.
+            let rows = sqlx::query(
+                "SELECT * FROM temp.sk_gone
+                 WHERE task_lost_attempts IS NOT NULL OR task_rerun OR task_every_ms IS NOT NULL",
+            )
+            .fetch_all(&mut *tx)
+            .await?;
+            for row in rows {
+                let ms: i64 = row.try_get("ms")?;
+                let output: Option<String> = row.try_get("output")?;
+                let row = <Row as sqlx::FromRow<_>>::from_row(&row)?;
+                let lost = row.lost();
+                if !lost.is_empty() {
+                    let first = row.first_started(&lost);
+                    let lost_count = lost.len() as i64;
+                    let errors = self.errors_with(&mut tx, row.task_id, lost).await?;
+                    sqlx::query(&self.sql().success)
+                        .bind(row.task_id)
+                        .bind(&row.task_type)
+                        .bind(&row.task_source)
+                        .bind(&row.task_queue)
+                        .bind(row.task_priority)
+                        .bind(&row.task_posted_at_ts)
+                        .bind(&row.task_tenant)
+                        .bind(&row.task_correlation_id)
+                        .bind(&row.task_metadata)
+                        .bind(lost_count)
+                        .bind(ms)
+                        .bind(ts(now))
+                        .bind(&self.worker_id)
+                        .bind(output)
+                        .bind(first)
+                        .bind(&row.task_claimed_at_ts)
+                        .bind(errors)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                posted |= self.again(&mut tx, &row, now).await?;
+            }
         }
-        self.write_stats(&mut tx, stats, now).await?;
         tx.commit().await?;
         if posted {
             wake();
         }
-        Ok(held)
+        let held: Vec<String> = serde_json::from_str(&held).map_err(|e| {
+            Error::Database(sqlx::Error::Decode(format!("completed ids: {e}").into()))
+        })?;
+        held.iter()
+            .map(|id| {
+                Uuid::parse_str(id).map_err(|e| {
+                    Error::Database(sqlx::Error::Decode(
+                        format!("completed id {id}: {e}").into(),
+                    ))
+                })
+            })
+            .collect()
     }
 
     /// Records a failed run (retry or final); false when the lease was lost (fenced).
     pub(crate) async fn fail(&self, f: &Failure, now: DateTime<Utc>) -> Result<bool> {
-        let mut conn = self.pool.acquire().await?;
+        let (_turn, mut conn) = self.writing().await?;
         let mut tx = Self::write(&mut conn).await?;
         let row: Option<Row> = match f.retry_at {
             None => {
@@ -858,43 +1034,27 @@ impl SqliteStore {
 
     /// Releases leases at once (graceful stop), without using up an attempt.
     pub(crate) async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64> {
-        let mut conn = self.pool.acquire().await?;
-        let mut tx = Self::write(&mut conn).await?;
-        let mut n = 0;
-        for lease in leases {
-            n += sqlx::query(&self.sql().give_back)
-                .bind(ts(now))
-                .bind(lease.id)
-                .bind(lease.attempt)
-                .bind(&self.worker_id)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-        }
-        tx.commit().await?;
+        let (_turn, mut conn) = self.writing().await?;
+        let n = sqlx::query(&self.sql().give_back)
+            .bind(ts(now))
+            .bind(lease_list(leases))
+            .bind(&self.worker_id)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
         wake();
         Ok(n)
     }
 
     /// Extends the leases still held; their ids (a missing one was lost).
     pub(crate) async fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>> {
-        let mut conn = self.pool.acquire().await?;
-        let mut tx = Self::write(&mut conn).await?;
-        let mut held = Vec::with_capacity(leases.len());
-        for lease in leases {
-            let done = sqlx::query(&self.sql().extend)
-                .bind(ts(until))
-                .bind(lease.id)
-                .bind(lease.attempt)
-                .bind(&self.worker_id)
-                .execute(&mut *tx)
-                .await?;
-            if done.rows_affected() == 1 {
-                held.push(lease.id);
-            }
-        }
-        tx.commit().await?;
-        Ok(held)
+        let (_turn, mut conn) = self.writing().await?;
+        Ok(sqlx::query_scalar(&self.sql().extend)
+            .bind(ts(until))
+            .bind(lease_list(leases))
+            .bind(&self.worker_id)
+            .fetch_all(&mut *conn)
+            .await?)
     }
 
     /// Posts one job with a unique key of mode `mode` (the periodic jobs' first runs).
@@ -917,7 +1077,7 @@ impl SqliteStore {
         stored: Option<(&str, DateTime<Utc>)>,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        let mut conn = self.pool.acquire().await?;
+        let (_turn, mut conn) = self.writing().await?;
         let mut tx = Self::write(&mut conn).await?;
         if let Some((name, updated_at)) = stored {
             let exists: Option<i32> = sqlx::query_scalar(&format!(
@@ -1019,7 +1179,7 @@ impl SqliteStore {
         while !stopping.is_cancelled() {
             let n = sqlx::query(&statement)
                 .bind(ts(cutoff))
-                .execute(&self.pool)
+                .execute(&mut *self.writing().await?.1)
                 .await?
                 .rows_affected();
             retired.rows += n;
@@ -1044,7 +1204,7 @@ impl SqliteStore {
         metrics: &[(&str, i64)],
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let mut conn = self.pool.acquire().await?;
+        let (_turn, mut conn) = self.writing().await?;
         let mut tx = Self::write(&mut conn).await?;
         for (id, value) in metrics {
             sqlx::query(&self.sql().metrics)
@@ -1058,6 +1218,15 @@ impl SqliteStore {
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// Leases as a JSON array of `[id, attempt]` rows.
+fn lease_list(leases: &[Lease]) -> String {
+    let rows: Vec<(String, i32)> = leases
+        .iter()
+        .map(|l| (l.id.simple().to_string(), l.attempt))
+        .collect();
+    serde_json::to_string(&rows).unwrap_or_else(|_| "[]".to_owned())
 }
 
 /// The database file of a connection's options.
