@@ -1,8 +1,10 @@
-//! # sk — background jobs on PostgreSQL
+//! # sk — background jobs on PostgreSQL or SQLite
 //!
 //! Mark an ordinary `async fn` with [`#[job]`](job); sk turns it into a typed,
 //! serializable job with a generated `.enqueue()`, and [`Worker`]s claim and run those
-//! jobs with `FOR UPDATE SKIP LOCKED`, honouring each job's priority, delay, retry,
+//! jobs (with `FOR UPDATE SKIP LOCKED` on PostgreSQL, under the write lock on SQLite;
+//! cargo features `postgres`, the default, and `sqlite`; the backend is the pool you
+//! pass), honouring each job's priority, delay, retry,
 //! timeout and cron schedule. Jobs can be enqueued inside the application's own
 //! transaction; a job is finished exactly once, and a crashed worker's jobs come back
 //! when their lease runs out.

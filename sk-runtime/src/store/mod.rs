@@ -19,7 +19,8 @@ use crate::error::{Error, Result};
 
 /// Where sk's tables live: a schema and a name prefix (default `public` and `sk_`, giving
 /// `public.sk_tasks_queue_t`). Both must be lowercase SQL identifiers, so they can never
-/// carry SQL into a statement.
+/// carry SQL into a statement. SQLite has no schemas: there the names are
+/// [`Schema::flat_table`]'s.
 ///
 /// ```
 /// use sk_runtime::Schema;
