@@ -528,7 +528,7 @@ async fn tagged(
     child: bool,
     ctx: sk_runtime::JobContext,
     seen: sk_runtime::Data<tokio::sync::mpsc::UnboundedSender<Seen>>,
-    pool: sk_runtime::Data<sqlx::PgPool>,
+    pool: sk_runtime::Data<AnyPool>,
 ) -> Result<(), sk_runtime::JobError> {
     let _ = seen.send(Seen {
         id: ctx.id(),
@@ -537,9 +537,30 @@ async fn tagged(
         metadata: ctx.metadata().cloned(),
     });
     if child {
-        Tagged::new(false).enqueue(&*pool).await?;
+        match &*pool {
+            AnyPool::Postgres(pool) => Tagged::new(false).enqueue(pool).await?,
+            AnyPool::Sqlite(pool) => Tagged::new(false).enqueue(pool).await?,
+        };
     }
     Ok(())
+}
+
+/// The test database's pool, for a job that enqueues another.
+enum AnyPool {
+    Postgres(sqlx::PgPool),
+    Sqlite(sqlx::SqlitePool),
+}
+
+impl From<sqlx::PgPool> for AnyPool {
+    fn from(pool: sqlx::PgPool) -> Self {
+        AnyPool::Postgres(pool)
+    }
+}
+
+impl From<sqlx::SqlitePool> for AnyPool {
+    fn from(pool: sqlx::SqlitePool) -> Self {
+        AnyPool::Sqlite(pool)
+    }
 }
 
 /// What `tagged` saw.
@@ -551,83 +572,83 @@ struct Seen {
     metadata: Option<serde_json::Value>,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tenant_correlation_id_and_metadata_travel_with_the_job() {
-    let db = TestDb::new().await;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Seen>();
-    let metadata = serde_json::json!({"customer": 42, "tags": ["vip"]});
-    let parent = Tagged::new(true)
-        .with_tenant("acme")
-        .with_correlation_id("order-7")
-        .with_metadata(metadata.clone())
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
-    let other_tenant = Tagged::new(false)
-        .with_tenant("globex")
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
-    // A worker for tenant acme only.
-    let w = RunningWorker::start(
-        worker(&db, &[Tagged::TASK_TYPE])
-            .tenants(["acme"])
-            .data(tx.clone())
-            .data(db.pool.clone()),
-    );
-    let seen = recv(&mut rx, "the parent job", T).await;
-    assert_eq!(
-        (
-            seen.id,
-            seen.tenant.as_deref(),
-            seen.correlation_id.as_deref(),
-            seen.metadata.as_ref()
-        ),
-        (parent, Some("acme"), Some("order-7"), Some(&metadata))
-    );
-    let r = db
-        .wait_job(parent, T, |r| r.status() == JobStatus::Processed)
-        .await;
-    assert_eq!(
-        (r.tenant.as_deref(), r.correlation_id.as_deref()),
-        (Some("acme"), Some("order-7"))
-    );
-    assert_eq!(
-        serde_json::from_str::<serde_json::Value>(r.metadata.as_deref().unwrap()).unwrap(),
-        metadata
-    );
-    // The child has no tenant, so this worker leaves it; a worker for all tenants runs it,
-    // and the globex job.
-    w.stop().await;
-    let all = RunningWorker::start(
-        worker(&db, &[Tagged::TASK_TYPE])
-            .data(tx)
-            .data(db.pool.clone()),
-    );
-    let mut later = [
-        recv(&mut rx, "the child or the globex job", T).await,
-        recv(&mut rx, "the child or the globex job", T).await,
-    ];
-    later.sort_by_key(|s| s.id == other_tenant);
-    all.stop().await;
-    let (child, globex) = (&later[0], &later[1]);
-    assert_eq!(
-        (child.tenant.as_deref(), child.correlation_id.as_deref()),
-        (None, Some("order-7")),
-        "the child inherits the correlation id"
-    );
-    assert_eq!(globex.tenant.as_deref(), Some("globex"));
+each_backend! {
+    async fn tenant_correlation_id_and_metadata_travel_with_the_job(db) {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Seen>();
+        let metadata = serde_json::json!({"customer": 42, "tags": ["vip"]});
+        let parent = Tagged::new(true)
+            .with_tenant("acme")
+            .with_correlation_id("order-7")
+            .with_metadata(metadata.clone())
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let other_tenant = Tagged::new(false)
+            .with_tenant("globex")
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        // A worker for tenant acme only.
+        let w = RunningWorker::start(
+            worker(&db, &[Tagged::TASK_TYPE])
+                .tenants(["acme"])
+                .data(tx.clone())
+                .data(AnyPool::from(db.pool.clone())),
+        );
+        let seen = recv(&mut rx, "the parent job", T).await;
+        assert_eq!(
+            (
+                seen.id,
+                seen.tenant.as_deref(),
+                seen.correlation_id.as_deref(),
+                seen.metadata.as_ref()
+            ),
+            (parent, Some("acme"), Some("order-7"), Some(&metadata))
+        );
+        let r = db
+            .wait_job(parent, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        assert_eq!(
+            (r.tenant.as_deref(), r.correlation_id.as_deref()),
+            (Some("acme"), Some("order-7"))
+        );
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(r.metadata.as_deref().unwrap()).unwrap(),
+            metadata
+        );
+        // The child has no tenant, so this worker leaves it; a worker for all tenants runs it,
+        // and the globex job.
+        w.stop().await;
+        let all = RunningWorker::start(
+            worker(&db, &[Tagged::TASK_TYPE])
+                .data(tx)
+                .data(AnyPool::from(db.pool.clone())),
+        );
+        let mut later = [
+            recv(&mut rx, "the child or the globex job", T).await,
+            recv(&mut rx, "the child or the globex job", T).await,
+        ];
+        later.sort_by_key(|s| s.id == other_tenant);
+        all.stop().await;
+        let (child, globex) = (&later[0], &later[1]);
+        assert_eq!(
+            (child.tenant.as_deref(), child.correlation_id.as_deref()),
+            (None, Some("order-7")),
+            "the child inherits the correlation id"
+        );
+        assert_eq!(globex.tenant.as_deref(), Some("globex"));
 
-    let error = Tagged::new(false)
-        .with_metadata(serde_json::json!([1, 2]))
-        .enqueue(&db.pool)
-        .await
-        .unwrap_err();
-    assert_eq!(
-        error.to_string(),
-        "invalid metadata: must be a JSON object, not [1,2]"
-    );
-    db.drop().await;
+        let error = Tagged::new(false)
+            .with_metadata(serde_json::json!([1, 2]))
+            .enqueue(&db.pool)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "invalid metadata: must be a JSON object, not [1,2]"
+        );
+        db.drop().await;
+    }
 }
 
 each_backend! {
@@ -697,97 +718,104 @@ each_backend! {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn skip_and_replace_modes_and_unique_keys_in_bulk() {
-    let db = TestDb::new().await;
-    use sk_runtime::{EnqueueOutcome, Error, UniqueMode};
-    let first = Record::new("kept".into())
-        .with_unique_key("s")
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
-    let dup = Record::new("dropped".into())
-        .with_unique_key("s")
-        .enqueue_outcome(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!((dup.id, dup.outcome), (first, EnqueueOutcome::Duplicate));
-
-    let later = Record::new("old".into())
-        .with_unique_key("r")
-        .with_unique_mode(UniqueMode::Replace)
-        .run_after(Duration::from_secs(3600))
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
-    let replaced = Record::new("new".into())
-        .with_unique_key("r")
-        .with_unique_mode(UniqueMode::Replace)
-        .enqueue_outcome(&db.pool)
-        .await
-        .unwrap();
-    assert_eq!(
-        (replaced.id, replaced.outcome),
-        (later, EnqueueOutcome::Updated)
-    );
-
-    // In bulk: a key a live job holds, and a key twice in the batch.
-    let batch = vec![
-        sk_runtime::Enqueue::new(Record::new("also dropped".into())).with_unique_key("s"),
-        sk_runtime::Enqueue::new(Record::new("b1".into())).with_unique_key("b"),
-        sk_runtime::Enqueue::new(Record::new("b2".into())).with_unique_key("b"),
-        sk_runtime::Enqueue::new(Record::new("plain".into())),
-    ];
-    let ids = Record::enqueue_many(&db.pool, batch).await.unwrap();
-    assert_eq!(ids[0], first);
-    assert_eq!(ids[1], ids[2]);
-    let stored: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM sk_tasks_queue_t WHERE task_id = ANY($1)")
-            .bind(&ids)
-            .fetch_one(&db.pool)
+each_backend! {
+    async fn skip_and_replace_modes_and_unique_keys_in_bulk(db) {
+        use sk_runtime::{EnqueueOutcome, Error, UniqueMode};
+        let first = Record::new("kept".into())
+            .with_unique_key("s")
+            .enqueue(&db.pool)
             .await
             .unwrap();
-    assert_eq!(stored, 3, "every id returned is a stored job");
+        let dup = Record::new("dropped".into())
+            .with_unique_key("s")
+            .enqueue_outcome(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!((dup.id, dup.outcome), (first, EnqueueOutcome::Duplicate));
 
-    let (probe, mut rx) = probe();
-    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
-    let mut labels = Vec::new();
-    for _ in 0..4 {
-        labels.push(recv(&mut rx, "a job", T).await.label);
-    }
-    w.stop().await;
-    labels.sort();
-    assert_eq!(labels, ["b1", "kept", "new", "plain"]);
-    assert!(rx.try_recv().is_err());
+        let later = Record::new("old".into())
+            .with_unique_key("r")
+            .with_unique_mode(UniqueMode::Replace)
+            .run_after(Duration::from_secs(3600))
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let replaced = Record::new("new".into())
+            .with_unique_key("r")
+            .with_unique_mode(UniqueMode::Replace)
+            .enqueue_outcome(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(
+            (replaced.id, replaced.outcome),
+            (later, EnqueueOutcome::Updated)
+        );
 
-    let error = Record::enqueue_many(
-        &db.pool,
-        [sk_runtime::Enqueue::new(Record::new("x".into()))
-            .with_unique_key("x")
-            .with_unique_mode(UniqueMode::Restart)],
-    )
-    .await
-    .unwrap_err();
-    assert!(
-        matches!(
-            error,
-            Error::Invalid {
-                what: "unique mode",
-                ..
-            }
-        ),
-        "{error}"
-    );
-    let error = Record::new("x".into())
-        .with_unique_mode(UniqueMode::Skip)
-        .enqueue(&db.pool)
+        // In bulk: a key a live job holds, and a key twice in the batch.
+        let batch = vec![
+            sk_runtime::Enqueue::new(Record::new("also dropped".into())).with_unique_key("s"),
+            sk_runtime::Enqueue::new(Record::new("b1".into())).with_unique_key("b"),
+            sk_runtime::Enqueue::new(Record::new("b2".into())).with_unique_key("b"),
+            sk_runtime::Enqueue::new(Record::new("plain".into())),
+        ];
+        let ids = Record::enqueue_many(&db.pool, batch).await.unwrap();
+        assert_eq!(ids[0], first);
+        assert_eq!(ids[1], ids[2]);
+        let mut distinct = ids.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 3);
+        for id in distinct {
+            assert!(
+                db.info()
+                    .job(id)
+                    .await
+                    .unwrap()
+                    .is_some_and(|r| r.attempt.is_some()),
+                "every id returned is a stored, live job"
+            );
+        }
+
+        let (probe, mut rx) = probe();
+        let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
+        let mut labels = Vec::new();
+        for _ in 0..4 {
+            labels.push(recv(&mut rx, "a job", T).await.label);
+        }
+        w.stop().await;
+        labels.sort();
+        assert_eq!(labels, ["b1", "kept", "new", "plain"]);
+        assert!(rx.try_recv().is_err());
+
+        let error = Record::enqueue_many(
+            &db.pool,
+            [sk_runtime::Enqueue::new(Record::new("x".into()))
+                .with_unique_key("x")
+                .with_unique_mode(UniqueMode::Restart)],
+        )
         .await
         .unwrap_err();
-    assert_eq!(
-        error.to_string(),
-        "invalid unique mode: needs a unique key (`with_unique_key`)"
-    );
-    db.drop().await;
+        assert!(
+            matches!(
+                error,
+                Error::Invalid {
+                    what: "unique mode",
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        let error = Record::new("x".into())
+            .with_unique_mode(UniqueMode::Skip)
+            .enqueue(&db.pool)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "invalid unique mode: needs a unique key (`with_unique_key`)"
+        );
+        db.drop().await;
+    }
 }
 
 /// When each run of `slow_periodic` or `slow_tick` started and ended.
