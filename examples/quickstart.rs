@@ -144,7 +144,6 @@ async fn run<DB>(pool: sqlx::Pool<DB>, schema: Schema) -> Result<(), Box<dyn std
 where
     DB: Backend,
     sqlx::Pool<DB>: Into<sk_runtime::Pool>,
-    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
 {
     sk_runtime::migrate(pool.clone(), &schema).await?;
 
@@ -162,7 +161,7 @@ where
     let mut tx = pool.begin().await?;
     let fatal = Enqueue::new(ChargeCard::new(-500))
         .with_schema(&schema)
-        .enqueue(&mut *tx)
+        .enqueue(&mut tx)
         .await?;
     tx.commit().await?;
     println!("  {flaky} flaky_upload, {reminder} send_reminder (in 2 s), {fatal} charge_card");

@@ -370,7 +370,7 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         now: DateTime<Utc>,
     ) -> BoxFuture<'a, Result<Option<Uuid>>>
     where
-        E: sqlx::Executor<'e, Database = Self> + 'a,
+        E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
         'e: 'a;
 
     #[doc(hidden)]
@@ -382,7 +382,7 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         now: DateTime<Utc>,
     ) -> BoxFuture<'a, Result<(Uuid, bool, bool)>>
     where
-        E: sqlx::Executor<'e, Database = Self> + 'a,
+        E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
         'e: 'a;
 
     #[doc(hidden)]
@@ -393,18 +393,20 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         now: DateTime<Utc>,
     ) -> BoxFuture<'a, Result<Vec<Uuid>>>
     where
-        E: sqlx::Executor<'e, Database = Self> + 'a,
+        E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
         'e: 'a;
 }
 
-/// What `.enqueue()` takes: a pool, a connection or a transaction of a [`Backend`], so a
-/// job can be enqueued inside the application's own transaction (it is stored, and its
-/// workers woken, only if that transaction commits).
-pub trait Executor<'e>: sqlx::Executor<'e, Database: Backend> {}
+/// What `.enqueue()` takes: a pool (`&pool`), a connection (`&mut conn`) or a transaction
+/// (`&mut tx`, or `&mut *tx`) of a [`Backend`], so a job can be enqueued inside the
+/// application's own transaction (it is stored, and its workers woken, only if that
+/// transaction commits). Anything sqlx can acquire a connection from: a backend whose
+/// enqueue takes more than one statement runs them on that one connection.
+pub trait Executor<'e>: sqlx::Acquire<'e, Database: Backend> + Send {}
 
 impl<'e, T> Executor<'e> for T
 where
-    T: sqlx::Executor<'e>,
+    T: sqlx::Acquire<'e> + Send,
     T::Database: Backend,
 {
 }
@@ -422,10 +424,13 @@ macro_rules! backend {
                 now: DateTime<Utc>,
             ) -> BoxFuture<'a, Result<Option<Uuid>>>
             where
-                E: sqlx::Executor<'e, Database = Self> + 'a,
+                E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
                 'e: 'a,
             {
-                Box::pin($module::enqueue_one(executor, schema, job, now))
+                Box::pin(async move {
+                    let mut conn = executor.acquire().await?;
+                    $module::enqueue_one(&mut *conn, schema, job, now).await
+                })
             }
 
             fn enqueue_unique<'e, 'a, E>(
@@ -436,10 +441,13 @@ macro_rules! backend {
                 now: DateTime<Utc>,
             ) -> BoxFuture<'a, Result<(Uuid, bool, bool)>>
             where
-                E: sqlx::Executor<'e, Database = Self> + 'a,
+                E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
                 'e: 'a,
             {
-                Box::pin($module::enqueue_unique(executor, schema, job, mode, now))
+                Box::pin(async move {
+                    let mut conn = executor.acquire().await?;
+                    $module::enqueue_unique(&mut *conn, schema, job, mode, now).await
+                })
             }
 
             fn enqueue_many<'e, 'a, E>(
@@ -449,10 +457,13 @@ macro_rules! backend {
                 now: DateTime<Utc>,
             ) -> BoxFuture<'a, Result<Vec<Uuid>>>
             where
-                E: sqlx::Executor<'e, Database = Self> + 'a,
+                E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
                 'e: 'a,
             {
-                Box::pin($module::enqueue_many(executor, schema, jobs, now))
+                Box::pin(async move {
+                    let mut conn = executor.acquire().await?;
+                    $module::enqueue_many(&mut *conn, schema, jobs, now).await
+                })
             }
         }
     };
