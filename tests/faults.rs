@@ -170,7 +170,6 @@ async fn fault_pause(d: Duration) {
 async fn setup<B: TestBackend>(jobs: u32, millis: u64) -> (Db<B>, Vec<Uuid>)
 where
     sqlx::Pool<B>: Into<sk_runtime::Pool>,
-    for<'c> &'c mut B::Connection: sqlx::Executor<'c, Database = B>,
 {
     let db = Db::<B>::new().await;
     db.execute(if B::BACKEND == "SQLite" {

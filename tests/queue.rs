@@ -225,7 +225,6 @@ where
 async fn run_one_at_a_time<B: TestBackend>(db: &Db<B>, jobs: &[(&str, i32)]) -> Vec<String>
 where
     sqlx::Pool<B>: Into<sk_runtime::Pool>,
-    for<'c> &'c mut B::Connection: sqlx::Executor<'c, Database = B>,
 {
     let (probe, mut rx) = probe();
     for (label, priority) in jobs {
