@@ -540,6 +540,7 @@ async fn tagged(
         match &*pool {
             AnyPool::Postgres(pool) => Tagged::new(false).enqueue(pool).await?,
             AnyPool::Sqlite(pool) => Tagged::new(false).enqueue(pool).await?,
+            AnyPool::MySql(pool) => Tagged::new(false).enqueue(pool).await?,
         };
     }
     Ok(())
@@ -549,6 +550,7 @@ async fn tagged(
 enum AnyPool {
     Postgres(sqlx::PgPool),
     Sqlite(sqlx::SqlitePool),
+    MySql(sqlx::MySqlPool),
 }
 
 impl From<sqlx::PgPool> for AnyPool {
@@ -560,6 +562,12 @@ impl From<sqlx::PgPool> for AnyPool {
 impl From<sqlx::SqlitePool> for AnyPool {
     fn from(pool: sqlx::SqlitePool) -> Self {
         AnyPool::Sqlite(pool)
+    }
+}
+
+impl From<sqlx::MySqlPool> for AnyPool {
+    fn from(pool: sqlx::MySqlPool) -> Self {
+        AnyPool::MySql(pool)
     }
 }
 

@@ -1,10 +1,10 @@
-//! # sk — background jobs on PostgreSQL or SQLite
+//! # sk — background jobs on PostgreSQL, SQLite or MySQL
 //!
 //! Mark an ordinary `async fn` with [`#[job]`](job); sk turns it into a typed,
 //! serializable job with a generated `.enqueue()`, and [`Worker`]s claim and run those
-//! jobs (with `FOR UPDATE SKIP LOCKED` on PostgreSQL, under the write lock on SQLite;
-//! cargo features `postgres`, the default, and `sqlite`; the backend is the pool you
-//! pass), honouring each job's priority, delay, retry,
+//! jobs (with `FOR UPDATE SKIP LOCKED` on PostgreSQL and MySQL/MariaDB, under the write
+//! lock on SQLite; cargo features `postgres`, the default, `sqlite` and `mysql`; the
+//! backend is the pool you pass), honouring each job's priority, delay, retry,
 //! timeout and cron schedule. Jobs can be enqueued inside the application's own
 //! transaction; a job is finished exactly once, and a crashed worker's jobs come back
 //! when their lease runs out.
@@ -137,9 +137,9 @@ pub use worker::{migrate, Worker, WorkerBuilder};
 /// ```
 pub use sk_macros::job;
 
-#[cfg(not(any(feature = "postgres", feature = "sqlite")))]
+#[cfg(not(any(feature = "postgres", feature = "sqlite", feature = "mysql")))]
 compile_error!(
-    "sk-runtime needs a backend: enable its cargo feature `postgres` (the default) or `sqlite`"
+    "sk-runtime needs a backend: enable its cargo feature `postgres` (the default), `sqlite` or `mysql`"
 );
 
 #[doc(hidden)]

@@ -1,4 +1,5 @@
-//! Helpers for sk's integration tests: a fresh database per test (PostgreSQL or SQLite),
+//! Helpers for sk's integration tests: a fresh database per test (PostgreSQL, SQLite or
+//! MySQL/MariaDB),
 //! a worker running in the background, and waiting for events under a timeout.
 
 use std::future::Future;
@@ -18,7 +19,12 @@ pub fn database_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
 }
 
-/// A database sk's tests run on: PostgreSQL (`TestDb`) or SQLite, each test with a
+/// The MySQL/MariaDB server the tests use; `MYSQL_URL` overrides it.
+pub fn mysql_url() -> String {
+    std::env::var("MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".to_owned())
+}
+
+/// A database sk's tests run on: PostgreSQL (`TestDb`), SQLite or MySQL, each test with a
 /// database of its own. The behaviour tests run on every backend (`each_backend!` in the
 /// test files); tests of one backend's own features name it.
 pub trait TestBackend: sk_runtime::Backend + Sized {
@@ -60,13 +66,17 @@ pub trait TestBackend: sk_runtime::Backend + Sized {
 /// The generic queries of [`TestBackend`], the same text for every backend.
 macro_rules! queries {
     ($db:ty) => {
+        queries!($db, |sql: &str| sql.to_owned(), String);
+    };
+    ($db:ty, $translate:expr, $text:ty) => {
         fn scalar<'a>(
             pool: &'a sqlx::Pool<$db>,
             sql: &'a str,
             bind: Option<&'a str>,
         ) -> BoxFuture<'a, Option<i64>> {
             Box::pin(async move {
-                let mut query = sqlx::query_scalar::<_, Option<i64>>(sql);
+                let sql = $translate(sql);
+                let mut query = sqlx::query_scalar::<_, Option<i64>>(&sql);
                 if let Some(bind) = bind {
                     query = query.bind(bind);
                 }
@@ -80,7 +90,8 @@ macro_rules! queries {
             bind: Option<&'a str>,
         ) -> BoxFuture<'a, Option<DateTime<Utc>>> {
             Box::pin(async move {
-                let mut query = sqlx::query_scalar::<_, Option<DateTime<Utc>>>(sql);
+                let sql = $translate(sql);
+                let mut query = sqlx::query_scalar::<_, Option<DateTime<Utc>>>(&sql);
                 if let Some(bind) = bind {
                     query = query.bind(bind);
                 }
@@ -90,7 +101,8 @@ macro_rules! queries {
 
         fn execute<'a>(pool: &'a sqlx::Pool<$db>, sql: &'a str) -> BoxFuture<'a, ()> {
             Box::pin(async move {
-                sqlx::query(sql)
+                let sql = $translate(sql);
+                sqlx::query(&sql)
                     .execute(pool)
                     .await
                     .unwrap_or_else(|e| panic!("{sql}: {e}"));
@@ -99,10 +111,12 @@ macro_rules! queries {
 
         fn texts<'a>(pool: &'a sqlx::Pool<$db>, sql: &'a str) -> BoxFuture<'a, Vec<String>> {
             Box::pin(async move {
-                sqlx::query_scalar(sql)
+                let sql = $translate(sql);
+                let rows: Vec<$text> = sqlx::query_scalar(&sql)
                     .fetch_all(pool)
                     .await
-                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                rows.into_iter().map(Text::text).collect()
             })
         }
 
@@ -111,13 +125,32 @@ macro_rules! queries {
             sql: &'a str,
         ) -> BoxFuture<'a, Vec<(String, DateTime<Utc>)>> {
             Box::pin(async move {
-                sqlx::query_as(sql)
+                let sql = $translate(sql);
+                let rows: Vec<($text, DateTime<Utc>)> = sqlx::query_as(&sql)
                     .fetch_all(pool)
                     .await
-                    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                rows.into_iter().map(|(t, at)| (t.text(), at)).collect()
             })
         }
     };
+}
+
+/// Text as a backend returns it: MySQL sends a column of a binary collation as bytes.
+trait Text {
+    fn text(self) -> String;
+}
+
+impl Text for String {
+    fn text(self) -> String {
+        self
+    }
+}
+
+impl Text for Vec<u8> {
+    fn text(self) -> String {
+        String::from_utf8_lossy(&self).into_owned()
+    }
 }
 
 type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -137,6 +170,10 @@ enum Place {
         name: String,
         admin: PgPool,
         options: Box<PgConnectOptions>,
+    },
+    MySql {
+        name: String,
+        admin: sqlx::MySqlPool,
     },
     File(std::path::PathBuf),
 }
@@ -221,6 +258,62 @@ impl TestBackend for sqlx::Sqlite {
     }
 
     queries!(sqlx::Sqlite);
+}
+
+impl TestBackend for sqlx::MySql {
+    const BACKEND: &'static str = "MySQL";
+
+    /// # Panics
+    /// When MySQL/MariaDB cannot be reached: the tests need a real server and say so.
+    async fn create() -> Db<Self> {
+        init_logs();
+        let url = mysql_url();
+        let admin = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(2)
+            .connect(&url)
+            .await
+            .unwrap_or_else(|e| {
+                panic!("the tests need MySQL or MariaDB at {url} (set MYSQL_URL): {e}")
+            });
+        let name = format!("sk_test_{}", Uuid::new_v4().simple());
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&admin)
+            .await
+            .expect("create the test database");
+        let url = with_database(&url, &name);
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(20)
+            .connect(&url)
+            .await
+            .expect("connect to the test database");
+        sk_runtime::migrate(&pool, &Schema::default())
+            .await
+            .expect("migrate the test database");
+        Db {
+            pool,
+            url,
+            place: Place::MySql { name, admin },
+        }
+    }
+
+    queries!(sqlx::MySql, mysql_sql, Vec<u8>);
+}
+
+/// The tests' shared SQL in MySQL's dialect: `?` for `$1`, `SIGNED` for `BIGINT`.
+fn mysql_sql(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '$' && chars.peek().is_some_and(char::is_ascii_digit) {
+            while chars.peek().is_some_and(char::is_ascii_digit) {
+                chars.next();
+            }
+            out.push('?');
+        } else {
+            out.push(c);
+        }
+    }
+    out.replace("AS BIGINT)", "AS SIGNED)")
 }
 
 /// The options sk's docs give for a SQLite file: WAL, `synchronous = NORMAL`.
@@ -330,6 +423,11 @@ where
                     .execute(&admin)
                     .await;
             }
+            Place::MySql { name, admin } => {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
+                    .execute(&admin)
+                    .await;
+            }
             Place::File(path) => {
                 for suffix in ["", "-wal", "-shm"] {
                     let mut name = path.clone().into_os_string();
@@ -345,7 +443,7 @@ impl Db<sqlx::Postgres> {
     fn options(&self) -> &PgConnectOptions {
         match &self.place {
             Place::Server { options, .. } => options,
-            Place::File(_) => unreachable!("a PostgreSQL database is on a server"),
+            _ => unreachable!("a PostgreSQL database is on a PostgreSQL server"),
         }
     }
 
@@ -391,7 +489,7 @@ impl Db<sqlx::Postgres> {
     }
 }
 
-/// Runs a test body once per backend: `name::postgres` and `name::sqlite`, each with
+/// Runs a test body once per backend: `name::postgres`, `name::sqlite` and `name::mysql`, each with
 /// `$db` a fresh [`Db`] of that backend.
 #[macro_export]
 macro_rules! each_backend {
@@ -410,6 +508,12 @@ macro_rules! each_backend {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
                 let $db = $crate::Db::<sqlx::Sqlite>::new().await;
+                $body
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mysql() {
+                let $db = $crate::Db::<sqlx::MySql>::new().await;
                 $body
             }
         }

@@ -2,6 +2,8 @@
 //! its own migrations folder; the worker and the client speak only in the
 //! backend-neutral types defined here.
 
+#[cfg(feature = "mysql")]
+pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 #[cfg(feature = "sqlite")]
@@ -19,8 +21,8 @@ use crate::error::{Error, Result};
 
 /// Where sk's tables live: a schema and a name prefix (default `public` and `sk_`, giving
 /// `public.sk_tasks_queue_t`). Both must be lowercase SQL identifiers, so they can never
-/// carry SQL into a statement. SQLite has no schemas: there the names are
-/// [`Schema::flat_table`]'s.
+/// carry SQL into a statement. On SQLite and MySQL sk's tables live in the connection's
+/// database, named as [`Schema::flat_table`] says.
 ///
 /// ```
 /// use sk_runtime::Schema;
@@ -37,6 +39,8 @@ pub struct Schema {
     pub(crate) sql: Arc<postgres::Statements>,
     #[cfg(feature = "sqlite")]
     pub(crate) sqlite: Arc<sqlite::Statements>,
+    #[cfg(feature = "mysql")]
+    pub(crate) mysql: Arc<mysql::Statements>,
 }
 
 static DEFAULT_SCHEMA: LazyLock<Schema> = LazyLock::new(|| {
@@ -75,6 +79,8 @@ impl Schema {
             sql: Arc::default(),
             #[cfg(feature = "sqlite")]
             sqlite: Arc::default(),
+            #[cfg(feature = "mysql")]
+            mysql: Arc::default(),
         };
         #[cfg(feature = "postgres")]
         {
@@ -84,6 +90,10 @@ impl Schema {
         {
             s.sqlite = Arc::new(sqlite::Statements::new(&s));
         }
+        #[cfg(feature = "mysql")]
+        {
+            s.mysql = Arc::new(mysql::Statements::new(&s));
+        }
         Ok(s)
     }
 
@@ -92,7 +102,7 @@ impl Schema {
         format!("{}.{}{}", self.schema, self.prefix, name)
     }
 
-    /// A table's name on a backend without schemas (SQLite): the prefix, after the
+    /// A table's name on SQLite and MySQL (no schemas there): the prefix, after the
     /// schema name unless that is `public` (`jobs_sk_tasks_queue_t`).
     pub fn flat_table(&self, name: &str) -> String {
         format!("{}{name}", self.flat_prefix())
@@ -164,6 +174,48 @@ pub(crate) fn check_period(period: std::time::Duration) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The smallest UUIDv7 of a millisecond: every id posted earlier sorts below it. The
+/// results partitions' bounds are such ids, so a partition holds the jobs posted in its
+/// span.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn id_floor(at: DateTime<Utc>) -> Uuid {
+    let millis = u64::try_from(at.timestamp_millis()).unwrap_or(0);
+    let mut bytes = [0; 16];
+    bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
+    Uuid::from_bytes(bytes)
+}
+
+/// The millisecond of a UUIDv7 (of a partition bound).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn millis_of(id: Uuid) -> i64 {
+    let mut bytes = [0; 8];
+    bytes[2..].copy_from_slice(&id.as_bytes()[..6]);
+    i64::from_be_bytes(bytes)
+}
+
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn time_of(millis: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(millis).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// Wakes this process's workers on backends without notifications (SQLite, MySQL):
+/// every enqueue bumps it, every such worker's listener watches it. One for all databases
+/// of the process: a wake-up for another database costs a worker one claim that finds
+/// nothing.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+static WAKE: LazyLock<tokio::sync::watch::Sender<u64>> =
+    LazyLock::new(|| tokio::sync::watch::channel(0).0);
+
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) fn wake() {
+    WAKE.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) fn wake_ups() -> tokio::sync::watch::Receiver<u64> {
+    WAKE.subscribe()
 }
 
 /// A job to insert.
@@ -243,7 +295,8 @@ impl Failure {
 }
 
 /// A connection pool of a [`Backend`]: what the worker, queue info, stored schedules and
-/// [`migrate`](crate::migrate) take. Made from a `sqlx::PgPool` or `sqlx::SqlitePool`
+/// [`migrate`](crate::migrate) take. Made from a `sqlx::PgPool`, `sqlx::SqlitePool` or
+/// `sqlx::MySqlPool`
 /// (pass the pool, or a reference); the backend follows from the pool.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -254,6 +307,9 @@ pub enum Pool {
     /// SQLite (cargo feature `sqlite`).
     #[cfg(feature = "sqlite")]
     Sqlite(sqlx::SqlitePool),
+    /// MySQL 8 or MariaDB 10.6+ (cargo feature `mysql`).
+    #[cfg(feature = "mysql")]
+    MySql(sqlx::MySqlPool),
 }
 
 /// `From` a backend's pool and a reference to it.
@@ -277,6 +333,7 @@ macro_rules! pool_from {
 
 pool_from!("postgres", Postgres, sqlx::PgPool);
 pool_from!("sqlite", Sqlite, sqlx::SqlitePool);
+pool_from!("mysql", MySql, sqlx::MySqlPool);
 
 /// Defines `Pool`'s methods as calls of the backend module's functions of the same name,
 /// with the pool and the arguments.
@@ -291,6 +348,8 @@ macro_rules! pool_delegate {
                         Pool::Postgres(pool) => postgres::$name(pool $(, $arg)*).await,
                         #[cfg(feature = "sqlite")]
                         Pool::Sqlite(pool) => sqlite::$name(pool $(, $arg)*).await,
+                        #[cfg(feature = "mysql")]
+                        Pool::MySql(pool) => mysql::$name(pool $(, $arg)*).await,
                     }
                 }
             )*
@@ -315,6 +374,17 @@ pool_delegate! {
 }
 
 impl Pool {
+    /// How often a worker polls unless told otherwise: on MySQL, without notifications
+    /// from other processes, more often.
+    pub(crate) fn default_poll_interval(&self) -> std::time::Duration {
+        match self {
+            #[cfg(feature = "mysql")]
+            Pool::MySql(_) => std::time::Duration::from_millis(200),
+            #[allow(unreachable_patterns)]
+            _ => std::time::Duration::from_secs(1),
+        }
+    }
+
     /// The worker's store on this pool.
     pub(crate) fn store(self, schema: Schema, worker_id: String) -> Store {
         match self {
@@ -331,6 +401,12 @@ impl Pool {
                 schema,
                 worker_id,
                 writer: Default::default(),
+            }),
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => Store::MySql(mysql::MySqlStore {
+                pool,
+                schema,
+                worker_id,
             }),
         }
     }
@@ -353,10 +429,13 @@ mod sealed {
     impl Sealed for sqlx::Postgres {}
     #[cfg(feature = "sqlite")]
     impl Sealed for sqlx::Sqlite {}
+    #[cfg(feature = "mysql")]
+    impl Sealed for sqlx::MySql {}
 }
 
 /// A database sk runs on, chosen by the pool or transaction you pass: `sqlx::Postgres`
-/// (cargo feature `postgres`, the default) or `sqlx::Sqlite` (feature `sqlite`). Sealed:
+/// (cargo feature `postgres`, the default), `sqlx::Sqlite` (feature `sqlite`) or
+/// `sqlx::MySql` (feature `mysql`, for MySQL 8 and MariaDB 10.6+). Sealed:
 /// its methods are sk's own store.
 #[allow(private_interfaces)]
 pub trait Backend: sqlx::Database + sealed::Sealed {
@@ -471,6 +550,7 @@ macro_rules! backend {
 
 backend!("postgres", sqlx::Postgres, postgres);
 backend!("sqlite", sqlx::Sqlite, sqlite);
+backend!("mysql", sqlx::MySql, mysql);
 
 /// Tuple counts of one of sk's tables.
 pub(crate) struct TableHealth {
@@ -514,6 +594,8 @@ pub(crate) enum Store {
     Postgres(postgres::PgStore),
     #[cfg(feature = "sqlite")]
     Sqlite(sqlite::SqliteStore),
+    #[cfg(feature = "mysql")]
+    MySql(mysql::MySqlStore),
 }
 
 /// Defines `Store`'s methods as calls of the backend store's methods of the same name.
@@ -528,6 +610,8 @@ macro_rules! delegate {
                         Store::Postgres(store) => store.$name($($arg),*).await,
                         #[cfg(feature = "sqlite")]
                         Store::Sqlite(store) => store.$name($($arg),*).await,
+                        #[cfg(feature = "mysql")]
+                        Store::MySql(store) => store.$name($($arg),*).await,
                     }
                 }
             )*
@@ -602,6 +686,8 @@ impl Store {
             Store::Postgres(store) => &store.worker_id,
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => &store.worker_id,
+            #[cfg(feature = "mysql")]
+            Store::MySql(store) => &store.worker_id,
         }
     }
 
@@ -612,6 +698,8 @@ impl Store {
             Store::Postgres(store) => store.address(),
             #[cfg(feature = "sqlite")]
             Store::Sqlite(store) => store.address(),
+            #[cfg(feature = "mysql")]
+            Store::MySql(store) => store.address(),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Wake-ups from outside the worker. PostgreSQL: LISTEN on a dedicated connection that
 //! reconnects; every notification (and every reconnect, since notifications may have
-//! been missed) wakes the producer. SQLite has no notifications: enqueues in this process
-//! wake the worker at once, others are found by the poll interval.
+//! been missed) wakes the producer. SQLite and MySQL have no notifications: enqueues in
+//! this process wake the worker at once, others are found by the poll interval.
 
 use std::sync::Arc;
 
@@ -14,13 +14,15 @@ pub(super) async fn run(shared: Arc<Shared>) {
         Store::Postgres(store) => postgres::run(store.clone(), &shared).await,
         #[cfg(feature = "sqlite")]
         Store::Sqlite(_) => in_process(&shared).await,
+        #[cfg(feature = "mysql")]
+        Store::MySql(_) => in_process(&shared).await,
     }
 }
 
-/// Wakes the producer whenever this process enqueues on SQLite (`sqlite::wake`).
-#[cfg(feature = "sqlite")]
+/// Wakes the producer whenever this process enqueues on SQLite or MySQL (`store::wake`).
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 async fn in_process(shared: &Shared) {
-    let mut wake_ups = crate::store::sqlite::wake_ups();
+    let mut wake_ups = crate::store::wake_ups();
     loop {
         tokio::select! {
             () = shared.stopping.cancelled() => return,

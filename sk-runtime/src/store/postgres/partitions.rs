@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::error::Result;
-use crate::store::{Retired, Schema};
+use crate::store::{id_floor, millis_of, time_of, Retired, Schema};
 
 /// Each partition covers this much posting time unless the worker says otherwise.
 pub(crate) const DEFAULT_PERIOD: Duration = crate::store::RESULTS_PARTITION;
@@ -21,25 +21,6 @@ const AHEAD: i64 = 2;
 const LOCK_TIMEOUT: &str = "2s";
 /// Rows deleted per statement where a partition is pruned by rows.
 const ROW_BATCH: i64 = 10_000;
-
-/// The smallest UUIDv7 of a millisecond: every id posted earlier sorts below it. Range
-/// bounds are such ids, so a partition holds the jobs posted in its span.
-pub(crate) fn id_floor(at: DateTime<Utc>) -> Uuid {
-    let millis = u64::try_from(at.timestamp_millis()).unwrap_or(0);
-    let mut bytes = [0; 16];
-    bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
-    Uuid::from_bytes(bytes)
-}
-
-fn millis_of(id: Uuid) -> i64 {
-    let mut bytes = [0; 8];
-    bytes[2..].copy_from_slice(&id.as_bytes()[..6]);
-    i64::from_be_bytes(bytes)
-}
-
-fn time_of(millis: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(millis).unwrap_or(DateTime::<Utc>::MAX_UTC)
-}
 
 /// One range partition: the jobs posted in `[from, to)`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,7 +13,6 @@
 //! Times are bound as fixed-width UTC text (`ts`), so text order is time order.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -22,7 +21,7 @@ use sqlx::{Connection as _, Executor as _, Row as _, Sqlite};
 use uuid::Uuid;
 
 use super::{
-    ClaimedJob, Failure, Lease, NewJob, ProbeFailure, Retired, ScheduleRow, Schema, Success,
+    wake, ClaimedJob, Failure, Lease, NewJob, ProbeFailure, Retired, ScheduleRow, Schema, Success,
 };
 use crate::error::{Error, Result};
 use crate::info::{Attempt, JobRecord, QueueCounts, QueuedJob};
@@ -48,20 +47,6 @@ fn uuid_v7(at: DateTime<Utc>) -> Uuid {
         secs,
         at.timestamp_subsec_nanos(),
     ))
-}
-
-/// Wakes this process's SQLite workers: every enqueue bumps it, every worker's listener
-/// watches it. One for all SQLite files of the process: a wake-up for another file
-/// costs a worker one claim that finds nothing.
-static WAKE: LazyLock<tokio::sync::watch::Sender<u64>> =
-    LazyLock::new(|| tokio::sync::watch::channel(0).0);
-
-pub(crate) fn wake() {
-    WAKE.send_modify(|n| *n = n.wrapping_add(1));
-}
-
-pub(crate) fn wake_ups() -> tokio::sync::watch::Receiver<u64> {
-    WAKE.subscribe()
 }
 
 /// The statements of one schema, formatted once.

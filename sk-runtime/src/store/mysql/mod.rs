@@ -1,0 +1,1529 @@
+//! MySQL 8 and MariaDB 10.6+: migrations and every statement sk runs there.
+//!
+//! A claim is `SELECT … FOR UPDATE SKIP LOCKED` in a short transaction, then an `UPDATE`
+//! of the rows it locked (there is no `UPDATE … RETURNING`): two workers never take the
+//! same row, and neither waits for the other. Every worker transaction runs at READ
+//! COMMITTED, so InnoDB takes no gap locks that would make enqueues wait for claims, and
+//! a transaction InnoDB chose as a deadlock victim is run again. There is no LISTEN/NOTIFY:
+//! an enqueue wakes this process's workers at once, other processes find new jobs at
+//! their poll interval (200 ms by default here).
+//!
+//! Tables live in the connection's database, named as on SQLite ([`Schema::flat_table`]).
+
+mod partitions;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlPool};
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection as _, Executor as _, MySql, QueryBuilder, Row as _};
+use uuid::Uuid;
+
+use super::{
+    wake, ClaimedJob, Failure, Lease, NewJob, ProbeFailure, Retired, ScheduleRow, Schema, Success,
+};
+use crate::error::{Error, Result};
+use crate::info::{Attempt, JobRecord, QueueCounts, QueuedJob};
+
+/// Versioned migrations, applied in order; `__PREFIX__` is substituted.
+const MIGRATIONS: &[(i32, &str, &str)] = &[(
+    1,
+    "initial schema",
+    include_str!("../../../../migrations/mysql/0001_init.sql"),
+)];
+
+/// The longest table name sk makes after its prefix (a retired results partition held
+/// aside, `task_results_p20261122_0000`); MySQL names are at most 64 characters.
+const LONGEST_NAME: usize = 27;
+
+/// How long a pooled connection may take before the store asks why (as on PostgreSQL).
+const ACQUIRE_WAIT: Duration = Duration::from_secs(2);
+
+/// Every worker transaction: READ COMMITTED (module docs).
+const BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION";
+
+/// Rows per multi-row statement: at most 65,535 placeholders, 16 to a queue row.
+const ROWS_PER_STATEMENT: usize = 2_000;
+/// Payload bytes per multi-row statement, well under the 16 MiB `max_allowed_packet` of
+/// MariaDB's defaults (MySQL's is 64 MiB).
+const BYTES_PER_STATEMENT: usize = 4 << 20;
+
+/// Times in the JSON sk writes (attempts), as on SQLite: `2026-11-22T10:39:48.123456Z`.
+fn ts(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// The same format in SQL, for a `DATETIME(6)` column.
+const SQL_TS: &str = "'%Y-%m-%dT%H:%i:%s.%fZ'";
+
+/// A UUIDv7 of `at`: the id of a rerun or a periodic job's next run.
+fn uuid_v7(at: DateTime<Utc>) -> Uuid {
+    let secs = u64::try_from(at.timestamp()).unwrap_or(0);
+    Uuid::new_v7(uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        secs,
+        at.timestamp_subsec_nanos(),
+    ))
+}
+
+/// The server's error number, if `error` is one.
+fn number(error: &sqlx::Error) -> Option<u16> {
+    error
+        .as_database_error()
+        .and_then(|e| e.try_downcast_ref::<MySqlDatabaseError>())
+        .map(MySqlDatabaseError::number)
+}
+
+/// A duplicate key (1062).
+fn duplicate(error: &sqlx::Error) -> bool {
+    number(error) == Some(1062)
+}
+
+/// A transaction InnoDB rolled back to break a deadlock (1213), or one that waited too
+/// long for a row lock (1205): run it again.
+fn conflict(error: &Error) -> bool {
+    matches!(error, Error::Database(e) if matches!(number(e), Some(1213 | 1205)))
+}
+
+/// The statements of one schema, formatted once.
+#[derive(Default)]
+pub(crate) struct Statements {
+    queue: String,
+    results: String,
+    insert_queue: String,
+    insert_result: String,
+    enqueue_unique: String,
+    success: String,
+    success_again: String,
+    failure: String,
+    stats: String,
+    counts_by_status: String,
+    counts_live: String,
+    peek: String,
+    job: String,
+}
+
+/// The columns of a new queue row, in the order `bind_new!` binds them (then
+/// `task_has_result`, always 1).
+const NEW_COLUMNS: &str = "task_id, task_type, task_source, task_payload, task_priority,
+    task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_tenant,
+    task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_every_ms, task_has_result";
+const NEW_VALUES: &str = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1";
+/// The columns of a new results row, in the order `bind_result!` binds them.
+const RESULT_COLUMNS: &str = "task_id, task_type, task_source, task_queue, task_priority,
+    task_unique_key, task_unique_mode, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata,
+    task_status";
+/// What a results row repeats of its queue row.
+const JOB_COLUMNS: &str =
+    "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
+    task_tenant, task_correlation_id, task_metadata";
+/// A queue row as a finalization reads it (`Row`).
+const QUEUE_ROW: &str = "task_lock_handle_id, task_id, CAST(task_type AS CHAR) AS task_type, task_source,
+    CAST(task_queue AS CHAR) AS task_queue, task_priority, task_posted_at_ts,
+    CAST(task_tenant AS CHAR) AS task_tenant, CAST(task_correlation_id AS CHAR) AS task_correlation_id,
+    task_metadata, task_claimed_at_ts, task_lost_attempts, task_payload, task_max_attempts,
+    CAST(task_unique_key AS CHAR) AS task_unique_key, task_unique_mode, task_rerun, task_every_ms";
+/// The upsert of a success into a results row (left to right: MySQL's assignments see the
+/// values set before them, so nothing here reads a column set earlier in the list).
+const SUCCESS_UPDATE: &str = "task_status = 3,
+    task_processing_time_milliseconds = VALUES(task_processing_time_milliseconds),
+    task_processing_finalized_at_ts = VALUES(task_processing_finalized_at_ts),
+    task_last_locked_by = VALUES(task_last_locked_by),
+    task_output = VALUES(task_output),
+    task_first_processing_attempted_at_ts =
+        coalesce(task_first_processing_attempted_at_ts, VALUES(task_first_processing_attempted_at_ts)),
+    task_last_processing_attempted_at_ts = VALUES(task_last_processing_attempted_at_ts)";
+
+impl Statements {
+    pub(crate) fn new(schema: &Schema) -> Self {
+        let q = schema.flat_table("tasks_queue_t");
+        let r = schema.flat_table("task_results_t");
+        let s = schema.flat_table("task_execution_time_stats_t");
+        Statements {
+            queue: q.clone(),
+            results: r.clone(),
+            insert_queue: format!("INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES})"),
+            insert_result: format!(
+                "INSERT INTO {r} ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
+            ),
+            // A duplicate key changes the live job as its mode says (`UniqueMode`);
+            // `enqueue_unique` then reads which job holds the key.
+            enqueue_unique: format!(
+                "INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES})
+                 ON DUPLICATE KEY UPDATE
+                    task_rerun = task_rerun OR (VALUES(task_unique_mode) = 2 AND task_locked_by IS NOT NULL),
+                    task_payload = CASE WHEN (VALUES(task_unique_mode) = 3 AND task_locked_by IS NULL)
+                        OR VALUES(task_unique_mode) = 2 THEN VALUES(task_payload) ELSE task_payload END,
+                    task_locked_until_ts = CASE WHEN VALUES(task_unique_mode) = 3 AND task_locked_by IS NULL
+                        THEN VALUES(task_locked_until_ts) ELSE task_locked_until_ts END,
+                    task_every_ms = coalesce(VALUES(task_every_ms), task_every_ms)"
+            ),
+            success: format!(
+                "INSERT INTO {r} ({JOB_COLUMNS}, task_status, task_processing_time_milliseconds,
+                    task_processing_finalized_at_ts, task_last_locked_by, task_output,
+                    task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts)"
+            ),
+            // A success after lost attempts: their count and the whole list of failed
+            // attempts (`errors_with`) go into the record too.
+            success_again: format!(
+                "INSERT INTO {r} ({JOB_COLUMNS}, task_status, task_processing_time_milliseconds,
+                    task_processing_finalized_at_ts, task_last_locked_by, task_output,
+                    task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts,
+                    task_error_count, task_errors)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 3, ?, ?, ?, ?, ?, ?, ?, ?)
+                 ON DUPLICATE KEY UPDATE task_error_count = task_error_count + VALUES(task_error_count),
+                    task_errors = VALUES(task_errors), {SUCCESS_UPDATE}"
+            ),
+            failure: format!(
+                "INSERT INTO {r} ({JOB_COLUMNS}, task_status, task_error_count, task_last_error_type,
+                    task_last_error_message, task_last_error_detail, task_last_error, task_last_error_is_recoverable,
+                    task_processing_time_milliseconds, task_processing_finalized_at_ts, task_payload,
+                    task_last_locked_by, task_errors, task_output, task_first_processing_attempted_at_ts,
+                    task_last_processing_attempted_at_ts)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)
+                 ON DUPLICATE KEY UPDATE task_status = VALUES(task_status),
+                    task_error_count = task_error_count + VALUES(task_error_count),
+                    task_last_error_type = VALUES(task_last_error_type),
+                    task_last_error_message = VALUES(task_last_error_message),
+                    task_last_error_detail = VALUES(task_last_error_detail),
+                    task_last_error = VALUES(task_last_error),
+                    task_last_error_is_recoverable = VALUES(task_last_error_is_recoverable),
+                    task_processing_time_milliseconds = VALUES(task_processing_time_milliseconds),
+                    task_processing_finalized_at_ts = VALUES(task_processing_finalized_at_ts),
+                    task_payload = VALUES(task_payload),
+                    task_last_locked_by = VALUES(task_last_locked_by),
+                    task_errors = VALUES(task_errors),
+                    task_output = NULL,
+                    task_first_processing_attempted_at_ts =
+                        coalesce(task_first_processing_attempted_at_ts, VALUES(task_first_processing_attempted_at_ts)),
+                    task_last_processing_attempted_at_ts = VALUES(task_last_processing_attempted_at_ts)"
+            ),
+            // The average first: it reads the totals before they are added to.
+            stats: format!(
+                "INSERT INTO {s} (et_payload_type, et_owner_process_id, et_avg_execution_time,
+                    et_fastest_execution_time, et_longest_execution_time, et_total_execution_time,
+                    et_n_execution_cycles, et_last_execution_time, et_last_updated_ts)
+                 VALUES (?, ?, ? DIV ?, ?, ?, ?, ?, ?, ?)
+                 ON DUPLICATE KEY UPDATE
+                    et_avg_execution_time = (et_total_execution_time + VALUES(et_total_execution_time))
+                        DIV (et_n_execution_cycles + VALUES(et_n_execution_cycles)),
+                    et_total_execution_time = et_total_execution_time + VALUES(et_total_execution_time),
+                    et_n_execution_cycles = et_n_execution_cycles + VALUES(et_n_execution_cycles),
+                    et_fastest_execution_time = LEAST(et_fastest_execution_time, VALUES(et_fastest_execution_time)),
+                    et_longest_execution_time = GREATEST(et_longest_execution_time, VALUES(et_longest_execution_time)),
+                    et_last_execution_time = VALUES(et_last_execution_time),
+                    et_last_updated_ts = VALUES(et_last_updated_ts)"
+            ),
+            counts_by_status: format!("SELECT task_status, count(*) FROM {r} GROUP BY task_status"),
+            counts_live: format!(
+                "SELECT
+                    count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts <= ? THEN 1 END),
+                    count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts > ? THEN 1 END),
+                    count(CASE WHEN task_locked_by IS NOT NULL AND task_locked_until_ts > ? THEN 1 END),
+                    count(CASE WHEN task_locked_by IS NOT NULL AND task_locked_until_ts <= ? THEN 1 END)
+                 FROM {q}"
+            ),
+            peek: format!(
+                "SELECT task_id, CAST(task_type AS CHAR) AS task_type, CAST(task_queue AS CHAR) AS task_queue,
+                    task_priority, task_attempt, task_max_attempts, task_locked_until_ts, task_posted_at_ts
+                 FROM {q} WHERE task_locked_by IS NULL
+                 ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT ?"
+            ),
+            // As on PostgreSQL: a leased queue row means the job runs now; results hold
+            // what happened before. The queue row's lost attempts follow the recorded ones
+            // (`lost`, appended in `job`). Binds: id, now.
+            job: format!(
+                "SELECT k.id AS task_id, CAST(coalesce(r.task_type, q.task_type) AS CHAR) AS task_type,
+                    coalesce(r.task_source, q.task_source) AS task_source,
+                    CAST(coalesce(r.task_queue, q.task_queue) AS CHAR) AS task_queue,
+                    coalesce(q.task_payload, r.task_payload) AS task_payload,
+                    CAST(CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > ? THEN 2
+                         ELSE coalesce(r.task_status, 1) END AS SIGNED) AS task_status,
+                    coalesce(q.task_priority, r.task_priority) AS task_priority,
+                    CAST(coalesce(r.task_error_count, 0) + coalesce(JSON_LENGTH(q.task_lost_attempts), 0) AS SIGNED)
+                        AS task_error_count, r.task_last_error_type,
+                    r.task_last_error_message, r.task_last_error_detail,
+                    r.task_last_error_is_recoverable,
+                    coalesce(r.task_processing_time_milliseconds, 0) AS task_processing_time_milliseconds,
+                    coalesce(r.task_posted_at_ts, q.task_posted_at_ts) AS task_posted_at_ts,
+                    coalesce(r.task_first_processing_attempted_at_ts,
+                        STR_TO_DATE(JSON_UNQUOTE(JSON_EXTRACT(q.task_lost_attempts, '$[0].started_at')), {SQL_TS}),
+                        q.task_claimed_at_ts) AS task_first_processing_attempted_at_ts,
+                    CASE WHEN q.task_locked_by IS NOT NULL THEN q.task_claimed_at_ts
+                         ELSE r.task_last_processing_attempted_at_ts END AS task_last_processing_attempted_at_ts,
+                    r.task_processing_finalized_at_ts,
+                    q.task_attempt, q.task_max_attempts, q.task_locked_until_ts, q.task_locked_by,
+                    coalesce(r.task_errors, '[]') AS task_errors, q.task_lost_attempts AS lost,
+                    r.task_last_locked_by, r.task_output,
+                    CAST(coalesce(r.task_tenant, q.task_tenant) AS CHAR) AS task_tenant,
+                    CAST(coalesce(r.task_correlation_id, q.task_correlation_id) AS CHAR) AS task_correlation_id,
+                    coalesce(r.task_metadata, q.task_metadata) AS task_metadata,
+                    CAST(coalesce(r.task_unique_key, q.task_unique_key) AS CHAR) AS task_unique_key,
+                    coalesce(r.task_unique_mode, q.task_unique_mode) AS task_unique_mode
+                 FROM (SELECT ? AS id) k
+                 LEFT JOIN {r} r ON r.task_id = k.id
+                 LEFT JOIN {q} q ON q.task_id = k.id
+                 WHERE r.task_id IS NOT NULL OR q.task_id IS NOT NULL"
+            ),
+        }
+    }
+}
+
+/// Binds a new queue row's values (`NEW_COLUMNS` without `task_has_result`).
+macro_rules! bind_new {
+    ($query:expr, $job:expr, $now:expr, $mode:expr) => {
+        $query
+            .bind($job.id)
+            .bind($job.task_type)
+            .bind(&$job.source)
+            .bind(&$job.payload)
+            .bind($job.priority)
+            .bind($now)
+            .bind($job.run_at)
+            .bind(&$job.queue)
+            .bind($job.max_attempts)
+            .bind(&$job.tenant)
+            .bind(&$job.correlation_id)
+            .bind(&$job.metadata)
+            .bind(&$job.unique_key)
+            .bind($mode)
+            .bind($job.every_ms)
+    };
+}
+
+/// Binds a new results row's values (`RESULT_COLUMNS` without `task_status`).
+macro_rules! bind_result {
+    ($query:expr, $job:expr, $now:expr, $mode:expr) => {
+        $query
+            .bind($job.id)
+            .bind($job.task_type)
+            .bind(&$job.source)
+            .bind(&$job.queue)
+            .bind($job.priority)
+            .bind(&$job.unique_key)
+            .bind($mode)
+            .bind($now)
+            .bind(&$job.tenant)
+            .bind(&$job.correlation_id)
+            .bind(&$job.metadata)
+    };
+}
+
+/// Refuses a schema whose table names would pass MySQL's 64 characters.
+fn check_length(schema: &Schema) -> Result<()> {
+    let prefix = schema.flat_prefix();
+    if prefix.len() + LONGEST_NAME > 64 {
+        return Err(Error::invalid(
+            "schema",
+            format!(
+                "on MySQL the tables are named {prefix}…, which leaves too little of MySQL's 64 characters: keep the schema name and prefix under {} characters together",
+                64 - LONGEST_NAME
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Brings the schema to the newest version, one worker at a time (a named lock). MySQL
+/// commits each DDL statement on its own: a migration interrupted halfway is finished by
+/// the next run (its statements are `IF NOT EXISTS`).
+pub(crate) async fn migrate(pool: &MySqlPool, schema: &Schema) -> Result<()> {
+    migrate_to(pool, schema, i32::MAX).await
+}
+
+pub(crate) async fn migrate_to(pool: &MySqlPool, schema: &Schema, target: i32) -> Result<()> {
+    check_length(schema)?;
+    let mut conn = pool.acquire().await?;
+    let lock = format!("sk-migrate:{}", schema.flat_prefix());
+    let locked: Option<i32> = sqlx::query_scalar("SELECT GET_LOCK(?, 60)")
+        .bind(&lock)
+        .fetch_one(&mut *conn)
+        .await?;
+    if locked != Some(1) {
+        return Err(Error::invalid(
+            "migration",
+            "another process held the migration lock for 60 s",
+        ));
+    }
+    let applied = apply(&mut conn, schema, target).await;
+    let released = sqlx::query("SELECT RELEASE_LOCK(?)")
+        .bind(&lock)
+        .execute(&mut *conn)
+        .await;
+    applied?;
+    released?;
+    Ok(())
+}
+
+async fn apply(conn: &mut MySqlConnection, schema: &Schema, target: i32) -> Result<()> {
+    let versions = schema.flat_table("schema_migrations_t");
+    (&mut *conn)
+        .execute(
+            format!(
+                "CREATE TABLE IF NOT EXISTS {versions} (
+                     version INT NOT NULL PRIMARY KEY,
+                     description VARCHAR(255) NOT NULL,
+                     applied_at DATETIME(6) NOT NULL
+                 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4"
+            )
+            .as_str(),
+        )
+        .await?;
+    let current: Option<i32> = sqlx::query_scalar(&format!("SELECT max(version) FROM {versions}"))
+        .fetch_one(&mut *conn)
+        .await?;
+    let current = current.unwrap_or(0);
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    if current > known {
+        return Err(Error::SchemaTooNew {
+            found: current,
+            known,
+        });
+    }
+    for (version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > current && m.0 <= target)
+    {
+        let sql = sql.replace("__PREFIX__", &schema.flat_prefix());
+        (&mut *conn)
+            .execute(sql.as_str())
+            .await
+            .map_err(|source| Error::Migration {
+                version: *version,
+                source,
+            })?;
+        sqlx::query(&format!(
+            "INSERT INTO {versions} (version, description, applied_at) VALUES (?, ?, ?)"
+        ))
+        .bind(version)
+        .bind(description)
+        .bind(Utc::now())
+        .execute(&mut *conn)
+        .await?;
+        tracing::info!(version, description, "sk: applied migration (MySQL)");
+    }
+    Ok(())
+}
+
+/// Writes a new job's queue row and results row.
+async fn insert_new(
+    conn: &mut MySqlConnection,
+    schema: &Schema,
+    job: &NewJob,
+    now: DateTime<Utc>,
+) -> std::result::Result<(), sqlx::Error> {
+    let mode = job.unique_mode.map(|m| m as i16);
+    bind_result!(sqlx::query(&schema.mysql.insert_result), job, now, mode)
+        .execute(&mut *conn)
+        .await?;
+    bind_new!(sqlx::query(&schema.mysql.insert_queue), job, now, mode)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Inserts one job without a unique key; `None` when a job with its id exists. In a
+/// transaction of its own, or a savepoint of the caller's.
+pub(crate) async fn enqueue_one(
+    conn: &mut MySqlConnection,
+    schema: &Schema,
+    job: NewJob,
+    now: DateTime<Utc>,
+) -> Result<Option<Uuid>> {
+    let mut tx = conn.begin().await?;
+    match insert_new(&mut tx, schema, &job, now).await {
+        Ok(()) => {}
+        Err(e) if duplicate(&e) => {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    }
+    tx.commit().await?;
+    wake();
+    Ok(Some(job.id))
+}
+
+/// Inserts one job with a unique key of mode skip, restart or replace; the id of the new
+/// or live job, whether it is new, and whether the live job is running.
+pub(crate) async fn enqueue_unique(
+    conn: &mut MySqlConnection,
+    schema: &Schema,
+    job: NewJob,
+    mode: crate::client::UniqueMode,
+    now: DateTime<Utc>,
+) -> Result<(Uuid, bool, bool)> {
+    let mut tx = conn.begin().await?;
+    bind_new!(
+        sqlx::query(&schema.mysql.enqueue_unique),
+        job,
+        now,
+        Some(mode as i16)
+    )
+    .execute(&mut *tx)
+    .await?;
+    // The insert or update left the row locked by this transaction: it is still there.
+    let (id, running): (Uuid, bool) = sqlx::query_as(&format!(
+        "SELECT task_id, task_locked_by IS NOT NULL FROM {} WHERE task_unique_key = ?",
+        schema.mysql.queue
+    ))
+    .bind(&job.unique_key)
+    .fetch_one(&mut *tx)
+    .await?;
+    let new = id == job.id;
+    if new {
+        bind_result!(
+            sqlx::query(&schema.mysql.insert_result),
+            job,
+            now,
+            Some(mode as i16)
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    wake();
+    Ok((id, new, running))
+}
+
+/// Inserts many jobs, in statements of up to [`ROWS_PER_STATEMENT`] rows, all in one
+/// transaction (or a savepoint of the caller's); the ids in order (a duplicate key's place
+/// holds the live job's id, or the first of the batch with that key).
+pub(crate) async fn enqueue_many(
+    conn: &mut MySqlConnection,
+    schema: &Schema,
+    jobs: Vec<NewJob>,
+    now: DateTime<Utc>,
+) -> Result<Vec<Uuid>> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keyed = jobs.iter().any(|j| j.unique_key.is_some());
+    let mut tx = conn.begin().await?;
+    // With keys, the queue rows first: a key a live job holds (mode skip) leaves that job
+    // as it is, and only the jobs that went in get a results row.
+    let mut stored: HashMap<String, Uuid> = HashMap::new();
+    if keyed {
+        for chunk in chunks(&jobs) {
+            queue_rows(chunk, schema, now, true)
+                .build()
+                .execute(&mut *tx)
+                .await?;
+        }
+        let keys: Vec<&String> = jobs.iter().filter_map(|j| j.unique_key.as_ref()).collect();
+        for keys in keys.chunks(ROWS_PER_STATEMENT) {
+            let mut query = QueryBuilder::<MySql>::new(format!(
+                "SELECT CAST(task_unique_key AS CHAR), task_id FROM {} WHERE task_unique_key IN (",
+                schema.mysql.queue
+            ));
+            let mut list = query.separated(", ");
+            for key in keys {
+                list.push_bind(*key);
+            }
+            query.push(")");
+            let rows: Vec<(String, Uuid)> = query.build_query_as().fetch_all(&mut *tx).await?;
+            stored.extend(rows);
+        }
+    }
+    let id_of = |j: &NewJob| {
+        j.unique_key
+            .as_ref()
+            .and_then(|k| stored.get(k).copied())
+            .unwrap_or(j.id)
+    };
+    let new: Vec<&NewJob> = jobs.iter().filter(|j| id_of(j) == j.id).collect();
+    for chunk in chunks_of(&new) {
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "INSERT INTO {} ({RESULT_COLUMNS}) ",
+            schema.mysql.results
+        ));
+        query.push_values(chunk, |mut row, job| {
+            row.push_bind(job.id)
+                .push_bind(job.task_type)
+                .push_bind(&job.source)
+                .push_bind(&job.queue)
+                .push_bind(job.priority)
+                .push_bind(&job.unique_key)
+                .push_bind(job.unique_key.as_ref().map(|_| 1i16))
+                .push_bind(now)
+                .push_bind(&job.tenant)
+                .push_bind(&job.correlation_id)
+                .push_bind(&job.metadata)
+                .push_unseparated(", 1");
+        });
+        query.build().execute(&mut *tx).await?;
+    }
+    if !keyed {
+        for chunk in chunks(&jobs) {
+            queue_rows(chunk, schema, now, false)
+                .build()
+                .execute(&mut *tx)
+                .await?;
+        }
+    }
+    tx.commit().await?;
+    wake();
+    Ok(jobs.iter().map(id_of).collect())
+}
+
+/// A multi-row insert of queue rows; with `keyed`, a key a live job (or an earlier row)
+/// holds leaves that row out.
+fn queue_rows<'a>(
+    jobs: &'a [NewJob],
+    schema: &Schema,
+    now: DateTime<Utc>,
+    keyed: bool,
+) -> QueryBuilder<'a, MySql> {
+    let mut query = QueryBuilder::<MySql>::new(format!(
+        "INSERT INTO {} ({NEW_COLUMNS}) ",
+        schema.mysql.queue
+    ));
+    query.push_values(jobs, |mut row, job| {
+        row.push_bind(job.id)
+            .push_bind(job.task_type)
+            .push_bind(&job.source)
+            .push_bind(&job.payload)
+            .push_bind(job.priority)
+            .push_bind(now)
+            .push_bind(job.run_at)
+            .push_bind(&job.queue)
+            .push_bind(job.max_attempts)
+            .push_bind(&job.tenant)
+            .push_bind(&job.correlation_id)
+            .push_bind(&job.metadata)
+            .push_bind(&job.unique_key)
+            .push_bind(job.unique_key.as_ref().map(|_| 1i16))
+            .push_bind(job.every_ms)
+            .push_unseparated(", 1");
+    });
+    if keyed {
+        query.push(" ON DUPLICATE KEY UPDATE task_unique_key = task_unique_key");
+    }
+    query
+}
+
+/// Splits a batch by row count and payload size (the limits above).
+fn chunks(jobs: &[NewJob]) -> Vec<&[NewJob]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, job) in jobs.iter().enumerate() {
+        if i > start
+            && (i - start >= ROWS_PER_STATEMENT || bytes + job.payload.len() > BYTES_PER_STATEMENT)
+        {
+            out.push(&jobs[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += job.payload.len();
+    }
+    out.push(&jobs[start..]);
+    out
+}
+
+fn chunks_of<'a, 'b>(jobs: &'b [&'a NewJob]) -> impl Iterator<Item = &'b [&'a NewJob]> {
+    jobs.chunks(ROWS_PER_STATEMENT)
+}
+
+/// A queue row as it was when its run ended (`QUEUE_ROW`).
+#[derive(sqlx::FromRow)]
+struct Row {
+    task_lock_handle_id: i64,
+    task_id: Uuid,
+    task_type: String,
+    task_source: String,
+    task_queue: String,
+    task_priority: i32,
+    task_posted_at_ts: DateTime<Utc>,
+    task_tenant: Option<String>,
+    task_correlation_id: Option<String>,
+    task_metadata: Option<String>,
+    task_claimed_at_ts: Option<DateTime<Utc>>,
+    task_lost_attempts: Option<String>,
+    task_payload: Option<String>,
+    task_max_attempts: i32,
+    task_unique_key: Option<String>,
+    task_unique_mode: Option<i16>,
+    task_rerun: bool,
+    task_every_ms: Option<i64>,
+}
+
+impl Row {
+    fn lost(&self) -> Vec<serde_json::Value> {
+        self.task_lost_attempts
+            .as_deref()
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or_default()
+    }
+
+    /// When the job first started: its first lost attempt, or this run.
+    fn first_started(&self, lost: &[serde_json::Value]) -> Option<DateTime<Utc>> {
+        lost.first()
+            .and_then(|a| a.get("started_at"))
+            .and_then(|s| s.as_str())
+            .and_then(|s| s.parse().ok())
+            .or(self.task_claimed_at_ts)
+    }
+
+    /// Whether its outcome needs more than the set-based path: lost attempts to record,
+    /// or a job to post after it.
+    fn rare(&self) -> bool {
+        self.task_lost_attempts.is_some() || self.task_rerun || self.task_every_ms.is_some()
+    }
+}
+
+/// Per task type: total and count, fastest, longest and last run time (seed 001).
+#[derive(Default)]
+struct Stats(HashMap<String, (i64, i64, i64, i64, i64)>);
+
+impl Stats {
+    fn add(&mut self, task_type: &str, ms: i64) {
+        let e = self
+            .0
+            .entry(task_type.to_owned())
+            .or_insert((0, 0, i64::MAX, i64::MIN, 0));
+        e.0 += ms;
+        e.1 += 1;
+        e.2 = e.2.min(ms);
+        e.3 = e.3.max(ms);
+        e.4 = ms;
+    }
+}
+
+/// Runs `$body` (a worker transaction on `$conn`) again while InnoDB picks it as a
+/// deadlock victim or a lock wait runs out.
+macro_rules! retrying {
+    ($store:expr, $what:literal, |$conn:ident| $body:block) => {{
+        let mut conn = $store.acquire().await?;
+        let mut tries = 0;
+        loop {
+            let $conn: &mut MySqlConnection = &mut conn;
+            let result: Result<_> = async { $body }.await;
+            match result {
+                Err(e) if conflict(&e) && tries < 5 => {
+                    tries += 1;
+                    tracing::debug!("sk: {} met a lock conflict, running it again: {e}", $what);
+                }
+                done => break done,
+            }
+        }
+    }};
+}
+
+/// The worker's view of the store on MySQL.
+#[derive(Clone)]
+pub(crate) struct MySqlStore {
+    pub(crate) pool: MySqlPool,
+    pub(crate) schema: Schema,
+    pub(crate) worker_id: String,
+}
+
+/// `host:port` (or the socket path) and database of a connection's options.
+fn address(options: &MySqlConnectOptions) -> String {
+    let place = match options.get_socket() {
+        Some(socket) => socket.display().to_string(),
+        None => format!("{}:{}", options.get_host(), options.get_port()),
+    };
+    match options.get_database() {
+        Some(db) => format!("{place}/{db}"),
+        None => place,
+    }
+}
+
+/// `[id, attempt]` pairs in a row-constructor `IN` list.
+fn push_leases(query: &mut QueryBuilder<'_, MySql>, leases: &[Lease]) {
+    query.push("(task_id, task_attempt) IN (");
+    let mut list = query.separated(", ");
+    for lease in leases {
+        list.push("(")
+            .push_bind_unseparated(lease.id)
+            .push_unseparated(", ")
+            .push_bind_unseparated(lease.attempt)
+            .push_unseparated(")");
+    }
+    query.push(")");
+}
+
+impl MySqlStore {
+    fn sql(&self) -> &Statements {
+        &self.schema.mysql
+    }
+
+    /// Where the pool connects, for messages.
+    pub(crate) fn address(&self) -> String {
+        address(&self.pool.connect_options())
+    }
+
+    /// A pooled connection, or within [`ACQUIRE_WAIT`] an error that says why there is none.
+    async fn acquire(&self) -> Result<PoolConnection<MySql>> {
+        match tokio::time::timeout(ACQUIRE_WAIT, self.pool.acquire()).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => Err(match self.probe().await {
+                Err(ProbeFailure::Transient(e) | ProbeFailure::Permanent(e)) => e,
+                Ok(()) => Error::PoolExhausted {
+                    waited: ACQUIRE_WAIT,
+                    size: self.pool.size(),
+                    max: self.pool.options().get_max_connections(),
+                },
+            }),
+            Ok(Err(sqlx::Error::Io(io))) => Err(Error::Connect {
+                address: self.address(),
+                cause: io.to_string(),
+            }),
+            Ok(Err(e)) => Err(e.into()),
+        }
+    }
+
+    /// One connection attempt outside the pool, saying why it failed.
+    pub(crate) async fn probe(&self) -> std::result::Result<(), ProbeFailure> {
+        let options = self.pool.connect_options();
+        let unreachable = |cause: String| Error::Connect {
+            address: address(&options),
+            cause,
+        };
+        let error =
+            match tokio::time::timeout(ACQUIRE_WAIT, MySqlConnection::connect_with(&options)).await
+            {
+                Ok(Ok(conn)) => {
+                    let _ = conn.close().await;
+                    return Ok(());
+                }
+                Ok(Err(e)) => e,
+                Err(_) => {
+                    return Err(ProbeFailure::Transient(unreachable(format!(
+                        "no answer within {}",
+                        humantime::format_duration(ACQUIRE_WAIT)
+                    ))))
+                }
+            };
+        Err(match &error {
+            sqlx::Error::Io(io) => ProbeFailure::Transient(unreachable(io.to_string())),
+            sqlx::Error::Protocol(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => {
+                ProbeFailure::Transient(unreachable(error.to_string()))
+            }
+            // 1040 too many connections, 1053 shutting down, 1203 user's connection limit.
+            sqlx::Error::Database(db) => match number(&error) {
+                Some(1040 | 1053 | 1203) => {
+                    ProbeFailure::Transient(unreachable(db.message().to_owned()))
+                }
+                _ => ProbeFailure::Permanent(unreachable(db.message().to_owned())),
+            },
+            _ => ProbeFailure::Permanent(unreachable(error.to_string())),
+        })
+    }
+
+    pub(crate) async fn claim(
+        &self,
+        task_types: &[String],
+        queues: Option<&[String]>,
+        tenants: Option<&[String]>,
+        limit: i64,
+        now: DateTime<Utc>,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<ClaimedJob>> {
+        let queue = &self.sql().queue;
+        let worker = &self.worker_id;
+        retrying!(self, "a claim", |conn| {
+            let mut tx = conn.begin_with(BEGIN).await?;
+            let mut query = QueryBuilder::<MySql>::new(format!(
+                    "SELECT task_lock_handle_id, task_id, CAST(task_type AS CHAR) AS task_type, task_payload,
+                        task_attempt, task_max_attempts, task_priority, CAST(task_queue AS CHAR) AS task_queue,
+                        task_posted_at_ts, CAST(task_tenant AS CHAR) AS task_tenant,
+                        CAST(task_correlation_id AS CHAR) AS task_correlation_id, task_metadata,
+                        task_locked_by IS NOT NULL AS held
+                     FROM {queue} WHERE task_locked_until_ts <= "
+                ));
+            query.push_bind(now);
+            for (column, list) in [
+                ("task_type", Some(task_types)),
+                ("task_queue", queues),
+                ("task_tenant", tenants),
+            ] {
+                let Some(list) = list else { continue };
+                query.push(format!(" AND {column} IN ("));
+                let mut items = query.separated(", ");
+                for item in list {
+                    items.push_bind(item);
+                }
+                query.push(")");
+            }
+            query.push(" ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT ");
+            query.push_bind(limit);
+            query.push(" FOR UPDATE SKIP LOCKED");
+            let rows = query.build().fetch_all(&mut *tx).await?;
+            if rows.is_empty() {
+                tx.commit().await?;
+                return Ok(Vec::new());
+            }
+            let mut jobs = Vec::with_capacity(rows.len());
+            let mut handles = Vec::with_capacity(rows.len());
+            let mut expired = false;
+            for row in &rows {
+                let mut job = <ClaimedJob as sqlx::FromRow<_>>::from_row(row)?;
+                job.task_attempt += 1;
+                handles.push(row.try_get::<i64, _>("task_lock_handle_id")?);
+                expired |= row.try_get::<bool, _>("held")?;
+                jobs.push(job);
+            }
+            // The lost attempt is recorded first: the assignments after it change
+            // what it reads.
+            let lost = if expired {
+                format!(
+                        "task_lost_attempts = CASE WHEN task_locked_by IS NULL THEN task_lost_attempts
+                            ELSE JSON_ARRAY_APPEND(coalesce(task_lost_attempts, '[]'), '$', JSON_OBJECT(
+                                'attempt', task_attempt, 'worker', task_locked_by,
+                                'started_at', DATE_FORMAT(task_claimed_at_ts, {SQL_TS}), 'ended_at', '{}',
+                                'outcome', 'lost', 'kind', 'worker_lost', 'message',
+                                'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)',
+                                'recoverable', true)) END, ",
+                        ts(now)
+                    )
+            } else {
+                String::new()
+            };
+            let mut update = QueryBuilder::<MySql>::new(format!("UPDATE {queue} SET {lost}"));
+            update
+                .push("task_locked_until_ts = ")
+                .push_bind(lease_until)
+                .push(", task_locked_by = ")
+                .push_bind(worker)
+                .push(", task_attempt = task_attempt + 1, task_claimed_at_ts = ")
+                .push_bind(now)
+                .push(" WHERE task_lock_handle_id IN (");
+            let mut list = update.separated(", ");
+            for handle in handles {
+                list.push_bind(handle);
+            }
+            update.push(")");
+            update.build().execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(jobs)
+        })
+    }
+
+    /// Posts a restart or a periodic job's next run after `row`'s outcome (as on
+    /// PostgreSQL: a new job with the same key, payload and period). Whether it posted one.
+    async fn again(&self, tx: &mut MySqlConnection, row: &Row, now: DateTime<Utc>) -> Result<bool> {
+        if !row.task_rerun && row.task_every_ms.is_none() {
+            return Ok(false);
+        }
+        let run_at = match row.task_every_ms {
+            Some(ms) if !row.task_rerun => now + chrono::Duration::milliseconds(ms),
+            _ => now,
+        };
+        let id = uuid_v7(now);
+        sqlx::query(&self.sql().insert_result)
+            .bind(id)
+            .bind(&row.task_type)
+            .bind(&row.task_source)
+            .bind(&row.task_queue)
+            .bind(row.task_priority)
+            .bind(&row.task_unique_key)
+            .bind(row.task_unique_mode)
+            .bind(now)
+            .bind(&row.task_tenant)
+            .bind(&row.task_correlation_id)
+            .bind(&row.task_metadata)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(&self.sql().insert_queue)
+            .bind(id)
+            .bind(&row.task_type)
+            .bind(&row.task_source)
+            .bind(&row.task_payload)
+            .bind(row.task_priority)
+            .bind(now)
+            .bind(run_at)
+            .bind(&row.task_queue)
+            .bind(row.task_max_attempts)
+            .bind(&row.task_tenant)
+            .bind(&row.task_correlation_id)
+            .bind(&row.task_metadata)
+            .bind(&row.task_unique_key)
+            .bind(row.task_unique_mode)
+            .bind(row.task_every_ms)
+            .execute(&mut *tx)
+            .await?;
+        Ok(true)
+    }
+
+    /// The failed attempts recorded for `id` followed by `more`, as a JSON array.
+    async fn errors_with(
+        &self,
+        tx: &mut MySqlConnection,
+        id: Uuid,
+        more: Vec<serde_json::Value>,
+    ) -> Result<String> {
+        let recorded: Option<String> = sqlx::query_scalar(&format!(
+            "SELECT task_errors FROM {} WHERE task_id = ?",
+            self.sql().results
+        ))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let mut all: Vec<serde_json::Value> = recorded
+            .as_deref()
+            .and_then(|r| serde_json::from_str(r).ok())
+            .unwrap_or_default();
+        all.extend(more);
+        Ok(serde_json::Value::Array(all).to_string())
+    }
+
+    async fn write_stats(
+        &self,
+        tx: &mut MySqlConnection,
+        stats: Stats,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let mut types: Vec<_> = stats.0.into_iter().collect();
+        types.sort_by(|a, b| a.0.cmp(&b.0));
+        for (task_type, (total, n, fastest, longest, last)) in types {
+            sqlx::query(&self.sql().stats)
+                .bind(task_type)
+                .bind(&self.worker_id)
+                .bind(total)
+                .bind(n)
+                .bind(fastest)
+                .bind(longest)
+                .bind(total)
+                .bind(n)
+                .bind(last)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The queue rows this worker holds under these claims, locked (fenced: a row whose
+    /// attempt moved on is not this claim's).
+    async fn held(&self, tx: &mut MySqlConnection, leases: &[Lease]) -> Result<Vec<Row>> {
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "SELECT {QUEUE_ROW} FROM {} WHERE task_locked_by = ",
+            self.sql().queue
+        ));
+        query.push_bind(&self.worker_id).push(" AND ");
+        push_leases(&mut query, leases);
+        query.push(" FOR UPDATE");
+        Ok(query.build_query_as().fetch_all(&mut *tx).await?)
+    }
+
+    /// Deletes queue rows by lock handle.
+    async fn delete(&self, tx: &mut MySqlConnection, rows: &[Row]) -> Result<()> {
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "DELETE FROM {} WHERE task_lock_handle_id IN (",
+            self.sql().queue
+        ));
+        let mut list = query.separated(", ");
+        for row in rows {
+            list.push_bind(row.task_lock_handle_id);
+        }
+        query.push(")");
+        query.build().execute(&mut *tx).await?;
+        Ok(())
+    }
+
+    /// Finalizes successful runs (fenced); the ids whose lease was still held.
+    pub(crate) async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        if done.is_empty() {
+            return Ok(Vec::new());
+        }
+        let leases: Vec<Lease> = done.iter().map(|s| s.lease).collect();
+        let by_id: HashMap<Uuid, &Success> = done.iter().map(|s| (s.lease.id, s)).collect();
+        let (held, posted): (Vec<Uuid>, bool) = retrying!(self, "a completion", |conn| {
+            let mut tx = conn.begin_with(BEGIN).await?;
+            let rows = self.held(&mut tx, &leases).await?;
+            if rows.is_empty() {
+                tx.commit().await?;
+                return Ok((Vec::new(), false));
+            }
+            self.delete(&mut tx, &rows).await?;
+            let (rare, common): (Vec<&Row>, Vec<&Row>) = rows.iter().partition(|r| r.rare());
+            let mut stats = Stats::default();
+            if !common.is_empty() {
+                let mut query = QueryBuilder::<MySql>::new(&self.sql().success);
+                query.push(" ");
+                query.push_values(&common, |mut v, row| {
+                    let s = by_id[&row.task_id];
+                    v.push_bind(row.task_id)
+                        .push_bind(&row.task_type)
+                        .push_bind(&row.task_source)
+                        .push_bind(&row.task_queue)
+                        .push_bind(row.task_priority)
+                        .push_bind(row.task_posted_at_ts)
+                        .push_bind(&row.task_tenant)
+                        .push_bind(&row.task_correlation_id)
+                        .push_bind(&row.task_metadata)
+                        .push("3")
+                        .push_bind(s.millis)
+                        .push_bind(now)
+                        .push_bind(&self.worker_id)
+                        .push_bind(s.output.as_deref())
+                        .push_bind(row.task_claimed_at_ts)
+                        .push_bind(row.task_claimed_at_ts);
+                });
+                query.push(format!(" ON DUPLICATE KEY UPDATE {SUCCESS_UPDATE}"));
+                query.build().execute(&mut *tx).await?;
+            }
+            let mut posted = false;
+            for row in rare {
+                let s = by_id[&row.task_id];
+                let lost = row.lost();
+                if !lost.is_empty() {
+                    let first = row.first_started(&lost);
+                    let lost_count = lost.len() as i64;
+                    let errors = self.errors_with(&mut tx, row.task_id, lost).await?;
+                    sqlx::query(&self.sql().success_again)
+                        .bind(row.task_id)
+                        .bind(&row.task_type)
+                        .bind(&row.task_source)
+                        .bind(&row.task_queue)
+                        .bind(row.task_priority)
+                        .bind(row.task_posted_at_ts)
+                        .bind(&row.task_tenant)
+                        .bind(&row.task_correlation_id)
+                        .bind(&row.task_metadata)
+                        .bind(s.millis)
+                        .bind(now)
+                        .bind(&self.worker_id)
+                        .bind(s.output.as_deref())
+                        .bind(first)
+                        .bind(row.task_claimed_at_ts)
+                        .bind(lost_count)
+                        .bind(errors)
+                        .execute(&mut *tx)
+                        .await?;
+                } else {
+                    let mut query = QueryBuilder::<MySql>::new(&self.sql().success);
+                    query.push(" VALUES (");
+                    let mut v = query.separated(", ");
+                    v.push_bind(row.task_id)
+                        .push_bind(&row.task_type)
+                        .push_bind(&row.task_source)
+                        .push_bind(&row.task_queue)
+                        .push_bind(row.task_priority)
+                        .push_bind(row.task_posted_at_ts)
+                        .push_bind(&row.task_tenant)
+                        .push_bind(&row.task_correlation_id)
+                        .push_bind(&row.task_metadata)
+                        .push("3")
+                        .push_bind(s.millis)
+                        .push_bind(now)
+                        .push_bind(&self.worker_id)
+                        .push_bind(s.output.as_deref())
+                        .push_bind(row.task_claimed_at_ts)
+                        .push_bind(row.task_claimed_at_ts);
+                    query.push(format!(") ON DUPLICATE KEY UPDATE {SUCCESS_UPDATE}"));
+                    query.build().execute(&mut *tx).await?;
+                }
+                posted |= self.again(&mut tx, row, now).await?;
+            }
+            for row in &rows {
+                stats.add(&row.task_type, by_id[&row.task_id].millis);
+            }
+            self.write_stats(&mut tx, stats, now).await?;
+            tx.commit().await?;
+            Ok((rows.iter().map(|r| r.task_id).collect::<Vec<_>>(), posted))
+        })?;
+        if posted {
+            wake();
+        }
+        Ok(held)
+    }
+
+    /// Records a failed run (retry or final); false when the lease was lost (fenced).
+    pub(crate) async fn fail(&self, f: &Failure, now: DateTime<Utc>) -> Result<bool> {
+        let recorded = retrying!(self, "a failure", |conn| {
+            let mut tx = conn.begin_with(BEGIN).await?;
+            let Some(row) = self.held(&mut tx, &[f.lease]).await?.pop() else {
+                tx.commit().await?;
+                return Ok(false);
+            };
+            let last_run = f.retry_at.is_none();
+            match f.retry_at {
+                None => self.delete(&mut tx, std::slice::from_ref(&row)).await?,
+                Some(retry_at) => {
+                    // The row waits again; its lost attempts move to the results row.
+                    sqlx::query(&format!(
+                        "UPDATE {} SET task_locked_until_ts = ?, task_locked_by = NULL,
+                                    task_lost_attempts = NULL, task_has_result = 1
+                                 WHERE task_lock_handle_id = ?",
+                        self.sql().queue
+                    ))
+                    .bind(retry_at)
+                    .bind(row.task_lock_handle_id)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+            }
+            let mut attempts = row.lost();
+            let first = row.first_started(&attempts);
+            let failed = 1 + attempts.len() as i64;
+            attempts.push(serde_json::json!({
+                "attempt": f.lease.attempt,
+                "worker": self.worker_id,
+                "started_at": row.task_claimed_at_ts.map(ts),
+                "ended_at": ts(now),
+                "outcome": if last_run { "fatal" } else { "retried" },
+                "kind": f.kind,
+                "message": f.message,
+                "detail": f.detail,
+                "recoverable": f.recoverable,
+            }));
+            let errors = self.errors_with(&mut tx, row.task_id, attempts).await?;
+            sqlx::query(&self.sql().failure)
+                .bind(row.task_id)
+                .bind(&row.task_type)
+                .bind(&row.task_source)
+                .bind(&row.task_queue)
+                .bind(row.task_priority)
+                .bind(row.task_posted_at_ts)
+                .bind(&row.task_tenant)
+                .bind(&row.task_correlation_id)
+                .bind(&row.task_metadata)
+                .bind(f.status as i32)
+                .bind(failed)
+                .bind(&f.kind)
+                .bind(&f.message)
+                .bind(&f.detail)
+                .bind(f.seed_error())
+                .bind(f.recoverable)
+                .bind(f.millis)
+                .bind(last_run.then_some(now))
+                // A job that failed for good keeps its payload, to inspect or re-post.
+                .bind(if last_run {
+                    row.task_payload.as_deref()
+                } else {
+                    None
+                })
+                .bind(&self.worker_id)
+                .bind(errors)
+                .bind(first)
+                .bind(row.task_claimed_at_ts)
+                .execute(&mut *tx)
+                .await?;
+            if last_run {
+                self.again(&mut tx, &row, now).await?;
+            }
+            let mut stats = Stats::default();
+            stats.add(&row.task_type, f.millis);
+            self.write_stats(&mut tx, stats, now).await?;
+            tx.commit().await?;
+            Ok(true)
+        })?;
+        if recorded {
+            wake();
+        }
+        Ok(recorded)
+    }
+
+    /// Releases leases at once (graceful stop), without using up an attempt.
+    pub(crate) async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64> {
+        if leases.is_empty() {
+            return Ok(0);
+        }
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "UPDATE {} SET task_locked_until_ts = ",
+            self.sql().queue
+        ));
+        query
+            .push_bind(now)
+            .push(
+                ", task_locked_by = NULL, task_attempt = task_attempt - 1 WHERE task_locked_by = ",
+            )
+            .push_bind(&self.worker_id)
+            .push(" AND ");
+        push_leases(&mut query, leases);
+        let n = query
+            .build()
+            .execute(&mut *self.acquire().await?)
+            .await?
+            .rows_affected();
+        wake();
+        Ok(n)
+    }
+
+    /// Extends the leases still held; their ids (a missing one was lost).
+    pub(crate) async fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        retrying!(self, "a heartbeat", |conn| {
+            let mut tx = conn.begin_with(BEGIN).await?;
+            let rows = self.held(&mut tx, leases).await?;
+            if !rows.is_empty() {
+                let mut query = QueryBuilder::<MySql>::new(format!(
+                    "UPDATE {} SET task_locked_until_ts = ",
+                    self.sql().queue
+                ));
+                query
+                    .push_bind(until)
+                    .push(" WHERE task_lock_handle_id IN (");
+                let mut list = query.separated(", ");
+                for row in &rows {
+                    list.push_bind(row.task_lock_handle_id);
+                }
+                query.push(")");
+                query.build().execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            Ok(rows.iter().map(|r| r.task_id).collect())
+        })
+    }
+
+    /// Posts one job with a unique key of mode `mode` (the periodic jobs' first runs).
+    pub(crate) async fn enqueue_unique(
+        &self,
+        job: NewJob,
+        mode: crate::client::UniqueMode,
+        now: DateTime<Utc>,
+    ) -> Result<(Uuid, bool, bool)> {
+        enqueue_unique(&mut *self.acquire().await?, &self.schema, job, mode, now).await
+    }
+
+    /// Posts a cron tick once across workers (its id comes from its key); with
+    /// `live_key`, only while no earlier tick holding that key is live; with `stored`, only
+    /// while that stored schedule exists as it was read (read under a shared lock, so a
+    /// removal waits for this and none is posted after it). False if it was not posted.
+    pub(crate) async fn enqueue_tick(
+        &self,
+        job: NewJob,
+        live_key: Option<&str>,
+        stored: Option<(&str, DateTime<Utc>)>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let mut conn = self.acquire().await?;
+        let mut tx = conn.begin_with(BEGIN).await?;
+        if let Some((name, updated_at)) = stored {
+            let exists: Option<i32> = sqlx::query_scalar(&format!(
+                "SELECT 1 FROM {} WHERE schedule_name = ? AND schedule_updated_at_ts = ? LOCK IN SHARE MODE",
+                self.schema.flat_table("schedules_t")
+            ))
+            .bind(name)
+            .bind(updated_at)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if exists.is_none() {
+                return Ok(false);
+            }
+        }
+        if let Some(key) = live_key {
+            let live: Option<i32> = sqlx::query_scalar(&format!(
+                "SELECT 1 FROM {} WHERE task_unique_key = ?",
+                self.sql().queue
+            ))
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if live.is_some() {
+                return Ok(false);
+            }
+        }
+        // The results row keeps the tick's key; the queue row holds the live key (mode
+        // skip) or none. Another worker posting the same tick meets its key: a duplicate.
+        let posted = async {
+            bind_result!(
+                sqlx::query(&self.sql().insert_result),
+                job,
+                now,
+                None::<i16>
+            )
+            .execute(&mut *tx)
+            .await?;
+            let mut job = job;
+            job.unique_key = live_key.map(str::to_owned);
+            let mode = live_key.map(|_| crate::client::UniqueMode::Skip as i16);
+            bind_new!(sqlx::query(&self.sql().insert_queue), job, now, mode)
+                .execute(&mut *tx)
+                .await?;
+            Ok::<_, sqlx::Error>(())
+        }
+        .await;
+        match posted {
+            Ok(()) => {}
+            Err(e) if duplicate(&e) => return Ok(false),
+            Err(e) => return Err(e.into()),
+        }
+        tx.commit().await?;
+        wake();
+        Ok(true)
+    }
+
+    pub(crate) async fn stored_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        schedule_list(&self.pool, &self.schema).await
+    }
+
+    pub(crate) async fn migrate(&self) -> Result<()> {
+        migrate(&self.pool, &self.schema).await
+    }
+
+    /// Splits the open-ended partition into the next periods' (seed 002).
+    pub(crate) async fn ensure_partitions(
+        &self,
+        now: DateTime<Utc>,
+        span: Duration,
+    ) -> Result<Vec<String>> {
+        partitions::ensure(&self.pool, &self.schema, now, span).await
+    }
+
+    /// Retires whole results partitions past the retention (`partitions::retire`).
+    pub(crate) async fn retire_partitions(
+        &self,
+        cutoff: DateTime<Utc>,
+        archive: Option<&str>,
+        within: bool,
+        stopping: &tokio_util::sync::CancellationToken,
+    ) -> Result<Retired> {
+        partitions::retire(&self.pool, &self.schema, cutoff, archive, within, stopping).await
+    }
+
+    /// InnoDB purges deleted rows itself: nothing to watch.
+    pub(crate) async fn table_health(&self) -> Result<Vec<super::TableHealth>> {
+        Ok(Vec::new())
+    }
+
+    pub(crate) async fn vacuum(&self, _table: &str) -> Result<bool> {
+        Ok(false)
+    }
+
+    pub(crate) async fn write_metrics(
+        &self,
+        metrics: &[(&str, i64)],
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        if metrics.is_empty() {
+            return Ok(());
+        }
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "INSERT INTO {} (metric_owner_process_id, metric_id, metric_category, metric_value,
+                metric_last_updated) ",
+            self.schema.flat_table("metrics_t")
+        ));
+        query.push_values(metrics, |mut row, (id, value)| {
+            row.push_bind(&self.worker_id)
+                .push_bind(*id)
+                .push("'worker'")
+                .push_bind(*value)
+                .push_bind(now);
+        });
+        query.push(
+            " ON DUPLICATE KEY UPDATE metric_value = VALUES(metric_value),
+                metric_last_updated = VALUES(metric_last_updated)",
+        );
+        query.build().execute(&mut *self.acquire().await?).await?;
+        Ok(())
+    }
+}
+
+pub(crate) async fn counts(
+    pool: &MySqlPool,
+    schema: &Schema,
+    now: DateTime<Utc>,
+) -> Result<QueueCounts> {
+    let mut counts = QueueCounts::default();
+    for row in sqlx::query(&schema.mysql.counts_by_status)
+        .fetch_all(pool)
+        .await?
+    {
+        let status: i32 = row.try_get(0)?;
+        let n: i64 = row.try_get(1)?;
+        counts
+            .by_status
+            .push((crate::info::JobStatus::from_code(status), n));
+    }
+    let row = sqlx::query(&schema.mysql.counts_live)
+        .bind(now)
+        .bind(now)
+        .bind(now)
+        .bind(now)
+        .fetch_one(pool)
+        .await?;
+    counts.available = row.try_get(0)?;
+    counts.scheduled = row.try_get(1)?;
+    counts.running = row.try_get(2)?;
+    counts.lease_expired = row.try_get(3)?;
+    Ok(counts)
+}
+
+pub(crate) async fn peek(pool: &MySqlPool, schema: &Schema, limit: i64) -> Result<Vec<QueuedJob>> {
+    Ok(sqlx::query_as(&schema.mysql.peek)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?)
+}
+
+pub(crate) async fn job(
+    pool: &MySqlPool,
+    schema: &Schema,
+    id: Uuid,
+    now: DateTime<Utc>,
+) -> Result<Option<JobRecord>> {
+    let Some(row) = sqlx::query(&schema.mysql.job)
+        .bind(now)
+        .bind(id)
+        .fetch_optional(pool)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let mut record = <JobRecord as sqlx::FromRow<_>>::from_row(&row)?;
+    let lost: Option<String> = row.try_get("lost")?;
+    if let Some(lost) = lost {
+        let lost: Vec<Attempt> = serde_json::from_str(&lost).map_err(|e| {
+            Error::Database(sqlx::Error::Decode(
+                format!("task_lost_attempts of job {id}: {e}").into(),
+            ))
+        })?;
+        record.failed_attempts.extend(lost);
+    }
+    Ok(Some(record))
+}
+
+/// Adds or replaces a stored schedule.
+pub(crate) async fn schedule_put(
+    pool: &MySqlPool,
+    schema: &Schema,
+    row: &ScheduleRow,
+) -> Result<()> {
+    sqlx::query(&format!(
+        "INSERT INTO {} (schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
+            schedule_updated_at_ts)
+         VALUES (?, ?, ?, ?, ?, ?)
+         ON DUPLICATE KEY UPDATE task_type = VALUES(task_type), task_payload = VALUES(task_payload),
+            schedule_cron = VALUES(schedule_cron), schedule_overlap = VALUES(schedule_overlap),
+            schedule_updated_at_ts = VALUES(schedule_updated_at_ts)",
+        schema.flat_table("schedules_t")
+    ))
+    .bind(&row.schedule_name)
+    .bind(&row.task_type)
+    .bind(&row.task_payload)
+    .bind(&row.schedule_cron)
+    .bind(row.schedule_overlap)
+    .bind(row.schedule_updated_at_ts)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Removes a stored schedule; false if there was none of that name. A tick reads its
+/// schedule under a shared lock, so none is enqueued after this.
+pub(crate) async fn schedule_remove(pool: &MySqlPool, schema: &Schema, name: &str) -> Result<bool> {
+    let done = sqlx::query(&format!(
+        "DELETE FROM {} WHERE schedule_name = ?",
+        schema.flat_table("schedules_t")
+    ))
+    .bind(name)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Every stored schedule, by name.
+pub(crate) async fn schedule_list(pool: &MySqlPool, schema: &Schema) -> Result<Vec<ScheduleRow>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT CAST(schedule_name AS CHAR) AS schedule_name, CAST(task_type AS CHAR) AS task_type,
+            task_payload, schedule_cron, schedule_overlap, schedule_updated_at_ts
+         FROM {} ORDER BY schedule_name",
+        schema.flat_table("schedules_t")
+    ))
+    .fetch_all(pool)
+    .await?)
+}
