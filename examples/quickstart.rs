@@ -5,10 +5,12 @@
 //! ```text
 //! cargo run -p sk-examples --bin quickstart        # SQLite, a file in the temp dir
 //! DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo run -p sk-examples --bin quickstart
+//! DATABASE_URL=mysql://root@127.0.0.1:3306/test cargo run -p sk-examples --bin quickstart
 //! ```
 //! Without `DATABASE_URL` it runs on SQLite, in `sk-quickstart.sqlite` in the system's
 //! temp dir, and needs no server. On PostgreSQL it works in its own schema,
-//! `sk_quickstart`. Either starts afresh each time.
+//! `sk_quickstart`; on MySQL or MariaDB in tables named `sk_quickstart_…` of the URL's
+//! database. Each starts afresh each time.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -86,8 +88,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let pool = sqlx::SqlitePool::connect_with(options.create_if_missing(true)).await?;
             run(pool, Schema::new("public", "sk_quickstart_")?).await
         }
+        "mysql" | "mariadb" => mysql(&url.replacen("mariadb://", "mysql://", 1)).await,
         _ => Err(format!(
-            "DATABASE_URL is a {scheme}:// URL; sk runs on PostgreSQL (postgres://...) and SQLite (sqlite://...) so far, MySQL is coming (docs/backends.md)"
+            "DATABASE_URL is a {scheme}:// URL; sk runs on PostgreSQL (postgres://...), SQLite (sqlite://...) and MySQL or MariaDB (mysql://...)"
         )
         .into()),
     }
@@ -115,6 +118,35 @@ async fn sqlite() -> Result<(), Box<dyn std::error::Error>> {
         .synchronous(sqlx::sqlite::SqliteSynchronous::Normal);
     let pool = sqlx::SqlitePool::connect_with(options).await?;
     run(pool, Schema::default()).await
+}
+
+/// MySQL or MariaDB: sk's tables go in the URL's database, named `sk_quickstart_…`.
+async fn mysql(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let options: sqlx::mysql::MySqlConnectOptions = url
+        .parse()
+        .map_err(|e| format!("DATABASE_URL is not a MySQL URL: {e}"))?;
+    let place = format!(
+        "{}:{}/{}",
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or("(none)")
+    );
+    println!("database: MySQL/MariaDB at {place}");
+    let pool = sqlx::MySqlPool::connect_with(options)
+        .await
+        .map_err(|e| format!("cannot connect to {place}: {e}"))?;
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(TABLE_NAME AS CHAR) FROM information_schema.TABLES
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE 'sk\\_quickstart\\_%'",
+    )
+    .fetch_all(&pool)
+    .await?;
+    for table in tables {
+        sqlx::query(&format!("DROP TABLE `{table}`"))
+            .execute(&pool)
+            .await?;
+    }
+    run(pool, Schema::new("public", "sk_quickstart_")?).await
 }
 
 async fn postgres(url: &str) -> Result<(), Box<dyn std::error::Error>> {
