@@ -175,6 +175,9 @@ where
     db.execute(if B::BACKEND == "SQLite" {
         "CREATE TABLE fault_runs (task_id BLOB NOT NULL, attempt INTEGER NOT NULL, pid INTEGER NOT NULL,
                                   started_at TEXT NOT NULL)"
+    } else if B::BACKEND == "MySQL" {
+        "CREATE TABLE fault_runs (task_id BINARY(16) NOT NULL, attempt INT NOT NULL, pid INT NOT NULL,
+                                  started_at DATETIME(6) NOT NULL, KEY (task_id))"
     } else {
         "CREATE TABLE fault_runs (task_id uuid NOT NULL, attempt int NOT NULL, pid int NOT NULL,
                                   started_at timestamptz NOT NULL DEFAULT clock_timestamp())"
@@ -459,6 +462,59 @@ async fn terminated_backends_are_reconnected_and_nothing_is_lost() {
     db.drop().await;
 }
 
+/// MySQL/MariaDB: every connection of the workers killed (`KILL CONNECTION`), three
+/// times during a burn-down; the pools replace them and nothing is lost or run twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_killed_connections_are_replaced_and_nothing_is_lost() {
+    let _serial = SERIAL.lock().await;
+    const JOBS: u32 = 10_000;
+    let (db, ids) = setup::<sqlx::MySql>(JOBS, 5).await;
+    let args = [
+        "--concurrency",
+        "8",
+        "--lease-ms",
+        "2000",
+        "--poll-ms",
+        "100",
+    ];
+    let mut workers = [
+        Proc::spawn(&db.url, "mysql-kill-conn-a", &args),
+        Proc::spawn(&db.url, "mysql-kill-conn-b", &args),
+    ];
+    let mut killed = 0;
+    for round in 0..3 {
+        wait_processed(&db, 1500 + round * 2000, Duration::from_secs(60)).await;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> CONNECTION_ID()",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        for id in ids {
+            // A connection may have closed since the list was read.
+            if sqlx::query(&format!("KILL CONNECTION {id}"))
+                .execute(&db.pool)
+                .await
+                .is_ok()
+            {
+                killed += 1;
+            }
+        }
+    }
+    wait_processed(&db, JOBS as usize, Duration::from_secs(120)).await;
+    for w in &mut workers {
+        assert!(w.alive(), "{} survived the kills", w.id);
+        w.signal("TERM");
+        assert_eq!(w.exit_code(Duration::from_secs(30)).await, Some(0));
+    }
+    assert!(killed > 0, "connections were killed");
+    let reran = assert_each_job_finished_once(&db, &ids).await;
+    report(&format!(
+        "mysql db-kill: jobs={JOBS} workers=2 rounds=3 connections_killed={killed} lost=0 finalized_twice=0 reran_jobs={reran}"
+    ));
+    db.drop().await;
+}
+
 /// A TCP proxy to PostgreSQL that can be cut (every connection dropped, new ones refused)
 /// and restored: the database "goes away" for the worker behind it only.
 struct Proxy {
@@ -615,8 +671,21 @@ async fn a_worker_whose_database_is_away_keeps_trying_without_spinning() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_worker_resumed_after_its_lease_is_fenced() {
+    stale_worker_on::<sqlx::Postgres>().await;
+}
+
+/// MySQL/MariaDB: the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_stale_worker_resumed_after_its_lease_is_fenced() {
+    stale_worker_on::<sqlx::MySql>().await;
+}
+
+async fn stale_worker_on<B: TestBackend>()
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
     let _serial = SERIAL.lock().await;
-    let (db, ids) = setup::<sqlx::Postgres>(1, 1500).await;
+    let (db, ids) = setup::<B>(1, 1500).await;
     let id = ids[0];
     let mut a = Proc::spawn(
         &db.url,
@@ -652,28 +721,34 @@ async fn a_stale_worker_resumed_after_its_lease_is_fenced() {
         w.signal("TERM");
         assert_eq!(w.exit_code(Duration::from_secs(30)).await, Some(0));
     }
-    let fenced: i64 = sqlx::query_scalar(
-        "SELECT metric_value FROM sk_metrics_t WHERE metric_owner_process_id = 'stale-a' AND metric_id = 'jobs_fenced'",
-    )
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    assert_eq!(fenced, 1);
-    let b_started: DateTime<Utc> =
-        sqlx::query_scalar("SELECT started_at FROM fault_runs WHERE attempt = 2")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let fenced = db
+        .scalar(
+            "SELECT metric_value FROM sk_metrics_t WHERE metric_owner_process_id = 'stale-a' AND metric_id = 'jobs_fenced'",
+            None,
+        )
+        .await;
+    assert_eq!(fenced, Some(1));
+    let b_started = db
+        .time("SELECT started_at FROM fault_runs WHERE attempt = 2", None)
+        .await
+        .expect("B's run");
     let takeover = (b_started - stopped_at).as_seconds_f64();
-    let runs: Vec<(i32, i32)> =
-        sqlx::query_as("SELECT attempt, pid FROM fault_runs ORDER BY attempt")
-            .fetch_all(&db.pool)
-            .await
-            .unwrap();
-    assert_eq!(runs.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2]);
+    let runs = (
+        db.scalar("SELECT count(*) FROM fault_runs", None).await,
+        db.scalar(
+            "SELECT CAST(pid AS BIGINT) FROM fault_runs WHERE attempt = 1",
+            None,
+        )
+        .await,
+        db.scalar(
+            "SELECT CAST(pid AS BIGINT) FROM fault_runs WHERE attempt = 2",
+            None,
+        )
+        .await,
+    );
     assert_eq!(
-        runs.iter().map(|r| r.1 as u32).collect::<Vec<_>>(),
-        [a.pid(), b.pid()]
+        runs,
+        (Some(2), Some(i64::from(a.pid())), Some(i64::from(b.pid())))
     );
     // A's attempt is on record as lost (one error); B's result is the job's.
     let after = db.job(id).await;
@@ -948,9 +1023,24 @@ async fn a_wrong_database_url_is_a_one_line_error() {
 /// process killed inside a write leaves no half-written transaction behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_kill_9_with_restarts_loses_nothing_and_finalizes_once() {
+    kill_9_on::<sqlx::Sqlite>("sqlite").await;
+}
+
+/// MySQL/MariaDB: as on PostgreSQL, three worker processes, one killed with SIGKILL and
+/// restarted four times; claims meet at `FOR UPDATE SKIP LOCKED`, and a killed process's
+/// open transaction is rolled back by the server when its connection drops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_kill_9_with_restarts_loses_nothing_and_finalizes_once() {
+    kill_9_on::<sqlx::MySql>("mysql").await;
+}
+
+async fn kill_9_on<B: TestBackend>(label: &str)
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
     let _serial = SERIAL.lock().await;
     const JOBS: u32 = 6_000;
-    let (db, ids) = setup::<sqlx::Sqlite>(JOBS, 20).await;
+    let (db, ids) = setup::<B>(JOBS, 20).await;
     let (mut rng, seed) = Rng::from_env();
     let args = [
         "--concurrency",
@@ -960,10 +1050,10 @@ async fn sqlite_kill_9_with_restarts_loses_nothing_and_finalizes_once() {
         "--poll-ms",
         "100",
     ];
-    let mut victims = vec![Proc::spawn(&db.url, "sqlite-victim-0", &args)];
+    let mut victims = vec![Proc::spawn(&db.url, &format!("{label}-victim-0"), &args)];
     let mut steady = [
-        Proc::spawn(&db.url, "sqlite-steady-1", &args),
-        Proc::spawn(&db.url, "sqlite-steady-2", &args),
+        Proc::spawn(&db.url, &format!("{label}-steady-1"), &args),
+        Proc::spawn(&db.url, &format!("{label}-steady-2"), &args),
     ];
     let started = Instant::now();
     let mut held_at_kill = 0;
@@ -987,10 +1077,10 @@ async fn sqlite_kill_9_with_restarts_loses_nothing_and_finalizes_once() {
             .await
             .expect("a count");
         report(&format!(
-            "sqlite kill-9: kill {k} of pid {} with {left} jobs left",
+            "{label} kill-9: kill {k} of pid {} with {left} jobs left",
             victim.pid()
         ));
-        victims.push(Proc::spawn(&db.url, &format!("sqlite-victim-{k}"), &args));
+        victims.push(Proc::spawn(&db.url, &format!("{label}-victim-{k}"), &args));
     }
     wait_processed(&db, JOBS as usize, Duration::from_secs(300)).await;
     let elapsed = started.elapsed();
@@ -1004,8 +1094,11 @@ async fn sqlite_kill_9_with_restarts_loses_nothing_and_finalizes_once() {
         );
     }
     let reran = assert_each_job_finished_once(&db, &ids).await;
-    let lost =
-        "EXISTS (SELECT 1 FROM json_each(r.task_errors) e WHERE e.value ->> 'outcome' = 'lost')";
+    let lost = if B::BACKEND == "MySQL" {
+        "JSON_SEARCH(r.task_errors, 'one', 'lost', NULL, '$[*].outcome') IS NOT NULL"
+    } else {
+        "EXISTS (SELECT 1 FROM json_each(r.task_errors) e WHERE e.value ->> 'outcome' = 'lost')"
+    };
     let reran_without_lost = db
         .scalar(
             &format!(
@@ -1023,7 +1116,7 @@ async fn sqlite_kill_9_with_restarts_loses_nothing_and_finalizes_once() {
     assert!(held_at_kill > 0, "the kills stranded leased jobs");
     assert!(reran > 0, "jobs cut short by a kill ran again");
     report(&format!(
-        "sqlite kill-9: seed={seed} jobs={JOBS} processes=3 kills={kills} restarts={kills} lost=0 finalized_twice=0 \
+        "{label} kill-9: seed={seed} jobs={JOBS} processes=3 kills={kills} restarts={kills} lost=0 finalized_twice=0 \
          reran_jobs={reran} leased_to_killed={held_at_kill} burn_down_s={:.1}",
         elapsed.as_secs_f64()
     ));
@@ -1034,13 +1127,26 @@ async fn sqlite_kill_9_with_restarts_loses_nothing_and_finalizes_once() {
 /// back at once; a short grace period interrupts and gives back too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_sigterm_finishes_running_jobs_and_gives_the_rest_back() {
+    sigterm_on::<sqlx::Sqlite>("sqlite").await;
+}
+
+/// MySQL/MariaDB: the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_sigterm_finishes_running_jobs_and_gives_the_rest_back() {
+    sigterm_on::<sqlx::MySql>("mysql").await;
+}
+
+async fn sigterm_on<B: TestBackend>(label: &str)
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
     let _serial = SERIAL.lock().await;
     const JOBS: u32 = 300;
-    let (db, ids) = setup::<sqlx::Sqlite>(JOBS, 200).await;
+    let (db, ids) = setup::<B>(JOBS, 200).await;
     let slow = ["--grace-ms", "5000", "--lease-ms", "30000"];
     let mut a = Proc::spawn(
         &db.url,
-        "sqlite-term-graceful",
+        &format!("{label}-term-graceful"),
         &[&["--concurrency", "8"][..], &slow].concat(),
     );
     wait_processed(&db, 40, Duration::from_secs(30)).await;
@@ -1066,7 +1172,7 @@ async fn sqlite_sigterm_finishes_running_jobs_and_gives_the_rest_back() {
 
     let mut b = Proc::spawn(
         &db.url,
-        "sqlite-term-short-grace",
+        &format!("{label}-term-short-grace"),
         &[
             "--concurrency",
             "8",
@@ -1079,8 +1185,8 @@ async fn sqlite_sigterm_finishes_running_jobs_and_gives_the_rest_back() {
     wait_until("B to start jobs", Duration::from_secs(30), || async {
         let n = db
             .scalar(
-                "SELECT count(*) FROM sk_tasks_queue_t WHERE task_locked_by = 'sqlite-term-short-grace'",
-                None,
+                "SELECT count(*) FROM sk_tasks_queue_t WHERE task_locked_by = $1",
+                Some(&format!("{label}-term-short-grace")),
             )
             .await?;
         (n > 0).then_some(())
@@ -1097,7 +1203,7 @@ async fn sqlite_sigterm_finishes_running_jobs_and_gives_the_rest_back() {
 
     let c = Proc::spawn(
         &db.url,
-        "sqlite-term-finisher",
+        &format!("{label}-term-finisher"),
         &["--concurrency", "32", "--lease-ms", "30000"],
     );
     wait_processed(&db, JOBS as usize, Duration::from_secs(30)).await;

@@ -18,6 +18,7 @@ use sqlx::sqlite::SqlitePoolOptions;
 enum RunLog {
     Postgres(sqlx::PgPool),
     Sqlite(sqlx::SqlitePool),
+    MySql(sqlx::MySqlPool),
 }
 
 #[job(max_attempts = 1000, backoff = "constant", backoff_base = "50ms")]
@@ -46,6 +47,17 @@ async fn burn(millis: u64, ctx: JobContext, log: Data<RunLog>) -> Result<(), Job
                     .format("%Y-%m-%dT%H:%M:%S%.6fZ")
                     .to_string(),
             )
+            .execute(pool)
+            .await?;
+        }
+        RunLog::MySql(pool) => {
+            sqlx::query(
+                "INSERT INTO fault_runs (task_id, attempt, pid, started_at) VALUES (?, ?, ?, ?)",
+            )
+            .bind(ctx.id())
+            .bind(ctx.attempt())
+            .bind(pid)
+            .bind(chrono::Utc::now())
             .execute(pool)
             .await?;
         }
@@ -112,6 +124,12 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                     .synchronous(sqlx::sqlite::SqliteSynchronous::Normal),
             );
         (pool.clone().into(), RunLog::Sqlite(pool))
+    } else if url.starts_with("mysql:") {
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(connections)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy(&url)?;
+        (pool.clone().into(), RunLog::MySql(pool))
     } else {
         let pool = PgPoolOptions::new()
             .max_connections(connections)
