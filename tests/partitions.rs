@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sk_runtime::{Clock, Job, JobStatus, ManualClock, Worker, WorkerBuilder};
-use sk_tests::{wait_until, RunningWorker, TestDb};
+use sk_tests::{wait_until, Db, RunningWorker, TestDb};
 use uuid::Uuid;
 
 use super::{probe, Record, T};
@@ -371,5 +371,117 @@ async fn a_retention_shorter_than_a_partition_prunes_rows_within_it() {
     assert_eq!(partition_of(&db, old).await, None, "pruned by its row");
     assert!(partition_of(&db, recent).await.is_some());
     assert!(partitions(&db).await.contains(&partition));
+    db.drop().await;
+}
+
+/// The results partition of MySQL's table that holds `id`, if any.
+async fn mysql_partition_of(db: &Db<sqlx::MySql>, id: Uuid) -> Option<String> {
+    for name in mysql_partitions(db).await {
+        let n: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM sk_task_results_t PARTITION ({name}) WHERE task_id = ?"
+        ))
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        if n > 0 {
+            return Some(name);
+        }
+    }
+    None
+}
+
+async fn mysql_partitions(db: &Db<sqlx::MySql>) -> Vec<String> {
+    db.texts(
+        "SELECT PARTITION_NAME FROM information_schema.PARTITIONS
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'sk_task_results_t' ORDER BY PARTITION_ORDINAL_POSITION",
+    )
+    .await
+}
+
+/// MySQL/MariaDB (seed 002): maintenance splits `p_future` into daily partitions (the rows
+/// posted before it ran move in), retention keeps a partition while a job in it is live
+/// (pruning the finished rows), then retires it whole into the archive database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_retention_retires_whole_partitions_and_never_a_live_jobs() {
+    let db = Db::<sqlx::MySql>::new().await;
+    assert_eq!(mysql_partitions(&db).await, ["p_future"]);
+    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+    let retrying = SlowRetry::new().enqueue(&db.pool).await.unwrap();
+    let done = Record::new("done".into()).enqueue(&db.pool).await.unwrap();
+    let archive = format!("ska_{}", &Uuid::new_v4().simple().to_string()[..12]);
+    let (probe, _rx) = probe();
+    let w = RunningWorker::start(
+        Worker::builder(db.pool.clone())
+            .task_types([SlowRetry::TASK_TYPE, Record::TASK_TYPE])
+            .poll_interval(Duration::from_millis(50))
+            .clock(clock.clone())
+            .maintenance_interval(Duration::from_millis(100))
+            .archive_results_to(&archive)
+            .data(probe),
+    );
+    db.wait_job(retrying, T, |r| r.error_count == 1).await;
+    db.wait_job(done, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    let wait_upkeep = |at: DateTime<Utc>| {
+        let (db, id) = (&db, w.id.clone());
+        async move {
+            wait_until("a maintenance pass at the advanced clock", T, || async {
+                let stamp = db
+                    .time(
+                        "SELECT max(metric_last_updated) FROM sk_metrics_t WHERE metric_owner_process_id = $1",
+                        Some(&id),
+                    )
+                    .await;
+                (stamp >= Some(at)).then_some(())
+            })
+            .await;
+        }
+    };
+    wait_upkeep(clock.now()).await;
+    let partition = mysql_partition_of(&db, retrying)
+        .await
+        .expect("a partition");
+    assert!(
+        partition.starts_with("p2"),
+        "a day's partition: {partition}"
+    );
+    assert_eq!(
+        mysql_partition_of(&db, done).await.as_ref(),
+        Some(&partition)
+    );
+    assert_eq!(
+        mysql_partitions(&db).await.len(),
+        5,
+        "p_before, today and two days ahead, p_future"
+    );
+
+    // Past the retention, with the retry due: the partition stays for the live job, and
+    // only the finished job's row goes.
+    clock.advance(DAY * 8 + Duration::from_secs(3600));
+    wait_upkeep(clock.now()).await;
+    assert!(mysql_partitions(&db).await.contains(&partition));
+    assert!(db.info().job(done).await.unwrap().is_none(), "done pruned");
+    let r = db
+        .wait_job(retrying, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    assert_eq!((r.error_count, r.attempts().len()), (1, 2));
+    // A retention after it finished, the partition goes whole, into the archive.
+    clock.advance(DAY * 7 + Duration::from_secs(3600));
+    wait_until("the partition to be retired", T, || async {
+        (!mysql_partitions(&db).await.contains(&partition)).then_some(())
+    })
+    .await;
+    w.stop().await;
+    assert!(db.info().job(retrying).await.unwrap().is_none());
+    let rows: Vec<(i32, Vec<u8>)> = sqlx::query_as(&format!(
+        "SELECT task_status, task_type FROM {archive}.sk_task_results_{partition} WHERE task_id = ?"
+    ))
+    .bind(retrying)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(rows, [(3, b"slow_retry".to_vec())]);
+    db.execute(&format!("DROP DATABASE {archive}")).await;
     db.drop().await;
 }
