@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p sk-examples --bin bench -- [--jobs 100000] [--single 5000]
 //!     [--concurrency 1000] [--slow-jobs 20000] [--latency-jobs 500] [--old-results 0]
-//!     [--repeat 1] [--only NAME,...] [--backend postgres|sqlite]
+//!     [--repeat 1] [--only NAME,...] [--backend postgres|sqlite|mysql]
 //! ```
 //! Prints one line per figure, `name value unit`, machine-readable; with `--repeat R` each
 //! measure runs R times and the median is printed (the runs go to stderr). sk's measures
@@ -32,7 +32,8 @@
 //! Uses schemas `sk_bench` and `sk_bench_raw`, recreated at each start.
 //!
 //! `--backend sqlite` runs the measures SQLite has against SQLite's own raw SQL
-//! (`bench_sqlite.rs`), in a file in the temp dir; no server needed.
+//! (`bench_sqlite.rs`), in a file in the temp dir; no server needed. `--backend mysql`
+//! does the same on MySQL/MariaDB (`bench_mysql.rs`, server at `MYSQL_URL`).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -42,6 +43,8 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
 
+#[path = "bench_mysql.rs"]
+mod mysql;
 #[path = "bench_sqlite.rs"]
 mod sqlite;
 
@@ -119,8 +122,10 @@ fn args() -> Result<Args, String> {
             "--old-results" => a.old_results = num()?,
             "--repeat" => a.repeat = num()?.max(1) as usize,
             "--only" => a.only = Some(value.split(',').map(str::to_owned).collect()),
-            "--backend" if value == "postgres" || value == "sqlite" => a.backend = value,
-            "--backend" => return Err(format!("--backend {value}: postgres or sqlite")),
+            "--backend" if ["postgres", "sqlite", "mysql"].contains(&value.as_str()) => {
+                a.backend = value
+            }
+            "--backend" => return Err(format!("--backend {value}: postgres, sqlite or mysql")),
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -169,6 +174,9 @@ async fn run() -> Result<(), BoxError> {
     eprintln!("bench: {} on {}", machine(), args.backend);
     if args.backend == "sqlite" {
         return sqlite::run(args).await;
+    }
+    if args.backend == "mysql" {
+        return mysql::run(args).await;
     }
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());

@@ -1,0 +1,350 @@
+//! `bench --backend mysql`: sk on MySQL/MariaDB against the server's own limit, in one run.
+//!
+//! The same measures as on SQLite, each beside its raw-SQL baseline on a plain table of the
+//! queue table's shape in the same database, run in alternation (sk, raw, ...), ratios as
+//! medians of the pairs:
+//! - `enqueue_single` / `raw_insert_single`: one job per statement (one commit each).
+//! - `enqueue_bulk` / `raw_insert_bulk`: batches of 10,000 jobs (multi-row inserts of
+//!   2,000 rows, as sk's).
+//! - `burn_down` / `raw_burn_down`: a backlog burned by one worker at `--concurrency`;
+//!   the raw baseline is eight clients each claiming 100 rows (`SELECT … FOR UPDATE SKIP
+//!   LOCKED`, then `UPDATE`, in one READ COMMITTED transaction) and deleting them (one
+//!   `DELETE`), as sk's claim and completion do without sk.
+//! - `pickup_latency_*`: an idle worker, jobs enqueued one at a time in the same process.
+//!
+//! The database is `sk_bench` on `MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`'s
+//! server), recreated for every run.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use sk_runtime::{Enqueue, Schema, Worker};
+use sqlx::mysql::MySqlPoolOptions;
+use sqlx::{MySqlPool, QueryBuilder};
+
+use super::{Args, BenchNoop, BenchPing, BoxError, Latency};
+
+const RAW_TABLE: &str = "CREATE TABLE raw_queue (
+    task_lock_handle_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    task_id BINARY(16) NOT NULL UNIQUE,
+    task_type VARCHAR(255) NOT NULL,
+    task_source VARCHAR(255) NOT NULL,
+    task_payload LONGTEXT NULL,
+    task_priority INT NOT NULL,
+    task_posted_at_ts DATETIME(6) NOT NULL,
+    task_locked_until_ts DATETIME(6) NOT NULL,
+    task_queue VARCHAR(255) NOT NULL,
+    task_attempt INT NOT NULL DEFAULT 0,
+    task_max_attempts INT NOT NULL,
+    task_locked_by VARCHAR(255) NULL,
+    KEY raw_queue_dequeue (task_priority, task_locked_until_ts, task_lock_handle_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4";
+
+fn server() -> String {
+    std::env::var("MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+}
+
+/// Runs one measure on a fresh database, then closes the pool.
+async fn on_fresh(f: Run, args: &Args) -> Result<f64, BoxError> {
+    let pool = fresh().await?;
+    let value = f(pool.clone(), args).await;
+    pool.close().await;
+    value
+}
+
+/// A fresh `sk_bench` database with sk's schema and the raw table.
+async fn fresh() -> Result<MySqlPool, BoxError> {
+    let admin = MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&server())
+        .await?;
+    sqlx::raw_sql("DROP DATABASE IF EXISTS sk_bench; CREATE DATABASE sk_bench")
+        .execute(&admin)
+        .await?;
+    admin.close().await;
+    let url = server();
+    let base = url.rsplit_once('/').map_or(url.as_str(), |(base, _)| base);
+    let pool = MySqlPoolOptions::new()
+        .max_connections(16)
+        .connect(&format!("{base}/sk_bench"))
+        .await?;
+    sk_runtime::migrate(&pool, &Schema::default()).await?;
+    sqlx::raw_sql(RAW_TABLE).execute(&pool).await?;
+    Ok(pool)
+}
+
+type Run = fn(MySqlPool, &Args) -> std::pin::Pin<Box<dyn Future<Output = Result<f64, BoxError>>>>;
+
+use std::future::Future;
+
+pub(super) async fn run(args: Args) -> Result<(), BoxError> {
+    let mut lines = Vec::new();
+    let pairs: [(&str, &str, Run, &str, Run); 3] = [
+        (
+            "enqueue_single",
+            "jobs/s",
+            |p, a| Box::pin(enqueue_single(p, a.single)),
+            "raw_insert_single",
+            |p, a| Box::pin(raw_insert_single(p, a.single)),
+        ),
+        (
+            "enqueue_bulk",
+            "jobs/s",
+            |p, a| Box::pin(enqueue_bulk(p, a.jobs)),
+            "raw_insert_bulk",
+            |p, a| Box::pin(raw_insert_bulk(p, a.jobs)),
+        ),
+        (
+            "burn_down",
+            "jobs/s",
+            |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency)),
+            "raw_burn_down",
+            |p, a| Box::pin(raw_burn_down(p, a.jobs)),
+        ),
+    ];
+    for (name, unit, sk, raw_name, raw) in pairs {
+        if !args.wants(name) {
+            continue;
+        }
+        let mut runs = Vec::new();
+        for i in 0..args.repeat {
+            let a = on_fresh(sk, &args).await?;
+            let b = on_fresh(raw, &args).await?;
+            eprintln!(
+                "bench: {name} run {} = {a:.1}, {raw_name} = {b:.1} {unit}, ratio {:.2}",
+                i + 1,
+                a / b
+            );
+            runs.push((a, b, a / b));
+        }
+        let median = |f: fn(&(f64, f64, f64)) -> f64| {
+            let mut v: Vec<f64> = runs.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        lines.push(format!("{name} {:.1} {unit}", median(|r| r.0)));
+        lines.push(format!("{raw_name} {:.1} {unit}", median(|r| r.1)));
+        lines.push(format!("{name}_ratio {:.2} of_raw", median(|r| r.2)));
+    }
+    if args.wants("latency") {
+        let pool = fresh().await?;
+        let mut samples = latency(pool.clone(), args.latency_jobs).await?;
+        pool.close().await;
+        samples.sort_by(f64::total_cmp);
+        let pick = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
+        for (k, p) in [("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)] {
+            lines.push(format!("pickup_latency_{k} {:.2} ms", pick(p)));
+        }
+    }
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+async fn enqueue_single(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    for i in 0..n {
+        BenchNoop::new(i).enqueue(&pool).await?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn raw_insert_single(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    for i in 0..n {
+        let now = Utc::now();
+        sqlx::query(
+            "INSERT INTO raw_queue (task_id, task_type, task_source, task_payload, task_priority,
+                task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
+             VALUES (?, 'bench_noop', 'app', ?, 0, ?, ?, 'default', 25)",
+        )
+        .bind(uuid::Uuid::now_v7())
+        .bind(format!("{{\"n\":{i}}}"))
+        .bind(now)
+        .bind(now)
+        .execute(&pool)
+        .await?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn enqueue_bulk(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    fill(&pool, n).await?;
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn fill(pool: &MySqlPool, n: u64) -> Result<(), BoxError> {
+    let mut i = 0;
+    while i < n {
+        let end = (i + 10_000).min(n);
+        BenchNoop::enqueue_many(pool, (i..end).map(|k| Enqueue::new(BenchNoop::new(k)))).await?;
+        i = end;
+    }
+    Ok(())
+}
+
+async fn raw_insert_bulk(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    raw_fill(&pool, n).await?;
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn raw_fill(pool: &MySqlPool, n: u64) -> Result<(), BoxError> {
+    let mut i = 0;
+    while i < n {
+        let end = (i + 10_000).min(n);
+        let now = Utc::now();
+        let mut tx = pool.begin().await?;
+        let mut k = i;
+        while k < end {
+            let stop = (k + 2_000).min(end);
+            let mut query = QueryBuilder::new(
+                "INSERT INTO raw_queue (task_id, task_type, task_source, task_payload, task_priority,
+                    task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts) ",
+            );
+            query.push_values(k..stop, |mut row, k| {
+                row.push_bind(uuid::Uuid::now_v7())
+                    .push("'bench_noop'")
+                    .push("'app'")
+                    .push_bind(format!("{{\"n\":{k}}}"))
+                    .push("0")
+                    .push_bind(now)
+                    .push_bind(now)
+                    .push("'default'")
+                    .push("25");
+            });
+            query.build().execute(&mut *tx).await?;
+            k = stop;
+        }
+        tx.commit().await?;
+        i = end;
+    }
+    Ok(())
+}
+
+async fn burn_down(pool: MySqlPool, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+    fill(&pool, n).await?;
+    let worker = Worker::builder(pool.clone())
+        .task_types(["bench_noop"])
+        .concurrency(concurrency)
+        .build()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run_until(async move {
+        let _ = stop_rx.await;
+    }));
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM sk_tasks_queue_t")
+            .fetch_one(&pool)
+            .await?;
+        if left == 0 {
+            break;
+        }
+    }
+    let _ = stop_tx.send(());
+    running.await??;
+    // From the first claim to the last result, as the PostgreSQL bench measures it.
+    let (done, first, last): (i64, DateTime<Utc>, DateTime<Utc>) = sqlx::query_as(
+        "SELECT count(*), min(task_first_processing_attempted_at_ts), max(task_processing_finalized_at_ts)
+         FROM sk_task_results_t WHERE task_status = 3",
+    )
+    .fetch_one(&pool)
+    .await?;
+    if done != n as i64 {
+        return Err(format!("burn-down finished {done} of {n} jobs").into());
+    }
+    Ok(n as f64 / (last - first).as_seconds_f64())
+}
+
+async fn raw_burn_down(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
+    raw_fill(&pool, n).await?;
+    let start = Instant::now();
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let pool = pool.clone();
+        clients.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            let mut conn = pool.acquire().await?;
+            loop {
+                let now = Utc::now();
+                let mut tx = sqlx::Connection::begin_with(
+                    &mut *conn,
+                    "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
+                )
+                .await?;
+                let handles: Vec<i64> = sqlx::query_scalar(
+                    "SELECT task_lock_handle_id FROM raw_queue WHERE task_locked_until_ts <= ?
+                     ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT 100
+                     FOR UPDATE SKIP LOCKED",
+                )
+                .bind(now)
+                .fetch_all(&mut *tx)
+                .await?;
+                if handles.is_empty() {
+                    tx.commit().await?;
+                    return Ok::<u64, sqlx::Error>(done);
+                }
+                let list = handles
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                sqlx::query(&format!(
+                    "UPDATE raw_queue SET task_locked_until_ts = ?, task_attempt = task_attempt + 1,
+                        task_locked_by = 'raw' WHERE task_lock_handle_id IN ({list})"
+                ))
+                .bind(now + chrono::Duration::seconds(30))
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                done += handles.len() as u64;
+                sqlx::query(&format!(
+                    "DELETE FROM raw_queue WHERE task_lock_handle_id IN ({list})"
+                ))
+                .execute(&mut *conn)
+                .await?;
+            }
+        }));
+    }
+    let mut done = 0;
+    for c in clients {
+        done += c.await??;
+    }
+    if done != n {
+        return Err(format!("raw burn-down finished {done} of {n}").into());
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Enqueue-to-start latency with an idle worker, in milliseconds.
+async fn latency(pool: MySqlPool, jobs: u64) -> Result<Vec<f64>, BoxError> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let worker = Worker::builder(pool.clone())
+        .task_types(["bench_ping"])
+        .concurrency(16)
+        .data(Latency(tx))
+        .build()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run_until(async move {
+        let _ = stop_rx.await;
+    }));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut rng = super::now_micros() as u64 | 1;
+    let mut samples = Vec::new();
+    for _ in 0..jobs {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        tokio::time::sleep(Duration::from_millis(5 + rng % 46)).await;
+        BenchPing::new(super::now_micros()).enqueue(&pool).await?;
+        match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+            Ok(Some(ms)) => samples.push(ms),
+            _ => return Err("a latency job did not run within 10 s".into()),
+        }
+    }
+    let _ = stop_tx.send(());
+    running.await??;
+    Ok(samples)
+}
