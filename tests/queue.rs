@@ -16,6 +16,7 @@ use sk_tests::{each_backend, recv, wait_until, Db, RunningWorker, TestBackend, T
 use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
+mod control;
 mod partitions;
 mod seeds;
 
@@ -218,6 +219,8 @@ where
         .task_types(types.iter().copied())
         .poll_interval(Duration::from_millis(50))
         .grace_period(Duration::from_secs(5))
+        // Exact backoff curves, which the retry tests assert.
+        .retry_jitter(0.0)
 }
 
 /// Enqueues a `record` job per (label, priority), in this order, then runs them with one
@@ -1086,6 +1089,7 @@ async fn a_custom_schema_and_a_queue_filter() {
         tables,
         [
             "app_metrics_t",
+            "app_queues_t",
             "app_schedules_t",
             "app_schema_migrations_t",
             "app_task_execution_time_stats_t",
@@ -1139,6 +1143,7 @@ async fn sqlite_schemas_are_name_prefixes_and_an_archive_is_refused() {
         tables,
         [
             "jobs_app_metrics_t",
+            "jobs_app_queues_t",
             "jobs_app_schedules_t",
             "jobs_app_schema_migrations_t",
             "jobs_app_task_execution_time_stats_t",
@@ -1391,7 +1396,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
             .fetch_all(&db.pool)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7]);
     // The old results table became the default partition (migration 5), options and all.
     let options: Vec<String> = sqlx::query_scalar(
         "SELECT unnest(reloptions) FROM pg_class WHERE oid = 'old.sk_task_results_default'::regclass ORDER BY 1",
@@ -1420,7 +1425,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
     let error = worker.run_until(std::future::pending()).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "the database schema is at version 99, newer than this sk (6); upgrade sk"
+        "the database schema is at version 99, newer than this sk (7); upgrade sk"
     );
     db.drop().await;
 }

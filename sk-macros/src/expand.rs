@@ -299,6 +299,16 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
                 ::sk_runtime::Enqueue::new(self).with_metadata(metadata)
             }
 
+            /// Overrides the attempt limit for this job.
+            #vis fn with_max_attempts(self, attempts: i32) -> ::sk_runtime::Enqueue<Self> {
+                ::sk_runtime::Enqueue::new(self).with_max_attempts(attempts)
+            }
+
+            /// Overrides the run-time limit for this job.
+            #vis fn with_timeout(self, limit: #p::Duration) -> ::sk_runtime::Enqueue<Self> {
+                ::sk_runtime::Enqueue::new(self).with_timeout(limit)
+            }
+
             /// Enqueues into another schema/prefix than the default `public.sk_*`.
             #vis fn with_schema(self, schema: &::sk_runtime::Schema) -> ::sk_runtime::Enqueue<Self> {
                 ::sk_runtime::Enqueue::new(self).with_schema(schema)
@@ -341,6 +351,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
                     overlap: #overlap,
                     run_missed: #run_missed,
                     handler: __sk_handle,
+                    validate: #p::validate::<#ty>,
                     requirements: __sk_requirements,
                     file: ::core::file!(),
                     line: ::core::line!(),

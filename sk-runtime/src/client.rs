@@ -46,6 +46,8 @@ pub struct Enqueue<J> {
     metadata: Option<serde_json::Value>,
     schema: Option<Schema>,
     max_payload: usize,
+    max_attempts: Option<i32>,
+    timeout: Option<Duration>,
 }
 
 impl<J: Job> From<J> for Enqueue<J> {
@@ -71,6 +73,8 @@ impl<J: Job> Enqueue<J> {
             metadata: None,
             schema: None,
             max_payload: DEFAULT_MAX_PAYLOAD_BYTES,
+            max_attempts: None,
+            timeout: None,
         }
     }
 
@@ -139,6 +143,21 @@ impl<J: Job> Enqueue<J> {
     /// the job and shown in its context and record.
     pub fn with_metadata(mut self, metadata: serde_json::Value) -> Self {
         self.metadata = Some(metadata);
+        self
+    }
+
+    /// Overrides the job type's attempt limit (first run plus retries) for this job.
+    /// [`Enqueue::enqueue`] refuses a limit below 1.
+    pub fn with_max_attempts(mut self, attempts: i32) -> Self {
+        self.max_attempts = Some(attempts);
+        self
+    }
+
+    /// Overrides the job type's run-time limit (`#[job(timeout)]`, or the worker's
+    /// default) for this job: a run over it is a recoverable failure. [`Enqueue::enqueue`]
+    /// refuses a zero limit.
+    pub fn with_timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
         self
     }
 
@@ -313,6 +332,20 @@ impl<J: Job> Enqueue<J> {
                 ))
             }
         };
+        let max_attempts = self.max_attempts.unwrap_or(J::OPTIONS.max_attempts);
+        if max_attempts < 1 {
+            return Err(Error::invalid(
+                "max attempts",
+                format!("{max_attempts}: a job needs at least 1 attempt"),
+            ));
+        }
+        let timeout_ms = match self.timeout {
+            None => None,
+            Some(limit) if limit.is_zero() => {
+                return Err(Error::invalid("timeout", "must be longer than zero"))
+            }
+            Some(limit) => Some(i64::try_from(limit.as_millis()).unwrap_or(i64::MAX).max(1)),
+        };
         let run_at = match (self.run_at, self.delay) {
             (Some(at), _) => at,
             (None, Some(delay)) => crate::clock::add(now, delay),
@@ -320,19 +353,20 @@ impl<J: Job> Enqueue<J> {
         };
         Ok(NewJob {
             id: Uuid::now_v7(),
-            task_type: J::TASK_TYPE,
+            task_type: J::TASK_TYPE.into(),
             source,
             payload,
             queue,
             priority: self.priority.unwrap_or(J::OPTIONS.priority),
             run_at,
-            max_attempts: J::OPTIONS.max_attempts,
+            max_attempts,
             unique_key: self.unique_key,
             unique_mode,
             tenant: self.tenant,
             correlation_id,
             metadata,
             every_ms: None,
+            timeout_ms,
         })
     }
 }

@@ -72,6 +72,17 @@ pub enum Error {
         /// The database error.
         source: sqlx::Error,
     },
+    /// [`Client::wait`](crate::Client::wait) gave up: the job had not finished in time.
+    #[error("job {id} did not finish within {}", humantime::format_duration(*waited))]
+    WaitTimedOut {
+        /// The job waited for.
+        id: uuid::Uuid,
+        /// How long the call waited.
+        waited: std::time::Duration,
+    },
+    /// No job with this id was ever posted (or its result was pruned).
+    #[error("no job with id {0}")]
+    JobNotFound(uuid::Uuid),
     /// The database holds a schema newer than this sk version knows.
     #[error("the database schema is at version {found}, newer than this sk ({known}); upgrade sk")]
     SchemaTooNew {
@@ -116,6 +127,7 @@ pub struct JobError {
     pub(crate) detail: Option<String>,
     pub(crate) fatal: bool,
     pub(crate) interrupted: bool,
+    pub(crate) snooze: Option<std::time::Duration>,
 }
 
 impl JobError {
@@ -127,6 +139,32 @@ impl JobError {
             detail: None,
             fatal: false,
             interrupted: false,
+            snooze: None,
+        }
+    }
+
+    /// Not a failure: run the job again after `delay`, without using an attempt and
+    /// without recording an error ("the remote side is not ready yet, look again in 5
+    /// minutes"). The job keeps its place in its queue's order by its new not-before time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sk_runtime::{job, JobError};
+    ///
+    /// #[job]
+    /// async fn poll_export(export_id: i64) -> Result<(), JobError> {
+    ///     let ready = export_id % 2 == 0; // ... ask the remote side ...
+    ///     if !ready {
+    ///         return Err(JobError::snooze(Duration::from_secs(300)));
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn snooze(delay: std::time::Duration) -> Self {
+        JobError {
+            snooze: Some(delay),
+            ..JobError::new(format!("snoozed for {}", humantime::format_duration(delay)))
+                .with_kind("snooze")
         }
     }
 
@@ -198,6 +236,7 @@ impl fmt::Debug for JobError {
             .field("message", &self.message)
             .field("fatal", &self.fatal)
             .field("interrupted", &self.interrupted)
+            .field("snooze", &self.snooze)
             .finish()
     }
 }
@@ -224,6 +263,7 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for JobError {
             detail: (!detail.is_empty()).then_some(detail),
             fatal: false,
             interrupted: false,
+            snooze: None,
         }
     }
 }

@@ -24,7 +24,7 @@ pub enum JobStatus {
     /// Failed for good: attempts exhausted, a fatal error, or a payload that does not
     /// deserialize (6).
     Fatal = 6,
-    /// Cancelled before it ran (7).
+    /// Cancelled by an operator, before or while it ran (7).
     Cancelled = 7,
     /// A code this version does not know.
     Unknown = 0,
@@ -249,6 +249,8 @@ pub enum AttemptOutcome {
     /// Its worker's lease ran out before it recorded an outcome (a crash, a stall, a lost
     /// connection); it counts as a failed attempt.
     Lost,
+    /// An operator cancelled the job while it ran ([`Client::cancel`](crate::Client::cancel)).
+    Cancelled,
 }
 
 impl JobRecord {

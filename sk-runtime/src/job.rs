@@ -93,6 +93,24 @@ pub struct JobContext {
     pub(crate) correlation_id: Option<Arc<str>>,
     pub(crate) metadata: Option<Arc<serde_json::Value>>,
     pub(crate) cancel: CancellationToken,
+    pub(crate) stop: Arc<std::sync::OnceLock<StopReason>>,
+}
+
+/// Why the worker asked a job to stop ([`JobContext::stop_reason`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StopReason {
+    /// The worker is stopping gracefully: the job has the grace period to finish, or it
+    /// can return [`JobError::interrupted`](crate::JobError::interrupted) to be run again
+    /// elsewhere without using an attempt.
+    Shutdown,
+    /// The job's lease ran out and another worker may hold it now; whatever this run
+    /// returns is not recorded.
+    LeaseLost,
+    /// An operator cancelled the job ([`Client::cancel`](crate::Client::cancel)): it is
+    /// recorded as cancelled already and is not retried; whatever this run returns is
+    /// not recorded.
+    Cancelled,
 }
 
 tokio::task_local! {
@@ -151,11 +169,19 @@ impl JobContext {
     pub fn metadata(&self) -> Option<&serde_json::Value> {
         self.metadata.as_deref()
     }
-    /// Whether the worker asked this job to stop (graceful shutdown or a lost lease). A
-    /// job that stops then returns [`JobError::interrupted`](crate::JobError::interrupted)
-    /// and keeps its attempt.
+    /// Whether the worker asked this job to stop (graceful shutdown, a lost lease, or an
+    /// operator's cancel; [`JobContext::stop_reason`] says which). A job that stops on a
+    /// shutdown returns [`JobError::interrupted`](crate::JobError::interrupted) and keeps
+    /// its attempt.
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
+    }
+
+    /// Why the worker asked this job to stop; `None` while it has not.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.cancel
+            .is_cancelled()
+            .then(|| self.stop.get().copied().unwrap_or(StopReason::Shutdown))
     }
     /// Completes when the worker asks this job to stop: a graceful shutdown began (the job
     /// then has the grace period to finish) or its lease was lost to another worker.

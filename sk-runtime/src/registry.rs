@@ -37,6 +37,8 @@ pub struct Registration {
     pub every: Option<std::time::Duration>,
     /// Builds the job's future from a claimed row.
     pub handler: fn(HandlerInput) -> HandlerResult,
+    /// Checks that a JSON payload deserializes into the job's arguments.
+    pub validate: fn(&str) -> std::result::Result<(), String>,
     /// The `Data<T>` types the fn takes.
     pub requirements: fn() -> Vec<Requirement>,
     /// Where the fn is defined, for the duplicate-name error.
@@ -46,6 +48,34 @@ pub struct Registration {
 }
 
 inventory::collect!(Registration);
+
+/// Whether `payload` deserializes into job `J` (`Registration::validate`).
+///
+/// # Errors
+/// Why it does not.
+pub fn validate<J: crate::job::Job>(payload: &str) -> std::result::Result<(), String> {
+    serde_json::from_str::<J>(payload)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// The registration of task type `name` linked into this binary.
+pub(crate) fn find(name: &str) -> Option<&'static Registration> {
+    inventory::iter::<Registration>
+        .into_iter()
+        .find(|r| r.task_type == name)
+}
+
+/// The task types linked into this binary, sorted.
+pub(crate) fn names() -> Vec<&'static str> {
+    let mut names: Vec<_> = inventory::iter::<Registration>
+        .into_iter()
+        .map(|r| r.task_type)
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
 
 /// A `Data<T>` a job needs.
 #[derive(Debug, Clone, Copy)]

@@ -233,7 +233,7 @@ async fn post_periodic(shared: &Shared, registration: &Registration) -> Result<(
         .expect("only periodic jobs are posted here");
     let job = NewJob {
         id: Uuid::now_v7(),
-        task_type: registration.task_type,
+        task_type: registration.task_type.into(),
         source: "sk-scheduler".to_owned(),
         // Periodic fns take no payload arguments (checked by #[job]).
         payload: "{}".to_owned(),
@@ -247,6 +247,7 @@ async fn post_periodic(shared: &Shared, registration: &Registration) -> Result<(
         correlation_id: None,
         metadata: None,
         every_ms: Some(i64::try_from(period.as_millis()).unwrap_or(i64::MAX)),
+        timeout_ms: None,
     };
     shared
         .store
@@ -381,7 +382,7 @@ async fn enqueue(
     let key = format!("{}@{}", entry.key_prefix, tick.to_rfc3339());
     let job = NewJob {
         id: tick_id(&key, tick),
-        task_type: entry.task_type,
+        task_type: entry.task_type.into(),
         source: "sk-scheduler".to_owned(),
         payload: entry.payload.clone(),
         queue: entry.options.queue.to_owned(),
@@ -394,6 +395,7 @@ async fn enqueue(
         correlation_id: None,
         metadata: None,
         every_ms: None,
+        timeout_ms: None,
     };
     let live_key = (!entry.overlap).then(|| format!("sk-cron:{}", entry.key_prefix));
     let stored = entry.stored.as_ref().map(|(name, at)| (name.as_str(), *at));

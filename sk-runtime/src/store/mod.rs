@@ -125,6 +125,13 @@ impl Schema {
         }
     }
 
+    /// The LISTEN/NOTIFY channel of control calls to running jobs (`sk_task_control`).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn control_channel(&self) -> String {
+        self.channel()
+            .replace("task_queue_item_added", "task_control")
+    }
+
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn schema_name(&self) -> &str {
         &self.schema
@@ -218,10 +225,70 @@ pub(crate) fn wake_ups() -> tokio::sync::watch::Receiver<u64> {
     WAKE.subscribe()
 }
 
+/// Cancelled jobs, for this process's workers to stop them at once if they run them (on
+/// every backend; PostgreSQL tells other processes by a notification on
+/// `Schema::control_channel`, the others by the next heartbeat).
+static CANCELS: LazyLock<tokio::sync::broadcast::Sender<Uuid>> =
+    LazyLock::new(|| tokio::sync::broadcast::channel(1024).0);
+
+pub(crate) fn cancelled(ids: &[Uuid]) {
+    for id in ids {
+        let _ = CANCELS.send(*id);
+    }
+}
+
+pub(crate) fn cancels() -> tokio::sync::broadcast::Receiver<Uuid> {
+    CANCELS.subscribe()
+}
+
+/// What cancelling a live job records (SQLite, MySQL; PostgreSQL does the same in SQL):
+/// its attempts whose lease ran out, then the run it stops (outcome "cancelled") or, when
+/// that run's lease had run out too, a lost attempt. Also whether it was running, and how
+/// many of those attempts failed.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) struct CancelledRun<'a> {
+    pub(crate) lost: Option<&'a str>,
+    pub(crate) holder: Option<&'a str>,
+    pub(crate) attempt: i32,
+    pub(crate) started_at: Option<String>,
+    pub(crate) lease_valid: bool,
+}
+
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+impl CancelledRun<'_> {
+    pub(crate) fn attempts(&self, now: &str) -> (Vec<serde_json::Value>, bool, i64) {
+        let mut all: Vec<serde_json::Value> = self
+            .lost
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or_default();
+        let Some(holder) = self.holder else {
+            let failed = all.len() as i64;
+            return (all, false, failed);
+        };
+        let running = self.lease_valid;
+        all.push(if running {
+            serde_json::json!({
+                "attempt": self.attempt, "worker": holder, "started_at": self.started_at,
+                "ended_at": now, "outcome": "cancelled", "kind": "cancelled",
+                "message": "cancelled while it ran", "recoverable": false,
+            })
+        } else {
+            serde_json::json!({
+                "attempt": self.attempt, "worker": holder, "started_at": self.started_at,
+                "ended_at": now, "outcome": "lost", "kind": "worker_lost",
+                "message": "worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)",
+                "recoverable": true,
+            })
+        });
+        let failed = all.len() as i64 - i64::from(running);
+        (all, running, failed)
+    }
+}
+
 /// A job to insert.
 pub(crate) struct NewJob {
     pub(crate) id: Uuid,
-    pub(crate) task_type: &'static str,
+    pub(crate) task_type: std::borrow::Cow<'static, str>,
     pub(crate) source: String,
     pub(crate) payload: String,
     pub(crate) queue: String,
@@ -237,6 +304,8 @@ pub(crate) struct NewJob {
     pub(crate) metadata: Option<String>,
     /// A periodic job's period, in milliseconds (`#[job(every)]`).
     pub(crate) every_ms: Option<i64>,
+    /// A run-time limit over the job type's own, in milliseconds (`with_timeout`).
+    pub(crate) timeout_ms: Option<i64>,
 }
 
 /// A job this worker now holds a lease on.
@@ -254,6 +323,8 @@ pub(crate) struct ClaimedJob {
     pub(crate) task_tenant: Option<String>,
     pub(crate) task_correlation_id: Option<String>,
     pub(crate) task_metadata: Option<String>,
+    /// A run-time limit given at enqueue, in milliseconds.
+    pub(crate) task_timeout_ms: Option<i64>,
 }
 
 /// The fencing token of one claim: a finalization must present both.
@@ -371,6 +442,60 @@ pool_delegate! {
     fn schedule_put(&self, schema: &Schema, row: &ScheduleRow) -> Result<()>;
     fn schedule_remove(&self, schema: &Schema, name: &str) -> Result<bool>;
     fn schedule_list(&self, schema: &Schema) -> Result<Vec<ScheduleRow>>;
+    fn cancel(&self, schema: &Schema, ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<(Uuid, bool)>>;
+    fn retry(&self, schema: &Schema, ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<Uuid>>;
+    fn reschedule(&self, schema: &Schema, id: Uuid, at: DateTime<Utc>) -> Result<bool>;
+    fn set_paused(
+        &self,
+        schema: &Schema,
+        queue: &str,
+        paused: bool,
+        now: DateTime<Utc>,
+    ) -> Result<bool>;
+    fn queue_states(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<crate::control::QueueState>>;
+    fn find_ids(
+        &self,
+        schema: &Schema,
+        filter: &crate::control::JobFilter,
+        live: bool,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<Uuid>>;
+    fn post(&self, schema: &Schema, job: NewJob, now: DateTime<Utc>) -> Result<()>;
+}
+
+/// Queue states from live counts per queue (available, scheduled, running) and the
+/// queues table's pauses, by name.
+pub(crate) fn merge_queue_states(
+    live: Vec<(String, i64, i64, i64)>,
+    paused: Vec<(String, Option<DateTime<Utc>>)>,
+) -> Vec<crate::control::QueueState> {
+    let mut by_name: std::collections::BTreeMap<String, crate::control::QueueState> = live
+        .into_iter()
+        .map(|(name, available, scheduled, running)| {
+            let state = crate::control::QueueState {
+                name: name.clone(),
+                paused_at: None,
+                available,
+                scheduled,
+                running,
+            };
+            (name, state)
+        })
+        .collect();
+    for (name, paused_at) in paused {
+        by_name
+            .entry(name.clone())
+            .or_insert_with(|| crate::control::QueueState {
+                name,
+                paused_at: None,
+                available: 0,
+                scheduled: 0,
+                running: 0,
+            })
+            .paused_at = paused_at;
+    }
+    by_name.into_values().collect()
 }
 
 impl Pool {
@@ -634,8 +759,8 @@ delegate! {
     fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>>;
     /// Records a failed run, to retry or final (fenced); false when the lease was lost.
     fn fail(&self, failure: &Failure, now: DateTime<Utc>) -> Result<bool>;
-    /// Hands jobs back without using an attempt (a graceful stop).
-    fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64>;
+    /// Hands jobs back without using an attempt (a graceful stop, or a snooze until `at`).
+    fn give_back(&self, leases: &[Lease], at: DateTime<Utc>) -> Result<u64>;
     /// Extends the leases still held; the ids of those.
     fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>>;
     /// Posts one job with a unique key of that mode.

@@ -2,16 +2,16 @@
 //! stats included), one per failure, one for all given-back leases.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use std::sync::atomic::Ordering;
 
 use tokio::sync::mpsc::UnboundedReceiver;
-use tokio::sync::OwnedSemaphorePermit;
 
-use super::{producer, Metrics, Shared};
+use super::{producer, Metrics, Shared, Slot};
 use crate::error::{JobError, Result};
 use crate::info::JobStatus;
+use crate::job::StopReason;
 use crate::registry::Registration;
 use crate::store::{Failure, Lease, Success};
 
@@ -25,11 +25,11 @@ pub(super) enum Completion {
         result: crate::registry::JobOutcome,
         millis: i64,
         /// The job's concurrency slot, freed once the outcome is written.
-        slot: OwnedSemaphorePermit,
+        slot: Slot,
     },
     GiveBack {
         lease: Lease,
-        slot: Option<OwnedSemaphorePermit>,
+        slot: Option<Slot>,
     },
 }
 
@@ -45,6 +45,7 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     let mut successes = Vec::new();
     let mut failures = Vec::new();
     let mut give_back = Vec::new();
+    let mut snoozed = Vec::new();
     let mut slots = Vec::with_capacity(batch.len());
     for completion in batch {
         match completion {
@@ -66,6 +67,21 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
             }
             Completion::Finished {
                 lease,
+                result:
+                    Err(JobError {
+                        snooze: Some(delay),
+                        ..
+                    }),
+                registration,
+                slot,
+                ..
+            } => {
+                slots.push(slot);
+                tracing::debug!(id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, "sk: job snoozed for {}", humantime::format_duration(delay));
+                snoozed.push((lease, crate::clock::add(now, delay)));
+            }
+            Completion::Finished {
+                lease,
                 max_attempts,
                 registration,
                 result: Err(error),
@@ -74,12 +90,11 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
             } => {
                 slots.push(slot);
                 failures.push(failure(
-                    lease,
-                    max_attempts,
+                    (lease, max_attempts),
                     registration,
                     error,
                     millis,
-                    now,
+                    (now, shared.config.retry_jitter),
                 ));
             }
             Completion::GiveBack { lease, slot } => {
@@ -100,7 +115,7 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
             if fenced > 0 {
                 Metrics::add(&shared.metrics.fenced, fenced as u64);
                 for s in successes.iter().filter(|s| !done.contains(&s.lease.id)) {
-                    tracing::warn!(id = %s.lease.id, attempt = s.lease.attempt, "sk: result refused: this worker lost the job's lease to another worker");
+                    refused(shared, &s.lease, "result");
                 }
             }
         }
@@ -111,7 +126,7 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         {
             if !held {
                 Metrics::add(&shared.metrics.fenced, 1);
-                tracing::warn!(id = %f.lease.id, attempt = f.lease.attempt, "sk: failure refused: this worker lost the job's lease to another worker");
+                refused(shared, &f.lease, "failure");
             } else if f.retry_at.is_some() {
                 Metrics::add(&shared.metrics.retried, 1);
             } else {
@@ -131,6 +146,20 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         }
         leases.extend(give_back);
     }
+    // A snooze hands the job back like a stop does, with a later not-before time.
+    for (lease, at) in snoozed {
+        if let Some(n) = persist(shared, "snooze a job", || {
+            shared.store.give_back(std::slice::from_ref(&lease), at)
+        })
+        .await
+        {
+            Metrics::add(&shared.metrics.snoozed, n);
+            if n == 0 {
+                refused(shared, &lease, "snooze");
+            }
+        }
+        leases.push(lease);
+    }
     {
         let mut running = shared.running();
         for lease in leases {
@@ -144,21 +173,46 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     }
 }
 
+/// Logs an outcome the store refused: the job's lease was lost, or it was cancelled.
+fn refused(shared: &Shared, lease: &Lease, what: &str) {
+    match shared.stop_reason(lease) {
+        Some(StopReason::Cancelled) => {
+            tracing::info!(id = %lease.id, attempt = lease.attempt, "sk: {what} not recorded: the job was cancelled while it ran")
+        }
+        _ => {
+            tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: {what} refused: this worker lost the job's lease (to another worker, or the job was cancelled)")
+        }
+    }
+}
+
+/// `delay` moved by up to `jitter` of itself either way (`WorkerBuilder::retry_jitter`).
+pub(crate) fn jittered(delay: Duration, jitter: f64) -> Duration {
+    if jitter <= 0.0 || delay.is_zero() {
+        return delay;
+    }
+    // 53 random bits from a v4 UUID (the OS's generator), as a fraction in [0, 1).
+    let bits = (uuid::Uuid::new_v4().as_u128() >> 75) as u64;
+    let unit = bits as f64 / (1u64 << 53) as f64;
+    delay.mul_f64((1.0 + jitter * (2.0 * unit - 1.0)).max(0.0))
+}
+
 fn failure(
-    lease: Lease,
-    max_attempts: i32,
+    (lease, max_attempts): (Lease, i32),
     registration: &Registration,
     error: JobError,
     millis: i64,
-    now: chrono::DateTime<chrono::Utc>,
+    (now, jitter): (chrono::DateTime<chrono::Utc>, f64),
 ) -> Failure {
     let (status, retry_at) = if error.fatal || lease.attempt >= max_attempts {
         (JobStatus::Fatal, None)
     } else {
-        let delay = registration
-            .options
-            .backoff
-            .delay(u32::try_from(lease.attempt).unwrap_or(1));
+        let delay = jittered(
+            registration
+                .options
+                .backoff
+                .delay(u32::try_from(lease.attempt).unwrap_or(1)),
+            jitter,
+        );
         let status = if lease.attempt + 1 >= max_attempts {
             JobStatus::Faulted
         } else {

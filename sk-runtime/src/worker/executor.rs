@@ -1,18 +1,17 @@
 //! Runs one claimed job in its own tokio task, with its timeout, catching panics.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use futures_util::FutureExt;
 use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::completer::Completion;
-use super::{RunState, Running, Shared};
+use super::{RunState, Running, Shared, Slot};
 use crate::error::JobError;
-use crate::job::JobContext;
+use crate::job::{JobContext, StopReason};
 use crate::registry::{HandlerInput, JobOutcome, Registration};
 use crate::store::{ClaimedJob, Lease};
 
@@ -21,18 +20,30 @@ pub(super) fn spawn(
     job: ClaimedJob,
     completions: &UnboundedSender<Completion>,
 ) {
-    let permit = Arc::clone(&shared.slots)
-        .try_acquire_owned()
-        .expect("the producer claims no more jobs than free slots, and only it takes slots");
+    let permit = Slot {
+        _global: Arc::clone(&shared.slots)
+            .try_acquire_owned()
+            .expect("the producer claims no more jobs than free slots, and only it takes slots"),
+        _queue: shared
+            .queue_limits
+            .get(job.task_queue.as_str())
+            .map(|limit| {
+                Arc::clone(limit).try_acquire_owned().expect(
+                    "the producer claims no more jobs of a limited queue than its free slots",
+                )
+            }),
+    };
     let lease = Lease {
         id: job.task_id,
         attempt: job.task_attempt,
     };
     let cancel = shared.jobs_cancel.child_token();
+    let stop = Arc::default();
     shared.running().insert(
         lease,
         Running {
             cancel: cancel.clone(),
+            stop: Arc::clone(&stop),
             state: RunState::Claimed,
             abort: None,
         },
@@ -40,7 +51,7 @@ pub(super) fn spawn(
     let task = tokio::spawn(run_one(
         shared.clone(),
         job,
-        cancel,
+        (cancel, stop),
         completions.clone(),
         permit,
     ));
@@ -52,9 +63,9 @@ pub(super) fn spawn(
 async fn run_one(
     shared: Arc<Shared>,
     job: ClaimedJob,
-    cancel: CancellationToken,
+    (cancel, stop): (CancellationToken, Arc<OnceLock<StopReason>>),
     completions: UnboundedSender<Completion>,
-    permit: OwnedSemaphorePermit,
+    permit: Slot,
 ) {
     let lease = Lease {
         id: job.task_id,
@@ -103,7 +114,7 @@ async fn run_one(
         ))
         .with_kind("lease_expired"))
     } else {
-        execute(&shared, registration, job, cancel.clone()).await
+        execute(&shared, registration, job, cancel.clone(), stop).await
     };
     let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
     let result = match result {
@@ -155,7 +166,12 @@ async fn execute(
     registration: &'static Registration,
     job: ClaimedJob,
     cancel: CancellationToken,
+    stop: Arc<OnceLock<StopReason>>,
 ) -> JobOutcome {
+    let timeout = job
+        .task_timeout_ms
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(std::time::Duration::from_millis);
     let ctx = JobContext {
         id: job.task_id,
         task_type: job.task_type.into(),
@@ -172,6 +188,7 @@ async fn execute(
             .task_metadata
             .map(|m| Arc::new(serde_json::from_str(&m).unwrap_or(serde_json::Value::String(m)))),
         cancel,
+        stop,
     };
     let correlation = ctx.correlation_id.clone();
     let input = HandlerInput {
@@ -187,9 +204,8 @@ async fn execute(
     };
     let future =
         crate::job::CURRENT_CORRELATION.scope(correlation, AssertUnwindSafe(future).catch_unwind());
-    let limit = registration
-        .options
-        .timeout
+    let limit = timeout
+        .or(registration.options.timeout)
         .or(shared.config.default_timeout);
     let outcome = match limit {
         Some(limit) => match tokio::time::timeout(limit, future).await {

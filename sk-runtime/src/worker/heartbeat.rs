@@ -5,6 +5,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::{RunState, Shared};
+use crate::job::StopReason;
 use crate::store::Lease;
 
 pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
@@ -28,7 +29,9 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                 for lease in leases.iter().filter(|l| !held.contains(&l.id)) {
                     // A finished job may have been finalized since the keys were read.
                     if let Some(entry) = running.get(lease).filter(|e| e.state != RunState::Finished) {
-                        tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: lease lost to another worker; asking the job to stop");
+                        if entry.stop.set(StopReason::LeaseLost).is_ok() {
+                            tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: lease lost (to another worker, or the job was cancelled); asking the job to stop");
+                        }
                         entry.cancel.cancel();
                     }
                 }

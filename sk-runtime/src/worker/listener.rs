@@ -1,21 +1,56 @@
-//! Wake-ups from outside the worker. PostgreSQL: LISTEN on a dedicated connection that
-//! reconnects; every notification (and every reconnect, since notifications may have
-//! been missed) wakes the producer. SQLite and MySQL have no notifications: enqueues in
-//! this process wake the worker at once, others are found by the poll interval.
+//! Wake-ups and control signals from outside the worker. PostgreSQL: LISTEN on a
+//! dedicated connection that reconnects; every notification on the queue's channel (and
+//! every reconnect, since notifications may have been missed) wakes the producer, and
+//! every one on the control channel names jobs cancelled by an operator. SQLite and MySQL
+//! have no notifications: enqueues in this process wake the worker at once, others are
+//! found by the poll interval; a job cancelled in another process stops at this worker's
+//! next heartbeat. On every backend, a cancel in this process stops the job at once.
 
 use std::sync::Arc;
 
+use tokio::sync::broadcast::error::RecvError;
+
 use super::Shared;
+use crate::job::StopReason;
 use crate::store::Store;
 
 pub(super) async fn run(shared: Arc<Shared>) {
+    let cancels = cancels(&shared);
     match &shared.store {
         #[cfg(feature = "postgres")]
-        Store::Postgres(store) => postgres::run(store.clone(), &shared).await,
+        Store::Postgres(store) => {
+            tokio::join!(postgres::run(store.clone(), &shared), cancels);
+        }
         #[cfg(feature = "sqlite")]
-        Store::Sqlite(_) => in_process(&shared).await,
+        Store::Sqlite(_) => {
+            tokio::join!(in_process(&shared), cancels);
+        }
         #[cfg(feature = "mysql")]
-        Store::MySql(_) => in_process(&shared).await,
+        Store::MySql(_) => {
+            tokio::join!(in_process(&shared), cancels);
+        }
+    }
+}
+
+/// Stops the jobs cancelled in this process (`store::cancelled`) that this worker runs.
+async fn cancels(shared: &Shared) {
+    let mut cancels = crate::store::cancels();
+    loop {
+        tokio::select! {
+            () = shared.stopping.cancelled() => return,
+            id = cancels.recv() => match id {
+                Ok(id) => signal(shared, id),
+                // Missed some: the heartbeat finds those (their rows are gone).
+                Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return,
+            }
+        }
+    }
+}
+
+fn signal(shared: &Shared, id: uuid::Uuid) {
+    if shared.signal(id, StopReason::Cancelled) {
+        tracing::info!(%id, "sk: job cancelled by an operator; asking it to stop");
     }
 }
 
@@ -43,9 +78,10 @@ mod postgres {
 
     pub(super) async fn run(store: PgStore, shared: &Shared) {
         let channel = store.schema.channel();
+        let control = store.schema.control_channel();
         let mut failures = 0u32;
         while !shared.stopping.is_cancelled() {
-            match connect(&store, &channel).await {
+            match connect(&store, &channel, &control).await {
                 Ok(mut listener) => {
                     if failures > 0 {
                         tracing::info!("sk: listener reconnected after {failures} failed attempts");
@@ -56,6 +92,13 @@ mod postgres {
                         tokio::select! {
                             () = shared.stopping.cancelled() => return,
                             message = listener.try_recv() => match message {
+                                Ok(Some(n)) if n.channel() == control => {
+                                    // `cancel:<id>,<id>,...`
+                                    let ids = n.payload().strip_prefix("cancel:").unwrap_or_default();
+                                    for id in ids.split(',').filter_map(|id| id.parse().ok()) {
+                                        super::signal(shared, id);
+                                    }
+                                }
                                 Ok(Some(_)) => shared.wake.notify_one(),
                                 // The connection dropped; the next try_recv reconnects.
                                 Ok(None) => {
@@ -83,12 +126,12 @@ mod postgres {
         }
     }
 
-    async fn connect(store: &PgStore, channel: &str) -> crate::Result<PgListener> {
+    async fn connect(store: &PgStore, channel: &str, control: &str) -> crate::Result<PgListener> {
         // The listener takes its connection from the pool: one the store hands out, so an
         // outage is named as it is everywhere else.
         drop(store.acquire().await?);
         let mut listener = PgListener::connect_with(&store.pool).await?;
-        listener.listen(channel).await?;
+        listener.listen_all([channel, control]).await?;
         Ok(listener)
     }
 }

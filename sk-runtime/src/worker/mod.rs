@@ -49,6 +49,7 @@ pub struct WorkerBuilder {
     pool: crate::Pool,
     config: Config,
     queues: Option<Vec<String>>,
+    queue_limits: Vec<(String, usize)>,
     tenants: Option<Vec<String>>,
     only: Option<Vec<String>>,
     data: DataMap,
@@ -73,6 +74,7 @@ pub(crate) struct Config {
     pub(crate) vacuum: bool,
     pub(crate) start_timeout: Option<Duration>,
     pub(crate) default_timeout: Option<Duration>,
+    pub(crate) retry_jitter: f64,
 }
 
 impl WorkerBuilder {
@@ -93,6 +95,16 @@ impl WorkerBuilder {
         S: Into<String>,
     {
         self.queues = Some(queues.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Takes jobs from `queue` too, at most `concurrency` of them at once in this worker
+    /// (within the worker's own [`concurrency`](Self::concurrency)), so a slow queue cannot
+    /// take every slot: `.queue("mail", 5).queue("billing", 2)`. A worker given queues
+    /// this way (or with [`queues`](Self::queues)) takes jobs from those queues only; the
+    /// ones given with `queues` share the rest of the worker's slots.
+    pub fn queue(mut self, queue: impl Into<String>, concurrency: usize) -> Self {
+        self.queue_limits.push((queue.into(), concurrency));
         self
     }
 
@@ -250,6 +262,15 @@ impl WorkerBuilder {
         self
     }
 
+    /// How far retry delays are spread at random (default 0.1): each delay of the job's
+    /// backoff is moved by up to this fraction of itself, either way, so jobs that failed
+    /// together (a downstream outage) do not all come back in the same instant. `0.0`
+    /// gives the exact curve (tests that assert spacing); at most `1.0`.
+    pub fn retry_jitter(mut self, fraction: f64) -> Self {
+        self.config.retry_jitter = fraction;
+        self
+    }
+
     /// How long [`Worker::run`] waits at start for a database it cannot reach (refused,
     /// timed out, starting up) before it fails with [`Error::Connect`]. Default: it keeps
     /// waiting, logging each attempt with the address and the cause, as it does when the
@@ -285,6 +306,12 @@ impl WorkerBuilder {
             return Err(Error::invalid(
                 "default timeout",
                 "must be longer than zero",
+            ));
+        }
+        if !(0.0..=1.0).contains(&c.retry_jitter) {
+            return Err(Error::invalid(
+                "retry jitter",
+                format!("{} must be from 0.0 to 1.0", c.retry_jitter),
             ));
         }
         crate::store::check_period(c.results_partition)?;
@@ -326,6 +353,36 @@ impl WorkerBuilder {
         for queue in self.queues.iter().flatten() {
             crate::client::check_name("queue name", queue)?;
         }
+        let mut queue_limits = HashMap::new();
+        for (queue, limit) in &self.queue_limits {
+            crate::client::check_name("queue name", queue)?;
+            if *limit == 0 {
+                return Err(Error::invalid(
+                    "queue concurrency",
+                    format!("queue {queue:?} must take at least 1 job at a time"),
+                ));
+            }
+            if queue_limits
+                .insert(queue.clone(), Arc::new(Semaphore::new(*limit)))
+                .is_some()
+            {
+                return Err(Error::invalid(
+                    "queue concurrency",
+                    format!("queue {queue:?} is given twice"),
+                ));
+            }
+        }
+        let queues = match (self.queues, queue_limits.is_empty()) {
+            (queues, true) => queues,
+            (queues, false) => {
+                let mut all = queues.unwrap_or_default();
+                all.retain(|q| !queue_limits.contains_key(q));
+                let mut limited: Vec<String> = queue_limits.keys().cloned().collect();
+                limited.sort();
+                all.extend(limited);
+                Some(all)
+            }
+        };
         for tenant in self.tenants.iter().flatten() {
             crate::client::check_name("tenant", tenant)?;
         }
@@ -354,7 +411,8 @@ impl WorkerBuilder {
                 task_types: registry.task_types(),
                 registry,
                 schedules,
-                queues: self.queues,
+                queues,
+                queue_limits,
                 tenants: self.tenants,
                 data: Arc::new(self.data),
                 clock: self.clock,
@@ -388,6 +446,8 @@ pub(crate) struct Shared {
     pub(crate) clock: SharedClock,
     pub(crate) config: Config,
     pub(crate) slots: Arc<Semaphore>,
+    /// Queues with a concurrency of their own in this worker (`WorkerBuilder::queue`).
+    pub(crate) queue_limits: HashMap<String, Arc<Semaphore>>,
     /// Wakes the producer: a notification, a freed slot after a full claim, a reconnect.
     pub(crate) wake: Notify,
     /// The last claim filled every free slot, so more jobs may be waiting.
@@ -401,10 +461,19 @@ pub(crate) struct Shared {
     pub(crate) metrics: Metrics,
 }
 
+/// A claimed job's hold on the worker's concurrency (and its queue's, if limited), freed
+/// once its outcome is written.
+pub(crate) struct Slot {
+    pub(crate) _global: tokio::sync::OwnedSemaphorePermit,
+    pub(crate) _queue: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
 /// One claimed job's state; decisions about it are taken under the `running` lock so a
 /// job is either finalized by its run or given back by the stop, never both.
 pub(crate) struct Running {
     pub(crate) cancel: CancellationToken,
+    /// Why `cancel` was cancelled, when not for a shutdown (shared with the job's context).
+    pub(crate) stop: Arc<std::sync::OnceLock<crate::job::StopReason>>,
     pub(crate) state: RunState,
     pub(crate) abort: Option<tokio::task::AbortHandle>,
 }
@@ -432,6 +501,25 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Asks the running job `id` to stop, for `reason`; whether this worker runs it.
+    pub(crate) fn signal(&self, id: Uuid, reason: crate::job::StopReason) -> bool {
+        let running = self.running();
+        let mut found = false;
+        for (_, entry) in running.iter().filter(|(lease, _)| lease.id == id) {
+            found = true;
+            let _ = entry.stop.set(reason);
+            entry.cancel.cancel();
+        }
+        found
+    }
+
+    /// Why the job under `lease` was asked to stop, if it was and not for a shutdown.
+    pub(crate) fn stop_reason(&self, lease: &Lease) -> Option<crate::job::StopReason> {
+        self.running()
+            .get(lease)
+            .and_then(|entry| entry.stop.get().copied())
+    }
+
     /// Sleeps for `d` unless the worker is stopping; returns false when stopping.
     pub(crate) async fn pause(&self, d: Duration) -> bool {
         tokio::select! {
@@ -450,6 +538,7 @@ pub(crate) struct Metrics {
     pub(crate) failed: AtomicU64,
     pub(crate) fenced: AtomicU64,
     pub(crate) given_back: AtomicU64,
+    pub(crate) snoozed: AtomicU64,
     pub(crate) claim_errors: AtomicU64,
 }
 
@@ -467,6 +556,7 @@ impl Metrics {
             ("jobs_failed", get(&self.failed)),
             ("jobs_fenced", get(&self.fenced)),
             ("jobs_given_back", get(&self.given_back)),
+            ("jobs_snoozed", get(&self.snoozed)),
             ("claim_errors", get(&self.claim_errors)),
         ]
     }
@@ -491,8 +581,10 @@ impl Worker {
                 vacuum: true,
                 start_timeout: None,
                 default_timeout: None,
+                retry_jitter: 0.1,
             },
             queues: None,
+            queue_limits: Vec::new(),
             tenants: None,
             only: None,
             data: DataMap::default(),

@@ -13,54 +13,68 @@ const MAX_CLAIM_BATCH: usize = 1000;
 
 pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Completion>) {
     let mut errors = 0u32;
+    // Queues the worker serves without a limit of their own, claimed together.
+    let shared_queues: Option<Vec<String>> = shared.queues.as_ref().map(|queues| {
+        queues
+            .iter()
+            .filter(|q| !shared.queue_limits.contains_key(*q))
+            .cloned()
+            .collect()
+    });
+    let mut limited: Vec<&String> = shared.queue_limits.keys().collect();
+    limited.sort();
     loop {
         if shared.stopping.is_cancelled() {
             return;
         }
-        let free = shared.slots.available_permits().min(MAX_CLAIM_BATCH);
-        if free > 0 {
-            let now = shared.now();
-            let lease_until = crate::clock::add(now, shared.config.lease);
-            let limit = i64::try_from(free).unwrap_or(i64::MAX);
-            match shared
-                .store
-                .claim(
-                    &shared.task_types,
-                    shared.queues.as_deref(),
-                    shared.tenants.as_deref(),
-                    limit,
-                    now,
-                    lease_until,
-                )
-                .await
+        // `more`: claim again at once; `later`: claim again when a slot frees.
+        let (mut more, mut later) = (false, false);
+        let mut failed = None;
+        // Each limited queue up to its free slots, then the rest up to the worker's.
+        for queue in &limited {
+            let free = shared.queue_limits[*queue].available_permits();
+            match claim(
+                &shared,
+                Some(std::slice::from_ref(*queue)),
+                free,
+                &completions,
+            )
+            .await
             {
-                Ok(jobs) => {
-                    if errors > 0 {
-                        tracing::info!("sk: claiming works again after {errors} failed attempts");
-                    }
-                    errors = 0;
-                    let full = jobs.len() == free;
-                    shared.maybe_more.store(full, Ordering::Relaxed);
-                    Metrics::add(&shared.metrics.claimed, jobs.len() as u64);
-                    for job in jobs {
-                        executor::spawn(&shared, job, &completions);
-                    }
-                    if full {
-                        continue;
-                    }
+                Ok(Claimed::Full) => more = true,
+                Ok(Claimed::NoSlot) => later = true,
+                Ok(Claimed::All) => {}
+                Err(e) => failed = Some(e),
+            }
+        }
+        if failed.is_none() && shared_queues.as_ref().is_none_or(|q| !q.is_empty()) {
+            match claim(&shared, shared_queues.as_deref(), usize::MAX, &completions).await {
+                Ok(Claimed::Full) => more = true,
+                Ok(Claimed::NoSlot) => later = true,
+                Ok(Claimed::All) => {}
+                Err(e) => failed = Some(e),
+            }
+        }
+        match failed {
+            None => {
+                if errors > 0 {
+                    tracing::info!("sk: claiming works again after {errors} failed attempts");
                 }
-                Err(e) => {
-                    errors += 1;
-                    Metrics::add(&shared.metrics.claim_errors, 1);
-                    let wait = backoff(errors);
-                    tracing::warn!(
-                        "sk: claim failed (attempt {errors}), retrying in {wait:?}: {e}"
-                    );
-                    if !shared.pause(wait).await {
-                        return;
-                    }
+                errors = 0;
+                shared.maybe_more.store(more || later, Ordering::Relaxed);
+                if more {
                     continue;
                 }
+            }
+            Some(e) => {
+                errors += 1;
+                Metrics::add(&shared.metrics.claim_errors, 1);
+                let wait = backoff(errors);
+                tracing::warn!("sk: claim failed (attempt {errors}), retrying in {wait:?}: {e}");
+                if !shared.pause(wait).await {
+                    return;
+                }
+                continue;
             }
         }
         tokio::select! {
@@ -69,6 +83,53 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
             () = tokio::time::sleep(shared.config.poll_interval) => {}
         }
     }
+}
+
+/// What a claim found.
+enum Claimed {
+    /// As many jobs as it asked for: more may be waiting.
+    Full,
+    /// Fewer: every due job is taken.
+    All,
+    /// It asked for none: no free slot.
+    NoSlot,
+}
+
+/// Claims up to `cap` jobs of `queues` (and the worker's free slots) and starts them.
+async fn claim(
+    shared: &Arc<Shared>,
+    queues: Option<&[String]>,
+    cap: usize,
+    completions: &UnboundedSender<Completion>,
+) -> crate::Result<Claimed> {
+    let free = shared
+        .slots
+        .available_permits()
+        .min(cap)
+        .min(MAX_CLAIM_BATCH);
+    if free == 0 {
+        return Ok(Claimed::NoSlot);
+    }
+    let now = shared.now();
+    let lease_until = crate::clock::add(now, shared.config.lease);
+    let limit = i64::try_from(free).unwrap_or(i64::MAX);
+    let jobs = shared
+        .store
+        .claim(
+            &shared.task_types,
+            queues,
+            shared.tenants.as_deref(),
+            limit,
+            now,
+            lease_until,
+        )
+        .await?;
+    let full = jobs.len() == free;
+    Metrics::add(&shared.metrics.claimed, jobs.len() as u64);
+    for job in jobs {
+        executor::spawn(shared, job, completions);
+    }
+    Ok(if full { Claimed::Full } else { Claimed::All })
 }
 
 /// 100 ms doubling to 5 s: a worker whose database is down keeps trying without spinning.

@@ -10,7 +10,10 @@
 //!
 //! Tables live in the connection's database, named as on SQLite ([`Schema::flat_table`]).
 
+mod control;
 mod partitions;
+
+pub(crate) use control::{cancel, find_ids, post, queue_states, reschedule, retry, set_paused};
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -28,11 +31,18 @@ use crate::error::{Error, Result};
 use crate::info::{Attempt, JobRecord, QueueCounts, QueuedJob};
 
 /// Versioned migrations, applied in order; `__PREFIX__` is substituted.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "initial schema",
-    include_str!("../../../../migrations/mysql/0001_init.sql"),
-)];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "initial schema",
+        include_str!("../../../../migrations/mysql/0001_init.sql"),
+    ),
+    (
+        2,
+        "job control",
+        include_str!("../../../../migrations/mysql/0002_control.sql"),
+    ),
+];
 
 /// The longest table name sk makes after its prefix (a retired results partition held
 /// aside, `task_results_p20261122_0000`); MySQL names are at most 64 characters.
@@ -92,6 +102,7 @@ fn conflict(error: &Error) -> bool {
 pub(crate) struct Statements {
     queue: String,
     results: String,
+    paused: String,
     insert_queue: String,
     insert_result: String,
     enqueue_unique: String,
@@ -109,8 +120,9 @@ pub(crate) struct Statements {
 /// `task_has_result`, always 1).
 const NEW_COLUMNS: &str = "task_id, task_type, task_source, task_payload, task_priority,
     task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_tenant,
-    task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_every_ms, task_has_result";
-const NEW_VALUES: &str = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1";
+    task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_every_ms, task_timeout_ms,
+    task_has_result";
+const NEW_VALUES: &str = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1";
 /// The columns of a new results row, in the order `bind_result!` binds them.
 const RESULT_COLUMNS: &str = "task_id, task_type, task_source, task_queue, task_priority,
     task_unique_key, task_unique_mode, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata,
@@ -124,7 +136,8 @@ const QUEUE_ROW: &str = "task_lock_handle_id, task_id, CAST(task_type AS CHAR) A
     CAST(task_queue AS CHAR) AS task_queue, task_priority, task_posted_at_ts,
     CAST(task_tenant AS CHAR) AS task_tenant, CAST(task_correlation_id AS CHAR) AS task_correlation_id,
     task_metadata, task_claimed_at_ts, task_lost_attempts, task_payload, task_max_attempts,
-    CAST(task_unique_key AS CHAR) AS task_unique_key, task_unique_mode, task_rerun, task_every_ms";
+    CAST(task_unique_key AS CHAR) AS task_unique_key, task_unique_mode, task_rerun, task_every_ms,
+    task_timeout_ms";
 /// The upsert of a success into a results row (left to right: MySQL's assignments see the
 /// values set before them, so nothing here reads a column set earlier in the list).
 const SUCCESS_UPDATE: &str = "task_status = 3,
@@ -144,6 +157,7 @@ impl Statements {
         Statements {
             queue: q.clone(),
             results: r.clone(),
+            paused: schema.flat_table("queues_t"),
             insert_queue: format!("INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES})"),
             insert_result: format!(
                 "INSERT INTO {r} ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
@@ -181,8 +195,8 @@ impl Statements {
                     task_last_error_message, task_last_error_detail, task_last_error, task_last_error_is_recoverable,
                     task_processing_time_milliseconds, task_processing_finalized_at_ts, task_payload,
                     task_last_locked_by, task_errors, task_output, task_first_processing_attempted_at_ts,
-                    task_last_processing_attempted_at_ts)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)
+                    task_last_processing_attempted_at_ts, task_max_attempts, task_timeout_ms)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)
                  ON DUPLICATE KEY UPDATE task_status = VALUES(task_status),
                     task_error_count = task_error_count + VALUES(task_error_count),
                     task_last_error_type = VALUES(task_last_error_type),
@@ -196,6 +210,8 @@ impl Statements {
                     task_last_locked_by = VALUES(task_last_locked_by),
                     task_errors = VALUES(task_errors),
                     task_output = NULL,
+                    task_max_attempts = VALUES(task_max_attempts),
+                    task_timeout_ms = VALUES(task_timeout_ms),
                     task_first_processing_attempted_at_ts =
                         coalesce(task_first_processing_attempted_at_ts, VALUES(task_first_processing_attempted_at_ts)),
                     task_last_processing_attempted_at_ts = VALUES(task_last_processing_attempted_at_ts)"
@@ -276,7 +292,7 @@ macro_rules! bind_new {
     ($query:expr, $job:expr, $now:expr, $mode:expr) => {
         $query
             .bind($job.id)
-            .bind($job.task_type)
+            .bind(&*$job.task_type)
             .bind(&$job.source)
             .bind(&$job.payload)
             .bind($job.priority)
@@ -290,6 +306,7 @@ macro_rules! bind_new {
             .bind(&$job.unique_key)
             .bind($mode)
             .bind($job.every_ms)
+            .bind($job.timeout_ms)
     };
 }
 
@@ -298,7 +315,7 @@ macro_rules! bind_result {
     ($query:expr, $job:expr, $now:expr, $mode:expr) => {
         $query
             .bind($job.id)
-            .bind($job.task_type)
+            .bind(&*$job.task_type)
             .bind(&$job.source)
             .bind(&$job.queue)
             .bind($job.priority)
@@ -539,7 +556,7 @@ pub(crate) async fn enqueue_many(
         ));
         query.push_values(chunk, |mut row, job| {
             row.push_bind(job.id)
-                .push_bind(job.task_type)
+                .push_bind(&*job.task_type)
                 .push_bind(&job.source)
                 .push_bind(&job.queue)
                 .push_bind(job.priority)
@@ -580,7 +597,7 @@ fn queue_rows<'a>(
     ));
     query.push_values(jobs, |mut row, job| {
         row.push_bind(job.id)
-            .push_bind(job.task_type)
+            .push_bind(&*job.task_type)
             .push_bind(&job.source)
             .push_bind(&job.payload)
             .push_bind(job.priority)
@@ -594,6 +611,7 @@ fn queue_rows<'a>(
             .push_bind(&job.unique_key)
             .push_bind(job.unique_key.as_ref().map(|_| 1i16))
             .push_bind(job.every_ms)
+            .push_bind(job.timeout_ms)
             .push_unseparated(", 1");
     });
     if keyed {
@@ -644,6 +662,7 @@ struct Row {
     task_unique_mode: Option<i16>,
     task_rerun: bool,
     task_every_ms: Option<i64>,
+    task_timeout_ms: Option<i64>,
 }
 
 impl Row {
@@ -828,10 +847,15 @@ impl MySqlStore {
                         task_attempt, task_max_attempts, task_priority, CAST(task_queue AS CHAR) AS task_queue,
                         task_posted_at_ts, CAST(task_tenant AS CHAR) AS task_tenant,
                         CAST(task_correlation_id AS CHAR) AS task_correlation_id, task_metadata,
-                        task_locked_by IS NOT NULL AS held
+                        task_timeout_ms, task_locked_by IS NOT NULL AS held
                      FROM {queue} WHERE task_locked_until_ts <= "
                 ));
             query.push_bind(now);
+            query.push(format!(
+                " AND NOT EXISTS (SELECT 1 FROM {} p WHERE p.queue_name = task_queue
+                    AND p.queue_paused_at_ts IS NOT NULL)",
+                self.sql().paused
+            ));
             for (column, list) in [
                 ("task_type", Some(task_types)),
                 ("task_queue", queues),
@@ -940,6 +964,7 @@ impl MySqlStore {
             .bind(&row.task_unique_key)
             .bind(row.task_unique_mode)
             .bind(row.task_every_ms)
+            .bind(row.task_timeout_ms)
             .execute(&mut *tx)
             .await?;
         Ok(true)
@@ -1198,6 +1223,8 @@ impl MySqlStore {
                 .bind(errors)
                 .bind(first)
                 .bind(row.task_claimed_at_ts)
+                .bind(row.task_max_attempts)
+                .bind(row.task_timeout_ms)
                 .execute(&mut *tx)
                 .await?;
             if last_run {

@@ -4,7 +4,10 @@
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
+mod control;
 pub(crate) mod partitions;
+
+pub(crate) use control::{cancel, find_ids, post, queue_states, reschedule, retry, set_paused};
 
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnectOptions;
@@ -48,6 +51,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         6,
         "schedules stored in the database",
         include_str!("../../../../migrations/postgres/0006_schedules.sql"),
+    ),
+    (
+        7,
+        "job control",
+        include_str!("../../../../migrations/postgres/0007_control.sql"),
     ),
 ];
 
@@ -110,6 +118,7 @@ impl Statements {
         let r = schema.table("task_results_t");
         let s = schema.table("task_execution_time_stats_t");
         let m = schema.table("metrics_t");
+        let paused = schema.table("queues_t");
         // Records the run time of the rows of CTE `done(task_type, ms)` per task type, in
         // this worker's own row ($owner; seed 001 keys the table by payload type and owner
         // process); the same statement finalizes the jobs, so stats and results never
@@ -139,9 +148,10 @@ impl Statements {
         // The columns of a queue row that a results row repeats.
         let job_columns =
             "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
-            task_claimed_at_ts, task_tenant, task_correlation_id, task_metadata";
+            task_claimed_at_ts, task_tenant, task_correlation_id, task_metadata, task_timeout_ms";
         let job_columns_q_noloss = "q.task_id, q.task_type, q.task_source, q.task_queue, q.task_priority,
-            q.task_posted_at_ts, q.task_claimed_at_ts, q.task_tenant, q.task_correlation_id, q.task_metadata";
+            q.task_posted_at_ts, q.task_claimed_at_ts, q.task_tenant, q.task_correlation_id, q.task_metadata,
+            q.task_timeout_ms";
         let job_columns_q = format!("{job_columns_q_noloss}, q.task_lost_attempts");
         // Writes the outcome of the runs in CTE `done` (`job_columns` and `ms`) into their
         // results rows. sk's enqueue wrote those rows; a job posted by another producer (a
@@ -154,7 +164,8 @@ impl Statements {
                 task_status, task_error_count, task_last_error_type, task_last_error_message,
                 task_last_error_detail, task_last_error, task_last_error_is_recoverable,
                 task_processing_time_milliseconds, task_processing_finalized_at_ts, task_payload,
-                task_last_locked_by, task_errors, task_output, task_tenant, task_correlation_id, task_metadata)
+                task_last_locked_by, task_errors, task_output, task_tenant, task_correlation_id, task_metadata,
+                task_max_attempts, task_timeout_ms)
             SELECT task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
                 coalesce((task_lost_attempts -> 0 ->> 'started_at')::timestamptz, task_claimed_at_ts),
                 task_claimed_at_ts,"
@@ -167,7 +178,9 @@ impl Statements {
                     task_payload = EXCLUDED.task_payload,
                     task_last_locked_by = EXCLUDED.task_last_locked_by,
                     task_errors = r.task_errors || EXCLUDED.task_errors,
-                    task_output = EXCLUDED.task_output";
+                    task_output = EXCLUDED.task_output,
+                    task_max_attempts = EXCLUDED.task_max_attempts,
+                    task_timeout_ms = EXCLUDED.task_timeout_ms";
         // Seed 002's fields, in both tables.
         let seed002 = "task_tenant, task_correlation_id, task_metadata";
         // A restart asked for during the run (`task_rerun`, unique mode 2): the finished
@@ -180,10 +193,11 @@ impl Statements {
                 "again AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002},
-                        task_unique_key, task_unique_mode, task_every_ms)
+                        task_unique_key, task_unique_mode, task_every_ms, task_timeout_ms)
                     SELECT {uuid_v7}({now}), task_type, task_source, task_payload, task_priority, {now},
                         CASE WHEN task_rerun THEN {now} ELSE {now} + task_every_ms * interval '1 ms' END,
-                        task_queue, task_max_attempts, true, {seed002}, task_unique_key, task_unique_mode, task_every_ms
+                        task_queue, task_max_attempts, true, {seed002}, task_unique_key, task_unique_mode, task_every_ms,
+                        task_timeout_ms
                     FROM done WHERE task_rerun OR task_every_ms IS NOT NULL
                     RETURNING task_id, task_type, task_source, task_queue, task_priority, task_unique_key,
                         task_unique_mode, task_posted_at_ts, {seed002}
@@ -228,7 +242,7 @@ impl Statements {
                         'started_at', task_claimed_at_ts, 'ended_at', $11::timestamptz,
                         'outcome', CASE WHEN $4::timestamptz IS NULL THEN 'fatal' ELSE 'retried' END,
                         'kind', $6::text, 'message', $7::text, 'detail', $8::text, 'recoverable', $9::bool)),
-                    NULL, task_tenant, task_correlation_id, task_metadata
+                    NULL, task_tenant, task_correlation_id, task_metadata, task_max_attempts, task_timeout_ms
                 FROM done
                 ON CONFLICT (task_id) DO UPDATE SET task_status = EXCLUDED.task_status,
                     task_error_count = r.task_error_count + EXCLUDED.task_error_count,
@@ -264,8 +278,9 @@ impl Statements {
                     RETURNING task_id
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002})
-                    SELECT task_id, $2, $3, $4, $6, $8, $9, $5, $10, true, $12, $13, $14::jsonb FROM res
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002},
+                        task_timeout_ms)
+                    SELECT task_id, $2, $3, $4, $6, $8, $9, $5, $10, true, $12, $13, $14::jsonb, $15 FROM res
                     RETURNING task_id
                 )
                 SELECT (SELECT task_id FROM q) FROM (SELECT pg_notify($11, '')) AS notify"
@@ -275,18 +290,20 @@ impl Statements {
             enqueue_many: format!(
                 "WITH input AS (
                     SELECT * FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::text[], $5::varchar[],
-                        $6::int4[], $7::timestamptz[], $8::int4[], $11::varchar[], $12::varchar[], $13::jsonb[])
+                        $6::int4[], $7::timestamptz[], $8::int4[], $11::varchar[], $12::varchar[], $13::jsonb[],
+                        $14::int8[])
                     AS i(task_id, task_type, task_source, payload, task_queue, task_priority, run_at, max_attempts,
-                        {seed002})
+                        {seed002}, timeout_ms)
                 ), res AS (
                     INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
                         task_posted_at_ts, {seed002})
                     SELECT task_id, task_type, task_source, task_queue, 1, task_priority, $9, {seed002} FROM input
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002})
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002},
+                        task_timeout_ms)
                     SELECT task_id, task_type, task_source, payload, task_priority, $9, run_at, task_queue,
-                        max_attempts, true, {seed002}
+                        max_attempts, true, {seed002}, timeout_ms
                     FROM input
                 )
                 SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
@@ -302,8 +319,9 @@ impl Statements {
                     SELECT task_id, $3, $4, $5, 1, $6, $9, $11, $12, $13::jsonb FROM input
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002})
-                    SELECT task_id, $3, $4, payload, $6, $9, $7, $5, $8, true, $11, $12, $13::jsonb FROM input
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002},
+                        task_timeout_ms)
+                    SELECT task_id, $3, $4, payload, $6, $9, $7, $5, $8, true, $11, $12, $13::jsonb, $14 FROM input
                 )
                 SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
             ),
@@ -315,16 +333,17 @@ impl Statements {
             enqueue_many_keyed: format!(
                 "WITH input AS (
                     SELECT * FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::text[], $5::varchar[],
-                        $6::int4[], $7::timestamptz[], $8::int4[], $14::varchar[], $11::varchar[], $12::varchar[],
-                        $13::jsonb[]) WITH ORDINALITY
+                        $6::int4[], $7::timestamptz[], $8::int4[], $15::varchar[], $11::varchar[], $12::varchar[],
+                        $13::jsonb[], $14::int8[]) WITH ORDINALITY
                     AS i(task_id, task_type, task_source, payload, task_queue, task_priority, run_at, max_attempts,
-                        unique_key, {seed002}, ord)
+                        unique_key, {seed002}, timeout_ms, ord)
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002},
-                        task_unique_key, task_unique_mode)
+                        task_unique_key, task_unique_mode, task_timeout_ms)
                     SELECT task_id, task_type, task_source, payload, task_priority, $9, run_at, task_queue,
-                        max_attempts, true, {seed002}, unique_key, CASE WHEN unique_key IS NOT NULL THEN 1::int2 END
+                        max_attempts, true, {seed002}, unique_key, CASE WHEN unique_key IS NOT NULL THEN 1::int2 END,
+                        timeout_ms
                     FROM input ORDER BY ord
                     {on_live_key_conflict} DO NOTHING
                     RETURNING task_id
@@ -375,8 +394,8 @@ impl Statements {
                 "WITH q AS (
                     INSERT INTO {q} AS q (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002},
-                        task_unique_key, task_unique_mode, task_every_ms)
-                    VALUES ($1, $2, $3, $4, $6, $8, $9, $5, $10, true, $12, $13, $14::jsonb, $7, $15, $16)
+                        task_unique_key, task_unique_mode, task_every_ms, task_timeout_ms)
+                    VALUES ($1, $2, $3, $4, $6, $8, $9, $5, $10, true, $12, $13, $14::jsonb, $7, $15, $16, $17)
                     {on_live_key_conflict} DO UPDATE SET
                         task_payload = CASE WHEN ($15 = 3 AND q.task_locked_by IS NULL) OR $15 = 2
                             THEN EXCLUDED.task_payload ELSE q.task_payload END,
@@ -420,12 +439,14 @@ impl Statements {
                       AND task_type = ANY($2)
                       AND ($3::varchar[] IS NULL OR task_queue = ANY($3))
                       AND ($7::varchar[] IS NULL OR task_tenant = ANY($7))
+                      AND NOT EXISTS (SELECT 1 FROM {paused} p
+                          WHERE p.queue_name = task_queue AND p.queue_paused_at_ts IS NOT NULL)
                     ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
                     LIMIT $4
                     FOR UPDATE SKIP LOCKED))
                 RETURNING q.task_id, q.task_type, q.task_payload, q.task_attempt, q.task_max_attempts,
                     q.task_priority, q.task_queue, q.task_posted_at_ts, q.task_tenant, q.task_correlation_id,
-                    q.task_metadata::text AS task_metadata"
+                    q.task_metadata::text AS task_metadata, q.task_timeout_ms"
             ),
             // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
             // Runs with sequential scans off (`PgStore::batched`): a primary-key probe per job,
@@ -461,7 +482,7 @@ impl Statements {
                     {record_results}
                         3, jsonb_array_length(coalesce(task_lost_attempts, '[]')), NULL, NULL, NULL, NULL, false, ms,
                         $5::timestamptz, NULL, $4, coalesce(task_lost_attempts, '[]'), output,
-                        task_tenant, task_correlation_id, task_metadata
+                        task_tenant, task_correlation_id, task_metadata, NULL::int4, NULL::int8
                     FROM done WHERE NOT done.task_has_result
                     ON CONFLICT (task_id) DO UPDATE SET task_status = 3,
                         {update_results}
@@ -633,7 +654,7 @@ macro_rules! bind_job {
     ($query:expr, $job:ident, $now:ident, $sql:ident) => {
         $query
             .bind($job.id)
-            .bind($job.task_type)
+            .bind(&*$job.task_type)
             .bind($job.source)
             .bind($job.payload)
             .bind($job.queue)
@@ -658,6 +679,7 @@ pub(crate) async fn enqueue_one<'e, E: PgExecutor<'e>>(
         .bind(job.tenant)
         .bind(job.correlation_id)
         .bind(job.metadata)
+        .bind(job.timeout_ms)
         .fetch_one(executor)
         .await?;
     Ok(id)
@@ -685,10 +707,15 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
             && j.tenant == first.tenant
             && j.correlation_id == first.correlation_id
             && j.metadata == first.metadata
+            && j.timeout_ms == first.timeout_ms
     });
     if uniform {
-        let (task_type, source, queue) =
-            (first.task_type, first.source.clone(), first.queue.clone());
+        let (task_type, source, queue) = (
+            first.task_type.clone(),
+            first.source.clone(),
+            first.queue.clone(),
+        );
+        let timeout_ms = first.timeout_ms;
         let (priority, run_at, max_attempts) = (first.priority, first.run_at, first.max_attempts);
         let (tenant, correlation_id, metadata) = (
             first.tenant.clone(),
@@ -711,6 +738,7 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
             .bind(tenant)
             .bind(correlation_id)
             .bind(metadata)
+            .bind(timeout_ms)
             .execute(executor)
             .await?;
         return Ok(ids);
@@ -760,7 +788,8 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
     query = query
         .bind(columns.tenants)
         .bind(columns.correlation_ids)
-        .bind(columns.metadata);
+        .bind(columns.metadata)
+        .bind(columns.timeouts);
     if !keyed {
         query.execute(executor).await?;
         return Ok(ids);
@@ -832,6 +861,7 @@ pub(crate) async fn enqueue_unique<'e, E: PgExecutor<'e>>(
             .bind(job.metadata)
             .bind(mode as i16)
             .bind(job.every_ms)
+            .bind(job.timeout_ms)
             .fetch_one(executor)
             .await?,
     )
@@ -841,7 +871,7 @@ pub(crate) async fn enqueue_unique<'e, E: PgExecutor<'e>>(
 #[derive(Default)]
 struct Columns {
     ids: Vec<Uuid>,
-    types: Vec<&'static str>,
+    types: Vec<String>,
     sources: Vec<String>,
     payloads: Vec<String>,
     queues: Vec<String>,
@@ -852,6 +882,7 @@ struct Columns {
     tenants: Vec<Option<String>>,
     correlation_ids: Vec<Option<String>>,
     metadata: Vec<Option<String>>,
+    timeouts: Vec<Option<i64>>,
 }
 
 impl Columns {
@@ -869,12 +900,13 @@ impl Columns {
             tenants: Vec::with_capacity(n),
             correlation_ids: Vec::with_capacity(n),
             metadata: Vec::with_capacity(n),
+            timeouts: Vec::with_capacity(n),
         }
     }
 
     fn push(&mut self, job: NewJob) {
         self.ids.push(job.id);
-        self.types.push(job.task_type);
+        self.types.push(job.task_type.into_owned());
         self.sources.push(job.source);
         self.payloads.push(job.payload);
         self.queues.push(job.queue);
@@ -885,6 +917,7 @@ impl Columns {
         self.tenants.push(job.tenant);
         self.correlation_ids.push(job.correlation_id);
         self.metadata.push(job.metadata);
+        self.timeouts.push(job.timeout_ms);
     }
 }
 

@@ -12,6 +12,10 @@
 //!
 //! Times are bound as fixed-width UTC text (`ts`), so text order is time order.
 
+mod control;
+
+pub(crate) use control::{cancel, find_ids, post, queue_states, reschedule, retry, set_paused};
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -27,11 +31,18 @@ use crate::error::{Error, Result};
 use crate::info::{Attempt, JobRecord, QueueCounts, QueuedJob};
 
 /// Versioned migrations, applied in order; `__PREFIX__` is substituted.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "initial schema",
-    include_str!("../../../../migrations/sqlite/0001_init.sql"),
-)];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "initial schema",
+        include_str!("../../../../migrations/sqlite/0001_init.sql"),
+    ),
+    (
+        2,
+        "job control",
+        include_str!("../../../../migrations/sqlite/0002_control.sql"),
+    ),
+];
 
 /// A time as sk stores it on SQLite: `2026-11-22T10:39:48.123456Z`.
 pub(crate) fn ts(at: DateTime<Utc>) -> String {
@@ -79,8 +90,9 @@ pub(crate) struct Statements {
 /// The columns of a new queue row, `$1` to `$16`, in the order `bind_new` binds them.
 const NEW_COLUMNS: &str = "task_id, task_type, task_source, task_payload, task_priority,
     task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result,
-    task_tenant, task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_every_ms";
-const NEW_VALUES: &str = "$1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $10, $11, $12, $13, $14, $15";
+    task_tenant, task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_every_ms,
+    task_timeout_ms";
+const NEW_VALUES: &str = "$1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $10, $11, $12, $13, $14, $15, $16";
 
 impl Statements {
     pub(crate) fn new(schema: &Schema) -> Self {
@@ -88,6 +100,7 @@ impl Statements {
         let r = schema.flat_table("task_results_t");
         let s = schema.flat_table("task_execution_time_stats_t");
         let m = schema.flat_table("metrics_t");
+        let paused = schema.flat_table("queues_t");
         let lost_message = "'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)'";
         // The columns a results row repeats from its queue row, `$1` to `$9`.
         // The batch as one JSON array of rows, in the caller's order (so the lock handles
@@ -96,7 +109,7 @@ impl Statements {
         let many = "SELECT unhex(value ->> 'id'), value ->> 'type', value ->> 'source', value ->> 'payload',
                 value ->> 'priority', $1, value ->> 'run_at', value ->> 'queue', value ->> 'max_attempts', 1,
                 value ->> 'tenant', value ->> 'correlation_id', value ->> 'metadata', value ->> 'key',
-                CASE WHEN value ->> 'key' IS NOT NULL THEN 1 END, NULL
+                CASE WHEN value ->> 'key' IS NOT NULL THEN 1 END, NULL, value ->> 'timeout_ms'
              FROM json_each($2) WHERE true ORDER BY key";
         let job_columns =
             "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
@@ -105,7 +118,7 @@ impl Statements {
             "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
             task_tenant, task_correlation_id, task_metadata, task_claimed_at_ts, task_lost_attempts,
             task_payload, task_max_attempts, task_unique_key, task_unique_mode, task_rerun,
-            task_every_ms, task_has_result";
+            task_every_ms, task_has_result, task_timeout_ms";
         Statements {
             queue: q.clone(),
             results: r.clone(),
@@ -139,7 +152,7 @@ impl Statements {
             enqueue_many_uniform: format!(
                 "INSERT INTO {q} ({NEW_COLUMNS})
                  SELECT unhex(value ->> 0), $3, $4, value ->> 1, $5, $1, $6, $7, $8, 1, $9, $10, $11,
-                    NULL, NULL, NULL
+                    NULL, NULL, NULL, $12
                  FROM json_each($2) ORDER BY key"
             ),
             enqueue_many_keyed: format!(
@@ -165,11 +178,13 @@ impl Statements {
                       AND task_type IN (SELECT value FROM json_each($2))
                       AND ($3 IS NULL OR task_queue IN (SELECT value FROM json_each($3)))
                       AND ($7 IS NULL OR task_tenant IN (SELECT value FROM json_each($7)))
+                      AND NOT EXISTS (SELECT 1 FROM {paused} p
+                          WHERE p.queue_name = task_queue AND p.queue_paused_at_ts IS NOT NULL)
                     ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
                     LIMIT $4)
                  RETURNING task_id, task_type, task_payload, task_attempt, task_max_attempts, task_priority,
                     task_queue, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata,
-                    task_lock_handle_id"
+                    task_lock_handle_id, task_timeout_ms"
             ),
             // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
             take: format!(
@@ -207,9 +222,9 @@ impl Statements {
                     task_last_error_message, task_last_error_detail, task_last_error, task_last_error_is_recoverable,
                     task_processing_time_milliseconds, task_processing_finalized_at_ts, task_payload,
                     task_last_locked_by, task_errors, task_output, task_first_processing_attempted_at_ts,
-                    task_last_processing_attempted_at_ts)
+                    task_last_processing_attempted_at_ts, task_max_attempts, task_timeout_ms)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
-                    $20, $21, NULL, $22, $23)
+                    $20, $21, NULL, $22, $23, $24, $25)
                  ON CONFLICT (task_id) DO UPDATE SET task_status = excluded.task_status,
                     task_error_count = task_error_count + excluded.task_error_count,
                     task_last_error_type = excluded.task_last_error_type,
@@ -223,6 +238,8 @@ impl Statements {
                     task_last_locked_by = excluded.task_last_locked_by,
                     task_errors = excluded.task_errors,
                     task_output = NULL,
+                    task_max_attempts = excluded.task_max_attempts,
+                    task_timeout_ms = excluded.task_timeout_ms,
                     task_first_processing_attempted_at_ts =
                         coalesce(task_first_processing_attempted_at_ts, excluded.task_first_processing_attempted_at_ts),
                     task_last_processing_attempted_at_ts = excluded.task_last_processing_attempted_at_ts"
@@ -255,7 +272,7 @@ impl Statements {
                  CREATE TEMP TABLE IF NOT EXISTS sk_gone (task_id BLOB PRIMARY KEY, task_type, task_source,
                     task_queue, task_priority, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata,
                     task_claimed_at_ts, task_lost_attempts, task_payload, task_max_attempts, task_unique_key,
-                    task_unique_mode, task_rerun, task_every_ms, ms, output);
+                    task_unique_mode, task_rerun, task_every_ms, task_timeout_ms, ms, output);
                  DELETE FROM temp.sk_done;
                  DELETE FROM temp.sk_gone;
                  INSERT INTO temp.sk_done SELECT unhex(value ->> 0), value ->> 1, value ->> 2, value ->> 3
@@ -265,7 +282,7 @@ impl Statements {
                     q.task_claimed_at_ts, q.task_lost_attempts,
                     CASE WHEN q.task_rerun OR q.task_every_ms IS NOT NULL THEN q.task_payload END,
                     q.task_max_attempts, q.task_unique_key, q.task_unique_mode, q.task_rerun, q.task_every_ms,
-                    d.ms, d.output
+                    q.task_timeout_ms, d.ms, d.output
                  FROM temp.sk_done d JOIN {q} q ON q.task_id = d.task_id
                  WHERE q.task_attempt = d.attempt AND q.task_locked_by = $2;
                  DELETE FROM {q} WHERE task_id IN (SELECT task_id FROM temp.sk_gone);
@@ -377,7 +394,7 @@ macro_rules! bind_new {
     ($query:expr, $job:expr, $now:expr, $mode:expr) => {
         $query
             .bind($job.id)
-            .bind($job.task_type)
+            .bind(&*$job.task_type)
             .bind($job.source)
             .bind($job.payload)
             .bind($job.priority)
@@ -391,6 +408,7 @@ macro_rules! bind_new {
             .bind($job.unique_key)
             .bind($mode)
             .bind($job.every_ms)
+            .bind($job.timeout_ms)
     };
 }
 
@@ -518,6 +536,7 @@ pub(crate) async fn enqueue_many<'e, E: sqlx::Executor<'e, Database = Sqlite>>(
             && j.tenant == first.tenant
             && j.correlation_id == first.correlation_id
             && j.metadata == first.metadata
+            && j.timeout_ms == first.timeout_ms
     });
     if uniform {
         let pairs: Vec<(String, &str)> = jobs
@@ -530,7 +549,7 @@ pub(crate) async fn enqueue_many<'e, E: sqlx::Executor<'e, Database = Sqlite>>(
                 serde_json::to_string(&pairs)
                     .map_err(|e| Error::invalid("payload", e.to_string()))?,
             )
-            .bind(first.task_type)
+            .bind(&*first.task_type)
             .bind(&first.source)
             .bind(first.priority)
             .bind(ts(first.run_at))
@@ -539,6 +558,7 @@ pub(crate) async fn enqueue_many<'e, E: sqlx::Executor<'e, Database = Sqlite>>(
             .bind(&first.tenant)
             .bind(&first.correlation_id)
             .bind(&first.metadata)
+            .bind(first.timeout_ms)
             .execute(executor)
             .await?;
         wake();
@@ -560,6 +580,7 @@ pub(crate) async fn enqueue_many<'e, E: sqlx::Executor<'e, Database = Sqlite>>(
                 "correlation_id": j.correlation_id,
                 "metadata": j.metadata,
                 "key": j.unique_key,
+                "timeout_ms": j.timeout_ms,
             })
         })
         .collect();
@@ -614,6 +635,7 @@ struct Row {
     task_unique_mode: Option<i16>,
     task_rerun: bool,
     task_every_ms: Option<i64>,
+    task_timeout_ms: Option<i64>,
 }
 
 impl Row {
@@ -778,6 +800,7 @@ impl SqliteStore {
             .bind(&row.task_unique_key)
             .bind(row.task_unique_mode)
             .bind(row.task_every_ms)
+            .bind(row.task_timeout_ms)
             .execute(&mut *tx)
             .await?;
         Ok(true)
@@ -1004,6 +1027,8 @@ impl SqliteStore {
             .bind(errors)
             .bind(first)
             .bind(&row.task_claimed_at_ts)
+            .bind(row.task_max_attempts)
+            .bind(row.task_timeout_ms)
             .execute(&mut *tx)
             .await?;
         if last_run {
@@ -1105,7 +1130,7 @@ impl SqliteStore {
              VALUES ($1, $2, $3, $4, 1, $5, $6, $7)"
         ))
         .bind(job.id)
-        .bind(job.task_type)
+        .bind(&*job.task_type)
         .bind(&job.source)
         .bind(&job.queue)
         .bind(job.priority)

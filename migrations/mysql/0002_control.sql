@@ -1,0 +1,17 @@
+-- sk schema, version 2 (MySQL / MariaDB): job control, as the PostgreSQL schema's version 7.
+
+-- Queues an operator paused: no worker claims their jobs; running jobs finish.
+CREATE TABLE IF NOT EXISTS __PREFIX__queues_t (
+    queue_name VARCHAR(255) COLLATE utf8mb4_bin NOT NULL PRIMARY KEY,
+    queue_paused_at_ts DATETIME(6) NULL,
+    queue_updated_at_ts DATETIME(6) NOT NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+-- A run-time limit given at enqueue, over the job type's own.
+ALTER TABLE __PREFIX__tasks_queue_t ADD COLUMN IF NOT EXISTS task_timeout_ms BIGINT NULL;
+
+-- The attempt and run-time limits of a job that failed for good or was cancelled, so a
+-- retry gives it a fresh budget.
+ALTER TABLE __PREFIX__task_results_t
+    ADD COLUMN IF NOT EXISTS task_max_attempts INT NULL,
+    ADD COLUMN IF NOT EXISTS task_timeout_ms BIGINT NULL;

@@ -1,0 +1,18 @@
+-- sk schema, version 7 (PostgreSQL): job control (docs/operations.md).
+
+-- Queues an operator paused (`Client::pause`): no worker claims a job of a queue whose
+-- row has a pause time; running jobs finish. A queue without a row runs.
+CREATE TABLE __SCHEMA__.__PREFIX__queues_t (
+    queue_name varchar(255) NOT NULL PRIMARY KEY,
+    queue_paused_at_ts timestamptz NULL,
+    queue_updated_at_ts timestamptz NOT NULL DEFAULT now()
+);
+
+-- A run-time limit given at enqueue (`Enqueue::with_timeout`), over the job type's own.
+ALTER TABLE __SCHEMA__.__PREFIX__tasks_queue_t ADD COLUMN task_timeout_ms bigint NULL;
+
+-- The attempt limit of a job that failed for good or was cancelled, so a retry gives it
+-- a fresh budget of the same size; and its run-time limit.
+ALTER TABLE __SCHEMA__.__PREFIX__task_results_t
+    ADD COLUMN task_max_attempts integer NULL,
+    ADD COLUMN task_timeout_ms bigint NULL;

@@ -1,0 +1,16 @@
+-- sk schema, version 2 (SQLite): job control, as the PostgreSQL schema's version 7.
+
+-- Queues an operator paused: no worker claims their jobs; running jobs finish.
+CREATE TABLE __PREFIX__queues_t (
+    queue_name TEXT NOT NULL PRIMARY KEY,
+    queue_paused_at_ts TEXT NULL,
+    queue_updated_at_ts TEXT NOT NULL
+);
+
+-- A run-time limit given at enqueue, over the job type's own.
+ALTER TABLE __PREFIX__tasks_queue_t ADD COLUMN task_timeout_ms INTEGER NULL;
+
+-- The attempt and run-time limits of a job that failed for good or was cancelled, so a
+-- retry gives it a fresh budget.
+ALTER TABLE __PREFIX__task_results_t ADD COLUMN task_max_attempts INTEGER NULL;
+ALTER TABLE __PREFIX__task_results_t ADD COLUMN task_timeout_ms INTEGER NULL;

@@ -1,0 +1,554 @@
+//! The client handle: job control (cancel, retry, run now, reschedule, pause and resume
+//! queues, wait for a result, enqueue by name) and queue info, on one pool and schema.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, Result};
+use crate::info::{JobRecord, JobStatus, QueueCounts, QueuedJob};
+use crate::store::{NewJob, Pool, Schema};
+
+/// Jobs per statement of a bulk call ([`Client::cancel_where`], [`Client::retry_where`]).
+const BULK_BATCH: i64 = 500;
+
+/// The operator's handle on sk's tables: control calls and queue info on one pool and
+/// schema (set once), on every backend. Each call is safe against a worker finishing
+/// the same job at the same moment: of the two, exactly one takes effect, and the call's
+/// outcome says which.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool, id: uuid::Uuid) -> sk_runtime::Result<()> {
+/// use sk_runtime::{CancelOutcome, Client};
+///
+/// let client = Client::new(pool);
+/// match client.cancel(id).await? {
+///     CancelOutcome::Cancelled => println!("cancelled before it ran"),
+///     CancelOutcome::CancelledWhileRunning => println!("cancelled; its handler was asked to stop"),
+///     CancelOutcome::AlreadyFinished(status) => println!("too late: it is {status:?}"),
+///     other => println!("{other:?}"),
+/// }
+/// client.pause("mail").await?; // no worker starts a job of queue "mail" from now on
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    pool: Pool,
+    schema: Schema,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("pool", &self.pool)
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Client::cancel`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CancelOutcome {
+    /// The job was waiting (or delayed, or waiting for a retry); it left the queue and is
+    /// recorded as cancelled.
+    Cancelled,
+    /// The job was running: it is recorded as cancelled (and will not be retried), and
+    /// its handler was asked to stop ([`JobContext::stop_reason`] is
+    /// [`StopReason::Cancelled`]); whatever the run returns is not recorded. The worker
+    /// running it learns at once on PostgreSQL and within this process, and at its next
+    /// heartbeat elsewhere.
+    ///
+    /// [`JobContext::stop_reason`]: crate::JobContext::stop_reason
+    /// [`StopReason::Cancelled`]: crate::StopReason::Cancelled
+    CancelledWhileRunning,
+    /// The job had finished already (processed, fatal or cancelled); nothing changed.
+    AlreadyFinished(JobStatus),
+    /// No job with this id exists.
+    NotFound,
+}
+
+/// What [`Client::retry`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RetryOutcome {
+    /// The fatal or cancelled job is back in its queue, due now, with a fresh attempt
+    /// budget (as many attempts as it had at first); its history is kept.
+    Retried,
+    /// The job was waiting (for its not-before time or a retry); it is due now.
+    MadeDue,
+    /// The job is running now; nothing changed.
+    Running,
+    /// The job succeeded; its payload is not kept, so it cannot run again: enqueue a new
+    /// one.
+    Succeeded,
+    /// Another live job holds the job's unique key now; nothing changed.
+    KeyHeld,
+    /// The job failed for good but its payload was not kept (posted by another producer
+    /// without one); nothing changed.
+    NoPayload,
+    /// No job with this id exists.
+    NotFound,
+}
+
+/// What [`Client::run_now`] and [`Client::reschedule`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RescheduleOutcome {
+    /// The waiting job's not-before time is changed.
+    Rescheduled,
+    /// The job is running now; nothing changed.
+    Running,
+    /// The job has finished (see [`Client::retry`] to run a failed one again).
+    Finished(JobStatus),
+    /// No job with this id exists.
+    NotFound,
+}
+
+/// Which jobs a bulk call or a listing takes: every condition given must hold (none
+/// given: every job).
+///
+/// ```
+/// use sk_runtime::{JobFilter, JobStatus};
+///
+/// let stuck_mail = JobFilter::new().queue("mail").status(JobStatus::Fatal);
+/// # let _ = stuck_mail;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobFilter {
+    /// The job's queue.
+    pub queue: Option<String>,
+    /// The job's task type.
+    pub task_type: Option<String>,
+    /// The job's tenant.
+    pub tenant: Option<String>,
+    /// The job's correlation id.
+    pub correlation_id: Option<String>,
+    /// The job's status. For live jobs, [`JobStatus::Processing`] takes the running ones
+    /// and the other live statuses the waiting ones.
+    pub status: Option<JobStatus>,
+}
+
+impl JobFilter {
+    /// Every job.
+    pub fn new() -> Self {
+        JobFilter::default()
+    }
+
+    /// Only jobs of this queue.
+    #[must_use]
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Only jobs of this task type.
+    #[must_use]
+    pub fn task_type(mut self, task_type: impl Into<String>) -> Self {
+        self.task_type = Some(task_type.into());
+        self
+    }
+
+    /// Only jobs of this tenant.
+    #[must_use]
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Only jobs with this correlation id.
+    #[must_use]
+    pub fn correlation_id(mut self, id: impl Into<String>) -> Self {
+        self.correlation_id = Some(id.into());
+        self
+    }
+
+    /// Only jobs in this status.
+    #[must_use]
+    pub fn status(mut self, status: JobStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Whether a live job (in the queue table) may match: not a final status.
+    pub(crate) fn takes_live(&self) -> bool {
+        !self.status.is_some_and(JobStatus::is_final)
+    }
+
+    /// Whether only running live jobs match (`Some(true)`), only waiting ones
+    /// (`Some(false)`), or both.
+    pub(crate) fn running(&self) -> Option<bool> {
+        self.status.map(|s| s == JobStatus::Processing)
+    }
+}
+
+/// One queue as [`Client::queues`] shows it: its live jobs by state, and whether it is
+/// paused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueState {
+    /// The queue's name.
+    pub name: String,
+    /// When an operator paused it; `None` while it runs.
+    pub paused_at: Option<DateTime<Utc>>,
+    /// Jobs that can run now.
+    pub available: i64,
+    /// Jobs waiting for their not-before time (delayed or retrying).
+    pub scheduled: i64,
+    /// Jobs under a valid lease.
+    pub running: i64,
+}
+
+impl Client {
+    /// A client on the default schema (`public`, prefix `sk_`).
+    pub fn new(pool: impl Into<Pool>) -> Self {
+        Client {
+            pool: pool.into(),
+            schema: Schema::default(),
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// Works on another schema/prefix.
+    #[must_use]
+    pub fn schema(mut self, schema: Schema) -> Self {
+        self.schema = schema;
+        self
+    }
+
+    /// Takes `now` from `clock` (the workers' clock, in tests).
+    #[must_use]
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    /// Cancels one job: a waiting job leaves the queue, a running one is recorded as
+    /// cancelled at once and its handler is asked to stop; either way it is not retried.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn cancel(&self, id: Uuid) -> Result<CancelOutcome> {
+        let done = self.pool.cancel(&self.schema, &[id], self.now()).await?;
+        if let Some(&(_, running)) = done.first() {
+            crate::store::cancelled(&[id]);
+            return Ok(if running {
+                CancelOutcome::CancelledWhileRunning
+            } else {
+                CancelOutcome::Cancelled
+            });
+        }
+        Ok(match self.job(id).await? {
+            None => CancelOutcome::NotFound,
+            Some(record) => CancelOutcome::AlreadyFinished(record.status()),
+        })
+    }
+
+    /// Cancels every live job the filter takes (a filter on a final status takes none);
+    /// how many were cancelled.
+    ///
+    /// # Errors
+    /// The database fails; the jobs cancelled before it failed stay cancelled.
+    pub async fn cancel_where(&self, filter: &JobFilter) -> Result<u64> {
+        if !filter.takes_live() {
+            return Ok(0);
+        }
+        let mut total = 0;
+        let mut after = None;
+        loop {
+            let ids = self
+                .pool
+                .find_ids(&self.schema, filter, true, after, BULK_BATCH)
+                .await?;
+            let Some(&last) = ids.last() else { break };
+            after = Some(last);
+            let done = self.pool.cancel(&self.schema, &ids, self.now()).await?;
+            let ids: Vec<Uuid> = done.iter().map(|(id, _)| *id).collect();
+            crate::store::cancelled(&ids);
+            total += ids.len() as u64;
+        }
+        Ok(total)
+    }
+
+    /// Runs a fatal or cancelled job again, now, with a fresh attempt budget (its history
+    /// is kept, and its attempts go on counting from where they were); a job waiting for
+    /// its not-before time or a retry is made due now.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn retry(&self, id: Uuid) -> Result<RetryOutcome> {
+        let now = self.now();
+        if !self.pool.retry(&self.schema, &[id], now).await?.is_empty() {
+            return Ok(RetryOutcome::Retried);
+        }
+        if self.pool.reschedule(&self.schema, id, now).await? {
+            return Ok(RetryOutcome::MadeDue);
+        }
+        let Some(record) = self.job(id).await? else {
+            return Ok(RetryOutcome::NotFound);
+        };
+        Ok(match record.status() {
+            JobStatus::Processed => RetryOutcome::Succeeded,
+            JobStatus::Fatal | JobStatus::Cancelled if record.payload.is_none() => {
+                RetryOutcome::NoPayload
+            }
+            JobStatus::Fatal | JobStatus::Cancelled => RetryOutcome::KeyHeld,
+            // Live and not waiting: a worker holds it.
+            _ => RetryOutcome::Running,
+        })
+    }
+
+    /// Runs every fatal or cancelled job the filter takes again (as [`Client::retry`]);
+    /// how many. A filter on another status takes none.
+    ///
+    /// # Errors
+    /// The database fails; the jobs retried before it failed stay retried.
+    pub async fn retry_where(&self, filter: &JobFilter) -> Result<u64> {
+        if filter
+            .status
+            .is_some_and(|s| !matches!(s, JobStatus::Fatal | JobStatus::Cancelled))
+        {
+            return Ok(0);
+        }
+        let mut total = 0;
+        let mut after = None;
+        loop {
+            let ids = self
+                .pool
+                .find_ids(&self.schema, filter, false, after, BULK_BATCH)
+                .await?;
+            let Some(&last) = ids.last() else { break };
+            after = Some(last);
+            total += self.pool.retry(&self.schema, &ids, self.now()).await?.len() as u64;
+        }
+        Ok(total)
+    }
+
+    /// Makes a waiting job (delayed, or waiting for a retry) due now.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn run_now(&self, id: Uuid) -> Result<RescheduleOutcome> {
+        self.reschedule(id, self.now()).await
+    }
+
+    /// Moves a waiting job's not-before time to `at`.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn reschedule(&self, id: Uuid, at: DateTime<Utc>) -> Result<RescheduleOutcome> {
+        if self.pool.reschedule(&self.schema, id, at).await? {
+            return Ok(RescheduleOutcome::Rescheduled);
+        }
+        Ok(match self.job(id).await? {
+            None => RescheduleOutcome::NotFound,
+            Some(r) if r.status().is_final() => RescheduleOutcome::Finished(r.status()),
+            Some(_) => RescheduleOutcome::Running,
+        })
+    }
+
+    /// Pauses a queue: from now on no worker starts a job of it (workers see it in their
+    /// next claim; jobs running now finish). Persisted: it holds across worker restarts
+    /// until [`Client::resume`]. Returns false if it was paused already.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad queue name; the database fails.
+    pub async fn pause(&self, queue: &str) -> Result<bool> {
+        crate::client::check_name("queue name", queue)?;
+        self.pool
+            .set_paused(&self.schema, queue, true, self.now())
+            .await
+    }
+
+    /// Resumes a paused queue; its jobs run again at once. Returns false if it was not
+    /// paused.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad queue name; the database fails.
+    pub async fn resume(&self, queue: &str) -> Result<bool> {
+        crate::client::check_name("queue name", queue)?;
+        self.pool
+            .set_paused(&self.schema, queue, false, self.now())
+            .await
+    }
+
+    /// Every queue that has live jobs or was ever paused, by name: its live jobs by
+    /// state and whether it is paused.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn queues(&self) -> Result<Vec<QueueState>> {
+        self.pool.queue_states(&self.schema, self.now()).await
+    }
+
+    /// Waits until job `id` has finished (processed, fatal or cancelled) and returns its
+    /// record; read its typed output with [`JobRecord::output`]. Polls the record,
+    /// starting at 10 ms and backing off to 500 ms.
+    ///
+    /// # Errors
+    /// [`Error::JobNotFound`] when no such job exists, [`Error::WaitTimedOut`] when it
+    /// has not finished within `timeout`; the database fails.
+    pub async fn wait(&self, id: Uuid, timeout: Duration) -> Result<JobRecord> {
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match self.job(id).await? {
+                None => return Err(Error::JobNotFound(id)),
+                Some(record) if record.status().is_final() => return Ok(record),
+                Some(_) => {}
+            }
+            let left = timeout.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(Error::WaitTimedOut {
+                    id,
+                    waited: timeout,
+                });
+            }
+            tokio::time::sleep(pause.min(left)).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// Enqueues a job by its task type name and its arguments as a JSON object (for
+    /// scripts, other languages and the CLI), with the type's `#[job]` defaults when this
+    /// binary links it.
+    ///
+    /// ```no_run
+    /// # async fn f(client: sk_runtime::Client) -> sk_runtime::Result<()> {
+    /// let id = client
+    ///     .enqueue_json("send_welcome", serde_json::json!({"user_id": 42, "template": "hi"}))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] when no linked `#[job]` has this task type (use
+    /// [`Client::enqueue_json_unchecked`] from a binary that links none, such as the
+    /// CLI), when the payload is not a JSON object, or when it does not deserialize into
+    /// the job's arguments; the database fails.
+    pub async fn enqueue_json(&self, task_type: &str, payload: serde_json::Value) -> Result<Uuid> {
+        let Some(registration) = crate::registry::find(task_type) else {
+            let known = crate::registry::names();
+            return Err(Error::invalid(
+                "task type",
+                format!(
+                    "no #[job] named {task_type:?} is linked into this binary (known: {}); \
+                     Client::enqueue_json_unchecked takes any name",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        };
+        let payload = json_object(payload)?;
+        (registration.validate)(&payload).map_err(|e| {
+            Error::invalid(
+                "payload",
+                format!("does not fit the arguments of `{task_type}`: {e}"),
+            )
+        })?;
+        self.post(task_type.to_owned(), payload, registration.options)
+            .await
+    }
+
+    /// As [`Client::enqueue_json`], for a task type this binary does not link: the job
+    /// gets queue `"default"`, priority 0 and the default attempt limit, and a worker
+    /// that runs the type checks its payload.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad name or a payload that is not a JSON object; the
+    /// database fails.
+    pub async fn enqueue_json_unchecked(
+        &self,
+        task_type: &str,
+        payload: serde_json::Value,
+    ) -> Result<Uuid> {
+        crate::client::check_name("task type", task_type)?;
+        let payload = json_object(payload)?;
+        let options = crate::job::options(
+            "default",
+            0,
+            None,
+            crate::retry::Backoff::exponential(None, None),
+            None,
+        );
+        self.post(task_type.to_owned(), payload, options).await
+    }
+
+    async fn post(
+        &self,
+        task_type: String,
+        payload: String,
+        options: crate::job::JobOptions,
+    ) -> Result<Uuid> {
+        let now = self.now();
+        let job = NewJob {
+            id: Uuid::now_v7(),
+            task_type: task_type.into(),
+            source: "client".to_owned(),
+            payload,
+            queue: options.queue.to_owned(),
+            priority: options.priority,
+            run_at: now,
+            max_attempts: options.max_attempts,
+            unique_key: None,
+            unique_mode: None,
+            tenant: None,
+            correlation_id: None,
+            metadata: None,
+            every_ms: None,
+            timeout_ms: None,
+        };
+        let id = job.id;
+        self.pool.post(&self.schema, job, now).await?;
+        Ok(id)
+    }
+
+    /// Counts per status, and the live queue by state ([`QueueInfo::counts`]).
+    ///
+    /// [`QueueInfo::counts`]: crate::QueueInfo::counts
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn counts(&self) -> Result<QueueCounts> {
+        self.pool.counts(&self.schema, self.now()).await
+    }
+
+    /// The next `limit` waiting jobs in the order workers take them.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn peek(&self, limit: i64) -> Result<Vec<QueuedJob>> {
+        self.pool.peek(&self.schema, limit).await
+    }
+
+    /// Everything recorded about one job; `None` if no such job was ever posted (or its
+    /// result was pruned).
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn job(&self, id: Uuid) -> Result<Option<JobRecord>> {
+        self.pool.job(&self.schema, id, self.now()).await
+    }
+}
+
+fn json_object(payload: serde_json::Value) -> Result<String> {
+    match payload {
+        serde_json::Value::Object(_) => Ok(payload.to_string()),
+        other => Err(Error::invalid(
+            "payload",
+            format!("must be a JSON object of the job's arguments, not {other}"),
+        )),
+    }
+}

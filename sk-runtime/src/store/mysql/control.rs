@@ -1,0 +1,425 @@
+//! MySQL / MariaDB: the control calls of `Client`. Each locks the rows it changes
+//! (`FOR UPDATE`) in a transaction, so it and a worker's finalization of the same job
+//! meet on the row lock: the second sees what the first did.
+
+use chrono::{DateTime, Utc};
+use sqlx::{Connection as _, MySql, MySqlPool, QueryBuilder};
+use uuid::Uuid;
+
+use super::{ts, BEGIN};
+use crate::control::{JobFilter, QueueState};
+use crate::error::Result;
+use crate::store::{wake, CancelledRun, NewJob, Schema};
+
+/// A live job as a cancel reads it.
+#[derive(sqlx::FromRow)]
+struct Live {
+    task_lock_handle_id: i64,
+    task_id: Uuid,
+    task_type: String,
+    task_source: String,
+    task_queue: String,
+    task_priority: i32,
+    task_posted_at_ts: DateTime<Utc>,
+    task_tenant: Option<String>,
+    task_correlation_id: Option<String>,
+    task_metadata: Option<String>,
+    task_payload: Option<String>,
+    task_max_attempts: i32,
+    task_timeout_ms: Option<i64>,
+    task_unique_key: Option<String>,
+    task_unique_mode: Option<i16>,
+    task_attempt: i32,
+    task_locked_by: Option<String>,
+    task_locked_until_ts: DateTime<Utc>,
+    task_claimed_at_ts: Option<DateTime<Utc>>,
+    task_lost_attempts: Option<String>,
+}
+
+/// `column IN (?, ?, ...)` over `ids`.
+fn push_ids(query: &mut QueryBuilder<'_, MySql>, column: &str, ids: &[Uuid]) {
+    query.push(format!("{column} IN ("));
+    let mut list = query.separated(", ");
+    for id in ids {
+        list.push_bind(*id);
+    }
+    query.push(")");
+}
+
+/// Runs `$call` again while InnoDB picks it as a deadlock victim or a lock wait runs out
+/// (a worker finalizing the same jobs).
+macro_rules! again_on_conflict {
+    ($call:expr) => {{
+        let mut tries = 0;
+        loop {
+            match $call.await {
+                Err(e) if super::conflict(&e) && tries < 5 => tries += 1,
+                done => break done,
+            }
+        }
+    }};
+}
+
+/// Cancels the live jobs among `ids` (as on PostgreSQL); the ids cancelled, and whether
+/// each was running.
+pub(crate) async fn cancel(
+    pool: &MySqlPool,
+    schema: &Schema,
+    ids: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<Vec<(Uuid, bool)>> {
+    again_on_conflict!(cancel_once(pool, schema, ids, now))
+}
+
+async fn cancel_once(
+    pool: &MySqlPool,
+    schema: &Schema,
+    ids: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<Vec<(Uuid, bool)>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let q = schema.flat_table("tasks_queue_t");
+    let r = schema.flat_table("task_results_t");
+    let now_text = ts(now);
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin_with(BEGIN).await?;
+    let mut query = QueryBuilder::<MySql>::new(format!(
+        "SELECT task_lock_handle_id, task_id, CAST(task_type AS CHAR) AS task_type, task_source,
+            CAST(task_queue AS CHAR) AS task_queue, task_priority, task_posted_at_ts,
+            CAST(task_tenant AS CHAR) AS task_tenant, CAST(task_correlation_id AS CHAR) AS task_correlation_id,
+            task_metadata, task_payload, task_max_attempts, task_timeout_ms,
+            CAST(task_unique_key AS CHAR) AS task_unique_key, task_unique_mode, task_attempt, task_locked_by,
+            task_locked_until_ts, task_claimed_at_ts, task_lost_attempts
+         FROM {q} WHERE "
+    ));
+    push_ids(&mut query, "task_id", ids);
+    query.push(" ORDER BY task_id FOR UPDATE");
+    let rows: Vec<Live> = query.build_query_as().fetch_all(&mut *tx).await?;
+    let mut done = Vec::with_capacity(rows.len());
+    for live in rows {
+        sqlx::query(&format!("DELETE FROM {q} WHERE task_lock_handle_id = ?"))
+            .bind(live.task_lock_handle_id)
+            .execute(&mut *tx)
+            .await?;
+        let run = CancelledRun {
+            lost: live.task_lost_attempts.as_deref(),
+            holder: live.task_locked_by.as_deref(),
+            attempt: live.task_attempt,
+            started_at: live.task_claimed_at_ts.map(ts),
+            lease_valid: live.task_locked_until_ts > now,
+        };
+        let (attempts, running, failed) = run.attempts(&now_text);
+        let first = attempts
+            .first()
+            .and_then(|a| a.get("started_at"))
+            .and_then(|s| s.as_str())
+            .and_then(|s| s.parse::<DateTime<Utc>>().ok())
+            .or(live.task_claimed_at_ts);
+        let recorded: Option<String> =
+            sqlx::query_scalar(&format!("SELECT task_errors FROM {r} WHERE task_id = ?"))
+                .bind(live.task_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let mut all: Vec<serde_json::Value> = recorded
+            .as_deref()
+            .and_then(|e| serde_json::from_str(e).ok())
+            .unwrap_or_default();
+        all.extend(attempts);
+        sqlx::query(&format!(
+            "INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
+                task_tenant, task_correlation_id, task_metadata, task_status, task_error_count,
+                task_processing_finalized_at_ts, task_payload, task_max_attempts, task_timeout_ms, task_errors,
+                task_last_locked_by, task_unique_key, task_unique_mode, task_first_processing_attempted_at_ts,
+                task_last_processing_attempted_at_ts, task_last_error_type, task_last_error_message, task_last_error)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 7, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+                'cancelled', 'cancelled by an operator', 'cancelled: cancelled by an operator')
+             ON DUPLICATE KEY UPDATE task_status = 7,
+                task_error_count = task_error_count + VALUES(task_error_count),
+                task_processing_finalized_at_ts = VALUES(task_processing_finalized_at_ts),
+                task_payload = VALUES(task_payload),
+                task_max_attempts = VALUES(task_max_attempts),
+                task_timeout_ms = VALUES(task_timeout_ms),
+                task_errors = VALUES(task_errors),
+                task_last_locked_by = coalesce(VALUES(task_last_locked_by), task_last_locked_by),
+                task_first_processing_attempted_at_ts =
+                    coalesce(task_first_processing_attempted_at_ts, VALUES(task_first_processing_attempted_at_ts)),
+                task_last_processing_attempted_at_ts =
+                    coalesce(VALUES(task_last_processing_attempted_at_ts), task_last_processing_attempted_at_ts),
+                task_last_error_type = VALUES(task_last_error_type),
+                task_last_error_message = VALUES(task_last_error_message),
+                task_last_error = VALUES(task_last_error)"
+        ))
+        .bind(live.task_id)
+        .bind(&live.task_type)
+        .bind(&live.task_source)
+        .bind(&live.task_queue)
+        .bind(live.task_priority)
+        .bind(live.task_posted_at_ts)
+        .bind(&live.task_tenant)
+        .bind(&live.task_correlation_id)
+        .bind(&live.task_metadata)
+        .bind(failed)
+        .bind(now)
+        .bind(&live.task_payload)
+        .bind(live.task_max_attempts)
+        .bind(live.task_timeout_ms)
+        .bind(serde_json::Value::Array(all).to_string())
+        .bind(&live.task_locked_by)
+        .bind(&live.task_unique_key)
+        .bind(live.task_unique_mode)
+        .bind(first)
+        .bind(live.task_claimed_at_ts)
+        .execute(&mut *tx)
+        .await?;
+        done.push((live.task_id, running));
+    }
+    tx.commit().await?;
+    Ok(done)
+}
+
+/// Puts the fatal or cancelled jobs among `ids` back in the queue (as on PostgreSQL);
+/// the ids put back.
+pub(crate) async fn retry(
+    pool: &MySqlPool,
+    schema: &Schema,
+    ids: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<Vec<Uuid>> {
+    again_on_conflict!(retry_once(pool, schema, ids, now))
+}
+
+async fn retry_once(
+    pool: &MySqlPool,
+    schema: &Schema,
+    ids: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<Vec<Uuid>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let q = schema.flat_table("tasks_queue_t");
+    let r = schema.flat_table("task_results_t");
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin_with(BEGIN).await?;
+    let mut query = QueryBuilder::<MySql>::new(format!(
+        "SELECT task_id FROM {r} WHERE task_status IN (6, 7) AND task_payload IS NOT NULL AND "
+    ));
+    push_ids(&mut query, "task_id", ids);
+    query.push(" ORDER BY task_id FOR UPDATE");
+    let candidates: Vec<Uuid> = query.build_query_scalar().fetch_all(&mut *tx).await?;
+    if candidates.is_empty() {
+        tx.commit().await?;
+        return Ok(Vec::new());
+    }
+    // A job whose unique key another live job holds is skipped (IGNORE); a fatal or
+    // cancelled job has no queue row, so the candidates in the queue now are the ones
+    // put back.
+    let mut query = QueryBuilder::<MySql>::new(format!(
+        "INSERT IGNORE INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
+            task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, task_tenant,
+            task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_timeout_ms)
+         SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, "
+    ));
+    query
+        .push_bind(now)
+        .push(format!(
+            ", task_queue, JSON_LENGTH(task_errors),
+                JSON_LENGTH(task_errors) + coalesce(task_max_attempts, {}), 1, task_tenant, task_correlation_id,
+                task_metadata, CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode,
+                task_timeout_ms
+             FROM {r} WHERE ",
+            crate::DEFAULT_MAX_ATTEMPTS
+        ));
+    push_ids(&mut query, "task_id", &candidates);
+    query.push(" ORDER BY task_id");
+    query.build().execute(&mut *tx).await?;
+    let mut query = QueryBuilder::<MySql>::new(format!("SELECT task_id FROM {q} WHERE "));
+    push_ids(&mut query, "task_id", &candidates);
+    query.push(" ORDER BY task_id");
+    let back: Vec<Uuid> = query.build_query_scalar().fetch_all(&mut *tx).await?;
+    if !back.is_empty() {
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "UPDATE {r} SET task_status = 1, task_processing_finalized_at_ts = NULL, task_payload = NULL WHERE "
+        ));
+        push_ids(&mut query, "task_id", &back);
+        query.build().execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    if !back.is_empty() {
+        wake();
+    }
+    Ok(back)
+}
+
+/// Moves a waiting job's not-before time; false when it is not waiting.
+pub(crate) async fn reschedule(
+    pool: &MySqlPool,
+    schema: &Schema,
+    id: Uuid,
+    at: DateTime<Utc>,
+) -> Result<bool> {
+    // Matched rows, not changed ones: a job due already at `at` counts.
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin_with(BEGIN).await?;
+    let waiting: Option<i64> = sqlx::query_scalar(&format!(
+        "SELECT task_lock_handle_id FROM {} WHERE task_id = ? AND task_locked_by IS NULL FOR UPDATE",
+        schema.flat_table("tasks_queue_t")
+    ))
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some(handle) = waiting {
+        sqlx::query(&format!(
+            "UPDATE {} SET task_locked_until_ts = ? WHERE task_lock_handle_id = ?",
+            schema.flat_table("tasks_queue_t")
+        ))
+        .bind(at)
+        .bind(handle)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    if waiting.is_some() {
+        wake();
+    }
+    Ok(waiting.is_some())
+}
+
+/// Pauses or resumes a queue; whether that changed its state.
+pub(crate) async fn set_paused(
+    pool: &MySqlPool,
+    schema: &Schema,
+    queue: &str,
+    paused: bool,
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let t = schema.flat_table("queues_t");
+    let changed = if paused {
+        // A row that runs is paused; else a new row is (a paused row stays as it is).
+        let updated = sqlx::query(&format!(
+            "UPDATE {t} SET queue_paused_at_ts = ?, queue_updated_at_ts = ?
+             WHERE queue_name = ? AND queue_paused_at_ts IS NULL"
+        ))
+        .bind(now)
+        .bind(now)
+        .bind(queue)
+        .execute(pool)
+        .await?
+        .rows_affected();
+        if updated > 0 {
+            updated
+        } else {
+            sqlx::query(&format!(
+                "INSERT IGNORE INTO {t} (queue_name, queue_paused_at_ts, queue_updated_at_ts) VALUES (?, ?, ?)"
+            ))
+            .bind(queue)
+            .bind(now)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        }
+    } else {
+        sqlx::query(&format!(
+            "UPDATE {t} SET queue_paused_at_ts = NULL, queue_updated_at_ts = ?
+             WHERE queue_name = ? AND queue_paused_at_ts IS NOT NULL"
+        ))
+        .bind(now)
+        .bind(queue)
+        .execute(pool)
+        .await?
+        .rows_affected()
+    };
+    if changed > 0 && !paused {
+        wake();
+    }
+    Ok(changed > 0)
+}
+
+/// Live jobs per queue and state, with each queue's pause.
+pub(crate) async fn queue_states(
+    pool: &MySqlPool,
+    schema: &Schema,
+    now: DateTime<Utc>,
+) -> Result<Vec<QueueState>> {
+    let live: Vec<(String, i64, i64, i64)> = sqlx::query_as(&format!(
+        "SELECT CAST(task_queue AS CHAR),
+            count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts <= ? THEN 1 END),
+            count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts > ? THEN 1 END),
+            count(CASE WHEN task_locked_by IS NOT NULL AND task_locked_until_ts > ? THEN 1 END)
+         FROM {} GROUP BY task_queue",
+        schema.flat_table("tasks_queue_t")
+    ))
+    .bind(now)
+    .bind(now)
+    .bind(now)
+    .fetch_all(pool)
+    .await?;
+    let paused: Vec<(String, Option<DateTime<Utc>>)> = sqlx::query_as(&format!(
+        "SELECT CAST(queue_name AS CHAR), queue_paused_at_ts FROM {}",
+        schema.flat_table("queues_t")
+    ))
+    .fetch_all(pool)
+    .await?;
+    Ok(crate::store::merge_queue_states(live, paused))
+}
+
+/// Up to `limit` ids of the jobs `filter` takes, after `after` in id order (as on
+/// PostgreSQL).
+pub(crate) async fn find_ids(
+    pool: &MySqlPool,
+    schema: &Schema,
+    filter: &JobFilter,
+    live: bool,
+    after: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<Uuid>> {
+    let table = if live {
+        schema.flat_table("tasks_queue_t")
+    } else {
+        schema.flat_table("task_results_t")
+    };
+    let mut query = QueryBuilder::<MySql>::new(format!("SELECT task_id FROM {table} WHERE true"));
+    if let Some(after) = after {
+        query.push(" AND task_id > ").push_bind(after);
+    }
+    for (column, value) in [
+        ("task_queue", &filter.queue),
+        ("task_type", &filter.task_type),
+        ("task_tenant", &filter.tenant),
+        ("task_correlation_id", &filter.correlation_id),
+    ] {
+        if let Some(value) = value {
+            query
+                .push(format!(" AND {column} = "))
+                .push_bind(value.clone());
+        }
+    }
+    if live {
+        match filter.running() {
+            Some(true) => query.push(" AND task_locked_by IS NOT NULL"),
+            Some(false) => query.push(" AND task_locked_by IS NULL"),
+            None => &mut query,
+        };
+    } else {
+        match filter.status {
+            Some(s) => query.push(" AND task_status = ").push_bind(s as i32),
+            None => query.push(" AND task_status IN (6, 7)"),
+        };
+    }
+    query.push(" ORDER BY task_id LIMIT ").push_bind(limit);
+    Ok(query.build_query_scalar().fetch_all(pool).await?)
+}
+
+/// Enqueues one job on the pool (`Client::enqueue_json`).
+pub(crate) async fn post(
+    pool: &MySqlPool,
+    schema: &Schema,
+    job: NewJob,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    super::enqueue_one(&mut *pool.acquire().await?, schema, job, now).await?;
+    Ok(())
+}

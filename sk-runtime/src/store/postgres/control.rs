@@ -1,0 +1,285 @@
+//! PostgreSQL: the control calls of `Client` (cancel, retry, reschedule, pause) and the
+//! lookups they need. Each is one statement (or one transaction), and takes its rows by
+//! primary key, so it meets a worker's finalization of the same job on the row lock: one
+//! of the two takes effect.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::control::{JobFilter, QueueState};
+use crate::error::Result;
+use crate::store::{NewJob, Schema};
+
+/// The ids a notification payload holds at most (a payload is under 8000 bytes).
+const IDS_PER_NOTIFICATION: usize = 200;
+
+/// Cancels the live jobs among `ids`: their queue rows go, their results rows record
+/// status 7 (cancelled) with the payload and limits (for a retry), and a running one's
+/// attempt is recorded as cancelled; its worker is told on the control channel. The ids
+/// cancelled, and whether each was running.
+pub(crate) async fn cancel(
+    pool: &PgPool,
+    schema: &Schema,
+    ids: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<Vec<(Uuid, bool)>> {
+    let q = schema.table("tasks_queue_t");
+    let r = schema.table("task_results_t");
+    let lost_message = "'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)'";
+    let mut tx = pool.begin().await?;
+    let rows: Vec<(Uuid, bool)> = sqlx::query_as(&format!(
+        "WITH gone AS (
+            DELETE FROM {q} WHERE task_id = ANY($1)
+            RETURNING *
+        ), rows AS (
+            SELECT *, task_locked_by IS NOT NULL AND task_locked_until_ts > $2 AS running,
+                coalesce(task_lost_attempts, '[]') || CASE WHEN task_locked_by IS NULL THEN '[]'::jsonb
+                    WHEN task_locked_until_ts > $2 THEN jsonb_build_array(jsonb_build_object(
+                        'attempt', task_attempt, 'worker', task_locked_by, 'started_at', task_claimed_at_ts,
+                        'ended_at', $2::timestamptz, 'outcome', 'cancelled', 'kind', 'cancelled',
+                        'message', 'cancelled while it ran', 'recoverable', false))
+                    ELSE jsonb_build_array(jsonb_build_object(
+                        'attempt', task_attempt, 'worker', task_locked_by, 'started_at', task_claimed_at_ts,
+                        'ended_at', $2::timestamptz, 'outcome', 'lost', 'kind', 'worker_lost',
+                        'message', {lost_message}, 'recoverable', true)) END AS attempts
+            FROM gone
+        ), res AS (
+            INSERT INTO {r} AS r (task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
+                task_status, task_error_count, task_processing_finalized_at_ts, task_payload, task_max_attempts,
+                task_timeout_ms, task_errors, task_last_locked_by, task_tenant, task_correlation_id, task_metadata,
+                task_unique_key, task_unique_mode, task_first_processing_attempted_at_ts,
+                task_last_processing_attempted_at_ts, task_last_error_type, task_last_error_message, task_last_error)
+            SELECT task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts, 7,
+                jsonb_array_length(attempts) - CASE WHEN running THEN 1 ELSE 0 END, $2, task_payload,
+                task_max_attempts, task_timeout_ms, attempts, task_locked_by, task_tenant, task_correlation_id,
+                task_metadata, task_unique_key, task_unique_mode,
+                coalesce((attempts -> 0 ->> 'started_at')::timestamptz, task_claimed_at_ts), task_claimed_at_ts,
+                'cancelled', 'cancelled by an operator', 'cancelled: cancelled by an operator'
+            FROM rows
+            ON CONFLICT (task_id) DO UPDATE SET task_status = 7,
+                task_error_count = r.task_error_count + EXCLUDED.task_error_count,
+                task_processing_finalized_at_ts = EXCLUDED.task_processing_finalized_at_ts,
+                task_payload = EXCLUDED.task_payload,
+                task_max_attempts = EXCLUDED.task_max_attempts,
+                task_timeout_ms = EXCLUDED.task_timeout_ms,
+                task_errors = r.task_errors || EXCLUDED.task_errors,
+                task_last_locked_by = coalesce(EXCLUDED.task_last_locked_by, r.task_last_locked_by),
+                task_first_processing_attempted_at_ts =
+                    coalesce(r.task_first_processing_attempted_at_ts, EXCLUDED.task_first_processing_attempted_at_ts),
+                task_last_processing_attempted_at_ts =
+                    coalesce(EXCLUDED.task_last_processing_attempted_at_ts, r.task_last_processing_attempted_at_ts),
+                task_last_error_type = EXCLUDED.task_last_error_type,
+                task_last_error_message = EXCLUDED.task_last_error_message,
+                task_last_error = EXCLUDED.task_last_error
+        )
+        SELECT task_id, running FROM rows ORDER BY task_id"
+    ))
+    .bind(ids)
+    .bind(now)
+    .fetch_all(&mut *tx)
+    .await?;
+    let running: Vec<String> = rows
+        .iter()
+        .filter(|(_, running)| *running)
+        .map(|(id, _)| id.to_string())
+        .collect();
+    for chunk in running.chunks(IDS_PER_NOTIFICATION) {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(schema.control_channel())
+            .bind(format!("cancel:{}", chunk.join(",")))
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(rows)
+}
+
+/// Puts the fatal or cancelled jobs among `ids` back in the queue, due at `now`, with a
+/// fresh attempt budget; a job whose unique key another live job holds stays as it is.
+/// The ids put back.
+pub(crate) async fn retry(
+    pool: &PgPool,
+    schema: &Schema,
+    ids: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<Vec<Uuid>> {
+    let q = schema.table("tasks_queue_t");
+    let r = schema.table("task_results_t");
+    let seed002 = "task_tenant, task_correlation_id, task_metadata";
+    Ok(sqlx::query_scalar(&format!(
+        "WITH back AS (
+            INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
+                task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, {seed002},
+                task_unique_key, task_unique_mode, task_timeout_ms)
+            SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, $2, task_queue,
+                jsonb_array_length(task_errors), jsonb_array_length(task_errors) + coalesce(task_max_attempts, {}),
+                true, {seed002}, CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode,
+                task_timeout_ms
+            FROM {r}
+            WHERE task_id = ANY($1) AND task_status IN (6, 7) AND task_payload IS NOT NULL
+            ORDER BY task_id
+            ON CONFLICT DO NOTHING
+            RETURNING task_id
+        ), res AS (
+            UPDATE {r} r SET task_status = 1, task_processing_finalized_at_ts = NULL, task_payload = NULL
+            FROM back WHERE r.task_id = back.task_id
+        )
+        SELECT task_id FROM back, (SELECT pg_notify($3, '')) AS notify",
+        crate::DEFAULT_MAX_ATTEMPTS
+    ))
+    .bind(ids)
+    .bind(now)
+    .bind(schema.channel())
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Moves a waiting job's not-before time; false when it is not waiting.
+pub(crate) async fn reschedule(
+    pool: &PgPool,
+    schema: &Schema,
+    id: Uuid,
+    at: DateTime<Utc>,
+) -> Result<bool> {
+    let found: Option<Uuid> = sqlx::query_scalar(&format!(
+        "UPDATE {} SET task_locked_until_ts = $2 WHERE task_id = $1 AND task_locked_by IS NULL
+         RETURNING task_id",
+        schema.table("tasks_queue_t")
+    ))
+    .bind(id)
+    .bind(at)
+    .fetch_optional(pool)
+    .await?;
+    if found.is_some() {
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(schema.channel())
+            .execute(pool)
+            .await?;
+    }
+    Ok(found.is_some())
+}
+
+/// Pauses or resumes a queue; whether that changed its state.
+pub(crate) async fn set_paused(
+    pool: &PgPool,
+    schema: &Schema,
+    queue: &str,
+    paused: bool,
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let t = schema.table("queues_t");
+    let changed = if paused {
+        sqlx::query(&format!(
+            "INSERT INTO {t} AS t (queue_name, queue_paused_at_ts, queue_updated_at_ts) VALUES ($1, $2, $2)
+             ON CONFLICT (queue_name) DO UPDATE SET queue_paused_at_ts = $2, queue_updated_at_ts = $2
+             WHERE t.queue_paused_at_ts IS NULL"
+        ))
+        .bind(queue)
+        .bind(now)
+        .execute(pool)
+        .await?
+        .rows_affected()
+    } else {
+        sqlx::query(&format!(
+            "UPDATE {t} SET queue_paused_at_ts = NULL, queue_updated_at_ts = $2
+             WHERE queue_name = $1 AND queue_paused_at_ts IS NOT NULL"
+        ))
+        .bind(queue)
+        .bind(now)
+        .execute(pool)
+        .await?
+        .rows_affected()
+    };
+    if changed > 0 && !paused {
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(schema.channel())
+            .execute(pool)
+            .await?;
+    }
+    Ok(changed > 0)
+}
+
+/// Live jobs per queue and state, with each queue's pause.
+pub(crate) async fn queue_states(
+    pool: &PgPool,
+    schema: &Schema,
+    now: DateTime<Utc>,
+) -> Result<Vec<QueueState>> {
+    let live: Vec<(String, i64, i64, i64)> = sqlx::query_as(&format!(
+        "SELECT task_queue,
+            count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
+            count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1),
+            count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1)
+         FROM {} GROUP BY task_queue",
+        schema.table("tasks_queue_t")
+    ))
+    .bind(now)
+    .fetch_all(pool)
+    .await?;
+    let paused: Vec<(String, Option<DateTime<Utc>>)> = sqlx::query_as(&format!(
+        "SELECT queue_name, queue_paused_at_ts FROM {}",
+        schema.table("queues_t")
+    ))
+    .fetch_all(pool)
+    .await?;
+    Ok(crate::store::merge_queue_states(live, paused))
+}
+
+/// Up to `limit` ids of the jobs `filter` takes, after `after` in id order: live jobs
+/// (`live`) from the queue table, else fatal and cancelled ones from the results.
+pub(crate) async fn find_ids(
+    pool: &PgPool,
+    schema: &Schema,
+    filter: &JobFilter,
+    live: bool,
+    after: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<Uuid>> {
+    let sql = if live {
+        format!(
+            "SELECT task_id FROM {} WHERE ($1::uuid IS NULL OR task_id > $1)
+                AND ($2::text IS NULL OR task_queue = $2) AND ($3::text IS NULL OR task_type = $3)
+                AND ($4::text IS NULL OR task_tenant = $4) AND ($5::text IS NULL OR task_correlation_id = $5)
+                AND ($6::bool IS NULL OR (task_locked_by IS NOT NULL) = $6)
+             ORDER BY task_id LIMIT $7",
+            schema.table("tasks_queue_t")
+        )
+    } else {
+        format!(
+            "SELECT task_id FROM {} WHERE ($1::uuid IS NULL OR task_id > $1)
+                AND ($2::text IS NULL OR task_queue = $2) AND ($3::text IS NULL OR task_type = $3)
+                AND ($4::text IS NULL OR task_tenant = $4) AND ($5::text IS NULL OR task_correlation_id = $5)
+                AND task_status = ANY($6)
+             ORDER BY task_id LIMIT $7",
+            schema.table("task_results_t")
+        )
+    };
+    let query = sqlx::query_scalar(&sql)
+        .bind(after)
+        .bind(&filter.queue)
+        .bind(&filter.task_type)
+        .bind(&filter.tenant)
+        .bind(&filter.correlation_id);
+    let query = if live {
+        query.bind(filter.running())
+    } else {
+        let statuses: Vec<i32> = match filter.status {
+            Some(s) => vec![s as i32],
+            None => vec![6, 7],
+        };
+        query.bind(statuses)
+    };
+    Ok(query.bind(limit).fetch_all(pool).await?)
+}
+
+/// Enqueues one job on the pool (`Client::enqueue_json`).
+pub(crate) async fn post(
+    pool: &PgPool,
+    schema: &Schema,
+    job: NewJob,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    super::enqueue_one(pool, schema, job, now).await?;
+    Ok(())
+}

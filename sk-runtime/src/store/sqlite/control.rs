@@ -1,0 +1,328 @@
+//! SQLite: the control calls of `Client`. Each runs in a `BEGIN IMMEDIATE` transaction,
+//! so it and a worker's finalization of the same job take the write lock one after the
+//! other: the second sees what the first did.
+
+use chrono::{DateTime, Utc};
+use sqlx::{Connection as _, SqlitePool};
+use uuid::Uuid;
+
+use super::ts;
+use crate::control::{JobFilter, QueueState};
+use crate::error::Result;
+use crate::store::{wake, CancelledRun, NewJob, Schema};
+
+/// A live job as a cancel reads it.
+#[derive(sqlx::FromRow)]
+struct Live {
+    task_id: Uuid,
+    task_type: String,
+    task_source: String,
+    task_queue: String,
+    task_priority: i32,
+    task_posted_at_ts: String,
+    task_tenant: Option<String>,
+    task_correlation_id: Option<String>,
+    task_metadata: Option<String>,
+    task_payload: Option<String>,
+    task_max_attempts: i32,
+    task_timeout_ms: Option<i64>,
+    task_unique_key: Option<String>,
+    task_unique_mode: Option<i16>,
+    task_attempt: i32,
+    task_locked_by: Option<String>,
+    task_locked_until_ts: String,
+    task_claimed_at_ts: Option<String>,
+    task_lost_attempts: Option<String>,
+}
+
+/// Cancels the live jobs among `ids` (as on PostgreSQL); the ids cancelled, and whether
+/// each was running.
+pub(crate) async fn cancel(
+    pool: &SqlitePool,
+    schema: &Schema,
+    ids: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<Vec<(Uuid, bool)>> {
+    let q = schema.flat_table("tasks_queue_t");
+    let r = schema.flat_table("task_results_t");
+    let now_text = ts(now);
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+    let mut done = Vec::new();
+    for &id in ids {
+        let Some(live): Option<Live> =
+            sqlx::query_as(&format!("DELETE FROM {q} WHERE task_id = $1 RETURNING *"))
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?
+        else {
+            continue;
+        };
+        let run = CancelledRun {
+            lost: live.task_lost_attempts.as_deref(),
+            holder: live.task_locked_by.as_deref(),
+            attempt: live.task_attempt,
+            started_at: live.task_claimed_at_ts.clone(),
+            lease_valid: live.task_locked_until_ts > now_text,
+        };
+        let (attempts, running, failed) = run.attempts(&now_text);
+        let recorded: Option<String> =
+            sqlx::query_scalar(&format!("SELECT task_errors FROM {r} WHERE task_id = $1"))
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let first = attempts
+            .first()
+            .and_then(|a| a.get("started_at"))
+            .and_then(|s| s.as_str())
+            .map(str::to_owned)
+            .or_else(|| live.task_claimed_at_ts.clone());
+        let mut all: Vec<serde_json::Value> = recorded
+            .as_deref()
+            .and_then(|e| serde_json::from_str(e).ok())
+            .unwrap_or_default();
+        all.extend(attempts);
+        sqlx::query(&format!(
+            "INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
+                task_tenant, task_correlation_id, task_metadata, task_status, task_error_count,
+                task_processing_finalized_at_ts, task_payload, task_max_attempts, task_timeout_ms, task_errors,
+                task_last_locked_by, task_unique_key, task_unique_mode, task_first_processing_attempted_at_ts,
+                task_last_processing_attempted_at_ts, task_last_error_type, task_last_error_message, task_last_error)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 7, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+                'cancelled', 'cancelled by an operator', 'cancelled: cancelled by an operator')
+             ON CONFLICT (task_id) DO UPDATE SET task_status = 7,
+                task_error_count = task_error_count + excluded.task_error_count,
+                task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,
+                task_payload = excluded.task_payload,
+                task_max_attempts = excluded.task_max_attempts,
+                task_timeout_ms = excluded.task_timeout_ms,
+                task_errors = excluded.task_errors,
+                task_last_locked_by = coalesce(excluded.task_last_locked_by, task_last_locked_by),
+                task_first_processing_attempted_at_ts =
+                    coalesce(task_first_processing_attempted_at_ts, excluded.task_first_processing_attempted_at_ts),
+                task_last_processing_attempted_at_ts =
+                    coalesce(excluded.task_last_processing_attempted_at_ts, task_last_processing_attempted_at_ts),
+                task_last_error_type = excluded.task_last_error_type,
+                task_last_error_message = excluded.task_last_error_message,
+                task_last_error = excluded.task_last_error"
+        ))
+        .bind(id)
+        .bind(&live.task_type)
+        .bind(&live.task_source)
+        .bind(&live.task_queue)
+        .bind(live.task_priority)
+        .bind(&live.task_posted_at_ts)
+        .bind(&live.task_tenant)
+        .bind(&live.task_correlation_id)
+        .bind(&live.task_metadata)
+        .bind(failed)
+        .bind(&now_text)
+        .bind(&live.task_payload)
+        .bind(live.task_max_attempts)
+        .bind(live.task_timeout_ms)
+        .bind(serde_json::Value::Array(all).to_string())
+        .bind(&live.task_locked_by)
+        .bind(&live.task_unique_key)
+        .bind(live.task_unique_mode)
+        .bind(first)
+        .bind(&live.task_claimed_at_ts)
+        .execute(&mut *tx)
+        .await?;
+        done.push((live.task_id, running));
+    }
+    tx.commit().await?;
+    Ok(done)
+}
+
+/// The ids as a JSON array of hex strings, for `json_each`.
+fn id_list(ids: &[Uuid]) -> String {
+    let hex: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
+    serde_json::to_string(&hex).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// Puts the fatal or cancelled jobs among `ids` back in the queue (as on PostgreSQL);
+/// the ids put back.
+pub(crate) async fn retry(
+    pool: &SqlitePool,
+    schema: &Schema,
+    ids: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<Vec<Uuid>> {
+    let q = schema.flat_table("tasks_queue_t");
+    let r = schema.flat_table("task_results_t");
+    let mut conn = pool.acquire().await?;
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+    let back: Vec<Uuid> = sqlx::query_scalar(&format!(
+        "INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
+            task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, task_tenant,
+            task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_timeout_ms)
+         SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, $2, task_queue,
+            json_array_length(task_errors), json_array_length(task_errors) + coalesce(task_max_attempts, {}),
+            1, task_tenant, task_correlation_id, task_metadata,
+            CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode, task_timeout_ms
+         FROM {r}
+         WHERE task_id IN (SELECT unhex(value) FROM json_each($1)) AND task_status IN (6, 7)
+            AND task_payload IS NOT NULL
+         ORDER BY task_id
+         ON CONFLICT DO NOTHING
+         RETURNING task_id",
+        crate::DEFAULT_MAX_ATTEMPTS
+    ))
+    .bind(id_list(ids))
+    .bind(ts(now))
+    .fetch_all(&mut *tx)
+    .await?;
+    sqlx::query(&format!(
+        "UPDATE {r} SET task_status = 1, task_processing_finalized_at_ts = NULL, task_payload = NULL
+         WHERE task_id IN (SELECT unhex(value) FROM json_each($1))"
+    ))
+    .bind(id_list(&back))
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    if !back.is_empty() {
+        wake();
+    }
+    Ok(back)
+}
+
+/// Moves a waiting job's not-before time; false when it is not waiting.
+pub(crate) async fn reschedule(
+    pool: &SqlitePool,
+    schema: &Schema,
+    id: Uuid,
+    at: DateTime<Utc>,
+) -> Result<bool> {
+    let changed = sqlx::query(&format!(
+        "UPDATE {} SET task_locked_until_ts = $2 WHERE task_id = $1 AND task_locked_by IS NULL",
+        schema.flat_table("tasks_queue_t")
+    ))
+    .bind(id)
+    .bind(ts(at))
+    .execute(pool)
+    .await?
+    .rows_affected();
+    if changed > 0 {
+        wake();
+    }
+    Ok(changed > 0)
+}
+
+/// Pauses or resumes a queue; whether that changed its state.
+pub(crate) async fn set_paused(
+    pool: &SqlitePool,
+    schema: &Schema,
+    queue: &str,
+    paused: bool,
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let t = schema.flat_table("queues_t");
+    let sql = if paused {
+        format!(
+            "INSERT INTO {t} (queue_name, queue_paused_at_ts, queue_updated_at_ts) VALUES ($1, $2, $2)
+             ON CONFLICT (queue_name) DO UPDATE SET queue_paused_at_ts = $2, queue_updated_at_ts = $2
+             WHERE queue_paused_at_ts IS NULL"
+        )
+    } else {
+        format!(
+            "UPDATE {t} SET queue_paused_at_ts = NULL, queue_updated_at_ts = $2
+             WHERE queue_name = $1 AND queue_paused_at_ts IS NOT NULL"
+        )
+    };
+    let changed = sqlx::query(&sql)
+        .bind(queue)
+        .bind(ts(now))
+        .execute(pool)
+        .await?
+        .rows_affected();
+    if changed > 0 && !paused {
+        wake();
+    }
+    Ok(changed > 0)
+}
+
+/// Live jobs per queue and state, with each queue's pause.
+pub(crate) async fn queue_states(
+    pool: &SqlitePool,
+    schema: &Schema,
+    now: DateTime<Utc>,
+) -> Result<Vec<QueueState>> {
+    let live: Vec<(String, i64, i64, i64)> = sqlx::query_as(&format!(
+        "SELECT task_queue,
+            count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
+            count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1),
+            count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1)
+         FROM {} GROUP BY task_queue",
+        schema.flat_table("tasks_queue_t")
+    ))
+    .bind(ts(now))
+    .fetch_all(pool)
+    .await?;
+    let paused: Vec<(String, Option<String>)> = sqlx::query_as(&format!(
+        "SELECT queue_name, queue_paused_at_ts FROM {}",
+        schema.flat_table("queues_t")
+    ))
+    .fetch_all(pool)
+    .await?;
+    let paused = paused
+        .into_iter()
+        .map(|(name, at)| (name, at.and_then(|at| at.parse().ok())))
+        .collect();
+    Ok(crate::store::merge_queue_states(live, paused))
+}
+
+/// Up to `limit` ids of the jobs `filter` takes, after `after` in id order (as on
+/// PostgreSQL).
+pub(crate) async fn find_ids(
+    pool: &SqlitePool,
+    schema: &Schema,
+    filter: &JobFilter,
+    live: bool,
+    after: Option<Uuid>,
+    limit: i64,
+) -> Result<Vec<Uuid>> {
+    let conditions = "($1 IS NULL OR task_id > $1) AND ($2 IS NULL OR task_queue = $2)
+        AND ($3 IS NULL OR task_type = $3) AND ($4 IS NULL OR task_tenant = $4)
+        AND ($5 IS NULL OR task_correlation_id = $5)";
+    let sql = if live {
+        format!(
+            "SELECT task_id FROM {} WHERE {conditions}
+                AND ($6 IS NULL OR (task_locked_by IS NOT NULL) = $6)
+             ORDER BY task_id LIMIT $7",
+            schema.flat_table("tasks_queue_t")
+        )
+    } else {
+        format!(
+            "SELECT task_id FROM {} WHERE {conditions}
+                AND task_status IN (SELECT value FROM json_each($6))
+             ORDER BY task_id LIMIT $7",
+            schema.flat_table("task_results_t")
+        )
+    };
+    let query = sqlx::query_scalar(&sql)
+        .bind(after)
+        .bind(&filter.queue)
+        .bind(&filter.task_type)
+        .bind(&filter.tenant)
+        .bind(&filter.correlation_id);
+    let query = if live {
+        query.bind(filter.running())
+    } else {
+        query.bind(match filter.status {
+            Some(s) => format!("[{}]", s as i32),
+            None => "[6, 7]".to_owned(),
+        })
+    };
+    Ok(query.bind(limit).fetch_all(pool).await?)
+}
+
+/// Enqueues one job on the pool (`Client::enqueue_json`).
+pub(crate) async fn post(
+    pool: &SqlitePool,
+    schema: &Schema,
+    job: NewJob,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    super::enqueue_one(pool, schema, job, now).await?;
+    Ok(())
+}

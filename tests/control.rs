@@ -1,0 +1,481 @@
+//! Job control through `Client`: cancel, retry, run now, reschedule, pause and resume,
+//! per-queue limits, snooze, per-enqueue limits, wait and enqueue by name, on every
+//! backend, with the races against a worker finishing the same job. A module of the
+//! `queue` test binary.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use sk_runtime::{
+    job, AttemptOutcome, CancelOutcome, Client, Data, Error, Job, JobContext, JobError, JobFilter,
+    JobStatus, ManualClock, RescheduleOutcome, RetryOutcome, StopReason,
+};
+use sk_tests::{each_backend, recv, wait_until, Db, RunningWorker, TestBackend};
+use uuid::Uuid;
+
+use super::{probe, worker, AlwaysFails, Probe, Record, SlowOnce, TakesAWhile, T};
+
+/// Waits until an operator cancels it, then reports why it was asked to stop.
+#[job]
+async fn waits_for_cancel(ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
+    probe.saw(&ctx, "started");
+    ctx.cancelled().await;
+    probe.saw(&ctx, &format!("{:?}", ctx.stop_reason()));
+    Err(JobError::new("stopped because asked to"))
+}
+
+/// Fails for good until the fix is in.
+#[job(max_attempts = 3)]
+async fn needs_fix(ctx: JobContext, fixed: Data<Arc<AtomicBool>>) -> Result<u32, JobError> {
+    if !fixed.load(Ordering::SeqCst) {
+        return Err(JobError::fatal("bad configuration"));
+    }
+    Ok(u32::try_from(ctx.attempt()).unwrap_or(0))
+}
+
+/// Takes a moment, so a cancel can meet it running or finishing.
+#[job]
+async fn brief(n: u64) -> Result<(), JobError> {
+    tokio::time::sleep(Duration::from_millis(n % 7)).await;
+    Ok(())
+}
+
+/// Counts how many of its runs are in progress at once.
+#[derive(Default)]
+struct Concurrency {
+    now: AtomicUsize,
+    max: AtomicUsize,
+}
+
+#[job(queue = "limited")]
+async fn limited_work(n: u32, seen: Data<Arc<Concurrency>>) -> Result<(), JobError> {
+    let now = seen.now.fetch_add(1, Ordering::SeqCst) + 1;
+    seen.max.fetch_max(now, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(20 + u64::from(n % 3) * 10)).await;
+    seen.now.fetch_sub(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Snoozes its first two runs, then succeeds.
+#[job(max_attempts = 1)]
+async fn snoozes(ctx: JobContext, runs: Data<Arc<Mutex<Vec<i32>>>>) -> Result<(), JobError> {
+    let n = {
+        let mut runs = runs.lock().unwrap();
+        runs.push(ctx.attempt());
+        runs.len()
+    };
+    if n <= 2 {
+        return Err(JobError::snooze(Duration::from_millis(30)));
+    }
+    Ok(())
+}
+
+/// Says how much it was asked to add up.
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Sum {
+    total: i64,
+}
+
+#[job]
+async fn add_up(numbers: Vec<i64>) -> Result<Sum, JobError> {
+    Ok(Sum {
+        total: numbers.iter().sum(),
+    })
+}
+
+fn client<B: TestBackend>(db: &Db<B>) -> Client
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    Client::new(db.pool.clone())
+}
+
+each_backend! {
+    async fn cancel_takes_a_waiting_job_out_of_the_queue(db) {
+        let client = client(&db);
+        let later = Utc::now() + chrono::Duration::hours(1);
+        let id = Record::new("never".into()).run_at(later).enqueue(&db.pool).await.unwrap();
+        assert_eq!(client.cancel(id).await.unwrap(), CancelOutcome::Cancelled);
+        let record = db.job(id).await;
+        assert_eq!(record.status(), JobStatus::Cancelled);
+        assert!(record.finalized_at.is_some());
+        assert!(record.payload.is_some(), "kept for a retry");
+        assert_eq!(record.max_attempts, None, "no longer live");
+        assert!(record.attempts().is_empty(), "it never ran");
+        assert_eq!(
+            client.cancel(id).await.unwrap(),
+            CancelOutcome::AlreadyFinished(JobStatus::Cancelled)
+        );
+        assert_eq!(client.cancel(Uuid::now_v7()).await.unwrap(), CancelOutcome::NotFound);
+
+        // A worker that runs later (with the job's time come) never starts it.
+        let (probe, mut rx) = probe();
+        let clock = ManualClock::new(later + chrono::Duration::seconds(1));
+        let barrier = Record::new("barrier".into()).run_at(later).enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(
+            worker(&db, &[Record::TASK_TYPE]).clock(clock).data(probe),
+        );
+        assert_eq!(recv(&mut rx, "the barrier job", T).await.id, barrier);
+        db.wait_job(barrier, T, |r| r.status() == JobStatus::Processed).await;
+        assert!(rx.try_recv().is_err(), "the cancelled job did not run");
+        w.stop().await;
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn cancel_stops_a_running_job_and_records_it_cancelled(db) {
+        let client = client(&db);
+        let (probe, mut rx) = probe();
+        let id = WaitsForCancel::new().enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(
+            worker(&db, &[WaitsForCancel::TASK_TYPE]).data(probe),
+        );
+        assert_eq!(recv(&mut rx, "the job to start", T).await.label, "started");
+        assert_eq!(client.cancel(id).await.unwrap(), CancelOutcome::CancelledWhileRunning);
+        // The handler hears at once, and why.
+        assert_eq!(
+            recv(&mut rx, "the stop reason", T).await.label,
+            format!("{:?}", Some(StopReason::Cancelled))
+        );
+        let record = db.job(id).await;
+        assert_eq!(record.status(), JobStatus::Cancelled);
+        let attempts = record.attempts();
+        assert_eq!(attempts.len(), 1, "{attempts:?}");
+        assert_eq!(attempts[0].outcome, AttemptOutcome::Cancelled);
+        assert_eq!(attempts[0].worker.as_deref(), Some(w.id.as_str()));
+        // The run's own error after the cancel is not recorded, and nothing retries it.
+        w.stop().await;
+        let record = db.job(id).await;
+        assert_eq!(record.status(), JobStatus::Cancelled);
+        assert_eq!(record.error_count, 0);
+        assert_eq!(record.last_error_type.as_deref(), Some("cancelled"));
+        assert!(rx.try_recv().is_err(), "it ran once");
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn cancel_racing_a_worker_finishing_has_exactly_one_outcome(db) {
+        let client = client(&db);
+        let jobs: Vec<Brief> = (0..300).map(Brief::new).collect();
+        let ids = Brief::enqueue_many(&db.pool, jobs).await.unwrap();
+        let w = RunningWorker::start(worker(&db, &[Brief::TASK_TYPE]).concurrency(20));
+        let mut said = HashMap::new();
+        for id in ids.iter().rev() {
+            said.insert(*id, client.cancel(*id).await.unwrap());
+        }
+        let info = db.info();
+        wait_until("every job to finish", T, || async {
+            let counts = info.counts().await.unwrap();
+            (counts.available + counts.scheduled + counts.running + counts.lease_expired == 0)
+                .then_some(())
+        })
+        .await;
+        w.stop().await;
+        let (mut cancelled, mut processed) = (0, 0);
+        for id in &ids {
+            let record = db.job(*id).await;
+            match (said[id], record.status()) {
+                (CancelOutcome::Cancelled | CancelOutcome::CancelledWhileRunning, JobStatus::Cancelled) => {
+                    cancelled += 1;
+                }
+                (CancelOutcome::AlreadyFinished(JobStatus::Processed), JobStatus::Processed) => {
+                    processed += 1;
+                    assert!(record.attempts().iter().all(|a| a.outcome != AttemptOutcome::Cancelled));
+                }
+                (outcome, status) => panic!("job {id}: cancel said {outcome:?}, the record says {status:?}"),
+            }
+        }
+        assert_eq!(cancelled + processed, ids.len());
+        assert!(cancelled > 0, "some cancels came first");
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn retry_runs_a_fatal_job_again_with_a_fresh_budget(db) {
+        let client = client(&db);
+        let fixed = Arc::new(AtomicBool::new(false));
+        let id = NeedsFix::new().enqueue(&db.pool).await.unwrap();
+        let other = NeedsFix::new().with_queue("other").enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(
+            worker(&db, &[NeedsFix::TASK_TYPE]).data(Arc::clone(&fixed)),
+        );
+        for job in [id, other] {
+            db.wait_job(job, T, |r| r.status() == JobStatus::Fatal).await;
+        }
+        fixed.store(true, Ordering::SeqCst);
+        assert_eq!(client.retry(id).await.unwrap(), RetryOutcome::Retried);
+        let record = client.wait(id, T).await.unwrap();
+        assert_eq!(record.status(), JobStatus::Processed);
+        assert_eq!(record.output::<u32>().unwrap(), Some(2), "attempts go on counting");
+        let outcomes: Vec<_> = record.attempts().iter().map(|a| a.outcome).collect();
+        assert_eq!(outcomes, [AttemptOutcome::Fatal, AttemptOutcome::Processed]);
+        assert_eq!(client.retry(id).await.unwrap(), RetryOutcome::Succeeded);
+        assert_eq!(client.retry(Uuid::now_v7()).await.unwrap(), RetryOutcome::NotFound);
+
+        // By filter: only the queue asked for.
+        assert_eq!(client.retry_where(&JobFilter::new().queue("nothing here")).await.unwrap(), 0);
+        assert_eq!(client.retry_where(&JobFilter::new().queue("other")).await.unwrap(), 1);
+        let record = client.wait(other, T).await.unwrap();
+        assert_eq!(record.status(), JobStatus::Processed);
+        w.stop().await;
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn retry_of_a_cancelled_job_runs_it(db) {
+        let client = client(&db);
+        let (probe, mut rx) = probe();
+        let id = Record::new("second chance".into())
+            .run_after(Duration::from_secs(3600))
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(client.cancel(id).await.unwrap(), CancelOutcome::Cancelled);
+        assert_eq!(client.retry(id).await.unwrap(), RetryOutcome::Retried);
+        // Due now, not at its old not-before time.
+        let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
+        let seen = recv(&mut rx, "the retried job", T).await;
+        assert_eq!((seen.id, seen.attempt), (id, 1));
+        assert_eq!(client.wait(id, T).await.unwrap().status(), JobStatus::Processed);
+        w.stop().await;
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn run_now_and_reschedule_move_a_waiting_job(db) {
+        let client = client(&db);
+        let (probe, mut rx) = probe();
+        let id = Record::new("delayed".into())
+            .run_after(Duration::from_secs(3600))
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let at = Utc::now() + chrono::Duration::hours(2);
+        assert_eq!(client.reschedule(id, at).await.unwrap(), RescheduleOutcome::Rescheduled);
+        let record = db.job(id).await;
+        let moved = record.locked_until.unwrap();
+        assert!((moved - at).num_milliseconds().abs() < 1, "{moved} vs {at}");
+        let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
+        assert_eq!(client.run_now(id).await.unwrap(), RescheduleOutcome::Rescheduled);
+        assert_eq!(recv(&mut rx, "the job run now", T).await.id, id);
+        db.wait_job(id, T, |r| r.status() == JobStatus::Processed).await;
+        assert_eq!(
+            client.run_now(id).await.unwrap(),
+            RescheduleOutcome::Finished(JobStatus::Processed)
+        );
+        assert_eq!(client.run_now(Uuid::now_v7()).await.unwrap(), RescheduleOutcome::NotFound);
+        w.stop().await;
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn a_paused_queue_runs_nothing_until_resumed(db) {
+        let client = client(&db);
+        let (probe, mut rx) = probe();
+        assert!(client.pause("held").await.unwrap());
+        assert!(!client.pause("held").await.unwrap(), "paused already");
+        let held = Record::new("held".into()).with_queue("held").enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
+        // A later job of another queue runs; the paused one does not, though it is older.
+        let free = Record::new("free".into()).enqueue(&db.pool).await.unwrap();
+        assert_eq!(recv(&mut rx, "the other queue's job", T).await.id, free);
+        db.wait_job(free, T, |r| r.status() == JobStatus::Processed).await;
+        let queues = client.queues().await.unwrap();
+        let state = queues.iter().find(|q| q.name == "held").unwrap();
+        assert!(state.paused_at.is_some());
+        assert_eq!((state.available, state.running), (1, 0));
+        assert!(rx.try_recv().is_err(), "nothing of the paused queue ran");
+        assert_eq!(db.job(held).await.status(), JobStatus::Unprocessed);
+
+        assert!(client.resume("held").await.unwrap());
+        assert!(!client.resume("held").await.unwrap(), "running already");
+        assert_eq!(recv(&mut rx, "the resumed queue's job", T).await.id, held);
+        let queues = client.queues().await.unwrap();
+        assert!(queues.iter().all(|q| q.paused_at.is_none()));
+        assert!(matches!(
+            client.pause("").await,
+            Err(Error::Invalid { what: "queue name", .. })
+        ));
+        w.stop().await;
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn pausing_lets_running_jobs_finish(db) {
+        let client = client(&db);
+        let (probe, mut rx) = probe();
+        let id = TakesAWhile::new(300).with_queue("busy").enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(worker(&db, &[TakesAWhile::TASK_TYPE]).data(probe));
+        assert_eq!(recv(&mut rx, "the job to start", T).await.label, "started");
+        assert!(client.pause("busy").await.unwrap());
+        let next = TakesAWhile::new(1).with_queue("busy").enqueue(&db.pool).await.unwrap();
+        assert_eq!(recv(&mut rx, "the running job to finish", T).await.label, "finished");
+        db.wait_job(id, T, |r| r.status() == JobStatus::Processed).await;
+        // Polls every 50 ms: a second is twenty chances to take the paused job.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(db.job(next).await.status(), JobStatus::Unprocessed);
+        assert!(rx.try_recv().is_err());
+        client.resume("busy").await.unwrap();
+        client.wait(next, T).await.unwrap();
+        w.stop().await;
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn a_queue_limit_holds_under_a_burst(db) {
+        let seen = Arc::new(Concurrency::default());
+        let jobs: Vec<LimitedWork> = (0..30).map(LimitedWork::new).collect();
+        let ids = LimitedWork::enqueue_many(&db.pool, jobs).await.unwrap();
+        let (probe, _rx) = probe();
+        let w = RunningWorker::start(
+            worker(&db, &[LimitedWork::TASK_TYPE, Record::TASK_TYPE])
+                .concurrency(10)
+                .queue("limited", 3)
+                .queues(["default"])
+                .data(Arc::clone(&seen))
+                .data(probe),
+        );
+        // The other queue keeps the rest of the slots.
+        let other = Record::new("alongside".into()).enqueue(&db.pool).await.unwrap();
+        let client = client(&db);
+        client.wait(other, T).await.unwrap();
+        for id in ids {
+            client.wait(id, T).await.unwrap();
+        }
+        assert_eq!(seen.max.load(Ordering::SeqCst), 3, "at most (and at some point) 3 at once");
+        w.stop().await;
+        assert!(matches!(
+            worker(&db, &[Record::TASK_TYPE]).queue("q", 0).build(),
+            Err(Error::Invalid { what: "queue concurrency", .. })
+        ));
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn a_snooze_runs_again_later_without_using_an_attempt(db) {
+        let runs: Arc<Mutex<Vec<i32>>> = Arc::default();
+        let id = Snoozes::new().enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(
+            worker(&db, &[Snoozes::TASK_TYPE]).data(Arc::clone(&runs)),
+        );
+        let record = client(&db).wait(id, T).await.unwrap();
+        w.stop().await;
+        assert_eq!(record.status(), JobStatus::Processed, "max_attempts = 1 was enough");
+        assert_eq!(*runs.lock().unwrap(), [1, 1, 1], "every run is attempt 1");
+        assert_eq!(record.error_count, 0);
+        assert_eq!(record.attempts().len(), 1);
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn per_enqueue_attempts_and_timeout(db) {
+        let (probe, mut rx) = probe();
+        let once = AlwaysFails::new().with_max_attempts(1).enqueue(&db.pool).await.unwrap();
+        let quick = SlowOnce::new().with_timeout(Duration::from_millis(20)).with_max_attempts(1)
+            .enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(
+            worker(&db, &[AlwaysFails::TASK_TYPE, SlowOnce::TASK_TYPE]).data(probe),
+        );
+        let client = client(&db);
+        let record = client.wait(once, T).await.unwrap();
+        assert_eq!((record.status(), record.error_count), (JobStatus::Fatal, 1));
+        let record = client.wait(quick, T).await.unwrap();
+        assert_eq!(record.status(), JobStatus::Fatal);
+        assert_eq!(record.last_error_type.as_deref(), Some("timeout"));
+        assert!(record.last_error_message.unwrap().contains("20ms"));
+        let mut labels = vec![recv(&mut rx, "a run", T).await.label, recv(&mut rx, "a run", T).await.label];
+        labels.sort();
+        assert_eq!(labels, ["always_fails", "slow_once"]);
+        w.stop().await;
+        assert!(matches!(
+            Record::new("x".into()).with_max_attempts(0).enqueue(&db.pool).await,
+            Err(Error::Invalid { what: "max attempts", .. })
+        ));
+        assert!(matches!(
+            Record::new("x".into()).with_timeout(Duration::ZERO).enqueue(&db.pool).await,
+            Err(Error::Invalid { what: "timeout", .. })
+        ));
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn wait_returns_the_typed_output_and_enqueue_by_name_checks_the_type(db) {
+        let client = client(&db);
+        let id = client
+            .enqueue_json(AddUp::TASK_TYPE, serde_json::json!({"numbers": [1, 2, 39]}))
+            .await
+            .unwrap();
+        assert!(matches!(
+            client.wait(id, Duration::from_millis(50)).await,
+            Err(Error::WaitTimedOut { .. })
+        ));
+        let w = RunningWorker::start(worker(&db, &[AddUp::TASK_TYPE]));
+        let record = client.wait(id, T).await.unwrap();
+        assert_eq!(record.output::<Sum>().unwrap(), Some(Sum { total: 42 }));
+        w.stop().await;
+
+        let unknown = client.enqueue_json("no_such_job", serde_json::json!({})).await;
+        let Err(Error::Invalid { what: "task type", reason }) = unknown else {
+            panic!("{unknown:?}");
+        };
+        assert!(reason.contains("no_such_job") && reason.contains("add_up"), "{reason}");
+        assert!(matches!(
+            client.enqueue_json(AddUp::TASK_TYPE, serde_json::json!({"numbers": "many"})).await,
+            Err(Error::Invalid { what: "payload", .. })
+        ));
+        assert!(matches!(
+            client.enqueue_json(AddUp::TASK_TYPE, serde_json::json!([1])).await,
+            Err(Error::Invalid { what: "payload", .. })
+        ));
+        let elsewhere = client
+            .enqueue_json_unchecked("runs_in_another_service", serde_json::json!({"a": 1}))
+            .await
+            .unwrap();
+        assert_eq!(db.job(elsewhere).await.task_type, "runs_in_another_service");
+        assert!(matches!(client.wait(Uuid::now_v7(), T).await, Err(Error::JobNotFound(_))));
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn cancel_where_takes_what_the_filter_says(db) {
+        let client = client(&db);
+        let later = Duration::from_secs(3600);
+        let mut acme = Vec::new();
+        for i in 0..5 {
+            acme.push(
+                Record::new(format!("a{i}")).with_tenant("acme").run_after(later)
+                    .enqueue(&db.pool).await.unwrap(),
+            );
+        }
+        let other = Record::new("b".into()).with_tenant("other").run_after(later)
+            .enqueue(&db.pool).await.unwrap();
+        assert_eq!(
+            client.cancel_where(&JobFilter::new().tenant("acme").status(JobStatus::Processing)).await.unwrap(),
+            0,
+            "none of them runs"
+        );
+        assert_eq!(client.cancel_where(&JobFilter::new().tenant("acme")).await.unwrap(), 5);
+        for id in acme {
+            assert_eq!(db.job(id).await.status(), JobStatus::Cancelled);
+        }
+        assert_eq!(db.job(other).await.status(), JobStatus::Unprocessed);
+        assert_eq!(client.retry_where(&JobFilter::new().tenant("acme")).await.unwrap(), 5);
+        assert_eq!(client.counts().await.unwrap().scheduled + client.counts().await.unwrap().available, 6);
+        db.drop().await;
+    }
+}
