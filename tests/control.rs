@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use sk_runtime::{
-    job, AttemptOutcome, CancelOutcome, Client, Data, Error, Job, JobContext, JobError, JobFilter,
-    JobStatus, ManualClock, RescheduleOutcome, RetryOutcome, StopReason,
+    job, AttemptOutcome, CancelOutcome, Client, CountBy, Data, Error, GroupCounts, Job, JobContext,
+    JobError, JobFilter, JobStatus, ManualClock, RescheduleOutcome, RetryOutcome, StopReason,
 };
 use sk_tests::{each_backend, recv, wait_until, Db, RunningWorker, TestBackend};
 use uuid::Uuid;
@@ -476,6 +476,117 @@ each_backend! {
         assert_eq!(db.job(other).await.status(), JobStatus::Unprocessed);
         assert_eq!(client.retry_where(&JobFilter::new().tenant("acme")).await.unwrap(), 5);
         assert_eq!(client.counts().await.unwrap().scheduled + client.counts().await.unwrap().available, 6);
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn counts_by_group_and_the_job_list_with_filters_and_pages(db) {
+        let client = client(&db);
+        let started = Utc::now() - chrono::Duration::seconds(1);
+        let mut waiting = Vec::new();
+        for i in 0..3 {
+            let mut job = Record::new(format!("r{i}")).with_queue("a").with_tenant("t1");
+            if i == 0 {
+                job = job.with_metadata(serde_json::json!({"k": "v1", "n": 7, "ok": true}));
+            }
+            waiting.push(job.enqueue(&db.pool).await.unwrap());
+        }
+        let delayed = Record::new("d".into()).with_queue("b").run_after(Duration::from_secs(3600))
+            .enqueue(&db.pool).await.unwrap();
+        let cancelled = Record::new("c".into()).with_queue("b").enqueue(&db.pool).await.unwrap();
+        assert_eq!(client.cancel(cancelled).await.unwrap(), CancelOutcome::Cancelled);
+        let fixed = Arc::new(AtomicBool::new(false));
+        let mut fatal = Vec::new();
+        for _ in 0..2 {
+            fatal.push(NeedsFix::new().with_queue("a").enqueue(&db.pool).await.unwrap());
+        }
+        let w = RunningWorker::start(worker(&db, &[NeedsFix::TASK_TYPE]).data(fixed));
+        for id in &fatal {
+            client.wait(*id, T).await.unwrap();
+        }
+        w.stop().await;
+
+        let flat = |groups: Vec<GroupCounts>| -> Vec<(Option<String>, [i64; 6])> {
+            groups
+                .into_iter()
+                .map(|g| (g.key, [g.available, g.scheduled, g.retrying, g.running, g.fatal, g.cancelled]))
+                .collect()
+        };
+        let counts = |key: Option<&str>, c: [i64; 6]| (key.map(str::to_owned), c);
+        assert_eq!(
+            flat(client.count_by(CountBy::Queue).await.unwrap()),
+            [counts(Some("a"), [3, 0, 0, 0, 2, 0]), counts(Some("b"), [0, 1, 0, 0, 0, 1])]
+        );
+        assert_eq!(
+            flat(client.count_by(CountBy::TaskType).await.unwrap()),
+            [counts(Some(NeedsFix::TASK_TYPE), [0, 0, 0, 0, 2, 0]), counts(Some(Record::TASK_TYPE), [3, 1, 0, 0, 0, 1])]
+        );
+        assert_eq!(
+            flat(client.count_by(CountBy::Tenant).await.unwrap()),
+            [counts(None, [0, 1, 0, 0, 2, 1]), counts(Some("t1"), [3, 0, 0, 0, 0, 0])]
+        );
+
+        // Newest first, in pages.
+        let filter = JobFilter::new().queue("a");
+        let mut listed = Vec::new();
+        let mut after = None;
+        let mut pages = 0;
+        loop {
+            let page = client.jobs(&filter, after, 2).await.unwrap();
+            pages += 1;
+            listed.extend(page.jobs.iter().map(|j| j.id));
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        let mut expected: Vec<Uuid> = waiting.iter().chain(&fatal).copied().collect();
+        expected.sort_unstable_by(|a, b| b.cmp(a));
+        assert_eq!(listed, expected);
+        assert_eq!(pages, 3);
+
+        let ids = |page: sk_runtime::JobPage| {
+            let mut ids: Vec<Uuid> = page.jobs.iter().map(|j| j.id).collect();
+            ids.sort_unstable();
+            ids
+        };
+        let fatal_page = client.jobs(&JobFilter::new().status(JobStatus::Fatal), None, 10).await.unwrap();
+        assert!(fatal_page.jobs.iter().all(|j| j.status() == JobStatus::Fatal
+            && j.last_error_message.as_deref() == Some("bad configuration")));
+        let mut sorted_fatal = fatal.clone();
+        sorted_fatal.sort_unstable();
+        assert_eq!(ids(fatal_page), sorted_fatal);
+        for (key, value) in [("k", "v1"), ("n", "7"), ("ok", "true")] {
+            let page = client.jobs(&JobFilter::new().metadata(key, value), None, 10).await.unwrap();
+            assert_eq!(ids(page), [waiting[0]], "metadata {key} = {value}");
+        }
+        let page = client.jobs(&JobFilter::new().metadata("k", "v2"), None, 10).await.unwrap();
+        assert!(page.jobs.is_empty());
+        let mut sorted_waiting = waiting.clone();
+        sorted_waiting.sort_unstable();
+        let page = client
+            .jobs(&JobFilter::new().tenant("t1").status(JobStatus::Unprocessed), None, 10)
+            .await
+            .unwrap();
+        assert_eq!(ids(page), sorted_waiting);
+        let page = client.jobs(&JobFilter::new().queue("b").status(JobStatus::Cancelled), None, 10).await.unwrap();
+        assert_eq!(ids(page), [cancelled]);
+        let page = client.jobs(&JobFilter::new().queue("b").status(JobStatus::Unprocessed), None, 10).await.unwrap();
+        assert_eq!(ids(page), [delayed]);
+        let page = client.jobs(&JobFilter::new().posted(None, Some(started)), None, 10).await.unwrap();
+        assert!(page.jobs.is_empty(), "nothing was posted before the test");
+        let page = client.jobs(&JobFilter::new().posted(Some(started), None), None, 10).await.unwrap();
+        assert_eq!(page.jobs.len(), 7);
+        // Filter values are data, never SQL.
+        let page = client.jobs(&JobFilter::new().queue("a' OR '1'='1"), None, 10).await.unwrap();
+        assert!(page.jobs.is_empty());
+        let page = client.jobs(&JobFilter::new().metadata("k') OR 1=1 --", "v1"), None, 10).await.unwrap();
+        assert!(page.jobs.is_empty());
+        assert!(matches!(
+            client.jobs(&JobFilter::new(), None, 0).await,
+            Err(Error::Invalid { what: "page size", .. })
+        ));
         db.drop().await;
     }
 }

@@ -54,6 +54,8 @@ async fn worker_on(db: &TestDb, name: &str, clock: &ManualClock, types: &[&str])
         .poll_interval(Duration::from_millis(50))
         .clock(clock.clone())
         .maintenance_interval(Duration::from_millis(100))
+        // The retries land exactly where the clock is moved.
+        .retry_jitter(0.0)
 }
 
 /// Waits for an upkeep pass of worker `id` at or after `at`: the pass retires partitions,
@@ -417,6 +419,7 @@ async fn mysql_retention_retires_whole_partitions_and_never_a_live_jobs() {
             .poll_interval(Duration::from_millis(50))
             .clock(clock.clone())
             .maintenance_interval(Duration::from_millis(100))
+            .retry_jitter(0.0)
             .archive_results_to(&archive)
             .data(probe),
     );

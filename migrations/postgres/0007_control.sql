@@ -16,3 +16,14 @@ ALTER TABLE __SCHEMA__.__PREFIX__tasks_queue_t ADD COLUMN task_timeout_ms bigint
 ALTER TABLE __SCHEMA__.__PREFIX__task_results_t
     ADD COLUMN task_max_attempts integer NULL,
     ADD COLUMN task_timeout_ms bigint NULL;
+
+-- Operators' counts of the jobs that failed for good or were cancelled, by queue, task
+-- type and tenant (`Client::count_by`). Only those rows enter these indexes: enqueue and
+-- success write nothing here.
+CREATE INDEX __PREFIX__task_results_ended_queue_idx
+    ON __SCHEMA__.__PREFIX__task_results_t (task_queue, task_status) WHERE task_status IN (6, 7);
+CREATE INDEX __PREFIX__task_results_ended_type_idx
+    ON __SCHEMA__.__PREFIX__task_results_t (task_type, task_status) WHERE task_status IN (6, 7);
+CREATE INDEX __PREFIX__task_results_ended_tenant_idx
+    ON __SCHEMA__.__PREFIX__task_results_t (task_tenant, task_status)
+    WHERE task_status IN (6, 7) AND task_tenant IS NOT NULL;

@@ -14,3 +14,13 @@ ALTER TABLE __PREFIX__tasks_queue_t ADD COLUMN task_timeout_ms INTEGER NULL;
 -- retry gives it a fresh budget.
 ALTER TABLE __PREFIX__task_results_t ADD COLUMN task_max_attempts INTEGER NULL;
 ALTER TABLE __PREFIX__task_results_t ADD COLUMN task_timeout_ms INTEGER NULL;
+
+-- Operators' counts of the jobs that failed for good or were cancelled, by queue, task
+-- type and tenant; only those rows enter these indexes.
+CREATE INDEX __PREFIX__task_results_ended_queue_idx
+    ON __PREFIX__task_results_t (task_queue, task_status) WHERE task_status IN (6, 7);
+CREATE INDEX __PREFIX__task_results_ended_type_idx
+    ON __PREFIX__task_results_t (task_type, task_status) WHERE task_status IN (6, 7);
+CREATE INDEX __PREFIX__task_results_ended_tenant_idx
+    ON __PREFIX__task_results_t (task_tenant, task_status)
+    WHERE task_status IN (6, 7) AND task_tenant IS NOT NULL;

@@ -36,8 +36,8 @@ const BULK_BATCH: i64 = 500;
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    pool: Pool,
-    schema: Schema,
+    pub(crate) pool: Pool,
+    pub(crate) schema: Schema,
     clock: Arc<dyn Clock>,
 }
 
@@ -132,6 +132,13 @@ pub struct JobFilter {
     /// The job's status. For live jobs, [`JobStatus::Processing`] takes the running ones
     /// and the other live statuses the waiting ones.
     pub status: Option<JobStatus>,
+    /// A key of the job's metadata and its value as text ([`Client::jobs`] only).
+    pub metadata: Option<(String, String)>,
+    /// Posted at or after this time ([`Client::jobs`] only; by the UUIDv7 id, so a job
+    /// another producer posted with a random id is outside every range).
+    pub posted_after: Option<DateTime<Utc>>,
+    /// Posted before this time ([`Client::jobs`] only, as `posted_after`).
+    pub posted_before: Option<DateTime<Utc>>,
 }
 
 impl JobFilter {
@@ -172,6 +179,22 @@ impl JobFilter {
     #[must_use]
     pub fn status(mut self, status: JobStatus) -> Self {
         self.status = Some(status);
+        self
+    }
+
+    /// Only jobs whose metadata has `key` with this value (a JSON string, number or
+    /// boolean compared as text).
+    #[must_use]
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata = Some((key.into(), value.into()));
+        self
+    }
+
+    /// Only jobs posted in `[from, to)`; either end may be open.
+    #[must_use]
+    pub fn posted(mut self, from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Self {
+        self.posted_after = from;
+        self.posted_before = to;
         self
     }
 
@@ -228,7 +251,7 @@ impl Client {
         self
     }
 
-    fn now(&self) -> DateTime<Utc> {
+    pub(crate) fn now(&self) -> DateTime<Utc> {
         self.clock.now()
     }
 

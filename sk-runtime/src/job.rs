@@ -109,7 +109,8 @@ pub enum StopReason {
     LeaseLost,
     /// An operator cancelled the job ([`Client::cancel`](crate::Client::cancel)): it is
     /// recorded as cancelled already and is not retried; whatever this run returns is
-    /// not recorded.
+    /// not recorded. (A cancel from another process on SQLite or MySQL reaches the worker
+    /// as a lost lease, at its next heartbeat.)
     Cancelled,
 }
 

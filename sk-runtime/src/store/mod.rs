@@ -186,7 +186,6 @@ pub(crate) fn check_period(period: std::time::Duration) -> Result<()> {
 /// The smallest UUIDv7 of a millisecond: every id posted earlier sorts below it. The
 /// results partitions' bounds are such ids, so a partition holds the jobs posted in its
 /// span.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) fn id_floor(at: DateTime<Utc>) -> Uuid {
     let millis = u64::try_from(at.timestamp_millis()).unwrap_or(0);
     let mut bytes = [0; 16];
@@ -239,6 +238,19 @@ pub(crate) fn cancelled(ids: &[Uuid]) {
 
 pub(crate) fn cancels() -> tokio::sync::broadcast::Receiver<Uuid> {
     CANCELS.subscribe()
+}
+
+/// Bumped when this process pauses or resumes a queue, so its workers read the paused
+/// queues again at once (PostgreSQL also tells other processes, on the control channel).
+static PAUSES: LazyLock<tokio::sync::watch::Sender<u64>> =
+    LazyLock::new(|| tokio::sync::watch::channel(0).0);
+
+pub(crate) fn pauses_changed() {
+    PAUSES.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+pub(crate) fn pauses() -> tokio::sync::watch::Receiver<u64> {
+    PAUSES.subscribe()
 }
 
 /// What cancelling a live job records (SQLite, MySQL; PostgreSQL does the same in SQL):
@@ -306,6 +318,19 @@ pub(crate) struct NewJob {
     pub(crate) every_ms: Option<i64>,
     /// A run-time limit over the job type's own, in milliseconds (`with_timeout`).
     pub(crate) timeout_ms: Option<i64>,
+}
+
+/// What a claim asks for: up to `limit` due jobs of these task types (and queues,
+/// tenants), none of the `paused` queues, leased until `lease_until`.
+#[derive(Clone, Copy)]
+pub(crate) struct Claim<'a> {
+    pub(crate) task_types: &'a [String],
+    pub(crate) queues: Option<&'a [String]>,
+    pub(crate) tenants: Option<&'a [String]>,
+    pub(crate) paused: &'a [String],
+    pub(crate) limit: i64,
+    pub(crate) now: DateTime<Utc>,
+    pub(crate) lease_until: DateTime<Utc>,
 }
 
 /// A job this worker now holds a lease on.
@@ -462,6 +487,20 @@ pool_delegate! {
         limit: i64,
     ) -> Result<Vec<Uuid>>;
     fn post(&self, schema: &Schema, job: NewJob, now: DateTime<Utc>) -> Result<()>;
+    fn count_by(
+        &self,
+        schema: &Schema,
+        by: crate::insight::CountBy,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::insight::GroupCounts>>;
+    fn list_jobs(
+        &self,
+        schema: &Schema,
+        filter: &crate::control::JobFilter,
+        after: Option<Uuid>,
+        limit: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::insight::JobSummary>>;
 }
 
 /// Queue states from live counts per queue (available, scheduled, running) and the
@@ -745,16 +784,8 @@ macro_rules! delegate {
 }
 
 delegate! {
-    /// Leases up to `limit` due jobs of these types (and queues, tenants) until `lease_until`.
-    fn claim(
-        &self,
-        task_types: &[String],
-        queues: Option<&[String]>,
-        tenants: Option<&[String]>,
-        limit: i64,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Vec<ClaimedJob>>;
+    /// Leases the due jobs a claim asks for.
+    fn claim(&self, claim: &Claim<'_>) -> Result<Vec<ClaimedJob>>;
     /// Records successful runs (fenced); the ids whose lease was still held.
     fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>>;
     /// Records a failed run, to retry or final (fenced); false when the lease was lost.
@@ -782,6 +813,8 @@ delegate! {
     fn stored_schedules(&self) -> Result<Vec<ScheduleRow>>;
     /// Brings the schema to this build's version.
     fn migrate(&self) -> Result<()>;
+    /// The queues an operator paused.
+    fn paused_queues(&self) -> Result<Vec<String>>;
     /// Creates the results partitions ahead; their names.
     fn ensure_partitions(&self, now: DateTime<Utc>, span: std::time::Duration) -> Result<Vec<String>>;
     /// Retires the results past the retention (`within`: by rows inside a partition too,

@@ -276,3 +276,33 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::jittered;
+
+    #[test]
+    fn jitter_stays_within_its_bounds_and_varies() {
+        let base = Duration::from_secs(10);
+        let delays: Vec<Duration> = (0..2000).map(|_| jittered(base, 0.1)).collect();
+        for d in &delays {
+            assert!(
+                *d >= Duration::from_secs(9) && *d <= Duration::from_secs(11),
+                "{d:?}"
+            );
+        }
+        let below = delays.iter().filter(|d| **d < base).count();
+        assert!(
+            (700..1300).contains(&below),
+            "{below} of 2000 below the base"
+        );
+        let spread =
+            delays.iter().max().unwrap().as_secs_f64() - delays.iter().min().unwrap().as_secs_f64();
+        assert!(spread > 1.8, "spread {spread}");
+        assert_eq!(jittered(base, 0.0), base, "off: the exact curve");
+        assert_eq!(jittered(Duration::ZERO, 0.5), Duration::ZERO);
+        assert!(jittered(base, 1.0) <= Duration::from_secs(20));
+    }
+}

@@ -71,6 +71,8 @@ async fn in_process(shared: &Shared) {
 
 #[cfg(feature = "postgres")]
 mod postgres {
+    use std::sync::atomic::Ordering;
+
     use sqlx::postgres::PgListener;
 
     use super::super::{producer, Shared};
@@ -93,6 +95,10 @@ mod postgres {
                             () = shared.stopping.cancelled() => return,
                             message = listener.try_recv() => match message {
                                 Ok(Some(n)) if n.channel() == control => {
+                                    if n.payload() == "pauses" {
+                                        shared.pauses_stale.store(true, Ordering::Relaxed);
+                                        shared.wake.notify_one();
+                                    }
                                     // `cancel:<id>,<id>,...`
                                     let ids = n.payload().strip_prefix("cancel:").unwrap_or_default();
                                     for id in ids.split(',').filter_map(|id| id.parse().ok()) {

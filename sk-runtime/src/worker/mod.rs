@@ -413,6 +413,8 @@ impl WorkerBuilder {
                 schedules,
                 queues,
                 queue_limits,
+                paused: std::sync::RwLock::default(),
+                pauses_stale: AtomicBool::new(false),
                 tenants: self.tenants,
                 data: Arc::new(self.data),
                 clock: self.clock,
@@ -446,6 +448,10 @@ pub(crate) struct Shared {
     pub(crate) clock: SharedClock,
     pub(crate) config: Config,
     pub(crate) slots: Arc<Semaphore>,
+    /// The queues an operator paused, as last read (`producer::Pauses`).
+    pub(crate) paused: std::sync::RwLock<Vec<String>>,
+    /// Set when PostgreSQL says another process paused or resumed a queue.
+    pub(crate) pauses_stale: AtomicBool,
     /// Queues with a concurrency of their own in this worker (`WorkerBuilder::queue`).
     pub(crate) queue_limits: HashMap<String, Arc<Semaphore>>,
     /// Wakes the producer: a notification, a freed slot after a full claim, a reconnect.

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -23,10 +23,12 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
     });
     let mut limited: Vec<&String> = shared.queue_limits.keys().collect();
     limited.sort();
+    let mut pauses = Pauses::new();
     loop {
         if shared.stopping.is_cancelled() {
             return;
         }
+        pauses.refresh(&shared).await;
         // `more`: claim again at once; `later`: claim again when a slot frees.
         let (mut more, mut later) = (false, false);
         let mut failed = None;
@@ -77,10 +79,56 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
                 continue;
             }
         }
+        let mut local = pauses.local.clone();
         tokio::select! {
             () = shared.stopping.cancelled() => return,
             () = shared.wake.notified() => {}
-            () = tokio::time::sleep(shared.config.poll_interval) => {}
+            // A pause or resume in this process: read them again (a resume has jobs).
+            Ok(()) = local.changed() => {}
+            () = tokio::time::sleep(shared.config.poll_interval.min(Pauses::EVERY)) => {}
+        }
+    }
+}
+
+/// The paused queues every claim skips, read again before a claim when this process
+/// paused or resumed a queue, when PostgreSQL said another process did, and at least
+/// once a second (an operator's pause holds within a second on every backend).
+struct Pauses {
+    local: tokio::sync::watch::Receiver<u64>,
+    read_at: Option<Instant>,
+}
+
+impl Pauses {
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn new() -> Self {
+        Pauses {
+            local: crate::store::pauses(),
+            read_at: None,
+        }
+    }
+
+    async fn refresh(&mut self, shared: &Shared) {
+        let changed = self.local.has_changed().unwrap_or(false)
+            | shared.pauses_stale.swap(false, Ordering::Relaxed);
+        if !changed && self.read_at.is_some_and(|at| at.elapsed() < Self::EVERY) {
+            return;
+        }
+        self.local.mark_unchanged();
+        match shared.store.paused_queues().await {
+            Ok(paused) => {
+                self.read_at = Some(Instant::now());
+                let mut known = shared
+                    .paused
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if *known != paused {
+                    tracing::info!(?paused, "sk: paused queues");
+                    *known = paused;
+                }
+            }
+            // Claims go on with the queues known paused; the claim's own error follows.
+            Err(e) => tracing::debug!("sk: cannot read the paused queues: {e}"),
         }
     }
 }
@@ -113,16 +161,22 @@ async fn claim(
     let now = shared.now();
     let lease_until = crate::clock::add(now, shared.config.lease);
     let limit = i64::try_from(free).unwrap_or(i64::MAX);
+    let paused = shared
+        .paused
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
     let jobs = shared
         .store
-        .claim(
-            &shared.task_types,
+        .claim(&crate::store::Claim {
+            task_types: &shared.task_types,
             queues,
-            shared.tenants.as_deref(),
+            tenants: shared.tenants.as_deref(),
+            paused: &paused,
             limit,
             now,
             lease_until,
-        )
+        })
         .await?;
     let full = jobs.len() == free;
     Metrics::add(&shared.metrics.claimed, jobs.len() as u64);

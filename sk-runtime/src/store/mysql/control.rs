@@ -332,6 +332,9 @@ pub(crate) async fn set_paused(
         .await?
         .rows_affected()
     };
+    if changed > 0 {
+        crate::store::pauses_changed();
+    }
     if changed > 0 && !paused {
         wake();
     }
@@ -422,4 +425,82 @@ pub(crate) async fn post(
 ) -> Result<()> {
     super::enqueue_one(&mut *pool.acquire().await?, schema, job, now).await?;
     Ok(())
+}
+
+/// The queues an operator paused (every claim skips them).
+pub(crate) async fn paused_queues(pool: &MySqlPool, schema: &Schema) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(&format!(
+        "SELECT CAST(queue_name AS CHAR) FROM {} WHERE queue_paused_at_ts IS NOT NULL ORDER BY queue_name",
+        schema.flat_table("queues_t")
+    ))
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Jobs by queue, task type or tenant and state (`Client::count_by`).
+pub(crate) async fn count_by(
+    pool: &MySqlPool,
+    schema: &Schema,
+    by: crate::insight::CountBy,
+    now: DateTime<Utc>,
+) -> Result<Vec<crate::insight::GroupCounts>> {
+    let column = crate::insight::group_column(by);
+    let live = sqlx::query_as(&format!(
+        "SELECT CAST({column} AS CHAR),
+            count(CASE WHEN task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= ? THEN 1 END),
+            count(CASE WHEN task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > ? THEN 1 END),
+            count(CASE WHEN task_locked_by IS NULL AND task_attempt > 0 THEN 1 END),
+            count(CASE WHEN task_locked_by IS NOT NULL THEN 1 END)
+         FROM {} GROUP BY {column}",
+        schema.flat_table("tasks_queue_t")
+    ))
+    .bind(now)
+    .bind(now)
+    .fetch_all(pool)
+    .await?;
+    let ended = sqlx::query_as(&format!(
+        "SELECT CAST({column} AS CHAR), count(CASE WHEN task_status = 6 THEN 1 END),
+            count(CASE WHEN task_status = 7 THEN 1 END)
+         FROM {} WHERE task_status IN (6, 7) GROUP BY {column}",
+        schema.flat_table("task_results_t")
+    ))
+    .fetch_all(pool)
+    .await?;
+    Ok(crate::insight::merge_group_counts(live, ended))
+}
+
+/// One page of the job list (`Client::jobs`).
+pub(crate) async fn list_jobs(
+    pool: &MySqlPool,
+    schema: &Schema,
+    filter: &JobFilter,
+    after: Option<Uuid>,
+    limit: i64,
+    now: DateTime<Utc>,
+) -> Result<Vec<crate::insight::JobSummary>> {
+    let mut query = QueryBuilder::<MySql>::new(
+        "SELECT r.task_id, CAST(r.task_type AS CHAR) AS task_type, CAST(r.task_queue AS CHAR) AS task_queue,
+            CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > ",
+    );
+    query.push_bind(now).push(format!(
+        " THEN 2 ELSE r.task_status END AS task_status,
+            coalesce(q.task_priority, r.task_priority) AS task_priority, q.task_attempt,
+            CAST(r.task_tenant AS CHAR) AS task_tenant, CAST(r.task_correlation_id AS CHAR) AS task_correlation_id,
+            r.task_posted_at_ts, q.task_locked_until_ts, r.task_processing_finalized_at_ts, r.task_error_count,
+            r.task_last_error_type, r.task_last_error_message
+         FROM {} r LEFT JOIN {} q ON q.task_id = r.task_id WHERE true",
+        schema.flat_table("task_results_t"),
+        schema.flat_table("tasks_queue_t")
+    ));
+    crate::insight::push_list_filter!(query, filter, after, now, |query, key, value| {
+        query
+            .push(" AND JSON_UNQUOTE(JSON_EXTRACT(r.task_metadata, ")
+            .push_bind(format!("$.{}", serde_json::Value::String(key)))
+            .push(")) = ")
+            .push_bind(value);
+    });
+    query
+        .push(" ORDER BY r.task_id DESC LIMIT ")
+        .push_bind(limit);
+    Ok(query.build_query_as().fetch_all(pool).await?)
 }

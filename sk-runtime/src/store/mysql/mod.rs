@@ -13,7 +13,9 @@
 mod control;
 mod partitions;
 
-pub(crate) use control::{cancel, find_ids, post, queue_states, reschedule, retry, set_paused};
+pub(crate) use control::{
+    cancel, count_by, find_ids, list_jobs, post, queue_states, reschedule, retry, set_paused,
+};
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -102,7 +104,6 @@ fn conflict(error: &Error) -> bool {
 pub(crate) struct Statements {
     queue: String,
     results: String,
-    paused: String,
     insert_queue: String,
     insert_result: String,
     enqueue_unique: String,
@@ -157,7 +158,6 @@ impl Statements {
         Statements {
             queue: q.clone(),
             results: r.clone(),
-            paused: schema.flat_table("queues_t"),
             insert_queue: format!("INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES})"),
             insert_result: format!(
                 "INSERT INTO {r} ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
@@ -762,6 +762,11 @@ fn push_leases(query: &mut QueryBuilder<'_, MySql>, leases: &[Lease]) {
 }
 
 impl MySqlStore {
+    /// The queues an operator paused.
+    pub(crate) async fn paused_queues(&self) -> Result<Vec<String>> {
+        control::paused_queues(&self.pool, &self.schema).await
+    }
+
     fn sql(&self) -> &Statements {
         &self.schema.mysql
     }
@@ -829,15 +834,16 @@ impl MySqlStore {
         })
     }
 
-    pub(crate) async fn claim(
-        &self,
-        task_types: &[String],
-        queues: Option<&[String]>,
-        tenants: Option<&[String]>,
-        limit: i64,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Vec<ClaimedJob>> {
+    pub(crate) async fn claim(&self, claim: &super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
+        let super::Claim {
+            task_types,
+            queues,
+            tenants,
+            paused,
+            limit,
+            now,
+            lease_until,
+        } = *claim;
         let queue = &self.sql().queue;
         let worker = &self.worker_id;
         retrying!(self, "a claim", |conn| {
@@ -851,11 +857,14 @@ impl MySqlStore {
                      FROM {queue} WHERE task_locked_until_ts <= "
                 ));
             query.push_bind(now);
-            query.push(format!(
-                " AND NOT EXISTS (SELECT 1 FROM {} p WHERE p.queue_name = task_queue
-                    AND p.queue_paused_at_ts IS NOT NULL)",
-                self.sql().paused
-            ));
+            if !paused.is_empty() {
+                query.push(" AND task_queue NOT IN (");
+                let mut items = query.separated(", ");
+                for queue in paused {
+                    items.push_bind(queue);
+                }
+                query.push(")");
+            }
             for (column, list) in [
                 ("task_type", Some(task_types)),
                 ("task_queue", queues),

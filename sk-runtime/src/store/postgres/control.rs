@@ -191,9 +191,11 @@ pub(crate) async fn set_paused(
         .await?
         .rows_affected()
     };
-    if changed > 0 && !paused {
-        sqlx::query("SELECT pg_notify($1, '')")
-            .bind(schema.channel())
+    if changed > 0 {
+        crate::store::pauses_changed();
+        // Every worker reads the paused queues again (and, after a resume, claims).
+        sqlx::query("SELECT pg_notify($1, 'pauses')")
+            .bind(schema.control_channel())
             .execute(pool)
             .await?;
     }
@@ -282,4 +284,80 @@ pub(crate) async fn post(
 ) -> Result<()> {
     super::enqueue_one(pool, schema, job, now).await?;
     Ok(())
+}
+
+/// The queues an operator paused (every claim skips them).
+pub(crate) async fn paused_queues(pool: &PgPool, schema: &Schema) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(&format!(
+        "SELECT queue_name FROM {} WHERE queue_paused_at_ts IS NOT NULL ORDER BY queue_name",
+        schema.table("queues_t")
+    ))
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Jobs by queue, task type or tenant and state (`Client::count_by`).
+pub(crate) async fn count_by(
+    pool: &PgPool,
+    schema: &Schema,
+    by: crate::insight::CountBy,
+    now: DateTime<Utc>,
+) -> Result<Vec<crate::insight::GroupCounts>> {
+    let column = crate::insight::group_column(by);
+    let live = sqlx::query_as(&format!(
+        "SELECT {column}::text,
+            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= $1),
+            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > $1),
+            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt > 0),
+            count(*) FILTER (WHERE task_locked_by IS NOT NULL)
+         FROM {} GROUP BY 1",
+        schema.table("tasks_queue_t")
+    ))
+    .bind(now)
+    .fetch_all(pool)
+    .await?;
+    let ended = sqlx::query_as(&format!(
+        "SELECT {column}::text, count(*) FILTER (WHERE task_status = 6), count(*) FILTER (WHERE task_status = 7)
+         FROM {} WHERE task_status IN (6, 7) GROUP BY 1",
+        schema.table("task_results_t")
+    ))
+    .fetch_all(pool)
+    .await?;
+    Ok(crate::insight::merge_group_counts(live, ended))
+}
+
+/// One page of the job list (`Client::jobs`).
+pub(crate) async fn list_jobs(
+    pool: &PgPool,
+    schema: &Schema,
+    filter: &JobFilter,
+    after: Option<Uuid>,
+    limit: i64,
+    now: DateTime<Utc>,
+) -> Result<Vec<crate::insight::JobSummary>> {
+    let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new(
+        "SELECT r.task_id, r.task_type, r.task_queue,
+            CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > ",
+    );
+    query.push_bind(now).push(format!(
+        " THEN 2 ELSE r.task_status END AS task_status,
+            coalesce(q.task_priority, r.task_priority) AS task_priority, q.task_attempt, r.task_tenant,
+            r.task_correlation_id, r.task_posted_at_ts, q.task_locked_until_ts,
+            r.task_processing_finalized_at_ts, r.task_error_count, r.task_last_error_type,
+            r.task_last_error_message
+         FROM {} r LEFT JOIN {} q ON q.task_id = r.task_id WHERE true",
+        schema.table("task_results_t"),
+        schema.table("tasks_queue_t")
+    ));
+    crate::insight::push_list_filter!(query, filter, after, now, |query, key, value| {
+        query
+            .push(" AND r.task_metadata ->> ")
+            .push_bind(key)
+            .push(" = ")
+            .push_bind(value);
+    });
+    query
+        .push(" ORDER BY r.task_id DESC LIMIT ")
+        .push_bind(limit);
+    Ok(query.build_query_as().fetch_all(pool).await?)
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 mod control;
 pub(crate) mod partitions;
 
-pub(crate) use control::{cancel, find_ids, post, queue_states, reschedule, retry, set_paused};
+pub(crate) use control::{
+    cancel, count_by, find_ids, list_jobs, post, queue_states, reschedule, retry, set_paused,
+};
 
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnectOptions;
@@ -70,6 +72,11 @@ pub(crate) struct Statements {
     enqueue_tick: String,
     enqueue_many_uniform: String,
     claim: String,
+    /// `claim` that skips the paused queues (`$8`). A separate statement: written into
+    /// `claim` as `$8 IS NULL OR ...` (or as a subquery of the queues table) it made the
+    /// planner expect almost no rows and sort the whole queue instead of reading the
+    /// dequeue index (docs/performance.md).
+    claim_skipping: String,
     complete: std::sync::Arc<str>,
     /// `complete` per results partition (`complete_in`).
     complete_in: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<str>>>,
@@ -118,7 +125,6 @@ impl Statements {
         let r = schema.table("task_results_t");
         let s = schema.table("task_execution_time_stats_t");
         let m = schema.table("metrics_t");
-        let paused = schema.table("queues_t");
         // Records the run time of the rows of CTE `done(task_type, ms)` per task type, in
         // this worker's own row ($owner; seed 001 keys the table by payload type and owner
         // process); the same statement finalizes the jobs, so stats and results never
@@ -439,8 +445,7 @@ impl Statements {
                       AND task_type = ANY($2)
                       AND ($3::varchar[] IS NULL OR task_queue = ANY($3))
                       AND ($7::varchar[] IS NULL OR task_tenant = ANY($7))
-                      AND NOT EXISTS (SELECT 1 FROM {paused} p
-                          WHERE p.queue_name = task_queue AND p.queue_paused_at_ts IS NOT NULL)
+                      AND true -- paused
                     ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
                     LIMIT $4
                     FOR UPDATE SKIP LOCKED))
@@ -495,6 +500,7 @@ impl Statements {
             )
             .into(),
             complete_in: std::sync::Mutex::default(),
+            claim_skipping: String::new(),
             fail,
             // A given-back job did not use up an attempt, and is claimable at once.
             give_back: format!(
@@ -576,6 +582,14 @@ impl Statements {
             ),
             channel: schema.channel(),
         }
+        .with_claim_skipping()
+    }
+
+    fn with_claim_skipping(mut self) -> Self {
+        self.claim_skipping = self
+            .claim
+            .replace("AND true -- paused", "AND task_queue <> ALL($8)");
+        self
     }
 }
 
@@ -963,6 +977,11 @@ fn address(options: &PgConnectOptions) -> String {
 }
 
 impl PgStore {
+    /// The queues an operator paused.
+    pub(crate) async fn paused_queues(&self) -> Result<Vec<String>> {
+        control::paused_queues(&self.pool, &self.schema).await
+    }
+
     /// Where the pool connects, for messages.
     pub(crate) fn address(&self) -> String {
         address(&self.pool.connect_options())
@@ -1043,23 +1062,35 @@ impl PgStore {
         })
     }
 
-    pub(crate) async fn claim(
-        &self,
-        task_types: &[String],
-        queues: Option<&[String]>,
-        tenants: Option<&[String]>,
-        limit: i64,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Vec<ClaimedJob>> {
-        sqlx::query_as(&self.schema.sql.claim)
-            .bind(now)
-            .bind(task_types)
-            .bind(queues)
-            .bind(limit)
-            .bind(lease_until)
-            .bind(&self.worker_id)
-            .bind(tenants)
+    pub(crate) async fn claim(&self, claim: &super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
+        let super::Claim {
+            task_types,
+            queues,
+            tenants,
+            paused,
+            limit,
+            now,
+            lease_until,
+        } = *claim;
+        let sql = &self.schema.sql;
+        let query = sqlx::query_as(if paused.is_empty() {
+            &sql.claim
+        } else {
+            &sql.claim_skipping
+        })
+        .bind(now)
+        .bind(task_types)
+        .bind(queues)
+        .bind(limit)
+        .bind(lease_until)
+        .bind(&self.worker_id)
+        .bind(tenants);
+        let query = if paused.is_empty() {
+            query
+        } else {
+            query.bind(paused)
+        };
+        query
             .fetch_all(&mut *self.acquire().await?)
             .await
             .map_err(|e| self.lost(e))

@@ -235,6 +235,9 @@ pub(crate) async fn set_paused(
         .execute(pool)
         .await?
         .rows_affected();
+    if changed > 0 {
+        crate::store::pauses_changed();
+    }
     if changed > 0 && !paused {
         wake();
     }
@@ -325,4 +328,90 @@ pub(crate) async fn post(
 ) -> Result<()> {
     super::enqueue_one(pool, schema, job, now).await?;
     Ok(())
+}
+
+/// The queues an operator paused (every claim skips them).
+pub(crate) async fn paused_queues(pool: &SqlitePool, schema: &Schema) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(&format!(
+        "SELECT queue_name FROM {} WHERE queue_paused_at_ts IS NOT NULL ORDER BY queue_name",
+        schema.flat_table("queues_t")
+    ))
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Jobs by queue, task type or tenant and state (`Client::count_by`).
+pub(crate) async fn count_by(
+    pool: &SqlitePool,
+    schema: &Schema,
+    by: crate::insight::CountBy,
+    now: DateTime<Utc>,
+) -> Result<Vec<crate::insight::GroupCounts>> {
+    let column = crate::insight::group_column(by);
+    let live = sqlx::query_as(&format!(
+        "SELECT {column},
+            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= $1),
+            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > $1),
+            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt > 0),
+            count(*) FILTER (WHERE task_locked_by IS NOT NULL)
+         FROM {} GROUP BY 1",
+        schema.flat_table("tasks_queue_t")
+    ))
+    .bind(ts(now))
+    .fetch_all(pool)
+    .await?;
+    let ended = sqlx::query_as(&format!(
+        "SELECT {column}, count(*) FILTER (WHERE task_status = 6), count(*) FILTER (WHERE task_status = 7)
+         FROM {} WHERE task_status IN (6, 7) GROUP BY 1",
+        schema.flat_table("task_results_t")
+    ))
+    .fetch_all(pool)
+    .await?;
+    Ok(crate::insight::merge_group_counts(live, ended))
+}
+
+/// One page of the job list (`Client::jobs`).
+pub(crate) async fn list_jobs(
+    pool: &SqlitePool,
+    schema: &Schema,
+    filter: &JobFilter,
+    after: Option<Uuid>,
+    limit: i64,
+    now: DateTime<Utc>,
+) -> Result<Vec<crate::insight::JobSummary>> {
+    let now = ts(now);
+    let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+        "SELECT r.task_id, r.task_type, r.task_queue,
+            CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > ",
+    );
+    query.push_bind(now.clone()).push(format!(
+        " THEN 2 ELSE r.task_status END AS task_status,
+            coalesce(q.task_priority, r.task_priority) AS task_priority, q.task_attempt, r.task_tenant,
+            r.task_correlation_id, r.task_posted_at_ts, q.task_locked_until_ts,
+            r.task_processing_finalized_at_ts, r.task_error_count, r.task_last_error_type,
+            r.task_last_error_message
+         FROM {} r LEFT JOIN {} q ON q.task_id = r.task_id WHERE true",
+        schema.flat_table("task_results_t"),
+        schema.flat_table("tasks_queue_t")
+    ));
+    crate::insight::push_list_filter!(query, filter, after, now, |query, key, value| {
+        // As text, as PostgreSQL's `->>` gives it (booleans as true/false).
+        let path = json_path(&key);
+        query
+            .push(" AND CASE json_type(r.task_metadata, ")
+            .push_bind(path.clone())
+            .push(") WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE CAST(json_extract(r.task_metadata, ")
+            .push_bind(path)
+            .push(") AS TEXT) END = ")
+            .push_bind(value);
+    });
+    query
+        .push(" ORDER BY r.task_id DESC LIMIT ")
+        .push_bind(limit);
+    Ok(query.build_query_as().fetch_all(pool).await?)
+}
+
+/// The JSON path of one object key, quoted (`$."a.b"`), so the key is data.
+fn json_path(key: &str) -> String {
+    format!("$.{}", serde_json::Value::String(key.to_owned()))
 }

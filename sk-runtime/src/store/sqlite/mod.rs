@@ -14,7 +14,9 @@
 
 mod control;
 
-pub(crate) use control::{cancel, find_ids, post, queue_states, reschedule, retry, set_paused};
+pub(crate) use control::{
+    cancel, count_by, find_ids, list_jobs, post, queue_states, reschedule, retry, set_paused,
+};
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -100,7 +102,6 @@ impl Statements {
         let r = schema.flat_table("task_results_t");
         let s = schema.flat_table("task_execution_time_stats_t");
         let m = schema.flat_table("metrics_t");
-        let paused = schema.flat_table("queues_t");
         let lost_message = "'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)'";
         // The columns a results row repeats from its queue row, `$1` to `$9`.
         // The batch as one JSON array of rows, in the caller's order (so the lock handles
@@ -178,8 +179,7 @@ impl Statements {
                       AND task_type IN (SELECT value FROM json_each($2))
                       AND ($3 IS NULL OR task_queue IN (SELECT value FROM json_each($3)))
                       AND ($7 IS NULL OR task_tenant IN (SELECT value FROM json_each($7)))
-                      AND NOT EXISTS (SELECT 1 FROM {paused} p
-                          WHERE p.queue_name = task_queue AND p.queue_paused_at_ts IS NOT NULL)
+                      AND ($8 IS NULL OR task_queue NOT IN (SELECT value FROM json_each($8)))
                     ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
                     LIMIT $4)
                  RETURNING task_id, task_type, task_payload, task_attempt, task_max_attempts, task_priority,
@@ -685,6 +685,11 @@ pub(crate) struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// The queues an operator paused.
+    pub(crate) async fn paused_queues(&self) -> Result<Vec<String>> {
+        control::paused_queues(&self.pool, &self.schema).await
+    }
+
     fn sql(&self) -> &Statements {
         &self.schema.sqlite
     }
@@ -738,15 +743,16 @@ impl SqliteStore {
         }
     }
 
-    pub(crate) async fn claim(
-        &self,
-        task_types: &[String],
-        queues: Option<&[String]>,
-        tenants: Option<&[String]>,
-        limit: i64,
-        now: DateTime<Utc>,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Vec<ClaimedJob>> {
+    pub(crate) async fn claim(&self, claim: &super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
+        let super::Claim {
+            task_types,
+            queues,
+            tenants,
+            paused,
+            limit,
+            now,
+            lease_until,
+        } = *claim;
         let list = |l: &[String]| serde_json::to_string(l).unwrap_or_default();
         let rows = sqlx::query(&self.sql().claim)
             .bind(ts(now))
@@ -756,6 +762,7 @@ impl SqliteStore {
             .bind(ts(lease_until))
             .bind(&self.worker_id)
             .bind(tenants.map(list))
+            .bind((!paused.is_empty()).then(|| list(paused)))
             .fetch_all(&mut *self.writing().await?.1)
             .await?;
         // RETURNING gives rows in no particular order: back to the claim's.

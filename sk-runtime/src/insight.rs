@@ -1,0 +1,275 @@
+//! Queue insight on the client handle: counts by queue, task type or tenant, and the job
+//! list with filters and keyset pagination.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::control::{Client, JobFilter};
+use crate::error::{Error, Result};
+use crate::info::JobStatus;
+
+/// The most jobs one page of [`Client::jobs`] returns.
+pub const MAX_PAGE: u32 = 1000;
+
+/// What [`Client::count_by`] groups by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CountBy {
+    /// The job's queue.
+    Queue,
+    /// The job's task type.
+    TaskType,
+    /// The job's tenant (`None` for jobs without one).
+    Tenant,
+}
+
+/// The jobs of one queue, task type or tenant by state ([`Client::count_by`]). Jobs that
+/// succeeded are not counted here: throughput says how many finished when.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupCounts {
+    /// The queue, task type or tenant.
+    pub key: Option<String>,
+    /// Waiting jobs that can run now (never run yet).
+    pub available: i64,
+    /// Waiting jobs whose not-before time is still ahead (never run yet).
+    pub scheduled: i64,
+    /// Waiting jobs that ran before and failed, or lost their lease: retries.
+    pub retrying: i64,
+    /// Jobs a worker holds.
+    pub running: i64,
+    /// Jobs that failed for good, still in the results.
+    pub fatal: i64,
+    /// Jobs cancelled, still in the results.
+    pub cancelled: i64,
+}
+
+/// One job in a list ([`Client::jobs`]); [`Client::job`] has its whole record.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[non_exhaustive]
+pub struct JobSummary {
+    /// Job id.
+    #[sqlx(rename = "task_id")]
+    pub id: Uuid,
+    /// Task type.
+    #[sqlx(rename = "task_type")]
+    pub task_type: String,
+    /// Queue.
+    #[sqlx(rename = "task_queue")]
+    pub queue: String,
+    /// Status code; see [`JobSummary::status`].
+    #[sqlx(rename = "task_status")]
+    pub status_code: i32,
+    /// Priority.
+    #[sqlx(rename = "task_priority")]
+    pub priority: i32,
+    /// Attempts used, while the job is live.
+    #[sqlx(rename = "task_attempt")]
+    pub attempt: Option<i32>,
+    /// Tenant.
+    #[sqlx(rename = "task_tenant")]
+    pub tenant: Option<String>,
+    /// Correlation id.
+    #[sqlx(rename = "task_correlation_id")]
+    pub correlation_id: Option<String>,
+    /// When it was enqueued.
+    #[sqlx(rename = "task_posted_at_ts")]
+    pub posted_at: DateTime<Utc>,
+    /// Not-before time (waiting) or lease expiry (running), while the job is live.
+    #[sqlx(rename = "task_locked_until_ts")]
+    pub locked_until: Option<DateTime<Utc>>,
+    /// When it finished.
+    #[sqlx(rename = "task_processing_finalized_at_ts")]
+    pub finalized_at: Option<DateTime<Utc>>,
+    /// How many runs failed.
+    #[sqlx(rename = "task_error_count")]
+    pub error_count: i32,
+    /// The last error's type.
+    #[sqlx(rename = "task_last_error_type")]
+    pub last_error_type: Option<String>,
+    /// The last error's message.
+    #[sqlx(rename = "task_last_error_message")]
+    pub last_error_message: Option<String>,
+}
+
+impl JobSummary {
+    /// The status (processing while a worker holds it).
+    pub fn status(&self) -> JobStatus {
+        JobStatus::from_code(self.status_code)
+    }
+}
+
+/// One page of [`Client::jobs`].
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct JobPage {
+    /// The jobs, newest first.
+    pub jobs: Vec<JobSummary>,
+    /// Pass it as `after` for the next page; `None` on the last page.
+    pub next: Option<Uuid>,
+}
+
+impl Client {
+    /// Counts jobs by queue, task type or tenant and state: live jobs (waiting, retrying,
+    /// running) from the queue table, and those that failed for good or were cancelled
+    /// from the results, through indexes that hold only such rows. Sorted by key.
+    ///
+    /// ```no_run
+    /// # async fn f(client: sk_runtime::Client) -> sk_runtime::Result<()> {
+    /// use sk_runtime::CountBy;
+    ///
+    /// for q in client.count_by(CountBy::Queue).await? {
+    ///     println!("{:?}: {} waiting, {} running, {} fatal", q.key, q.available, q.running, q.fatal);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn count_by(&self, by: CountBy) -> Result<Vec<GroupCounts>> {
+        self.pool.count_by(&self.schema, by, self.now()).await
+    }
+
+    /// Lists the jobs `filter` takes, newest first (by id, that is posting time), `limit`
+    /// at a time (at most [`MAX_PAGE`]): pass the page's `next` as `after` for the next
+    /// one. A job is listed once its results row exists: from its enqueue through sk, or
+    /// from its first recorded run for a job another producer posted.
+    ///
+    /// ```no_run
+    /// # async fn f(client: sk_runtime::Client) -> sk_runtime::Result<()> {
+    /// use sk_runtime::{JobFilter, JobStatus};
+    ///
+    /// let filter = JobFilter::new().queue("mail").status(JobStatus::Fatal);
+    /// let mut after = None;
+    /// loop {
+    ///     let page = client.jobs(&filter, after, 100).await?;
+    ///     for job in &page.jobs {
+    ///         println!("{} {:?} {:?}", job.id, job.last_error_type, job.last_error_message);
+    ///     }
+    ///     match page.next {
+    ///         Some(next) => after = Some(next),
+    ///         None => break,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a limit of 0 or over [`MAX_PAGE`]; the database fails.
+    pub async fn jobs(
+        &self,
+        filter: &JobFilter,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<JobPage> {
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(Error::invalid(
+                "page size",
+                format!("{limit} must be from 1 to {MAX_PAGE}"),
+            ));
+        }
+        let jobs = self
+            .pool
+            .list_jobs(&self.schema, filter, after, i64::from(limit), self.now())
+            .await?;
+        let next = (jobs.len() == limit as usize)
+            .then(|| jobs.last().map(|j| j.id))
+            .flatten();
+        Ok(JobPage { jobs, next })
+    }
+}
+
+/// Group counts from live counts per key (available, scheduled, retrying, running) and
+/// ended ones (fatal, cancelled), sorted by key.
+pub(crate) fn merge_group_counts(
+    live: Vec<(Option<String>, i64, i64, i64, i64)>,
+    ended: Vec<(Option<String>, i64, i64)>,
+) -> Vec<GroupCounts> {
+    let mut by_key: std::collections::BTreeMap<Option<String>, GroupCounts> = Default::default();
+    for (key, available, scheduled, retrying, running) in live {
+        let entry = by_key.entry(key.clone()).or_insert_with(|| GroupCounts {
+            key,
+            ..GroupCounts::default()
+        });
+        entry.available += available;
+        entry.scheduled += scheduled;
+        entry.retrying += retrying;
+        entry.running += running;
+    }
+    for (key, fatal, cancelled) in ended {
+        let entry = by_key.entry(key.clone()).or_insert_with(|| GroupCounts {
+            key,
+            ..GroupCounts::default()
+        });
+        entry.fatal += fatal;
+        entry.cancelled += cancelled;
+    }
+    by_key.into_values().collect()
+}
+
+/// The column a [`CountBy`] groups by (a fixed name, never input).
+pub(crate) fn group_column(by: CountBy) -> &'static str {
+    match by {
+        CountBy::Queue => "task_queue",
+        CountBy::TaskType => "task_type",
+        CountBy::Tenant => "task_tenant",
+    }
+}
+
+/// Appends `filter`'s conditions on the results row `r` (and the queue row `q`) of the
+/// job list to `$query`, a `QueryBuilder` of any backend; `$now` is the time bound as the
+/// backend stores it, `$metadata` pushes the metadata condition.
+macro_rules! push_list_filter {
+    ($query:expr, $filter:expr, $after:expr, $now:expr, |$q:ident, $key:ident, $value:ident| $metadata:block) => {{
+        let filter: &$crate::control::JobFilter = $filter;
+        if let Some(after) = $after {
+            $query.push(" AND r.task_id < ").push_bind(after);
+        }
+        for (column, value) in [
+            ("r.task_queue", &filter.queue),
+            ("r.task_type", &filter.task_type),
+            ("r.task_tenant", &filter.tenant),
+            ("r.task_correlation_id", &filter.correlation_id),
+        ] {
+            if let Some(value) = value {
+                $query
+                    .push(format!(" AND {column} = "))
+                    .push_bind(value.clone());
+            }
+        }
+        if let Some(($key, $value)) = filter.metadata.clone() {
+            let $q = &mut $query;
+            $metadata
+        }
+        if let Some(from) = filter.posted_after {
+            $query
+                .push(" AND r.task_id >= ")
+                .push_bind($crate::store::id_floor(from));
+        }
+        if let Some(to) = filter.posted_before {
+            $query
+                .push(" AND r.task_id < ")
+                .push_bind($crate::store::id_floor(to));
+        }
+        match filter.status {
+            None => {}
+            Some($crate::info::JobStatus::Processing) => {
+                $query
+                    .push(" AND q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > ")
+                    .push_bind($now.clone());
+            }
+            Some(status) => {
+                $query
+                    .push(" AND r.task_status = ")
+                    .push_bind(status as i32);
+                if !status.is_final() {
+                    $query
+                        .push(" AND (q.task_locked_by IS NULL OR q.task_locked_until_ts <= ")
+                        .push_bind($now.clone())
+                        .push(")");
+                }
+            }
+        }
+    }};
+}
+pub(crate) use push_list_filter;
