@@ -590,3 +590,66 @@ each_backend! {
         db.drop().await;
     }
 }
+
+each_backend! {
+    async fn error_groups_and_live_workers(db) {
+        let client = client(&db);
+        let since = Utc::now() - chrono::Duration::seconds(5);
+        let mut fatal = Vec::new();
+        for _ in 0..3 {
+            fatal.push(NeedsFix::new().enqueue(&db.pool).await.unwrap());
+        }
+        let mut broken = Vec::new();
+        for _ in 0..2 {
+            broken.push(AlwaysFails::new().with_max_attempts(1).enqueue(&db.pool).await.unwrap());
+        }
+        let (probe, mut rx) = probe();
+        let w = RunningWorker::start(
+            worker(&db, &[NeedsFix::TASK_TYPE, AlwaysFails::TASK_TYPE, WaitsForCancel::TASK_TYPE])
+                .queues(["default"])
+                .concurrency(7)
+                .data(Arc::new(AtomicBool::new(false)))
+                .data(probe),
+        );
+        for id in fatal.iter().chain(&broken) {
+            client.wait(*id, T).await.unwrap();
+        }
+        let waiting = WaitsForCancel::new().enqueue(&db.pool).await.unwrap();
+        loop {
+            if recv(&mut rx, "the waiting job to start", T).await.label == "started" {
+                break;
+            }
+        }
+
+        let workers = client.workers().await.unwrap();
+        assert_eq!(workers.len(), 1, "{workers:?}");
+        let me = &workers[0];
+        assert_eq!(me.id, w.id);
+        assert!(me.alive);
+        assert_eq!(me.pid, i32::try_from(std::process::id()).unwrap());
+        assert_eq!((me.concurrency, me.running), (7, 1));
+        assert_eq!(me.queues.as_deref(), Some(&["default".to_owned()][..]));
+        assert!(me.task_types.iter().any(|t| t == AlwaysFails::TASK_TYPE), "{:?}", me.task_types);
+
+        let groups = client.error_groups(since, 10).await.unwrap();
+        assert_eq!(groups.len(), 2, "{groups:?}");
+        assert_eq!(groups[0].message.as_deref(), Some("bad configuration"));
+        assert_eq!(groups[0].count, 3);
+        assert!(fatal.contains(&groups[0].sample));
+        assert_eq!(groups[1].message.as_deref(), Some("still broken at attempt 1"));
+        assert_eq!((groups[1].count, groups[1].kind.as_deref()), (2, Some("error")));
+        assert!(broken.contains(&groups[1].sample));
+        assert!(groups[0].first_seen.unwrap() <= groups[0].last_seen.unwrap());
+        let later = Utc::now() + chrono::Duration::hours(1);
+        assert!(client.error_groups(later, 10).await.unwrap().is_empty());
+        assert!(matches!(
+            client.error_groups(since, 0).await,
+            Err(Error::Invalid { what: "group count", .. })
+        ));
+
+        client.cancel(waiting).await.unwrap();
+        w.stop().await;
+        assert!(client.workers().await.unwrap().is_empty(), "a graceful stop removes the row");
+        db.drop().await;
+    }
+}

@@ -1095,7 +1095,8 @@ async fn a_custom_schema_and_a_queue_filter() {
             "app_task_execution_time_stats_t",
             "app_task_results_default",
             "app_task_results_t",
-            "app_tasks_queue_t"
+            "app_tasks_queue_t",
+            "app_workers_t"
         ]
     );
     assert!(
@@ -1148,7 +1149,8 @@ async fn sqlite_schemas_are_name_prefixes_and_an_archive_is_refused() {
             "jobs_app_schema_migrations_t",
             "jobs_app_task_execution_time_stats_t",
             "jobs_app_task_results_t",
-            "jobs_app_tasks_queue_t"
+            "jobs_app_tasks_queue_t",
+            "jobs_app_workers_t"
         ]
     );
     assert!(

@@ -15,3 +15,16 @@ ALTER TABLE __PREFIX__tasks_queue_t ADD COLUMN IF NOT EXISTS task_timeout_ms BIG
 ALTER TABLE __PREFIX__task_results_t
     ADD COLUMN IF NOT EXISTS task_max_attempts INT NULL,
     ADD COLUMN IF NOT EXISTS task_timeout_ms BIGINT NULL;
+
+-- Live workers: written at start, stamped by every heartbeat, removed by a graceful stop.
+CREATE TABLE IF NOT EXISTS __PREFIX__workers_t (
+    worker_id VARCHAR(255) NOT NULL PRIMARY KEY,
+    worker_host VARCHAR(255) NOT NULL,
+    worker_pid INT NOT NULL,
+    worker_queues LONGTEXT NULL,
+    worker_task_types LONGTEXT NOT NULL,
+    worker_concurrency INT NOT NULL,
+    worker_heartbeat_ms BIGINT NOT NULL,
+    worker_started_at_ts DATETIME(6) NOT NULL,
+    worker_seen_at_ts DATETIME(6) NOT NULL
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

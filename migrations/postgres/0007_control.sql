@@ -27,3 +27,19 @@ CREATE INDEX __PREFIX__task_results_ended_type_idx
 CREATE INDEX __PREFIX__task_results_ended_tenant_idx
     ON __SCHEMA__.__PREFIX__task_results_t (task_tenant, task_status)
     WHERE task_status IN (6, 7) AND task_tenant IS NOT NULL;
+
+-- Live workers (`Client::workers`): each worker's row is written at start, stamped by
+-- every heartbeat and removed by a graceful stop; a crashed worker's row stays, stale,
+-- until a day later.
+CREATE TABLE __SCHEMA__.__PREFIX__workers_t (
+    worker_id varchar(255) NOT NULL PRIMARY KEY,
+    worker_host varchar(255) NOT NULL,
+    worker_pid integer NOT NULL,
+    -- JSON arrays; queues NULL: every queue.
+    worker_queues text NULL,
+    worker_task_types text NOT NULL,
+    worker_concurrency integer NOT NULL,
+    worker_heartbeat_ms bigint NOT NULL,
+    worker_started_at_ts timestamptz NOT NULL,
+    worker_seen_at_ts timestamptz NOT NULL
+);

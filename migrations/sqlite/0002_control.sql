@@ -24,3 +24,16 @@ CREATE INDEX __PREFIX__task_results_ended_type_idx
 CREATE INDEX __PREFIX__task_results_ended_tenant_idx
     ON __PREFIX__task_results_t (task_tenant, task_status)
     WHERE task_status IN (6, 7) AND task_tenant IS NOT NULL;
+
+-- Live workers: written at start, stamped by every heartbeat, removed by a graceful stop.
+CREATE TABLE __PREFIX__workers_t (
+    worker_id TEXT NOT NULL PRIMARY KEY,
+    worker_host TEXT NOT NULL,
+    worker_pid INTEGER NOT NULL,
+    worker_queues TEXT NULL,
+    worker_task_types TEXT NOT NULL,
+    worker_concurrency INTEGER NOT NULL,
+    worker_heartbeat_ms INTEGER NOT NULL,
+    worker_started_at_ts TEXT NOT NULL,
+    worker_seen_at_ts TEXT NOT NULL
+);

@@ -273,3 +273,138 @@ macro_rules! push_list_filter {
     }};
 }
 pub(crate) use push_list_filter;
+
+/// Jobs whose last run failed with one error ([`Client::error_groups`]).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[non_exhaustive]
+pub struct ErrorGroup {
+    /// The error's type (`"timeout"`, `"panic"`, a Rust type name, ...).
+    #[sqlx(rename = "kind")]
+    pub kind: Option<String>,
+    /// The error's message.
+    #[sqlx(rename = "message")]
+    pub message: Option<String>,
+    /// How many jobs it is the last error of.
+    #[sqlx(rename = "jobs")]
+    pub count: i64,
+    /// The earliest of those failed runs' starts.
+    #[sqlx(rename = "first_seen")]
+    pub first_seen: Option<DateTime<Utc>>,
+    /// The latest of those failed runs' starts.
+    #[sqlx(rename = "last_seen")]
+    pub last_seen: Option<DateTime<Utc>>,
+    /// One of those jobs (the newest), to look at with [`Client::job`].
+    #[sqlx(rename = "sample")]
+    pub sample: Uuid,
+}
+
+/// A worker as [`Client::workers`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerInfo {
+    /// Its id (`task_locked_by` of the jobs it runs).
+    pub id: String,
+    /// The host it runs on.
+    pub host: String,
+    /// Its process id there.
+    pub pid: i32,
+    /// The queues it takes jobs from; `None`: every queue.
+    pub queues: Option<Vec<String>>,
+    /// The task types it runs.
+    pub task_types: Vec<String>,
+    /// Its concurrency.
+    pub concurrency: i32,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+    /// Its last heartbeat.
+    pub seen_at: DateTime<Utc>,
+    /// Whether it heartbeat within three of its heartbeat intervals: a worker that is not
+    /// alive crashed or was cut off (a graceful stop removes its row).
+    pub alive: bool,
+    /// Jobs it holds under a valid lease.
+    pub running: i64,
+}
+
+/// A worker's row as the store reads it.
+#[derive(sqlx::FromRow)]
+pub(crate) struct WorkerRow {
+    pub(crate) worker_id: String,
+    pub(crate) worker_host: String,
+    pub(crate) worker_pid: i32,
+    pub(crate) worker_queues: Option<String>,
+    pub(crate) worker_task_types: String,
+    pub(crate) worker_concurrency: i32,
+    pub(crate) worker_heartbeat_ms: i64,
+    pub(crate) worker_started_at_ts: DateTime<Utc>,
+    pub(crate) worker_seen_at_ts: DateTime<Utc>,
+}
+
+/// Workers from their rows and the running jobs per worker id, by id.
+pub(crate) fn workers_of(
+    rows: Vec<WorkerRow>,
+    running: Vec<(String, i64)>,
+    now: DateTime<Utc>,
+) -> Vec<WorkerInfo> {
+    let running: std::collections::HashMap<String, i64> = running.into_iter().collect();
+    let mut workers: Vec<WorkerInfo> = rows
+        .into_iter()
+        .map(|r| WorkerInfo {
+            alive: r.worker_seen_at_ts
+                + chrono::Duration::milliseconds(r.worker_heartbeat_ms.saturating_mul(3))
+                > now,
+            running: running.get(&r.worker_id).copied().unwrap_or(0),
+            queues: r
+                .worker_queues
+                .as_deref()
+                .and_then(|q| serde_json::from_str(q).ok()),
+            task_types: serde_json::from_str(&r.worker_task_types).unwrap_or_default(),
+            id: r.worker_id,
+            host: r.worker_host,
+            pid: r.worker_pid,
+            concurrency: r.worker_concurrency,
+            started_at: r.worker_started_at_ts,
+            seen_at: r.worker_seen_at_ts,
+        })
+        .collect();
+    workers.sort_by(|a, b| a.id.cmp(&b.id));
+    workers
+}
+
+/// What a worker writes of itself at start (`workers_t`).
+pub(crate) struct WorkerUp {
+    pub(crate) host: String,
+    pub(crate) pid: i32,
+    pub(crate) queues: Option<String>,
+    pub(crate) task_types: String,
+    pub(crate) concurrency: i32,
+    pub(crate) heartbeat_ms: i64,
+}
+
+impl Client {
+    /// Groups the jobs whose last run failed (retrying, or failed for good) with a run
+    /// that started at or after `since`, by error type and message, largest group first,
+    /// at most `limit` groups. Served by the results' index of jobs not waiting or done.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a limit of 0 or over [`MAX_PAGE`]; the database fails.
+    pub async fn error_groups(&self, since: DateTime<Utc>, limit: u32) -> Result<Vec<ErrorGroup>> {
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(Error::invalid(
+                "group count",
+                format!("{limit} must be from 1 to {MAX_PAGE}"),
+            ));
+        }
+        self.pool
+            .error_groups(&self.schema, since, i64::from(limit))
+            .await
+    }
+
+    /// The workers that announced themselves, alive or not, by id, with the jobs each
+    /// holds now.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        self.pool.workers(&self.schema, self.now()).await
+    }
+}

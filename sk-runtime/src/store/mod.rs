@@ -501,6 +501,13 @@ pool_delegate! {
         limit: i64,
         now: DateTime<Utc>,
     ) -> Result<Vec<crate::insight::JobSummary>>;
+    fn error_groups(
+        &self,
+        schema: &Schema,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<crate::insight::ErrorGroup>>;
+    fn workers(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<crate::insight::WorkerInfo>>;
 }
 
 /// Queue states from live counts per queue (available, scheduled, running) and the
@@ -815,6 +822,12 @@ delegate! {
     fn migrate(&self) -> Result<()>;
     /// The queues an operator paused.
     fn paused_queues(&self) -> Result<Vec<String>>;
+    /// Announces this worker (`Client::workers`).
+    fn worker_up(&self, up: &crate::insight::WorkerUp, now: DateTime<Utc>) -> Result<()>;
+    /// Stamps this worker's row.
+    fn worker_seen(&self, now: DateTime<Utc>) -> Result<()>;
+    /// Removes this worker's row (a graceful stop).
+    fn worker_down(&self) -> Result<()>;
     /// Creates the results partitions ahead; their names.
     fn ensure_partitions(&self, now: DateTime<Utc>, span: std::time::Duration) -> Result<Vec<String>>;
     /// Retires the results past the retention (`within`: by rows inside a partition too,

@@ -18,6 +18,9 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
+        if let Err(e) = shared.store.worker_seen(shared.now()).await {
+            tracing::debug!("sk: cannot stamp this worker's row: {e}");
+        }
         let leases: Vec<Lease> = shared.running().keys().copied().collect();
         if leases.is_empty() {
             continue;

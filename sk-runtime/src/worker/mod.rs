@@ -694,6 +694,13 @@ impl Worker {
         // whoever sees it knows every tick after this instant will be enqueued.
         let started = shared.now();
         crate::maintenance::write_metrics(&shared, shared.now()).await;
+        if let Err(e) = shared
+            .store
+            .worker_up(&announcement(&shared), started)
+            .await
+        {
+            tracing::warn!("sk: cannot announce this worker in the workers table: {e}");
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         let background = CancellationToken::new();
         let completer = tokio::spawn(completer::run(shared.clone(), rx));
@@ -718,6 +725,9 @@ impl Worker {
         background.cancel();
         let _ = tokio::join!(heartbeat, listener, scheduler, maintenance);
         crate::maintenance::write_metrics(&shared, shared.now()).await;
+        if let Err(e) = shared.store.worker_down().await {
+            tracing::warn!("sk: cannot remove this worker from the workers table: {e}");
+        }
         tracing::info!(worker = %shared.store.worker_id(), "sk: worker stopped");
         Ok(())
     }
@@ -733,6 +743,30 @@ const _: () = {
         assert_send(&worker.run_until(std::future::pending::<()>()));
     }
 };
+
+/// What this worker says of itself in the workers table.
+fn announcement(shared: &Shared) -> crate::insight::WorkerUp {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned());
+    crate::insight::WorkerUp {
+        host,
+        pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
+        queues: shared
+            .queues
+            .as_ref()
+            .and_then(|q| serde_json::to_string(q).ok()),
+        task_types: serde_json::to_string(&shared.task_types).unwrap_or_else(|_| "[]".into()),
+        concurrency: i32::try_from(shared.config.concurrency).unwrap_or(i32::MAX),
+        heartbeat_ms: shared
+            .config
+            .heartbeat
+            .map_or(0, |h| i64::try_from(h.as_millis()).unwrap_or(i64::MAX)),
+    }
+}
 
 /// Applies sk's migrations (what a worker does at start unless `auto_migrate(false)`).
 ///

@@ -361,3 +361,111 @@ pub(crate) async fn list_jobs(
         .push_bind(limit);
     Ok(query.build_query_as().fetch_all(pool).await?)
 }
+
+/// The jobs whose last run failed since `since`, grouped by error (`Client::error_groups`).
+pub(crate) async fn error_groups(
+    pool: &PgPool,
+    schema: &Schema,
+    since: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<crate::insight::ErrorGroup>> {
+    Ok(sqlx::query_as(&format!(
+        "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
+            min(task_last_processing_attempted_at_ts) AS first_seen,
+            max(task_last_processing_attempted_at_ts) AS last_seen, (array_agg(task_id ORDER BY task_id DESC))[1] AS sample
+         FROM {} WHERE task_status IN (4, 5, 6) AND task_last_processing_attempted_at_ts >= $1
+         GROUP BY task_last_error_type, task_last_error_message
+         ORDER BY jobs DESC, last_seen DESC LIMIT $2",
+        schema.table("task_results_t")
+    ))
+    .bind(since)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// The workers' rows with the jobs each holds (`Client::workers`).
+pub(crate) async fn workers(
+    pool: &PgPool,
+    schema: &Schema,
+    now: DateTime<Utc>,
+) -> Result<Vec<crate::insight::WorkerInfo>> {
+    let rows = sqlx::query_as(&format!("SELECT * FROM {}", schema.table("workers_t")))
+        .fetch_all(pool)
+        .await?;
+    let running = sqlx::query_as(&format!(
+        "SELECT task_locked_by, count(*) FROM {}
+         WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1 GROUP BY task_locked_by",
+        schema.table("tasks_queue_t")
+    ))
+    .bind(now)
+    .fetch_all(pool)
+    .await?;
+    Ok(crate::insight::workers_of(rows, running, now))
+}
+
+/// Announces worker `id` (and forgets workers not seen for a day).
+pub(crate) async fn worker_up(
+    pool: &PgPool,
+    schema: &Schema,
+    id: &str,
+    up: &crate::insight::WorkerUp,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let table = schema.table("workers_t");
+    sqlx::query(&format!(
+        "INSERT INTO {table} (worker_id, worker_host, worker_pid, worker_queues, worker_task_types,
+            worker_concurrency, worker_heartbeat_ms, worker_started_at_ts, worker_seen_at_ts)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+         ON CONFLICT (worker_id) DO UPDATE SET worker_host = EXCLUDED.worker_host, worker_pid = EXCLUDED.worker_pid,
+                worker_queues = EXCLUDED.worker_queues, worker_task_types = EXCLUDED.worker_task_types,
+                worker_concurrency = EXCLUDED.worker_concurrency, worker_heartbeat_ms = EXCLUDED.worker_heartbeat_ms,
+                worker_started_at_ts = EXCLUDED.worker_started_at_ts, worker_seen_at_ts = EXCLUDED.worker_seen_at_ts"
+    ))
+    .bind(id)
+    .bind(&up.host)
+    .bind(up.pid)
+    .bind(&up.queues)
+    .bind(&up.task_types)
+    .bind(up.concurrency)
+    .bind(up.heartbeat_ms)
+    .bind(now)
+    .bind(now)
+    .execute(pool)
+    .await?;
+    sqlx::query(&format!("DELETE FROM {table} WHERE worker_seen_at_ts < $1"))
+        .bind(now - chrono::Duration::days(1))
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Stamps worker `id`'s row.
+pub(crate) async fn worker_seen(
+    pool: &PgPool,
+    schema: &Schema,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    sqlx::query(&format!(
+        "UPDATE {} SET worker_seen_at_ts = $1 WHERE worker_id = $2",
+        schema.table("workers_t")
+    ))
+    .bind(now)
+    .bind(id)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Removes worker `id`'s row.
+pub(crate) async fn worker_down(pool: &PgPool, schema: &Schema, id: &str) -> Result<()> {
+    sqlx::query(&format!(
+        "DELETE FROM {} WHERE worker_id = $1",
+        schema.table("workers_t")
+    ))
+    .bind(id)
+    .execute(pool)
+    .await?;
+    Ok(())
+}

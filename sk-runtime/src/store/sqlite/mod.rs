@@ -15,7 +15,8 @@
 mod control;
 
 pub(crate) use control::{
-    cancel, count_by, find_ids, list_jobs, post, queue_states, reschedule, retry, set_paused,
+    cancel, count_by, error_groups, find_ids, list_jobs, post, queue_states, reschedule, retry,
+    set_paused, workers,
 };
 
 use std::collections::HashMap;
@@ -688,6 +689,25 @@ impl SqliteStore {
     /// The queues an operator paused.
     pub(crate) async fn paused_queues(&self) -> Result<Vec<String>> {
         control::paused_queues(&self.pool, &self.schema).await
+    }
+
+    /// Announces this worker.
+    pub(crate) async fn worker_up(
+        &self,
+        up: &crate::insight::WorkerUp,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        control::worker_up(&self.pool, &self.schema, &self.worker_id, up, now).await
+    }
+
+    /// Stamps this worker's row.
+    pub(crate) async fn worker_seen(&self, now: DateTime<Utc>) -> Result<()> {
+        control::worker_seen(&self.pool, &self.schema, &self.worker_id, now).await
+    }
+
+    /// Removes this worker's row.
+    pub(crate) async fn worker_down(&self) -> Result<()> {
+        control::worker_down(&self.pool, &self.schema, &self.worker_id).await
     }
 
     fn sql(&self) -> &Statements {
