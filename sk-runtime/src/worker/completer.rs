@@ -190,9 +190,10 @@ pub(crate) fn jittered(delay: Duration, jitter: f64) -> Duration {
     if jitter <= 0.0 || delay.is_zero() {
         return delay;
     }
-    // 53 random bits from a v4 UUID (the OS's generator), as a fraction in [0, 1).
-    let bits = (uuid::Uuid::new_v4().as_u128() >> 75) as u64;
-    let unit = bits as f64 / (1u64 << 53) as f64;
+    // The first 48 bits of a v4 UUID (the OS's generator; its version bits come after
+    // them), as a fraction in [0, 1).
+    let bits = (uuid::Uuid::new_v4().as_u128() >> 80) as u64;
+    let unit = bits as f64 / (1u64 << 48) as f64;
     delay.mul_f64((1.0 + jitter * (2.0 * unit - 1.0)).max(0.0))
 }
 
