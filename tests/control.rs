@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::Utc;
 use sk_runtime::{
     job, AttemptOutcome, CancelOutcome, Client, CountBy, Data, Error, GroupCounts, Job, JobContext,
-    JobError, JobFilter, JobStatus, ManualClock, RescheduleOutcome, RetryOutcome, StopReason,
+    JobError, JobFilter, JobStatus, ManualClock, Per, RescheduleOutcome, RetryOutcome, StopReason,
 };
 use sk_tests::{each_backend, recv, wait_until, Db, RunningWorker, TestBackend};
 use uuid::Uuid;
@@ -650,6 +650,46 @@ each_backend! {
         client.cancel(waiting).await.unwrap();
         w.stop().await;
         assert!(client.workers().await.unwrap().is_empty(), "a graceful stop removes the row");
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn throughput_counts_runs_per_minute_and_hour(db) {
+        let client = client(&db);
+        let since = Utc::now() - chrono::Duration::minutes(2);
+        let mut ids = Vec::new();
+        for i in 0..10 {
+            ids.push(AddUp::new(vec![i, 1]).enqueue(&db.pool).await.unwrap());
+        }
+        for _ in 0..2 {
+            ids.push(AlwaysFails::new().with_max_attempts(1).enqueue(&db.pool).await.unwrap());
+        }
+        let (probe, _rx) = probe();
+        let w = RunningWorker::start(
+            worker(&db, &[AddUp::TASK_TYPE, AlwaysFails::TASK_TYPE]).data(probe),
+        );
+        for id in &ids {
+            client.wait(*id, T).await.unwrap();
+        }
+        // A graceful stop writes what the heartbeats had not yet.
+        w.stop().await;
+        let totals = |rows: &[sk_runtime::Throughput], task_type: &str| -> (i64, i64) {
+            rows.iter()
+                .filter(|t| t.task_type == task_type)
+                .fold((0, 0), |(p, f), t| (p + t.processed, f + t.failed))
+        };
+        for per in [Per::Minute, Per::Hour] {
+            let rows = client.throughput(since, per, None).await.unwrap();
+            assert_eq!(totals(&rows, AddUp::TASK_TYPE), (10, 0), "{per:?}: {rows:?}");
+            assert_eq!(totals(&rows, AlwaysFails::TASK_TYPE), (0, 2), "{per:?}: {rows:?}");
+            assert!(rows.iter().all(|t| t.mean_ms >= 0.0 && t.p95_ms >= 0.0));
+            assert!(rows.windows(2).all(|w| w[0].at <= w[1].at), "oldest first");
+        }
+        let only = client.throughput(since, Per::Hour, Some(AddUp::TASK_TYPE)).await.unwrap();
+        assert!(!only.is_empty() && only.iter().all(|t| t.task_type == AddUp::TASK_TYPE));
+        let later = Utc::now() + chrono::Duration::hours(1);
+        assert!(client.throughput(later, Per::Minute, None).await.unwrap().is_empty());
         db.drop().await;
     }
 }

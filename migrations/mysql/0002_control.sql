@@ -28,3 +28,15 @@ CREATE TABLE IF NOT EXISTS __PREFIX__workers_t (
     worker_started_at_ts DATETIME(6) NOT NULL,
     worker_seen_at_ts DATETIME(6) NOT NULL
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
+
+-- Throughput: each worker's runs per minute and task type, with a run-time histogram.
+CREATE TABLE IF NOT EXISTS __PREFIX__job_stats_t (
+    stat_minute_ts DATETIME(6) NOT NULL,
+    task_type VARCHAR(255) COLLATE utf8mb4_bin NOT NULL,
+    stat_owner VARCHAR(255) NOT NULL,
+    stat_processed BIGINT NOT NULL,
+    stat_failed BIGINT NOT NULL,
+    stat_run_ms BIGINT NOT NULL,
+    stat_histogram LONGTEXT NOT NULL,
+    PRIMARY KEY (stat_minute_ts, task_type, stat_owner)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

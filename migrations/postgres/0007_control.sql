@@ -43,3 +43,17 @@ CREATE TABLE __SCHEMA__.__PREFIX__workers_t (
     worker_started_at_ts timestamptz NOT NULL,
     worker_seen_at_ts timestamptz NOT NULL
 );
+
+-- Throughput (`Client::throughput`): each worker's runs per minute and task type, written
+-- from its memory at every heartbeat (absolute values for the minute, so a write repeats
+-- safely), with a histogram of run times (JSON: bucket -> runs) for percentiles.
+CREATE TABLE __SCHEMA__.__PREFIX__job_stats_t (
+    stat_minute_ts timestamptz NOT NULL,
+    task_type varchar(255) NOT NULL,
+    stat_owner varchar(255) NOT NULL,
+    stat_processed bigint NOT NULL,
+    stat_failed bigint NOT NULL,
+    stat_run_ms bigint NOT NULL,
+    stat_histogram text NOT NULL,
+    PRIMARY KEY (stat_minute_ts, task_type, stat_owner)
+);

@@ -37,3 +37,15 @@ CREATE TABLE __PREFIX__workers_t (
     worker_started_at_ts TEXT NOT NULL,
     worker_seen_at_ts TEXT NOT NULL
 );
+
+-- Throughput: each worker's runs per minute and task type, with a run-time histogram.
+CREATE TABLE __PREFIX__job_stats_t (
+    stat_minute_ts TEXT NOT NULL,
+    task_type TEXT NOT NULL,
+    stat_owner TEXT NOT NULL,
+    stat_processed INTEGER NOT NULL,
+    stat_failed INTEGER NOT NULL,
+    stat_run_ms INTEGER NOT NULL,
+    stat_histogram TEXT NOT NULL,
+    PRIMARY KEY (stat_minute_ts, task_type, stat_owner)
+);

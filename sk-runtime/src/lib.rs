@@ -62,7 +62,9 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use control::{CancelOutcome, Client, JobFilter, QueueState, RescheduleOutcome, RetryOutcome};
 pub use error::{Error, JobError, Result};
 pub use info::{Attempt, AttemptOutcome, JobRecord, JobStatus, QueueCounts, QueueInfo, QueuedJob};
-pub use insight::{CountBy, ErrorGroup, GroupCounts, JobPage, JobSummary, WorkerInfo, MAX_PAGE};
+pub use insight::{
+    CountBy, ErrorGroup, GroupCounts, JobPage, JobSummary, Per, Throughput, WorkerInfo, MAX_PAGE,
+};
 pub use job::{Data, Job, JobContext, JobOptions, StopReason, DEFAULT_MAX_ATTEMPTS};
 pub use retry::Backoff;
 pub use schedule::{StoredSchedule, StoredSchedules};

@@ -508,6 +508,12 @@ pool_delegate! {
         limit: i64,
     ) -> Result<Vec<crate::insight::ErrorGroup>>;
     fn workers(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<crate::insight::WorkerInfo>>;
+    fn job_stats(
+        &self,
+        schema: &Schema,
+        since: DateTime<Utc>,
+        task_type: Option<&str>,
+    ) -> Result<Vec<crate::insight::StatRow>>;
 }
 
 /// Queue states from live counts per queue (available, scheduled, running) and the
@@ -828,6 +834,11 @@ delegate! {
     fn worker_seen(&self, now: DateTime<Utc>) -> Result<()>;
     /// Removes this worker's row (a graceful stop).
     fn worker_down(&self) -> Result<()>;
+    /// Writes this worker's run counts per minute and task type.
+    fn write_job_stats(
+        &self,
+        buckets: &[(DateTime<Utc>, String, crate::insight::StatBucket)],
+    ) -> Result<()>;
     /// Creates the results partitions ahead; their names.
     fn ensure_partitions(&self, now: DateTime<Utc>, span: std::time::Duration) -> Result<Vec<String>>;
     /// Retires the results past the retention (`within`: by rows inside a partition too,

@@ -46,6 +46,8 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     let mut failures = Vec::new();
     let mut give_back = Vec::new();
     let mut snoozed = Vec::new();
+    // (id, task type, millis) of each run, for the statistics of those recorded.
+    let mut runs = std::collections::HashMap::new();
     let mut slots = Vec::with_capacity(batch.len());
     for completion in batch {
         match completion {
@@ -58,6 +60,7 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 ..
             } => {
                 slots.push(slot);
+                runs.insert(lease, (registration.task_type, millis));
                 tracing::debug!(id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, millis, "sk: job succeeded");
                 successes.push(Success {
                     lease,
@@ -89,6 +92,7 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 slot,
             } => {
                 slots.push(slot);
+                runs.insert(lease, (registration.task_type, millis));
                 failures.push(failure(
                     (lease, max_attempts),
                     registration,
@@ -110,6 +114,11 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         })
         .await
         {
+            for s in successes.iter().filter(|s| done.contains(&s.lease.id)) {
+                if let Some((task_type, millis)) = runs.get(&s.lease) {
+                    shared.count_run(task_type, true, *millis);
+                }
+            }
             let fenced = successes.len() - done.len();
             Metrics::add(&shared.metrics.succeeded, done.len() as u64);
             if fenced > 0 {
@@ -127,6 +136,8 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
             if !held {
                 Metrics::add(&shared.metrics.fenced, 1);
                 refused(shared, &f.lease, "failure");
+            } else if let Some((task_type, millis)) = runs.get(&f.lease) {
+                shared.count_run(task_type, false, *millis);
             } else if f.retry_at.is_some() {
                 Metrics::add(&shared.metrics.retried, 1);
             } else {

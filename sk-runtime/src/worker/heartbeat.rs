@@ -21,6 +21,7 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         if let Err(e) = shared.store.worker_seen(shared.now()).await {
             tracing::debug!("sk: cannot stamp this worker's row: {e}");
         }
+        shared.flush_job_stats().await;
         let leases: Vec<Lease> = shared.running().keys().copied().collect();
         if leases.is_empty() {
             continue;

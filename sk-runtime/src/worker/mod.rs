@@ -414,6 +414,7 @@ impl WorkerBuilder {
                 queues,
                 queue_limits,
                 paused: std::sync::RwLock::default(),
+                job_stats: Mutex::default(),
                 pauses_stale: AtomicBool::new(false),
                 tenants: self.tenants,
                 data: Arc::new(self.data),
@@ -450,6 +451,9 @@ pub(crate) struct Shared {
     pub(crate) slots: Arc<Semaphore>,
     /// The queues an operator paused, as last read (`producer::Pauses`).
     pub(crate) paused: std::sync::RwLock<Vec<String>>,
+    /// This worker's runs per minute and task type, until written (`flush_job_stats`).
+    pub(crate) job_stats:
+        Mutex<HashMap<(chrono::DateTime<chrono::Utc>, &'static str), crate::insight::StatBucket>>,
     /// Set when PostgreSQL says another process paused or resumed a queue.
     pub(crate) pauses_stale: AtomicBool,
     /// Queues with a concurrency of their own in this worker (`WorkerBuilder::queue`).
@@ -524,6 +528,64 @@ impl Shared {
         self.running()
             .get(lease)
             .and_then(|entry| entry.stop.get().copied())
+    }
+
+    /// Counts a finished run in this minute's statistics.
+    pub(crate) fn count_run(&self, task_type: &'static str, ok: bool, millis: i64) {
+        use chrono::DurationRound;
+        let now = self.now();
+        let minute = now
+            .duration_trunc(chrono::TimeDelta::minutes(1))
+            .unwrap_or(now);
+        self.job_stats
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry((minute, task_type))
+            .or_default()
+            .add(ok, millis);
+    }
+
+    /// Writes the run statistics (`Client::throughput`); minutes before this one are
+    /// final once written and leave memory.
+    pub(crate) async fn flush_job_stats(&self) {
+        use chrono::DurationRound;
+        let buckets: Vec<_> = {
+            let stats = self
+                .job_stats
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            stats
+                .iter()
+                .map(|((minute, task_type), b)| (*minute, (*task_type).to_owned(), b.clone()))
+                .collect()
+        };
+        if buckets.is_empty() {
+            return;
+        }
+        match self.store.write_job_stats(&buckets).await {
+            Ok(()) => {
+                let now = self.now();
+                let current = now
+                    .duration_trunc(chrono::TimeDelta::minutes(1))
+                    .unwrap_or(now);
+                let mut stats = self
+                    .job_stats
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                for (minute, task_type, written) in buckets {
+                    let key = (minute, task_type.as_str());
+                    // Done with a minute once it is past and nothing came in since.
+                    if minute < current
+                        && stats
+                            .iter()
+                            .any(|(k, b)| (k.0, k.1) == key && *b == written)
+                    {
+                        stats.retain(|k, _| (k.0, k.1) != key);
+                    }
+                }
+            }
+            Err(e) => tracing::debug!("sk: cannot write run statistics yet: {e}"),
+        }
     }
 
     /// Sleeps for `d` unless the worker is stopping; returns false when stopping.
@@ -725,6 +787,7 @@ impl Worker {
         background.cancel();
         let _ = tokio::join!(heartbeat, listener, scheduler, maintenance);
         crate::maintenance::write_metrics(&shared, shared.now()).await;
+        shared.flush_job_stats().await;
         if let Err(e) = shared.store.worker_down().await {
             tracing::warn!("sk: cannot remove this worker from the workers table: {e}");
         }

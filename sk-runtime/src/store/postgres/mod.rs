@@ -8,8 +8,8 @@ mod control;
 pub(crate) mod partitions;
 
 pub(crate) use control::{
-    cancel, count_by, error_groups, find_ids, list_jobs, post, queue_states, reschedule, retry,
-    set_paused, workers,
+    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, queue_states, reschedule,
+    retry, set_paused, workers,
 };
 
 use sqlx::pool::PoolConnection;
@@ -1000,6 +1000,14 @@ impl PgStore {
     /// Removes this worker's row.
     pub(crate) async fn worker_down(&self) -> Result<()> {
         control::worker_down(&self.pool, &self.schema, &self.worker_id).await
+    }
+
+    /// Writes this worker's run counts per minute and task type.
+    pub(crate) async fn write_job_stats(
+        &self,
+        buckets: &[(DateTime<Utc>, String, crate::insight::StatBucket)],
+    ) -> Result<()> {
+        control::write_job_stats(&self.pool, &self.schema, &self.worker_id, buckets).await
     }
 
     /// Where the pool connects, for messages.

@@ -523,3 +523,58 @@ pub(crate) async fn worker_down(pool: &SqlitePool, schema: &Schema, id: &str) ->
     .await?;
     Ok(())
 }
+
+/// The stored run counts per minute since `since` (`Client::throughput`).
+pub(crate) async fn job_stats(
+    pool: &SqlitePool,
+    schema: &Schema,
+    since: DateTime<Utc>,
+    task_type: Option<&str>,
+) -> Result<Vec<crate::insight::StatRow>> {
+    let filter = if task_type.is_some() {
+        " AND task_type = $2"
+    } else {
+        ""
+    };
+    let sql = format!(
+        "SELECT stat_minute_ts, task_type, stat_processed, stat_failed, stat_run_ms, stat_histogram
+         FROM {} WHERE stat_minute_ts >= $1{filter} ORDER BY stat_minute_ts",
+        schema.flat_table("job_stats_t")
+    );
+    let query = sqlx::query_as(&sql).bind(ts(since));
+    let query = match task_type {
+        Some(t) => query.bind(t),
+        None => query,
+    };
+    Ok(query.fetch_all(pool).await?)
+}
+
+/// Writes worker `owner`'s run counts per minute and task type (absolute values).
+pub(crate) async fn write_job_stats(
+    pool: &SqlitePool,
+    schema: &Schema,
+    owner: &str,
+    buckets: &[(DateTime<Utc>, String, crate::insight::StatBucket)],
+) -> Result<()> {
+    let sql = format!(
+        "INSERT INTO {} (stat_minute_ts, task_type, stat_owner, stat_processed, stat_failed, stat_run_ms,
+            stat_histogram) VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (stat_minute_ts, task_type, stat_owner) DO UPDATE SET stat_processed = excluded.stat_processed, stat_failed = excluded.stat_failed, stat_run_ms = excluded.stat_run_ms, stat_histogram = excluded.stat_histogram",
+        schema.flat_table("job_stats_t")
+    );
+    let mut tx = pool.begin().await?;
+    for (minute, task_type, bucket) in buckets {
+        sqlx::query(&sql)
+            .bind(ts(*minute))
+            .bind(task_type)
+            .bind(owner)
+            .bind(bucket.processed)
+            .bind(bucket.failed)
+            .bind(bucket.run_ms)
+            .bind(bucket.histogram_json())
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}

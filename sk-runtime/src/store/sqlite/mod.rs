@@ -15,8 +15,8 @@
 mod control;
 
 pub(crate) use control::{
-    cancel, count_by, error_groups, find_ids, list_jobs, post, queue_states, reschedule, retry,
-    set_paused, workers,
+    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, queue_states, reschedule,
+    retry, set_paused, workers,
 };
 
 use std::collections::HashMap;
@@ -708,6 +708,14 @@ impl SqliteStore {
     /// Removes this worker's row.
     pub(crate) async fn worker_down(&self) -> Result<()> {
         control::worker_down(&self.pool, &self.schema, &self.worker_id).await
+    }
+
+    /// Writes this worker's run counts per minute and task type.
+    pub(crate) async fn write_job_stats(
+        &self,
+        buckets: &[(DateTime<Utc>, String, crate::insight::StatBucket)],
+    ) -> Result<()> {
+        control::write_job_stats(&self.pool, &self.schema, &self.worker_id, buckets).await
     }
 
     fn sql(&self) -> &Statements {
