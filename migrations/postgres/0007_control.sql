@@ -26,7 +26,7 @@ CREATE INDEX __PREFIX__task_results_ended_type_idx
     ON __SCHEMA__.__PREFIX__task_results_t (task_type, task_status) WHERE task_status IN (6, 7);
 CREATE INDEX __PREFIX__task_results_ended_tenant_idx
     ON __SCHEMA__.__PREFIX__task_results_t (task_tenant, task_status)
-    WHERE task_status IN (6, 7) AND task_tenant IS NOT NULL;
+    WHERE task_status IN (6, 7);
 
 -- Live workers (`Client::workers`): each worker's row is written at start, stamped by
 -- every heartbeat and removed by a graceful stop; a crashed worker's row stays, stale,

@@ -23,7 +23,7 @@ CREATE INDEX __PREFIX__task_results_ended_type_idx
     ON __PREFIX__task_results_t (task_type, task_status) WHERE task_status IN (6, 7);
 CREATE INDEX __PREFIX__task_results_ended_tenant_idx
     ON __PREFIX__task_results_t (task_tenant, task_status)
-    WHERE task_status IN (6, 7) AND task_tenant IS NOT NULL;
+    WHERE task_status IN (6, 7);
 
 -- Live workers: written at start, stamped by every heartbeat, removed by a graceful stop.
 CREATE TABLE __PREFIX__workers_t (
