@@ -1088,6 +1088,7 @@ async fn a_custom_schema_and_a_queue_filter() {
     assert_eq!(
         tables,
         [
+            "app_job_stats_t",
             "app_metrics_t",
             "app_queues_t",
             "app_schedules_t",
@@ -1143,6 +1144,7 @@ async fn sqlite_schemas_are_name_prefixes_and_an_archive_is_refused() {
     assert_eq!(
         tables,
         [
+            "jobs_app_job_stats_t",
             "jobs_app_metrics_t",
             "jobs_app_queues_t",
             "jobs_app_schedules_t",
