@@ -826,19 +826,6 @@ delegate! {
     fn stored_schedules(&self) -> Result<Vec<ScheduleRow>>;
     /// Brings the schema to this build's version.
     fn migrate(&self) -> Result<()>;
-    /// The queues an operator paused.
-    fn paused_queues(&self) -> Result<Vec<String>>;
-    /// Announces this worker (`Client::workers`).
-    fn worker_up(&self, up: &crate::insight::WorkerUp, now: DateTime<Utc>) -> Result<()>;
-    /// Stamps this worker's row.
-    fn worker_seen(&self, now: DateTime<Utc>) -> Result<()>;
-    /// Removes this worker's row (a graceful stop).
-    fn worker_down(&self) -> Result<()>;
-    /// Writes this worker's run counts per minute and task type.
-    fn write_job_stats(
-        &self,
-        buckets: &[(DateTime<Utc>, String, crate::insight::StatBucket)],
-    ) -> Result<()>;
     /// Creates the results partitions ahead; their names.
     fn ensure_partitions(&self, now: DateTime<Utc>, span: std::time::Duration) -> Result<Vec<String>>;
     /// Retires the results past the retention (`within`: by rows inside a partition too,
@@ -858,6 +845,45 @@ delegate! {
     fn write_metrics(&self, metrics: &[(&str, i64)], now: DateTime<Utc>) -> Result<()>;
     /// One connection attempt outside the pool, saying why it failed.
     fn probe(&self) -> std::result::Result<(), ProbeFailure>;
+}
+
+/// Defines `Store`'s methods as calls of the backend module's free functions of the same
+/// name, with the store's pool and schema, then the store fields in brackets (the
+/// worker's id), then the arguments.
+macro_rules! delegate_with_pool {
+    ($( $(#[$meta:meta])* fn $name:ident(&self [$($field:ident),*] $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty; )*) => {
+        impl Store {
+            $(
+                $(#[$meta])*
+                pub(crate) async fn $name(&self $(, $arg: $ty)*) -> $ret {
+                    match self {
+                        #[cfg(feature = "postgres")]
+                        Store::Postgres(s) => postgres::$name(&s.pool, &s.schema $(, &s.$field)* $(, $arg)*).await,
+                        #[cfg(feature = "sqlite")]
+                        Store::Sqlite(s) => sqlite::$name(&s.pool, &s.schema $(, &s.$field)* $(, $arg)*).await,
+                        #[cfg(feature = "mysql")]
+                        Store::MySql(s) => mysql::$name(&s.pool, &s.schema $(, &s.$field)* $(, $arg)*).await,
+                    }
+                }
+            )*
+        }
+    };
+}
+
+delegate_with_pool! {
+    /// The queues an operator paused.
+    fn paused_queues(&self []) -> Result<Vec<String>>;
+    /// Announces this worker (`Client::workers`).
+    fn worker_up(&self [worker_id], up: &crate::insight::WorkerUp, now: DateTime<Utc>) -> Result<()>;
+    /// Stamps this worker's row.
+    fn worker_seen(&self [worker_id], now: DateTime<Utc>) -> Result<()>;
+    /// Removes this worker's row (a graceful stop).
+    fn worker_down(&self [worker_id]) -> Result<()>;
+    /// Writes this worker's run counts per minute and task type.
+    fn write_job_stats(
+        &self [worker_id],
+        buckets: &[(DateTime<Utc>, String, crate::insight::StatBucket)],
+    ) -> Result<()>;
 }
 
 impl Store {

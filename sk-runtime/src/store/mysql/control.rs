@@ -117,16 +117,7 @@ async fn cancel_once(
             .and_then(|s| s.as_str())
             .and_then(|s| s.parse::<DateTime<Utc>>().ok())
             .or(live.task_claimed_at_ts);
-        let recorded: Option<String> =
-            sqlx::query_scalar(&format!("SELECT task_errors FROM {r} WHERE task_id = ?"))
-                .bind(live.task_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        let mut all: Vec<serde_json::Value> = recorded
-            .as_deref()
-            .and_then(|e| serde_json::from_str(e).ok())
-            .unwrap_or_default();
-        all.extend(attempts);
+        let all = super::errors_with(&mut tx, schema, live.task_id, attempts).await?;
         sqlx::query(&format!(
             "INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
                 task_tenant, task_correlation_id, task_metadata, task_status, task_error_count,
@@ -165,7 +156,7 @@ async fn cancel_once(
         .bind(&live.task_payload)
         .bind(live.task_max_attempts)
         .bind(live.task_timeout_ms)
-        .bind(serde_json::Value::Array(all).to_string())
+        .bind(all)
         .bind(&live.task_locked_by)
         .bind(&live.task_unique_key)
         .bind(live.task_unique_mode)

@@ -14,8 +14,9 @@ mod control;
 mod partitions;
 
 pub(crate) use control::{
-    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, queue_states, reschedule,
-    retry, set_paused, workers,
+    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, paused_queues, post,
+    queue_states, reschedule, retry, set_paused, worker_down, worker_seen, worker_up, workers,
+    write_job_stats,
 };
 
 use std::collections::HashMap;
@@ -683,10 +684,9 @@ impl Row {
             .or(self.task_claimed_at_ts)
     }
 
-    /// Whether its outcome needs more than the set-based path: lost attempts to record,
-    /// or a job to post after it.
-    fn rare(&self) -> bool {
-        self.task_lost_attempts.is_some() || self.task_rerun || self.task_every_ms.is_some()
+    /// Whether a job is posted after its outcome: a restart, or a periodic job's next run.
+    fn posts_again(&self) -> bool {
+        self.task_rerun || self.task_every_ms.is_some()
     }
 }
 
@@ -728,6 +728,28 @@ macro_rules! retrying {
     }};
 }
 
+/// The failed attempts recorded for `id` followed by `more`, as a JSON array.
+async fn errors_with(
+    tx: &mut MySqlConnection,
+    schema: &Schema,
+    id: Uuid,
+    more: Vec<serde_json::Value>,
+) -> Result<String> {
+    let recorded: Option<String> = sqlx::query_scalar(&format!(
+        "SELECT task_errors FROM {} WHERE task_id = ?",
+        schema.mysql.results
+    ))
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let mut all: Vec<serde_json::Value> = recorded
+        .as_deref()
+        .and_then(|r| serde_json::from_str(r).ok())
+        .unwrap_or_default();
+    all.extend(more);
+    Ok(serde_json::Value::Array(all).to_string())
+}
+
 /// The worker's view of the store on MySQL.
 #[derive(Clone)]
 pub(crate) struct MySqlStore {
@@ -763,38 +785,6 @@ fn push_leases(query: &mut QueryBuilder<'_, MySql>, leases: &[Lease]) {
 }
 
 impl MySqlStore {
-    /// The queues an operator paused.
-    pub(crate) async fn paused_queues(&self) -> Result<Vec<String>> {
-        control::paused_queues(&self.pool, &self.schema).await
-    }
-
-    /// Announces this worker.
-    pub(crate) async fn worker_up(
-        &self,
-        up: &crate::insight::WorkerUp,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        control::worker_up(&self.pool, &self.schema, &self.worker_id, up, now).await
-    }
-
-    /// Stamps this worker's row.
-    pub(crate) async fn worker_seen(&self, now: DateTime<Utc>) -> Result<()> {
-        control::worker_seen(&self.pool, &self.schema, &self.worker_id, now).await
-    }
-
-    /// Removes this worker's row.
-    pub(crate) async fn worker_down(&self) -> Result<()> {
-        control::worker_down(&self.pool, &self.schema, &self.worker_id).await
-    }
-
-    /// Writes this worker's run counts per minute and task type.
-    pub(crate) async fn write_job_stats(
-        &self,
-        buckets: &[(DateTime<Utc>, String, crate::insight::StatBucket)],
-    ) -> Result<()> {
-        control::write_job_stats(&self.pool, &self.schema, &self.worker_id, buckets).await
-    }
-
     fn sql(&self) -> &Statements {
         &self.schema.mysql
     }
@@ -1007,28 +997,6 @@ impl MySqlStore {
         Ok(true)
     }
 
-    /// The failed attempts recorded for `id` followed by `more`, as a JSON array.
-    async fn errors_with(
-        &self,
-        tx: &mut MySqlConnection,
-        id: Uuid,
-        more: Vec<serde_json::Value>,
-    ) -> Result<String> {
-        let recorded: Option<String> = sqlx::query_scalar(&format!(
-            "SELECT task_errors FROM {} WHERE task_id = ?",
-            self.sql().results
-        ))
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let mut all: Vec<serde_json::Value> = recorded
-            .as_deref()
-            .and_then(|r| serde_json::from_str(r).ok())
-            .unwrap_or_default();
-        all.extend(more);
-        Ok(serde_json::Value::Array(all).to_string())
-    }
-
     async fn write_stats(
         &self,
         tx: &mut MySqlConnection,
@@ -1098,7 +1066,10 @@ impl MySqlStore {
                 return Ok((Vec::new(), false));
             }
             self.delete(&mut tx, &rows).await?;
-            let (rare, common): (Vec<&Row>, Vec<&Row>) = rows.iter().partition(|r| r.rare());
+            // Rows with lost attempts need their whole list of failed attempts written;
+            // the rest go in one statement.
+            let (lost, common): (Vec<&Row>, Vec<&Row>) =
+                rows.iter().partition(|r| r.task_lost_attempts.is_some());
             let mut stats = Stats::default();
             if !common.is_empty() {
                 let mut query = QueryBuilder::<MySql>::new(&self.sql().success);
@@ -1125,57 +1096,36 @@ impl MySqlStore {
                 query.push(format!(" ON DUPLICATE KEY UPDATE {SUCCESS_UPDATE}"));
                 query.build().execute(&mut *tx).await?;
             }
-            let mut posted = false;
-            for row in rare {
+            for row in lost {
                 let s = by_id[&row.task_id];
                 let lost = row.lost();
-                if !lost.is_empty() {
-                    let first = row.first_started(&lost);
-                    let lost_count = lost.len() as i64;
-                    let errors = self.errors_with(&mut tx, row.task_id, lost).await?;
-                    sqlx::query(&self.sql().success_again)
-                        .bind(row.task_id)
-                        .bind(&row.task_type)
-                        .bind(&row.task_source)
-                        .bind(&row.task_queue)
-                        .bind(row.task_priority)
-                        .bind(row.task_posted_at_ts)
-                        .bind(&row.task_tenant)
-                        .bind(&row.task_correlation_id)
-                        .bind(&row.task_metadata)
-                        .bind(s.millis)
-                        .bind(now)
-                        .bind(&self.worker_id)
-                        .bind(s.output.as_deref())
-                        .bind(first)
-                        .bind(row.task_claimed_at_ts)
-                        .bind(lost_count)
-                        .bind(errors)
-                        .execute(&mut *tx)
-                        .await?;
-                } else {
-                    let mut query = QueryBuilder::<MySql>::new(&self.sql().success);
-                    query.push(" VALUES (");
-                    let mut v = query.separated(", ");
-                    v.push_bind(row.task_id)
-                        .push_bind(&row.task_type)
-                        .push_bind(&row.task_source)
-                        .push_bind(&row.task_queue)
-                        .push_bind(row.task_priority)
-                        .push_bind(row.task_posted_at_ts)
-                        .push_bind(&row.task_tenant)
-                        .push_bind(&row.task_correlation_id)
-                        .push_bind(&row.task_metadata)
-                        .push("3")
-                        .push_bind(s.millis)
-                        .push_bind(now)
-                        .push_bind(&self.worker_id)
-                        .push_bind(s.output.as_deref())
-                        .push_bind(row.task_claimed_at_ts)
-                        .push_bind(row.task_claimed_at_ts);
-                    query.push(format!(") ON DUPLICATE KEY UPDATE {SUCCESS_UPDATE}"));
-                    query.build().execute(&mut *tx).await?;
-                }
+                let first = row.first_started(&lost);
+                let lost_count = lost.len() as i64;
+                let errors = errors_with(&mut tx, &self.schema, row.task_id, lost).await?;
+                sqlx::query(&self.sql().success_again)
+                    .bind(row.task_id)
+                    .bind(&row.task_type)
+                    .bind(&row.task_source)
+                    .bind(&row.task_queue)
+                    .bind(row.task_priority)
+                    .bind(row.task_posted_at_ts)
+                    .bind(&row.task_tenant)
+                    .bind(&row.task_correlation_id)
+                    .bind(&row.task_metadata)
+                    .bind(s.millis)
+                    .bind(now)
+                    .bind(&self.worker_id)
+                    .bind(s.output.as_deref())
+                    .bind(first)
+                    .bind(row.task_claimed_at_ts)
+                    .bind(lost_count)
+                    .bind(errors)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            // Restarts and periodic jobs' next runs.
+            let mut posted = false;
+            for row in rows.iter().filter(|r| r.posts_again()) {
                 posted |= self.again(&mut tx, row, now).await?;
             }
             for row in &rows {
@@ -1230,7 +1180,7 @@ impl MySqlStore {
                 "detail": f.detail,
                 "recoverable": f.recoverable,
             }));
-            let errors = self.errors_with(&mut tx, row.task_id, attempts).await?;
+            let errors = errors_with(&mut tx, &self.schema, row.task_id, attempts).await?;
             sqlx::query(&self.sql().failure)
                 .bind(row.task_id)
                 .bind(&row.task_type)

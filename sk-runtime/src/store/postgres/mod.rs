@@ -8,8 +8,9 @@ mod control;
 pub(crate) mod partitions;
 
 pub(crate) use control::{
-    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, queue_states, reschedule,
-    retry, set_paused, workers,
+    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, paused_queues, post,
+    queue_states, reschedule, retry, set_paused, worker_down, worker_seen, worker_up, workers,
+    write_job_stats,
 };
 
 use sqlx::pool::PoolConnection;
@@ -978,38 +979,6 @@ fn address(options: &PgConnectOptions) -> String {
 }
 
 impl PgStore {
-    /// The queues an operator paused.
-    pub(crate) async fn paused_queues(&self) -> Result<Vec<String>> {
-        control::paused_queues(&self.pool, &self.schema).await
-    }
-
-    /// Announces this worker.
-    pub(crate) async fn worker_up(
-        &self,
-        up: &crate::insight::WorkerUp,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        control::worker_up(&self.pool, &self.schema, &self.worker_id, up, now).await
-    }
-
-    /// Stamps this worker's row.
-    pub(crate) async fn worker_seen(&self, now: DateTime<Utc>) -> Result<()> {
-        control::worker_seen(&self.pool, &self.schema, &self.worker_id, now).await
-    }
-
-    /// Removes this worker's row.
-    pub(crate) async fn worker_down(&self) -> Result<()> {
-        control::worker_down(&self.pool, &self.schema, &self.worker_id).await
-    }
-
-    /// Writes this worker's run counts per minute and task type.
-    pub(crate) async fn write_job_stats(
-        &self,
-        buckets: &[(DateTime<Utc>, String, crate::insight::StatBucket)],
-    ) -> Result<()> {
-        control::write_job_stats(&self.pool, &self.schema, &self.worker_id, buckets).await
-    }
-
     /// Where the pool connects, for messages.
     pub(crate) fn address(&self) -> String {
         address(&self.pool.connect_options())

@@ -66,22 +66,13 @@ pub(crate) async fn cancel(
             lease_valid: live.task_locked_until_ts > now_text,
         };
         let (attempts, running, failed) = run.attempts(&now_text);
-        let recorded: Option<String> =
-            sqlx::query_scalar(&format!("SELECT task_errors FROM {r} WHERE task_id = $1"))
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?;
         let first = attempts
             .first()
             .and_then(|a| a.get("started_at"))
             .and_then(|s| s.as_str())
             .map(str::to_owned)
             .or_else(|| live.task_claimed_at_ts.clone());
-        let mut all: Vec<serde_json::Value> = recorded
-            .as_deref()
-            .and_then(|e| serde_json::from_str(e).ok())
-            .unwrap_or_default();
-        all.extend(attempts);
+        let all = super::errors_with(&mut tx, schema, id, attempts).await?;
         sqlx::query(&format!(
             "INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
                 task_tenant, task_correlation_id, task_metadata, task_status, task_error_count,
@@ -120,7 +111,7 @@ pub(crate) async fn cancel(
         .bind(&live.task_payload)
         .bind(live.task_max_attempts)
         .bind(live.task_timeout_ms)
-        .bind(serde_json::Value::Array(all).to_string())
+        .bind(all)
         .bind(&live.task_locked_by)
         .bind(&live.task_unique_key)
         .bind(live.task_unique_mode)

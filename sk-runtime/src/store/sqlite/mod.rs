@@ -15,8 +15,9 @@
 mod control;
 
 pub(crate) use control::{
-    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, queue_states, reschedule,
-    retry, set_paused, workers,
+    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, paused_queues, post,
+    queue_states, reschedule, retry, set_paused, worker_down, worker_seen, worker_up, workers,
+    write_job_stats,
 };
 
 use std::collections::HashMap;
@@ -675,6 +676,28 @@ impl Stats {
     }
 }
 
+/// The failed attempts recorded for `id` followed by `more`, as a JSON array.
+async fn errors_with(
+    tx: &mut SqliteConnection,
+    schema: &Schema,
+    id: Uuid,
+    more: Vec<serde_json::Value>,
+) -> Result<String> {
+    let recorded: Option<String> = sqlx::query_scalar(&format!(
+        "SELECT task_errors FROM {} WHERE task_id = $1",
+        schema.sqlite.results
+    ))
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let mut all: Vec<serde_json::Value> = recorded
+        .as_deref()
+        .and_then(|r| serde_json::from_str(r).ok())
+        .unwrap_or_default();
+    all.extend(more);
+    Ok(serde_json::Value::Array(all).to_string())
+}
+
 /// The worker's view of the store on SQLite.
 #[derive(Clone)]
 pub(crate) struct SqliteStore {
@@ -686,38 +709,6 @@ pub(crate) struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// The queues an operator paused.
-    pub(crate) async fn paused_queues(&self) -> Result<Vec<String>> {
-        control::paused_queues(&self.pool, &self.schema).await
-    }
-
-    /// Announces this worker.
-    pub(crate) async fn worker_up(
-        &self,
-        up: &crate::insight::WorkerUp,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        control::worker_up(&self.pool, &self.schema, &self.worker_id, up, now).await
-    }
-
-    /// Stamps this worker's row.
-    pub(crate) async fn worker_seen(&self, now: DateTime<Utc>) -> Result<()> {
-        control::worker_seen(&self.pool, &self.schema, &self.worker_id, now).await
-    }
-
-    /// Removes this worker's row.
-    pub(crate) async fn worker_down(&self) -> Result<()> {
-        control::worker_down(&self.pool, &self.schema, &self.worker_id).await
-    }
-
-    /// Writes this worker's run counts per minute and task type.
-    pub(crate) async fn write_job_stats(
-        &self,
-        buckets: &[(DateTime<Utc>, String, crate::insight::StatBucket)],
-    ) -> Result<()> {
-        control::write_job_stats(&self.pool, &self.schema, &self.worker_id, buckets).await
-    }
-
     fn sql(&self) -> &Statements {
         &self.schema.sqlite
     }
@@ -841,28 +832,6 @@ impl SqliteStore {
         Ok(true)
     }
 
-    /// The failed attempts recorded for `id` followed by `more`, as a JSON array.
-    async fn errors_with(
-        &self,
-        tx: &mut SqliteConnection,
-        id: Uuid,
-        more: Vec<serde_json::Value>,
-    ) -> Result<String> {
-        let recorded: Option<String> = sqlx::query_scalar(&format!(
-            "SELECT task_errors FROM {} WHERE task_id = $1",
-            self.sql().results
-        ))
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let mut all: Vec<serde_json::Value> = recorded
-            .as_deref()
-            .and_then(|r| serde_json::from_str(r).ok())
-            .unwrap_or_default();
-        all.extend(more);
-        Ok(serde_json::Value::Array(all).to_string())
-    }
-
     async fn write_stats(
         &self,
         tx: &mut SqliteConnection,
@@ -936,7 +905,7 @@ impl SqliteStore {
                 if !lost.is_empty() {
                     let first = row.first_started(&lost);
                     let lost_count = lost.len() as i64;
-                    let errors = self.errors_with(&mut tx, row.task_id, lost).await?;
+                    let errors = errors_with(&mut tx, &self.schema, row.task_id, lost).await?;
                     sqlx::query(&self.sql().success)
                         .bind(row.task_id)
                         .bind(&row.task_type)
@@ -1031,7 +1000,7 @@ impl SqliteStore {
             "detail": f.detail,
             "recoverable": f.recoverable,
         }));
-        let errors = self.errors_with(&mut tx, row.task_id, attempts).await?;
+        let errors = errors_with(&mut tx, &self.schema, row.task_id, attempts).await?;
         let last_run = f.retry_at.is_none();
         sqlx::query(&self.sql().failure)
             .bind(row.task_id)
