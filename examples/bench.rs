@@ -20,6 +20,9 @@
 //!   table with M finished jobs, to show that history does not slow the claim; `raw_burn_down`: the same backlog in the plain
 //!   table, four clients each claiming 100 rows with SKIP LOCKED and deleting them in one
 //!   statement.
+//! - `burn_down_global_limit`: `burn_down` with a concurrency limit across workers on
+//!   the jobs' queue, as high as the worker's concurrency (so it never binds): what each
+//!   claim's row lock and count of running jobs cost; beside `raw_burn_down` too.
 //! - `pickup_latency_p50/p95/p99/max`: with the worker idle, jobs enqueued one at a time at
 //!   random 5-50 ms gaps; from just before `enqueue` to the handler's first line.
 //! - `slow_jobs`: handlers that sleep 100 ms, at concurrency 256.
@@ -38,7 +41,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sk_runtime::{job, Data, Enqueue, Schema, Worker};
+use sk_runtime::{job, Client, Data, Enqueue, Schema, Worker};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
@@ -220,6 +223,16 @@ async fn run() -> Result<(), BoxError> {
         b.measure_pair(
             ("burn_down", "jobs/s", &|b| {
                 Box::pin(b.burn_down(n, c, false))
+            }),
+            ("raw_burn_down", "jobs/s", &|b| Box::pin(b.raw_burn_down(n))),
+        )
+        .await?;
+    }
+    if b.wants("burn_down_global_limit") {
+        let (n, c) = (b.args.jobs, b.args.concurrency);
+        b.measure_pair(
+            ("burn_down_global_limit", "jobs/s", &|b| {
+                Box::pin(b.burn_down_global_limit(n, c))
             }),
             ("raw_burn_down", "jobs/s", &|b| Box::pin(b.raw_burn_down(n))),
         )
@@ -464,6 +477,16 @@ impl Bench {
         let first = done_at.get(7).copied().unwrap_or(n as i64);
         let first_secs = (done_at.len().min(8) as f64) / 4.0;
         Ok(first as f64 / first_secs)
+    }
+
+    async fn burn_down_global_limit(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+        let client = Client::new(self.pool.clone()).schema(self.schema.clone());
+        client
+            .set_global_limit("default", Some(u32::try_from(concurrency)?))
+            .await?;
+        let result = self.burn_down(n, concurrency, false).await;
+        client.set_global_limit("default", None).await?;
+        result
     }
 
     async fn burn_down(&self, n: u64, concurrency: usize, slow: bool) -> Result<f64, BoxError> {

@@ -13,7 +13,7 @@ use sk_runtime::{
     job, AttemptOutcome, CancelOutcome, Client, CountBy, Data, Error, GroupCounts, Job, JobContext,
     JobError, JobFilter, JobStatus, ManualClock, Per, RescheduleOutcome, RetryOutcome, StopReason,
 };
-use sk_tests::{each_backend, recv, wait_until, Db, RunningWorker, TestBackend};
+use sk_tests::{each_backend, recv, wait_until, Db, RunningWorker, TestBackend, TestDb};
 use uuid::Uuid;
 
 use super::{probe, worker, AlwaysFails, Probe, Record, SlowOnce, TakesAWhile, T};
@@ -196,6 +196,57 @@ each_backend! {
     }
 }
 
+/// Fails for good at its first attempt (briefly), succeeds at any later one.
+#[job(max_attempts = 1)]
+async fn fails_once(n: u64, ctx: JobContext) -> Result<(), JobError> {
+    tokio::time::sleep(Duration::from_millis(n % 5)).await;
+    if ctx.attempt() == 1 {
+        return Err(JobError::new("the first run fails"));
+    }
+    Ok(())
+}
+
+each_backend! {
+    async fn retry_racing_a_worker_finishing_has_exactly_one_outcome(db) {
+        let client = client(&db);
+        let jobs: Vec<FailsOnce> = (0..300).map(FailsOnce::new).collect();
+        let ids = FailsOnce::enqueue_many(&db.pool, jobs).await.unwrap();
+        let w = RunningWorker::start(worker(&db, &[FailsOnce::TASK_TYPE]).concurrency(20));
+        // Retries while the worker is failing the same jobs: each is asked for once, in
+        // the order the worker takes them, so some are running, some fatal, some waiting.
+        let mut said = HashMap::new();
+        for id in &ids {
+            said.insert(*id, client.retry(*id).await.unwrap());
+        }
+        let info = db.info();
+        wait_until("every job to finish", T, || async {
+            let counts = info.counts().await.unwrap();
+            (counts.available + counts.scheduled + counts.running + counts.lease_expired == 0)
+                .then_some(())
+        })
+        .await;
+        w.stop().await;
+        let (mut again, mut once) = (0, 0);
+        for id in &ids {
+            let record = db.job(*id).await;
+            let runs = record.attempts().len();
+            match (said[id], record.status()) {
+                // Retried after its fatal run: it ran a second time and succeeded.
+                (RetryOutcome::Retried, JobStatus::Processed) if runs == 2 => again += 1,
+                // Asked for before it failed: nothing changed (due at once already).
+                (RetryOutcome::Running | RetryOutcome::MadeDue, JobStatus::Fatal) if runs == 1 => {
+                    once += 1;
+                }
+                (outcome, status) => {
+                    panic!("job {id}: retry said {outcome:?}, the record says {status:?} after {runs} runs")
+                }
+            }
+        }
+        assert_eq!(again + once, ids.len());
+        db.drop().await;
+    }
+}
+
 each_backend! {
     async fn retry_runs_a_fatal_job_again_with_a_fresh_budget(db) {
         let client = client(&db);
@@ -364,6 +415,55 @@ each_backend! {
 }
 
 each_backend! {
+    async fn a_global_limit_holds_across_two_workers(db) {
+        let client = client(&db);
+        assert!(matches!(
+            client.set_global_limit("limited", Some(0)).await,
+            Err(Error::Invalid { what: "global limit", .. })
+        ));
+        client.set_global_limit("limited", Some(4)).await.unwrap();
+        let state = client.queues().await.unwrap();
+        assert_eq!(state.iter().find(|q| q.name == "limited").unwrap().global_limit, Some(4));
+        let seen = Arc::new(Concurrency::default());
+        let jobs: Vec<LimitedWork> = (0..40).map(LimitedWork::new).collect();
+        let ids = LimitedWork::enqueue_many(&db.pool, jobs).await.unwrap();
+        // Each worker alone could run 10 and 3 of them at once.
+        let start = |local: Option<usize>| {
+            let w = worker(&db, &[LimitedWork::TASK_TYPE]).concurrency(10);
+            let w = match local {
+                Some(n) => w.queue("limited", n),
+                None => w,
+            };
+            RunningWorker::start(w.data(Arc::clone(&seen)))
+        };
+        let (a, b) = (start(None), start(Some(3)));
+        for id in ids {
+            client.wait(id, T).await.unwrap();
+        }
+        assert_eq!(seen.max.load(Ordering::SeqCst), 4, "at most (and at some point) 4 at once");
+        a.stop().await;
+        b.stop().await;
+
+        // Without the limit, one worker runs more of them at once again.
+        client.set_global_limit("limited", None).await.unwrap();
+        let state = client.queues().await.unwrap();
+        assert_eq!(state.iter().find(|q| q.name == "limited").unwrap().global_limit, None);
+        let seen = Arc::new(Concurrency::default());
+        let jobs: Vec<LimitedWork> = (0..20).map(LimitedWork::new).collect();
+        let ids = LimitedWork::enqueue_many(&db.pool, jobs).await.unwrap();
+        let w = RunningWorker::start(
+            worker(&db, &[LimitedWork::TASK_TYPE]).concurrency(10).data(Arc::clone(&seen)),
+        );
+        for id in ids {
+            client.wait(id, T).await.unwrap();
+        }
+        assert!(seen.max.load(Ordering::SeqCst) > 4, "no limit any more");
+        w.stop().await;
+        db.drop().await;
+    }
+}
+
+each_backend! {
     async fn a_snooze_runs_again_later_without_using_an_attempt(db) {
         let runs: Arc<Mutex<Vec<i32>>> = Arc::default();
         let id = Snoozes::new().enqueue(&db.pool).await.unwrap();
@@ -449,6 +549,47 @@ each_backend! {
         assert!(matches!(client.wait(Uuid::now_v7(), T).await, Err(Error::JobNotFound(_))));
         db.drop().await;
     }
+}
+
+/// On PostgreSQL, `wait` wakes on the done channel, as a worker in another process sends
+/// it: here the outcome is written and the notification sent by hand, so that no worker
+/// of this process tells the waiter.
+#[tokio::test]
+async fn wait_wakes_on_a_notification_from_another_process() {
+    let db = TestDb::new().await;
+    let later = Utc::now() + chrono::Duration::hours(1);
+    let id = Record::new("elsewhere".into())
+        .run_at(later)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let client = client(&db);
+    let waiter = tokio::spawn(async move {
+        let record = client.wait(id, T).await;
+        (record, std::time::Instant::now())
+    });
+    // The waiter looks at 0, 10, 30, 70, ... 1,270 ms, then once a second: at 1,350 ms
+    // its next look is 900 ms away.
+    tokio::time::sleep(Duration::from_millis(1350)).await;
+    db.execute(&format!(
+        "DELETE FROM sk_tasks_queue_t WHERE task_id = '{id}'"
+    ))
+    .await;
+    db.execute(&format!(
+        "UPDATE sk_task_results_t SET task_status = 7, task_processing_finalized_at_ts = now()
+         WHERE task_id = '{id}'"
+    ))
+    .await;
+    let sent = std::time::Instant::now();
+    db.execute("SELECT pg_notify('sk_task_done', '')").await;
+    let (record, woke) = waiter.await.unwrap();
+    assert_eq!(record.unwrap().status(), JobStatus::Cancelled);
+    let after = woke.saturating_duration_since(sent);
+    assert!(
+        after < Duration::from_millis(400),
+        "woken {after:?} after the notification"
+    );
+    db.drop().await;
 }
 
 each_backend! {
@@ -690,6 +831,20 @@ each_backend! {
         assert!(!only.is_empty() && only.iter().all(|t| t.task_type == AddUp::TASK_TYPE));
         let later = Utc::now() + chrono::Duration::hours(1);
         assert!(client.throughput(later, Per::Minute, None).await.unwrap().is_empty());
+
+        // Kept as long as the results: a worker two days on, keeping a day, prunes them.
+        let clock = ManualClock::new(Utc::now() + chrono::Duration::days(2));
+        let w = RunningWorker::start(
+            worker(&db, &[AddUp::TASK_TYPE])
+                .clock(clock)
+                .result_retention(Duration::from_secs(24 * 3600)),
+        );
+        wait_until("the old run counts pruned", T, || async {
+            let rows = client.throughput(since, Per::Minute, None).await.unwrap();
+            rows.is_empty().then_some(())
+        })
+        .await;
+        w.stop().await;
         db.drop().await;
     }
 }

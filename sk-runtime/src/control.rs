@@ -210,8 +210,8 @@ impl JobFilter {
     }
 }
 
-/// One queue as [`Client::queues`] shows it: its live jobs by state, and whether it is
-/// paused.
+/// One queue as [`Client::queues`] shows it: its live jobs by state, whether it is
+/// paused, and its concurrency limit across workers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct QueueState {
@@ -219,6 +219,9 @@ pub struct QueueState {
     pub name: String,
     /// When an operator paused it; `None` while it runs.
     pub paused_at: Option<DateTime<Utc>>,
+    /// At most this many of its jobs run at once over all workers
+    /// ([`Client::set_global_limit`]).
+    pub global_limit: Option<u32>,
     /// Jobs that can run now.
     pub available: i64,
     /// Jobs waiting for their not-before time (delayed or retrying).
@@ -309,25 +312,34 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn retry(&self, id: Uuid) -> Result<RetryOutcome> {
-        let now = self.now();
-        if !self.pool.retry(&self.schema, &[id], now).await?.is_empty() {
-            return Ok(RetryOutcome::Retried);
-        }
-        if self.pool.reschedule(&self.schema, id, now).await? {
-            return Ok(RetryOutcome::MadeDue);
-        }
-        let Some(record) = self.job(id).await? else {
-            return Ok(RetryOutcome::NotFound);
-        };
-        Ok(match record.status() {
-            JobStatus::Processed => RetryOutcome::Succeeded,
-            JobStatus::Fatal | JobStatus::Cancelled if record.payload.is_none() => {
-                RetryOutcome::NoPayload
+        // A job running at the first try may have failed for good by the time its
+        // record is read: then it is tried once more.
+        let mut first = true;
+        loop {
+            let now = self.now();
+            if !self.pool.retry(&self.schema, &[id], now).await?.is_empty() {
+                return Ok(RetryOutcome::Retried);
             }
-            JobStatus::Fatal | JobStatus::Cancelled => RetryOutcome::KeyHeld,
-            // Live and not waiting: a worker holds it.
-            _ => RetryOutcome::Running,
-        })
+            if self.pool.reschedule(&self.schema, id, now).await? {
+                return Ok(RetryOutcome::MadeDue);
+            }
+            let Some(record) = self.job(id).await? else {
+                return Ok(RetryOutcome::NotFound);
+            };
+            return Ok(match record.status() {
+                JobStatus::Processed => RetryOutcome::Succeeded,
+                JobStatus::Fatal | JobStatus::Cancelled if record.payload.is_none() => {
+                    RetryOutcome::NoPayload
+                }
+                JobStatus::Fatal | JobStatus::Cancelled if first => {
+                    first = false;
+                    continue;
+                }
+                JobStatus::Fatal | JobStatus::Cancelled => RetryOutcome::KeyHeld,
+                // Live and not waiting: a worker holds it.
+                _ => RetryOutcome::Running,
+            });
+        }
     }
 
     /// Runs every fatal or cancelled job the filter takes again (as [`Client::retry`]);
@@ -404,8 +416,28 @@ impl Client {
             .await
     }
 
-    /// Every queue that has live jobs or was ever paused, by name: its live jobs by
-    /// state and whether it is paused.
+    /// Limits how many jobs of `queue` run at once over every worker, wherever they
+    /// run; `None` removes the limit. Persisted, and read by every worker within a
+    /// second; jobs running over a lowered limit finish. Within one worker, a queue's
+    /// share is also bounded by its own concurrency (`WorkerBuilder::queue`).
+    ///
+    /// Each claim of a limited queue takes the queue's row lock and counts its running
+    /// jobs, so claims of that queue take turns (docs/operations.md gives the cost);
+    /// other queues' claims are untouched.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad queue name or a limit of 0 or over `i32::MAX`; the
+    /// database fails.
+    pub async fn set_global_limit(&self, queue: &str, limit: Option<u32>) -> Result<()> {
+        crate::client::check_name("queue name", queue)?;
+        let limit = crate::store::global_limit_value(limit)?;
+        self.pool
+            .set_global_limit(&self.schema, queue, limit, self.now())
+            .await
+    }
+
+    /// Every queue that has live jobs, was ever paused or has a global limit, by name:
+    /// its live jobs by state, whether it is paused and its limit.
     ///
     /// # Errors
     /// The database fails.
@@ -414,8 +446,10 @@ impl Client {
     }
 
     /// Waits until job `id` has finished (processed, fatal or cancelled) and returns its
-    /// record; read its typed output with [`JobRecord::output`]. Polls the record,
-    /// starting at 10 ms and backing off to 500 ms.
+    /// record; read its typed output with [`JobRecord::output`]. Looks again when a
+    /// worker of this process records outcomes and, on PostgreSQL, when any worker does
+    /// (a notification on the done channel, `sk_task_done`, over a connection of its
+    /// own); else it polls, from 10 ms backing off to 1 s.
     ///
     /// # Errors
     /// [`Error::JobNotFound`] when no such job exists, [`Error::WaitTimedOut`] when it
@@ -423,6 +457,7 @@ impl Client {
     pub async fn wait(&self, id: Uuid, timeout: Duration) -> Result<JobRecord> {
         let started = std::time::Instant::now();
         let mut pause = Duration::from_millis(10);
+        let mut finished = crate::store::Finished::new(&self.pool, &self.schema).await;
         loop {
             match self.job(id).await? {
                 None => return Err(Error::JobNotFound(id)),
@@ -436,8 +471,8 @@ impl Client {
                     waited: timeout,
                 });
             }
-            tokio::time::sleep(pause.min(left)).await;
-            pause = (pause * 2).min(Duration::from_millis(500));
+            finished.next(pause.min(left)).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
         }
     }
 

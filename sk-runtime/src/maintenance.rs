@@ -113,7 +113,7 @@ async fn vacuum_if_needed(shared: &Shared, queue_vacuum: &mut Spacing) {
 }
 
 /// Creates the results partitions ahead (also done at start) and retires those past the
-/// retention (docs/reliability.md, "Results").
+/// retention (docs/reliability.md, "Results"), with the run counts of those times.
 pub(crate) async fn partitions(shared: &Shared, now: chrono::DateTime<chrono::Utc>) {
     let store = &shared.store;
     match store
@@ -132,6 +132,12 @@ pub(crate) async fn partitions(shared: &Shared, now: chrono::DateTime<chrono::Ut
     else {
         return;
     };
+    // The run counts per minute (`Client::throughput`) are kept as long as the results.
+    match store.prune_job_stats(cutoff).await {
+        Ok(rows) if rows > 0 => tracing::info!(rows, %cutoff, "sk: pruned run counts"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("sk: cannot prune old run counts: {e}"),
+    }
     let archive = shared.config.archive_results_to.as_deref();
     // A retention shorter than a partition's span cannot wait for whole partitions.
     let within = shared.config.result_retention < shared.config.results_partition;

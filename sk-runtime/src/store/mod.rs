@@ -125,6 +125,13 @@ impl Schema {
         }
     }
 
+    /// The LISTEN/NOTIFY channel on which workers say jobs finished (`sk_task_done`),
+    /// for `Client::wait`.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn done_channel(&self) -> String {
+        self.channel().replace("task_queue_item_added", "task_done")
+    }
+
     /// The LISTEN/NOTIFY channel of control calls to running jobs (`sk_task_control`).
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn control_channel(&self) -> String {
@@ -234,14 +241,89 @@ pub(crate) fn cancelled(ids: &[Uuid]) {
     for id in ids {
         let _ = CANCELS.send(*id);
     }
+    // Cancelled jobs are final.
+    jobs_finished();
 }
 
 pub(crate) fn cancels() -> tokio::sync::broadcast::Receiver<Uuid> {
     CANCELS.subscribe()
 }
 
-/// Bumped when this process pauses or resumes a queue, so its workers read the paused
-/// queues again at once (PostgreSQL also tells other processes, on the control channel).
+/// Bumped when a worker or a cancel of this process records final outcomes, so
+/// `Client::wait` in this process looks again at once.
+static FINISHED: LazyLock<tokio::sync::watch::Sender<u64>> =
+    LazyLock::new(|| tokio::sync::watch::channel(0).0);
+
+pub(crate) fn jobs_finished() {
+    FINISHED.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// Wakes `Client::wait` when jobs finish: those of this process's workers at once; on
+/// PostgreSQL, those of any process through the done channel.
+pub(crate) struct Finished {
+    local: tokio::sync::watch::Receiver<u64>,
+    #[cfg(feature = "postgres")]
+    remote: Option<sqlx::postgres::PgListener>,
+}
+
+impl Finished {
+    /// Starts listening (before the waiter's first look, so nothing is missed). Without a
+    /// listener (another backend, or it cannot connect) the waiter polls.
+    pub(crate) async fn new(pool: &Pool, schema: &Schema) -> Self {
+        #[cfg(feature = "postgres")]
+        let remote = match pool {
+            Pool::Postgres(pool) => {
+                let listen = async {
+                    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+                    listener.listen(&schema.done_channel()).await?;
+                    Ok::<_, sqlx::Error>(listener)
+                };
+                listen
+                    .await
+                    .inspect_err(|e| tracing::debug!("sk: wait polls, cannot listen: {e}"))
+                    .ok()
+            }
+            #[allow(unreachable_patterns)]
+            _ => None,
+        };
+        #[cfg(not(feature = "postgres"))]
+        let _ = (pool, schema);
+        Finished {
+            local: FINISHED.subscribe(),
+            #[cfg(feature = "postgres")]
+            remote,
+        }
+    }
+
+    /// Returns when jobs finished somewhere, or after `at_most`.
+    pub(crate) async fn next(&mut self, at_most: std::time::Duration) {
+        let local = &mut self.local;
+        #[cfg(feature = "postgres")]
+        let slot = &mut self.remote;
+        #[cfg(feature = "postgres")]
+        let remote = async move {
+            match slot.as_mut() {
+                Some(listener) => {
+                    if listener.try_recv().await.is_err() {
+                        // Polls from now on.
+                        *slot = None;
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
+        #[cfg(not(feature = "postgres"))]
+        let remote = std::future::pending::<()>();
+        tokio::select! {
+            _ = local.changed() => {}
+            () = remote => {}
+            () = tokio::time::sleep(at_most) => {}
+        }
+    }
+}
+
+/// Bumped when this process pauses or resumes a queue or sets its global limit, so its
+/// workers read the queues table again at once (PostgreSQL also tells other processes, on the control channel).
 static PAUSES: LazyLock<tokio::sync::watch::Sender<u64>> =
     LazyLock::new(|| tokio::sync::watch::channel(0).0);
 
@@ -328,6 +410,9 @@ pub(crate) struct Claim<'a> {
     pub(crate) queues: Option<&'a [String]>,
     pub(crate) tenants: Option<&'a [String]>,
     pub(crate) paused: &'a [String],
+    /// `queues` is one queue with a concurrency limit across workers: the claim takes
+    /// the queue's row lock and at most the limit less the queue's running jobs.
+    pub(crate) capped: bool,
     pub(crate) limit: i64,
     pub(crate) now: DateTime<Utc>,
     pub(crate) lease_until: DateTime<Utc>,
@@ -477,6 +562,13 @@ pool_delegate! {
         paused: bool,
         now: DateTime<Utc>,
     ) -> Result<bool>;
+    fn set_global_limit(
+        &self,
+        schema: &Schema,
+        queue: &str,
+        limit: Option<i32>,
+        now: DateTime<Utc>,
+    ) -> Result<()>;
     fn queue_states(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<crate::control::QueueState>>;
     fn find_ids(
         &self,
@@ -516,11 +608,50 @@ pool_delegate! {
     ) -> Result<Vec<crate::insight::StatRow>>;
 }
 
+/// What every claim obeys from the queues table, as a worker last read it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct QueueControls {
+    /// Queues an operator paused: no claim takes their jobs.
+    pub(crate) paused: Vec<String>,
+    /// Queues with a concurrency limit across workers: each claimed on its own, under
+    /// its row's lock.
+    pub(crate) capped: Vec<String>,
+}
+
+impl QueueControls {
+    /// From rows of the queues table: (name, paused, has a global limit).
+    pub(crate) fn from_rows(rows: Vec<(String, bool, bool)>) -> Self {
+        let mut controls = QueueControls::default();
+        for (name, paused, capped) in rows {
+            if capped {
+                controls.capped.push(name.clone());
+            }
+            if paused {
+                controls.paused.push(name);
+            }
+        }
+        controls
+    }
+}
+
+/// Checks a global limit and turns it into the column's value.
+pub(crate) fn global_limit_value(limit: Option<u32>) -> Result<Option<i32>> {
+    limit
+        .map(|n| match i32::try_from(n) {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(crate::Error::invalid(
+                "global limit",
+                format!("{n} is not between 1 and {}", i32::MAX),
+            )),
+        })
+        .transpose()
+}
+
 /// Queue states from live counts per queue (available, scheduled, running) and the
-/// queues table's pauses, by name.
+/// queues table's rows (name, pause time, global limit), by name.
 pub(crate) fn merge_queue_states(
     live: Vec<(String, i64, i64, i64)>,
-    paused: Vec<(String, Option<DateTime<Utc>>)>,
+    controlled: Vec<(String, Option<DateTime<Utc>>, Option<i64>)>,
 ) -> Vec<crate::control::QueueState> {
     let mut by_name: std::collections::BTreeMap<String, crate::control::QueueState> = live
         .into_iter()
@@ -528,6 +659,7 @@ pub(crate) fn merge_queue_states(
             let state = crate::control::QueueState {
                 name: name.clone(),
                 paused_at: None,
+                global_limit: None,
                 available,
                 scheduled,
                 running,
@@ -535,17 +667,19 @@ pub(crate) fn merge_queue_states(
             (name, state)
         })
         .collect();
-    for (name, paused_at) in paused {
-        by_name
+    for (name, paused_at, global_limit) in controlled {
+        let state = by_name
             .entry(name.clone())
             .or_insert_with(|| crate::control::QueueState {
                 name,
                 paused_at: None,
+                global_limit: None,
                 available: 0,
                 scheduled: 0,
                 running: 0,
-            })
-            .paused_at = paused_at;
+            });
+        state.paused_at = paused_at;
+        state.global_limit = global_limit.and_then(|n| u32::try_from(n).ok());
     }
     by_name.into_values().collect()
 }
@@ -871,14 +1005,16 @@ macro_rules! delegate_with_pool {
 }
 
 delegate_with_pool! {
-    /// The queues an operator paused.
-    fn paused_queues(&self []) -> Result<Vec<String>>;
+    /// The paused queues and those with a global limit.
+    fn queue_controls(&self []) -> Result<QueueControls>;
     /// Announces this worker (`Client::workers`).
     fn worker_up(&self [worker_id], up: &crate::insight::WorkerUp, now: DateTime<Utc>) -> Result<()>;
     /// Stamps this worker's row.
     fn worker_seen(&self [worker_id], now: DateTime<Utc>) -> Result<()>;
     /// Removes this worker's row (a graceful stop).
     fn worker_down(&self [worker_id]) -> Result<()>;
+    /// Deletes the run counts of minutes before `before`.
+    fn prune_job_stats(&self [], before: DateTime<Utc>) -> Result<u64>;
     /// Writes this worker's run counts per minute and task type.
     fn write_job_stats(
         &self [worker_id],

@@ -119,6 +119,9 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                     shared.count_run(task_type, true, *millis);
                 }
             }
+            if !done.is_empty() {
+                crate::store::jobs_finished();
+            }
             let fenced = successes.len() - done.len();
             Metrics::add(&shared.metrics.succeeded, done.len() as u64);
             if fenced > 0 {
@@ -142,6 +145,9 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 Metrics::add(&shared.metrics.retried, 1);
             } else {
                 Metrics::add(&shared.metrics.failed, 1);
+            }
+            if held && f.retry_at.is_none() {
+                crate::store::jobs_finished();
             }
         }
         leases.push(f.lease);

@@ -413,7 +413,7 @@ impl WorkerBuilder {
                 schedules,
                 queues,
                 queue_limits,
-                paused: std::sync::RwLock::default(),
+                controls: std::sync::RwLock::default(),
                 job_stats: Mutex::default(),
                 pauses_stale: AtomicBool::new(false),
                 tenants: self.tenants,
@@ -449,12 +449,14 @@ pub(crate) struct Shared {
     pub(crate) clock: SharedClock,
     pub(crate) config: Config,
     pub(crate) slots: Arc<Semaphore>,
-    /// The queues an operator paused, as last read (`producer::Pauses`).
-    pub(crate) paused: std::sync::RwLock<Vec<String>>,
+    /// The paused queues and those with a global limit, as last read
+    /// (`producer::Controls`).
+    pub(crate) controls: std::sync::RwLock<crate::store::QueueControls>,
     /// This worker's runs per minute and task type, until written (`flush_job_stats`).
     pub(crate) job_stats:
         Mutex<HashMap<(chrono::DateTime<chrono::Utc>, &'static str), crate::insight::StatBucket>>,
-    /// Set when PostgreSQL says another process paused or resumed a queue.
+    /// Set when PostgreSQL says another process paused or resumed a queue or set its
+    /// global limit.
     pub(crate) pauses_stale: AtomicBool,
     /// Queues with a concurrency of their own in this worker (`WorkerBuilder::queue`).
     pub(crate) queue_limits: HashMap<String, Arc<Semaphore>>,

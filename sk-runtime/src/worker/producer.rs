@@ -8,6 +8,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::completer::Completion;
 use super::{executor, Metrics, Shared};
+use crate::store::QueueControls;
 
 const MAX_CLAIM_BATCH: usize = 1000;
 
@@ -23,39 +24,40 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
     });
     let mut limited: Vec<&String> = shared.queue_limits.keys().collect();
     limited.sort();
-    let mut pauses = Pauses::new();
+    let mut controls = Controls::new();
     loop {
         if shared.stopping.is_cancelled() {
             return;
         }
-        pauses.refresh(&shared).await;
+        let known = controls.refresh(&shared).await;
         // `more`: claim again at once; `later`: claim again when a slot frees.
         let (mut more, mut later) = (false, false);
         let mut failed = None;
-        // Each limited queue up to its free slots, then the rest up to the worker's.
+        let mut outcome = |claimed: crate::Result<Claimed>| match claimed {
+            Ok(Claimed::Full) => more = true,
+            Ok(Claimed::NoSlot | Claimed::Capped) => later = true,
+            Ok(Claimed::All) => {}
+            Err(e) => failed = Some(e),
+        };
+        // Each queue limited in this worker up to its free slots, each queue limited
+        // across workers on its own, then the rest up to the worker's free slots.
         for queue in &limited {
             let free = shared.queue_limits[*queue].available_permits();
-            match claim(
-                &shared,
-                Some(std::slice::from_ref(*queue)),
-                free,
-                &completions,
-            )
-            .await
-            {
-                Ok(Claimed::Full) => more = true,
-                Ok(Claimed::NoSlot) => later = true,
-                Ok(Claimed::All) => {}
-                Err(e) => failed = Some(e),
-            }
+            let capped = known.capped.contains(queue);
+            let one = Some(std::slice::from_ref(*queue));
+            outcome(claim(&shared, &known, one, capped, free, &completions).await);
         }
-        if failed.is_none() && shared_queues.as_ref().is_none_or(|q| !q.is_empty()) {
-            match claim(&shared, shared_queues.as_deref(), usize::MAX, &completions).await {
-                Ok(Claimed::Full) => more = true,
-                Ok(Claimed::NoSlot) => later = true,
-                Ok(Claimed::All) => {}
-                Err(e) => failed = Some(e),
-            }
+        let capped_here = known.capped.iter().filter(|q| {
+            !shared.queue_limits.contains_key(*q)
+                && shared.queues.as_ref().is_none_or(|all| all.contains(q))
+        });
+        for queue in capped_here {
+            let one = Some(std::slice::from_ref(queue));
+            outcome(claim(&shared, &known, one, true, usize::MAX, &completions).await);
+        }
+        if shared_queues.as_ref().is_none_or(|q| !q.is_empty()) {
+            let rest = shared_queues.as_deref();
+            outcome(claim(&shared, &known, rest, false, usize::MAX, &completions).await);
         }
         match failed {
             None => {
@@ -79,57 +81,63 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
                 continue;
             }
         }
-        let mut local = pauses.local.clone();
+        let mut local = controls.local.clone();
         tokio::select! {
             () = shared.stopping.cancelled() => return,
             () = shared.wake.notified() => {}
-            // A pause or resume in this process: read them again (a resume has jobs).
+            // A pause, resume or limit in this process: read them again (a resume has jobs).
             Ok(()) = local.changed() => {}
-            () = tokio::time::sleep(shared.config.poll_interval.min(Pauses::EVERY)) => {}
+            () = tokio::time::sleep(shared.config.poll_interval.min(Controls::EVERY)) => {}
         }
     }
 }
 
-/// The paused queues every claim skips, read again before a claim when this process
-/// paused or resumed a queue, when PostgreSQL said another process did, and at least
-/// once a second (an operator's pause holds within a second on every backend).
-struct Pauses {
+/// The paused queues every claim skips and the queues with a global limit, read again
+/// before a claim when this process changed them, when PostgreSQL said another process
+/// did, and at least once a second (an operator's pause holds within a second on every
+/// backend).
+struct Controls {
     local: tokio::sync::watch::Receiver<u64>,
     read_at: Option<Instant>,
 }
 
-impl Pauses {
+impl Controls {
     const EVERY: Duration = Duration::from_secs(1);
 
     fn new() -> Self {
-        Pauses {
+        Controls {
             local: crate::store::pauses(),
             read_at: None,
         }
     }
 
-    async fn refresh(&mut self, shared: &Shared) {
+    /// The controls to claim with: read again when due, else as last read.
+    async fn refresh(&mut self, shared: &Shared) -> QueueControls {
         let changed = self.local.has_changed().unwrap_or(false)
             | shared.pauses_stale.swap(false, Ordering::Relaxed);
-        if !changed && self.read_at.is_some_and(|at| at.elapsed() < Self::EVERY) {
-            return;
-        }
-        self.local.mark_unchanged();
-        match shared.store.paused_queues().await {
-            Ok(paused) => {
-                self.read_at = Some(Instant::now());
-                let mut known = shared
-                    .paused
-                    .write()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if *known != paused {
-                    tracing::info!(?paused, "sk: paused queues");
-                    *known = paused;
+        if changed || self.read_at.is_none_or(|at| at.elapsed() >= Self::EVERY) {
+            self.local.mark_unchanged();
+            match shared.store.queue_controls().await {
+                Ok(read) => {
+                    self.read_at = Some(Instant::now());
+                    let mut known = shared
+                        .controls
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if *known != read {
+                        tracing::info!(paused = ?read.paused, global_limits = ?read.capped, "sk: queue controls");
+                        *known = read;
+                    }
                 }
+                // Claims go on with the controls known; the claim's own error follows.
+                Err(e) => tracing::debug!("sk: cannot read the paused and limited queues: {e}"),
             }
-            // Claims go on with the queues known paused; the claim's own error follows.
-            Err(e) => tracing::debug!("sk: cannot read the paused queues: {e}"),
         }
+        shared
+            .controls
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -141,12 +149,19 @@ enum Claimed {
     All,
     /// It asked for none: no free slot.
     NoSlot,
+    /// Fewer, of a queue with a global limit: the limit may have held it back, so it
+    /// tries again when one of this worker's jobs ends (other workers' ends are seen at
+    /// the next poll).
+    Capped,
 }
 
 /// Claims up to `cap` jobs of `queues` (and the worker's free slots) and starts them.
+/// `capped`: `queues` is one queue with a global limit; else the claim skips those.
 async fn claim(
     shared: &Arc<Shared>,
+    known: &QueueControls,
     queues: Option<&[String]>,
+    capped: bool,
     cap: usize,
     completions: &UnboundedSender<Completion>,
 ) -> crate::Result<Claimed> {
@@ -161,18 +176,21 @@ async fn claim(
     let now = shared.now();
     let lease_until = crate::clock::add(now, shared.config.lease);
     let limit = i64::try_from(free).unwrap_or(i64::MAX);
-    let paused = shared
-        .paused
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
+    let skipped;
+    let paused = if !capped && !known.capped.is_empty() {
+        skipped = [&known.paused[..], &known.capped[..]].concat();
+        &skipped[..]
+    } else {
+        &known.paused[..]
+    };
     let jobs = shared
         .store
         .claim(&crate::store::Claim {
             task_types: &shared.task_types,
             queues,
             tenants: shared.tenants.as_deref(),
-            paused: &paused,
+            paused,
+            capped,
             limit,
             now,
             lease_until,
@@ -183,7 +201,11 @@ async fn claim(
     for job in jobs {
         executor::spawn(shared, job, completions);
     }
-    Ok(if full { Claimed::Full } else { Claimed::All })
+    Ok(match (full, capped) {
+        (true, _) => Claimed::Full,
+        (false, true) => Claimed::Capped,
+        (false, false) => Claimed::All,
+    })
 }
 
 /// 100 ms doubling to 5 s: a worker whose database is down keeps trying without spinning.

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::{ts, BEGIN};
 use crate::control::{JobFilter, QueueState};
 use crate::error::Result;
-use crate::store::{wake, CancelledRun, NewJob, Schema};
+use crate::store::{wake, CancelledRun, NewJob, QueueControls, Schema};
 
 /// A live job as a cancel reads it.
 #[derive(sqlx::FromRow)]
@@ -332,6 +332,35 @@ pub(crate) async fn set_paused(
     Ok(changed > 0)
 }
 
+/// Sets or (with `None`) removes a queue's concurrency limit across workers.
+pub(crate) async fn set_global_limit(
+    pool: &MySqlPool,
+    schema: &Schema,
+    queue: &str,
+    limit: Option<i32>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let t = schema.flat_table("queues_t");
+    let sql = if limit.is_some() {
+        format!(
+            "INSERT INTO {t} (queue_name, queue_global_limit, queue_updated_at_ts) VALUES (?, ?, ?)
+             ON DUPLICATE KEY UPDATE queue_global_limit = VALUES(queue_global_limit),
+                queue_updated_at_ts = VALUES(queue_updated_at_ts)"
+        )
+    } else {
+        format!("UPDATE {t} SET queue_global_limit = NULL, queue_updated_at_ts = ? WHERE queue_name = ?")
+    };
+    let query = sqlx::query(&sql);
+    let query = if limit.is_some() {
+        query.bind(queue).bind(limit).bind(now)
+    } else {
+        query.bind(now).bind(queue)
+    };
+    query.execute(pool).await?;
+    crate::store::pauses_changed();
+    Ok(())
+}
+
 /// Live jobs per queue and state, with each queue's pause.
 pub(crate) async fn queue_states(
     pool: &MySqlPool,
@@ -351,13 +380,13 @@ pub(crate) async fn queue_states(
     .bind(now)
     .fetch_all(pool)
     .await?;
-    let paused: Vec<(String, Option<DateTime<Utc>>)> = sqlx::query_as(&format!(
-        "SELECT CAST(queue_name AS CHAR), queue_paused_at_ts FROM {}",
+    let controlled = sqlx::query_as(&format!(
+        "SELECT CAST(queue_name AS CHAR), queue_paused_at_ts, CAST(queue_global_limit AS SIGNED) FROM {}",
         schema.flat_table("queues_t")
     ))
     .fetch_all(pool)
     .await?;
-    Ok(crate::store::merge_queue_states(live, paused))
+    Ok(crate::store::merge_queue_states(live, controlled))
 }
 
 /// Up to `limit` ids of the jobs `filter` takes, after `after` in id order (as on
@@ -418,14 +447,16 @@ pub(crate) async fn post(
     Ok(())
 }
 
-/// The queues an operator paused (every claim skips them).
-pub(crate) async fn paused_queues(pool: &MySqlPool, schema: &Schema) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar(&format!(
-        "SELECT CAST(queue_name AS CHAR) FROM {} WHERE queue_paused_at_ts IS NOT NULL ORDER BY queue_name",
+/// The paused queues (every claim skips them) and those with a global limit.
+pub(crate) async fn queue_controls(pool: &MySqlPool, schema: &Schema) -> Result<QueueControls> {
+    let rows = sqlx::query_as(&format!(
+        "SELECT CAST(queue_name AS CHAR), queue_paused_at_ts IS NOT NULL, queue_global_limit IS NOT NULL FROM {}
+         WHERE queue_paused_at_ts IS NOT NULL OR queue_global_limit IS NOT NULL ORDER BY queue_name",
         schema.flat_table("queues_t")
     ))
     .fetch_all(pool)
-    .await?)
+    .await?;
+    Ok(QueueControls::from_rows(rows))
 }
 
 /// Jobs by queue, task type or tenant and state (`Client::count_by`).
@@ -657,4 +688,20 @@ pub(crate) async fn write_job_stats(
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// Deletes the run counts of minutes before `before` (the results' retention).
+pub(crate) async fn prune_job_stats(
+    pool: &MySqlPool,
+    schema: &Schema,
+    before: DateTime<Utc>,
+) -> Result<u64> {
+    Ok(sqlx::query(&format!(
+        "DELETE FROM {} WHERE stat_minute_ts < ?",
+        schema.flat_table("job_stats_t")
+    ))
+    .bind(before)
+    .execute(pool)
+    .await?
+    .rows_affected())
 }

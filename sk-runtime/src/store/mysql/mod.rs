@@ -14,9 +14,9 @@ mod control;
 mod partitions;
 
 pub(crate) use control::{
-    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, paused_queues, post,
-    queue_states, reschedule, retry, set_paused, worker_down, worker_seen, worker_up, workers,
-    write_job_stats,
+    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, prune_job_stats,
+    queue_controls, queue_states, reschedule, retry, set_global_limit, set_paused, worker_down,
+    worker_seen, worker_up, workers, write_job_stats,
 };
 
 use std::collections::HashMap;
@@ -45,6 +45,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         2,
         "job control",
         include_str!("../../../../migrations/mysql/0002_control.sql"),
+    ),
+    (
+        3,
+        "a concurrency limit per queue across workers",
+        include_str!("../../../../migrations/mysql/0003_global_limits.sql"),
     ),
 ];
 
@@ -858,14 +863,51 @@ impl MySqlStore {
             queues,
             tenants,
             paused,
+            capped,
             limit,
             now,
             lease_until,
         } = *claim;
+        let capped = match queues {
+            Some([queue]) if capped => Some(queue),
+            _ => None,
+        };
         let queue = &self.sql().queue;
         let worker = &self.worker_id;
         retrying!(self, "a claim", |conn| {
             let mut tx = conn.begin_with(BEGIN).await?;
+            // A queue with a limit across workers: its row's lock makes claimers of it
+            // take turns; each counts the running jobs after the one before committed.
+            let limit = match capped {
+                Some(capped) => {
+                    let cap: Option<Option<i64>> = sqlx::query_scalar(&format!(
+                        "SELECT CAST(queue_global_limit AS SIGNED) FROM {} WHERE queue_name = ? FOR UPDATE",
+                        self.schema.flat_table("queues_t")
+                    ))
+                    .bind(capped)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    match cap.flatten() {
+                        Some(cap) => {
+                            let running: i64 = sqlx::query_scalar(&format!(
+                                "SELECT count(*) FROM {queue} WHERE task_queue = ?
+                                    AND task_locked_by IS NOT NULL AND task_locked_until_ts > ?"
+                            ))
+                            .bind(capped)
+                            .bind(now)
+                            .fetch_one(&mut *tx)
+                            .await?;
+                            limit.min(cap - running)
+                        }
+                        None => limit,
+                    }
+                }
+                None => limit,
+            };
+            if limit <= 0 {
+                tx.commit().await?;
+                return Ok(Vec::new());
+            }
             let mut query = QueryBuilder::<MySql>::new(format!(
                     "SELECT task_lock_handle_id, task_id, CAST(task_type AS CHAR) AS task_type, task_payload,
                         task_attempt, task_max_attempts, task_priority, CAST(task_queue AS CHAR) AS task_queue,

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::control::{JobFilter, QueueState};
 use crate::error::Result;
-use crate::store::{NewJob, Schema};
+use crate::store::{NewJob, QueueControls, Schema};
 
 /// The ids a notification payload holds at most (a payload is under 8000 bytes).
 const IDS_PER_NOTIFICATION: usize = 200;
@@ -192,14 +192,46 @@ pub(crate) async fn set_paused(
         .rows_affected()
     };
     if changed > 0 {
-        crate::store::pauses_changed();
-        // Every worker reads the paused queues again (and, after a resume, claims).
-        sqlx::query("SELECT pg_notify($1, 'pauses')")
-            .bind(schema.control_channel())
-            .execute(pool)
-            .await?;
+        queues_changed(pool, schema).await?;
     }
     Ok(changed > 0)
+}
+
+/// Every worker, in this process and (by a notification) in others, reads the queues
+/// table again (and, after a resume, claims).
+async fn queues_changed(pool: &PgPool, schema: &Schema) -> Result<()> {
+    crate::store::pauses_changed();
+    sqlx::query("SELECT pg_notify($1, 'pauses')")
+        .bind(schema.control_channel())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Sets or (with `None`) removes a queue's concurrency limit across workers.
+pub(crate) async fn set_global_limit(
+    pool: &PgPool,
+    schema: &Schema,
+    queue: &str,
+    limit: Option<i32>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let t = schema.table("queues_t");
+    let sql = if limit.is_some() {
+        format!(
+            "INSERT INTO {t} (queue_name, queue_global_limit, queue_updated_at_ts) VALUES ($1, $2, $3)
+             ON CONFLICT (queue_name) DO UPDATE SET queue_global_limit = $2, queue_updated_at_ts = $3"
+        )
+    } else {
+        format!("UPDATE {t} SET queue_global_limit = $2, queue_updated_at_ts = $3 WHERE queue_name = $1")
+    };
+    sqlx::query(&sql)
+        .bind(queue)
+        .bind(limit)
+        .bind(now)
+        .execute(pool)
+        .await?;
+    queues_changed(pool, schema).await
 }
 
 /// Live jobs per queue and state, with each queue's pause.
@@ -219,13 +251,13 @@ pub(crate) async fn queue_states(
     .bind(now)
     .fetch_all(pool)
     .await?;
-    let paused: Vec<(String, Option<DateTime<Utc>>)> = sqlx::query_as(&format!(
-        "SELECT queue_name, queue_paused_at_ts FROM {}",
+    let controlled = sqlx::query_as(&format!(
+        "SELECT queue_name, queue_paused_at_ts, queue_global_limit::bigint FROM {}",
         schema.table("queues_t")
     ))
     .fetch_all(pool)
     .await?;
-    Ok(crate::store::merge_queue_states(live, paused))
+    Ok(crate::store::merge_queue_states(live, controlled))
 }
 
 /// Up to `limit` ids of the jobs `filter` takes, after `after` in id order: live jobs
@@ -286,14 +318,16 @@ pub(crate) async fn post(
     Ok(())
 }
 
-/// The queues an operator paused (every claim skips them).
-pub(crate) async fn paused_queues(pool: &PgPool, schema: &Schema) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar(&format!(
-        "SELECT queue_name FROM {} WHERE queue_paused_at_ts IS NOT NULL ORDER BY queue_name",
+/// The paused queues (every claim skips them) and those with a global limit.
+pub(crate) async fn queue_controls(pool: &PgPool, schema: &Schema) -> Result<QueueControls> {
+    let rows = sqlx::query_as(&format!(
+        "SELECT queue_name, queue_paused_at_ts IS NOT NULL, queue_global_limit IS NOT NULL FROM {}
+         WHERE queue_paused_at_ts IS NOT NULL OR queue_global_limit IS NOT NULL ORDER BY queue_name",
         schema.table("queues_t")
     ))
     .fetch_all(pool)
-    .await?)
+    .await?;
+    Ok(QueueControls::from_rows(rows))
 }
 
 /// Jobs by queue, task type or tenant and state (`Client::count_by`).
@@ -523,4 +557,20 @@ pub(crate) async fn write_job_stats(
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// Deletes the run counts of minutes before `before` (the results' retention).
+pub(crate) async fn prune_job_stats(
+    pool: &PgPool,
+    schema: &Schema,
+    before: DateTime<Utc>,
+) -> Result<u64> {
+    Ok(sqlx::query(&format!(
+        "DELETE FROM {} WHERE stat_minute_ts < $1",
+        schema.table("job_stats_t")
+    ))
+    .bind(before)
+    .execute(pool)
+    .await?
+    .rows_affected())
 }

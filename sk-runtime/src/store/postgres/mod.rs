@@ -8,9 +8,9 @@ mod control;
 pub(crate) mod partitions;
 
 pub(crate) use control::{
-    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, paused_queues, post,
-    queue_states, reschedule, retry, set_paused, worker_down, worker_seen, worker_up, workers,
-    write_job_stats,
+    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, prune_job_stats,
+    queue_controls, queue_states, reschedule, retry, set_global_limit, set_paused, worker_down,
+    worker_seen, worker_up, workers, write_job_stats,
 };
 
 use sqlx::pool::PoolConnection;
@@ -61,6 +61,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "job control",
         include_str!("../../../../migrations/postgres/0007_control.sql"),
     ),
+    (
+        8,
+        "a concurrency limit per queue across workers",
+        include_str!("../../../../migrations/postgres/0008_global_limits.sql"),
+    ),
 ];
 
 /// The statements of one schema, formatted once and then reused, so sqlx's per-connection
@@ -79,6 +84,9 @@ pub(crate) struct Statements {
     /// planner expect almost no rows and sort the whole queue instead of reading the
     /// dequeue index (docs/performance.md).
     claim_skipping: String,
+    /// `claim` of one queue with a global limit (`$8`): at most the limit less the
+    /// queue's running jobs (`queue_room`, migration 8).
+    claim_capped: String,
     complete: std::sync::Arc<str>,
     /// `complete` per results partition (`complete_in`).
     complete_in: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<str>>>,
@@ -496,13 +504,15 @@ impl Statements {
                 ),
                 {},
                 {}
-                SELECT task_id FROM done",
+                -- Wakes `Client::wait` in other processes (`$7`: the done channel).
+                SELECT task_id FROM done, (SELECT pg_notify($7, '')) AS notify",
                 rerun("$5::timestamptz"),
                 stats.replace("$now", "$5").replace("$owner", "$4")
             )
             .into(),
             complete_in: std::sync::Mutex::default(),
             claim_skipping: String::new(),
+            claim_capped: String::new(),
             fail,
             // A given-back job did not use up an attempt, and is claimable at once.
             give_back: format!(
@@ -585,12 +595,22 @@ impl Statements {
             channel: schema.channel(),
         }
         .with_claim_skipping()
+        .with_claim_capped(schema)
     }
 
     fn with_claim_skipping(mut self) -> Self {
         self.claim_skipping = self
             .claim
             .replace("AND true -- paused", "AND task_queue <> ALL($8)");
+        self
+    }
+
+    fn with_claim_capped(mut self, schema: &Schema) -> Self {
+        let room = schema.table("queue_room");
+        self.claim_capped = self.claim.replace(
+            "LIMIT $4",
+            &format!("LIMIT least($4, coalesce({room}($8, $1), $4))"),
+        );
         self
     }
 }
@@ -1060,37 +1080,54 @@ impl PgStore {
     }
 
     pub(crate) async fn claim(&self, claim: &super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
-        let super::Claim {
-            task_types,
-            queues,
-            tenants,
-            paused,
-            limit,
-            now,
-            lease_until,
-        } = *claim;
-        let sql = &self.schema.sql;
-        let query = sqlx::query_as(if paused.is_empty() {
-            &sql.claim
-        } else {
-            &sql.claim_skipping
-        })
-        .bind(now)
-        .bind(task_types)
-        .bind(queues)
-        .bind(limit)
-        .bind(lease_until)
-        .bind(&self.worker_id)
-        .bind(tenants);
-        let query = if paused.is_empty() {
-            query
-        } else {
-            query.bind(paused)
+        let mut conn = self.acquire().await?;
+        let capped = match claim.queues {
+            Some([queue]) if claim.capped => queue,
+            _ => return self.claim_on(&mut conn, claim).await,
         };
-        query
-            .fetch_all(&mut *self.acquire().await?)
+        if claim.paused.contains(capped) {
+            return Ok(Vec::new());
+        }
+        // A queue with a limit across workers: the claim locks the queue's row
+        // (`queue_room`), so claims of it take turns, each counting the running jobs
+        // after the one before committed.
+        self.claim_query(&self.schema.sql.claim_capped, claim)
+            .bind(capped)
+            .fetch_all(&mut *conn)
             .await
             .map_err(|e| self.lost(e))
+    }
+
+    /// Runs `claim` (or `claim_skipping`, with paused queues) on `conn`.
+    async fn claim_on(
+        &self,
+        conn: &mut PgConnection,
+        claim: &super::Claim<'_>,
+    ) -> Result<Vec<ClaimedJob>> {
+        let sql = &self.schema.sql;
+        let query = if claim.paused.is_empty() {
+            self.claim_query(&sql.claim, claim)
+        } else {
+            self.claim_query(&sql.claim_skipping, claim)
+                .bind(claim.paused)
+        };
+        query.fetch_all(conn).await.map_err(|e| self.lost(e))
+    }
+
+    /// A claim statement with `$1` to `$7` bound.
+    fn claim_query<'q>(
+        &'q self,
+        statement: &'q str,
+        claim: &super::Claim<'q>,
+    ) -> sqlx::query::QueryAs<'q, Postgres, ClaimedJob, sqlx::postgres::PgArguments> {
+        sqlx::query_as(statement)
+            .bind(claim.now)
+            .bind(claim.task_types)
+            .bind(claim.queues)
+            .bind(claim.limit)
+            .bind(claim.lease_until)
+            .bind(&self.worker_id)
+            .bind(claim.tenants)
     }
 
     /// Starts a transaction for a statement that joins a batch of ids to sk's tables.
@@ -1135,6 +1172,7 @@ impl PgStore {
                 .bind(&self.worker_id)
                 .bind(now)
                 .bind(&outputs)
+                .bind(self.schema.done_channel())
                 .fetch_all(&mut *tx)
                 .await;
             match held {
@@ -1154,6 +1192,7 @@ impl PgStore {
 
     /// Records a failed run (retry or final); false when the lease was lost (fenced).
     pub(crate) async fn fail(&self, f: &Failure, now: DateTime<Utc>) -> Result<bool> {
+        let mut conn = self.acquire().await?;
         let n: i64 = sqlx::query_scalar(&self.schema.sql.fail)
             .bind(f.lease.id)
             .bind(f.lease.attempt)
@@ -1167,9 +1206,17 @@ impl PgStore {
             .bind(f.millis)
             .bind(now)
             .bind(f.seed_error())
-            .fetch_one(&mut *self.acquire().await?)
+            .fetch_one(&mut *conn)
             .await
             .map_err(|e| self.lost(e))?;
+        if n == 1 && f.retry_at.is_none() {
+            // It failed for good: `Client::wait` in other processes wakes.
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(self.schema.done_channel())
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| self.lost(e))?;
+        }
         Ok(n == 1)
     }
 

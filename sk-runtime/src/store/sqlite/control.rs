@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::ts;
 use crate::control::{JobFilter, QueueState};
 use crate::error::Result;
-use crate::store::{wake, CancelledRun, NewJob, Schema};
+use crate::store::{wake, CancelledRun, NewJob, QueueControls, Schema};
 
 /// A live job as a cancel reads it.
 #[derive(sqlx::FromRow)]
@@ -235,6 +235,33 @@ pub(crate) async fn set_paused(
     Ok(changed > 0)
 }
 
+/// Sets or (with `None`) removes a queue's concurrency limit across workers.
+pub(crate) async fn set_global_limit(
+    pool: &SqlitePool,
+    schema: &Schema,
+    queue: &str,
+    limit: Option<i32>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let t = schema.flat_table("queues_t");
+    let sql = if limit.is_some() {
+        format!(
+            "INSERT INTO {t} (queue_name, queue_global_limit, queue_updated_at_ts) VALUES ($1, $2, $3)
+             ON CONFLICT (queue_name) DO UPDATE SET queue_global_limit = $2, queue_updated_at_ts = $3"
+        )
+    } else {
+        format!("UPDATE {t} SET queue_global_limit = $2, queue_updated_at_ts = $3 WHERE queue_name = $1")
+    };
+    sqlx::query(&sql)
+        .bind(queue)
+        .bind(limit)
+        .bind(ts(now))
+        .execute(pool)
+        .await?;
+    crate::store::pauses_changed();
+    Ok(())
+}
+
 /// Live jobs per queue and state, with each queue's pause.
 pub(crate) async fn queue_states(
     pool: &SqlitePool,
@@ -252,17 +279,17 @@ pub(crate) async fn queue_states(
     .bind(ts(now))
     .fetch_all(pool)
     .await?;
-    let paused: Vec<(String, Option<String>)> = sqlx::query_as(&format!(
-        "SELECT queue_name, queue_paused_at_ts FROM {}",
+    let controlled: Vec<(String, Option<String>, Option<i64>)> = sqlx::query_as(&format!(
+        "SELECT queue_name, queue_paused_at_ts, queue_global_limit FROM {}",
         schema.flat_table("queues_t")
     ))
     .fetch_all(pool)
     .await?;
-    let paused = paused
+    let controlled = controlled
         .into_iter()
-        .map(|(name, at)| (name, at.and_then(|at| at.parse().ok())))
+        .map(|(name, at, limit)| (name, at.and_then(|at| at.parse().ok()), limit))
         .collect();
-    Ok(crate::store::merge_queue_states(live, paused))
+    Ok(crate::store::merge_queue_states(live, controlled))
 }
 
 /// Up to `limit` ids of the jobs `filter` takes, after `after` in id order (as on
@@ -321,14 +348,16 @@ pub(crate) async fn post(
     Ok(())
 }
 
-/// The queues an operator paused (every claim skips them).
-pub(crate) async fn paused_queues(pool: &SqlitePool, schema: &Schema) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar(&format!(
-        "SELECT queue_name FROM {} WHERE queue_paused_at_ts IS NOT NULL ORDER BY queue_name",
+/// The paused queues (every claim skips them) and those with a global limit.
+pub(crate) async fn queue_controls(pool: &SqlitePool, schema: &Schema) -> Result<QueueControls> {
+    let rows = sqlx::query_as(&format!(
+        "SELECT queue_name, queue_paused_at_ts IS NOT NULL, queue_global_limit IS NOT NULL FROM {}
+         WHERE queue_paused_at_ts IS NOT NULL OR queue_global_limit IS NOT NULL ORDER BY queue_name",
         schema.flat_table("queues_t")
     ))
     .fetch_all(pool)
-    .await?)
+    .await?;
+    Ok(QueueControls::from_rows(rows))
 }
 
 /// Jobs by queue, task type or tenant and state (`Client::count_by`).
@@ -568,4 +597,20 @@ pub(crate) async fn write_job_stats(
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// Deletes the run counts of minutes before `before` (the results' retention).
+pub(crate) async fn prune_job_stats(
+    pool: &SqlitePool,
+    schema: &Schema,
+    before: DateTime<Utc>,
+) -> Result<u64> {
+    Ok(sqlx::query(&format!(
+        "DELETE FROM {} WHERE stat_minute_ts < $1",
+        schema.flat_table("job_stats_t")
+    ))
+    .bind(ts(before))
+    .execute(pool)
+    .await?
+    .rows_affected())
 }

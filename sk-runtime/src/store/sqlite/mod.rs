@@ -15,9 +15,9 @@
 mod control;
 
 pub(crate) use control::{
-    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, paused_queues, post,
-    queue_states, reschedule, retry, set_paused, worker_down, worker_seen, worker_up, workers,
-    write_job_stats,
+    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, prune_job_stats,
+    queue_controls, queue_states, reschedule, retry, set_global_limit, set_paused, worker_down,
+    worker_seen, worker_up, workers, write_job_stats,
 };
 
 use std::collections::HashMap;
@@ -45,6 +45,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         2,
         "job control",
         include_str!("../../../../migrations/sqlite/0002_control.sql"),
+    ),
+    (
+        3,
+        "a concurrency limit per queue across workers",
+        include_str!("../../../../migrations/sqlite/0003_global_limits.sql"),
     ),
 ];
 
@@ -75,6 +80,7 @@ pub(crate) struct Statements {
     enqueue_many_keyed: String,
     enqueue_many_uniform: String,
     claim: String,
+    claim_capped: String,
     take: String,
     retry: String,
     success: String,
@@ -188,6 +194,9 @@ impl Statements {
                     task_queue, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata,
                     task_lock_handle_id, task_timeout_ms"
             ),
+            // `claim` of one queue with a global limit (`$9`): at most the limit less its
+            // running jobs. One statement under the write lock, so claims take turns.
+            claim_capped: String::new(),
             // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
             take: format!(
                 "DELETE FROM {q} WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3
@@ -388,6 +397,21 @@ impl Statements {
                  SET metric_value = excluded.metric_value, metric_last_updated = excluded.metric_last_updated"
             ),
         }
+        .with_claim_capped(&schema.flat_table("queues_t"))
+    }
+
+    fn with_claim_capped(mut self, queues: &str) -> Self {
+        let q = &self.queue;
+        self.claim_capped = self.claim.replace(
+            "LIMIT $4)",
+            &format!(
+                // (A negative LIMIT is none in SQLite, hence `max(0, ...)`.)
+                "LIMIT max(0, min($4, coalesce((SELECT queue_global_limit FROM {queues} WHERE queue_name = $9)
+                    - (SELECT count(*) FROM {q} WHERE task_queue = $9 AND task_locked_by IS NOT NULL
+                        AND task_locked_until_ts > $1), $4))))"
+            ),
+        );
+        self
     }
 }
 
@@ -768,12 +792,22 @@ impl SqliteStore {
             queues,
             tenants,
             paused,
+            capped,
             limit,
             now,
             lease_until,
         } = *claim;
+        let capped = match queues {
+            Some([queue]) if capped => Some(queue),
+            _ => None,
+        };
         let list = |l: &[String]| serde_json::to_string(l).unwrap_or_default();
-        let rows = sqlx::query(&self.sql().claim)
+        let sql = if capped.is_some() {
+            &self.sql().claim_capped
+        } else {
+            &self.sql().claim
+        };
+        let query = sqlx::query(sql)
             .bind(ts(now))
             .bind(list(task_types))
             .bind(queues.map(list))
@@ -781,9 +815,12 @@ impl SqliteStore {
             .bind(ts(lease_until))
             .bind(&self.worker_id)
             .bind(tenants.map(list))
-            .bind((!paused.is_empty()).then(|| list(paused)))
-            .fetch_all(&mut *self.writing().await?.1)
-            .await?;
+            .bind((!paused.is_empty()).then(|| list(paused)));
+        let query = match capped {
+            Some(queue) => query.bind(queue),
+            None => query,
+        };
+        let rows = query.fetch_all(&mut *self.writing().await?.1).await?;
         // RETURNING gives rows in no particular order: back to the claim's.
         let mut jobs = Vec::with_capacity(rows.len());
         for row in rows {
