@@ -269,42 +269,55 @@ async fn raw_burn_down(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
             let mut conn = pool.acquire().await?;
             loop {
                 let now = Utc::now();
-                let mut tx = sqlx::Connection::begin_with(
-                    &mut *conn,
-                    "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
-                )
-                .await?;
-                let handles: Vec<i64> = sqlx::query_scalar(
-                    "SELECT task_lock_handle_id FROM raw_queue WHERE task_locked_until_ts <= ?
-                     ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT 100
-                     FOR UPDATE SKIP LOCKED",
-                )
-                .bind(now)
-                .fetch_all(&mut *tx)
-                .await?;
-                if handles.is_empty() {
+                // InnoDB may pick one of the clients' claims as a deadlock victim (as
+                // sk's own claim, which retries): it claims again.
+                let claimed = async {
+                    let mut tx = sqlx::Connection::begin_with(
+                        &mut *conn,
+                        "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
+                    )
+                    .await?;
+                    let handles: Vec<i64> = sqlx::query_scalar(
+                        "SELECT task_lock_handle_id FROM raw_queue WHERE task_locked_until_ts <= ?
+                         ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT 100
+                         FOR UPDATE SKIP LOCKED",
+                    )
+                    .bind(now)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    if !handles.is_empty() {
+                        let list = in_list(&handles);
+                        sqlx::query(&format!(
+                            "UPDATE raw_queue SET task_locked_until_ts = ?, task_attempt = task_attempt + 1,
+                                task_locked_by = 'raw' WHERE task_lock_handle_id IN ({list})"
+                        ))
+                        .bind(now + chrono::Duration::seconds(30))
+                        .execute(&mut *tx)
+                        .await?;
+                    }
                     tx.commit().await?;
+                    Ok::<_, sqlx::Error>(handles)
+                }
+                .await;
+                let handles = match claimed {
+                    Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("40001") => continue,
+                    claimed => claimed?,
+                };
+                if handles.is_empty() {
                     return Ok::<u64, sqlx::Error>(done);
                 }
-                let list = handles
-                    .iter()
-                    .map(i64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                sqlx::query(&format!(
-                    "UPDATE raw_queue SET task_locked_until_ts = ?, task_attempt = task_attempt + 1,
-                        task_locked_by = 'raw' WHERE task_lock_handle_id IN ({list})"
-                ))
-                .bind(now + chrono::Duration::seconds(30))
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
+                let list = in_list(&handles);
                 done += handles.len() as u64;
-                sqlx::query(&format!(
-                    "DELETE FROM raw_queue WHERE task_lock_handle_id IN ({list})"
-                ))
-                .execute(&mut *conn)
-                .await?;
+                let delete = format!("DELETE FROM raw_queue WHERE task_lock_handle_id IN ({list})");
+                loop {
+                    match sqlx::query(&delete).execute(&mut *conn).await {
+                        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("40001") => {}
+                        deleted => {
+                            deleted?;
+                            break;
+                        }
+                    }
+                }
             }
         }));
     }
@@ -316,6 +329,14 @@ async fn raw_burn_down(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
         return Err(format!("raw burn-down finished {done} of {n}").into());
     }
     Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+fn in_list(handles: &[i64]) -> String {
+    handles
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Enqueue-to-start latency with an idle worker, in milliseconds.
