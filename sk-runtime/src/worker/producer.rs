@@ -33,31 +33,37 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
         // `more`: claim again at once; `later`: claim again when a slot frees.
         let (mut more, mut later) = (false, false);
         let mut failed = None;
-        let mut outcome = |claimed: crate::Result<Claimed>| match claimed {
-            Ok(Claimed::Full) => more = true,
-            Ok(Claimed::NoSlot | Claimed::Capped) => later = true,
-            Ok(Claimed::All) => {}
-            Err(e) => failed = Some(e),
-        };
         // Each queue limited in this worker up to its free slots, each queue limited
-        // across workers on its own, then the rest up to the worker's free slots.
+        // across workers on its own, then the rest up to the worker's free slots:
+        // (queues, capped, cap).
+        let mut claims: Vec<(Option<&[String]>, bool, usize)> = Vec::new();
         for queue in &limited {
             let free = shared.queue_limits[*queue].available_permits();
-            let capped = known.capped.contains(queue);
-            let one = Some(std::slice::from_ref(*queue));
-            outcome(claim(&shared, &known, one, capped, free, &completions).await);
+            claims.push((
+                Some(std::slice::from_ref(*queue)),
+                known.capped.contains(queue),
+                free,
+            ));
         }
-        let capped_here = known.capped.iter().filter(|q| {
+        for queue in known.capped.iter().filter(|q| {
             !shared.queue_limits.contains_key(*q)
                 && shared.queues.as_ref().is_none_or(|all| all.contains(q))
-        });
-        for queue in capped_here {
-            let one = Some(std::slice::from_ref(queue));
-            outcome(claim(&shared, &known, one, true, usize::MAX, &completions).await);
+        }) {
+            claims.push((Some(std::slice::from_ref(queue)), true, usize::MAX));
         }
         if shared_queues.as_ref().is_none_or(|q| !q.is_empty()) {
-            let rest = shared_queues.as_deref();
-            outcome(claim(&shared, &known, rest, false, usize::MAX, &completions).await);
+            claims.push((shared_queues.as_deref(), false, usize::MAX));
+        }
+        for (queues, capped, cap) in claims {
+            match claim(&shared, &known, queues, capped, cap, &completions).await {
+                Ok(Claimed::Full) => more = true,
+                Ok(Claimed::NoSlot | Claimed::Capped) => later = true,
+                Ok(Claimed::All) => {}
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
         }
         match failed {
             None => {
