@@ -592,6 +592,97 @@ async fn wait_wakes_on_a_notification_from_another_process() {
     db.drop().await;
 }
 
+/// The insight calls on 60,000 finished jobs read the results through indexes: the
+/// partition holding them counts no sequential scan while a connection of their own runs
+/// every call (PostgreSQL's table statistics, flushed when that connection ends).
+#[tokio::test]
+async fn insight_queries_read_the_results_through_indexes() {
+    let db = TestDb::new().await;
+    let seed = db.named_pool("sk_seed", 1).await;
+    // Ids from the last ten minutes (one partition, or two across midnight); every 100th
+    // job fatal and every 199th cancelled, 20 types, 5 queues, a third with a tenant.
+    sqlx::query(
+        "INSERT INTO sk_task_results_t (task_id, task_type, task_source, task_queue, task_status,
+            task_priority, task_posted_at_ts, task_last_processing_attempted_at_ts,
+            task_processing_finalized_at_ts, task_tenant,
+            task_correlation_id, task_last_error_type, task_last_error_message, task_payload,
+            task_metadata)
+         SELECT sk_uuid_v7(t), 'type' || (g % 20), 'app', 'q' || (g % 5), s, 0, t, t, t,
+            CASE WHEN g % 3 = 0 THEN 'tenant' || (g % 100) END, 'c' || g,
+            CASE WHEN s = 6 THEN 'error' END, CASE WHEN s = 6 THEN 'down ' || (g % 7) END,
+            '{}', CASE WHEN g % 50 = 0 THEN jsonb_build_object('k', g % 1000) END
+         FROM generate_series(1, 60000) g,
+            LATERAL (SELECT now() - (g % 600) * interval '1 s' AS t,
+                CASE WHEN g % 100 = 0 THEN 6 WHEN g % 199 = 0 THEN 7 ELSE 3 END AS s) x",
+    )
+    .execute(&seed)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE sk_task_results_t")
+        .execute(&seed)
+        .await
+        .unwrap();
+    let partition: String = sqlx::query_scalar(
+        "SELECT tableoid::regclass::text FROM sk_task_results_t GROUP BY 1 ORDER BY count(*) DESC LIMIT 1",
+    )
+    .fetch_one(&seed)
+    .await
+    .unwrap();
+    seed.close().await;
+    db.wait_disconnected("sk_seed").await;
+    let scans = || async {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT coalesce(seq_scan, 0), coalesce(idx_scan, 0) FROM pg_stat_user_tables
+             WHERE relid = $1::regclass",
+        )
+        .bind(&partition)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    let (seq_before, idx_before) = scans().await;
+
+    let pool = db.named_pool("sk_insight", 1).await;
+    let client = Client::new(pool.clone());
+    for by in [CountBy::Queue, CountBy::TaskType, CountBy::Tenant] {
+        let groups = client.count_by(by).await.unwrap();
+        let fatal: i64 = groups.iter().map(|g| g.fatal).sum();
+        assert_eq!(fatal, 600, "{by:?}");
+    }
+    let hour_ago = Utc::now() - chrono::Duration::hours(1);
+    let filters = [
+        JobFilter::new(),
+        JobFilter::new().queue("q0").status(JobStatus::Fatal),
+        JobFilter::new().correlation_id("c4200"),
+        JobFilter::new().posted(
+            Some(hour_ago),
+            Some(Utc::now() - chrono::Duration::minutes(5)),
+        ),
+        JobFilter::new().tenant("tenant0").status(JobStatus::Fatal),
+    ];
+    for filter in &filters {
+        let page = client.jobs(filter, None, 100).await.unwrap();
+        assert!(!page.jobs.is_empty(), "{filter:?}");
+    }
+    let groups = client.error_groups(hour_ago, 10).await.unwrap();
+    let failed: i64 = groups
+        .iter()
+        .filter(|g| g.kind.as_deref() == Some("error"))
+        .map(|g| g.count)
+        .sum();
+    assert_eq!(failed, 600, "{groups:?}");
+    pool.close().await;
+    db.wait_disconnected("sk_insight").await;
+
+    let (seq_after, idx_after) = scans().await;
+    assert!(
+        idx_after > idx_before,
+        "the calls read {partition} ({idx_before} -> {idx_after})"
+    );
+    assert_eq!(seq_after, seq_before, "no sequential scan of {partition}");
+    db.drop().await;
+}
+
 each_backend! {
     async fn cancel_where_takes_what_the_filter_says(db) {
         let client = client(&db);
