@@ -16,6 +16,7 @@ use sk_tests::{each_backend, recv, wait_until, Db, RunningWorker, TestBackend, T
 use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
+mod cli;
 mod control;
 mod partitions;
 mod seeds;

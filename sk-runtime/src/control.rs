@@ -212,7 +212,7 @@ impl JobFilter {
 
 /// One queue as [`Client::queues`] shows it: its live jobs by state, whether it is
 /// paused, and its concurrency limit across workers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct QueueState {
     /// The queue's name.

@@ -8,7 +8,8 @@ use crate::error::Result;
 use crate::store::{Pool, Schema};
 
 /// A job's status in `task_results_t.task_status` (the seed's codes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum JobStatus {
     /// Posted, not yet run (1).
@@ -54,7 +55,7 @@ impl JobStatus {
 }
 
 /// Counts from [`QueueInfo::counts`].
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct QueueCounts {
     /// Results rows per recorded status. A running job keeps its last recorded status
@@ -113,7 +114,7 @@ pub struct QueuedJob {
 }
 
 /// Everything recorded about one job, from [`QueueInfo::job`].
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
 #[non_exhaustive]
 pub struct JobRecord {
     /// Job id.
@@ -204,11 +205,12 @@ pub struct JobRecord {
     #[sqlx(rename = "task_unique_key")]
     pub unique_key: Option<String>,
     #[sqlx(rename = "task_unique_mode")]
+    #[serde(skip)]
     unique_mode_code: Option<i16>,
 }
 
 /// One recorded run of a job (seed 004's audit log).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[non_exhaustive]
 pub struct Attempt {
     /// 1 for the first run, 2 for the first retry, ...
@@ -236,7 +238,7 @@ pub struct Attempt {
 }
 
 /// How an [`Attempt`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum AttemptOutcome {

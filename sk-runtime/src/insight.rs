@@ -25,7 +25,7 @@ pub enum CountBy {
 
 /// The jobs of one queue, task type or tenant by state ([`Client::count_by`]). Jobs that
 /// succeeded are not counted here: throughput says how many finished when.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct GroupCounts {
     /// The queue, task type or tenant.
@@ -45,7 +45,7 @@ pub struct GroupCounts {
 }
 
 /// One job in a list ([`Client::jobs`]); [`Client::job`] has its whole record.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
 #[non_exhaustive]
 pub struct JobSummary {
     /// Job id.
@@ -100,7 +100,7 @@ impl JobSummary {
 }
 
 /// One page of [`Client::jobs`].
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct JobPage {
     /// The jobs, newest first.
@@ -275,7 +275,7 @@ macro_rules! push_list_filter {
 pub(crate) use push_list_filter;
 
 /// Jobs whose last run failed with one error ([`Client::error_groups`]).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
 #[non_exhaustive]
 pub struct ErrorGroup {
     /// The error's type (`"timeout"`, `"panic"`, a Rust type name, ...).
@@ -299,7 +299,7 @@ pub struct ErrorGroup {
 }
 
 /// A worker as [`Client::workers`] shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct WorkerInfo {
     /// Its id (`task_locked_by` of the jobs it runs).
@@ -420,7 +420,7 @@ pub enum Per {
 }
 
 /// Runs of one task type in one minute or hour ([`Client::throughput`]).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct Throughput {
     /// The start of the minute or hour (UTC).

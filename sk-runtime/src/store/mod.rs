@@ -516,6 +516,99 @@ pool_from!("postgres", Postgres, sqlx::PgPool);
 pool_from!("sqlite", Sqlite, sqlx::SqlitePool);
 pool_from!("mysql", MySql, sqlx::MySqlPool);
 
+impl Pool {
+    /// Connects to the database a URL names, on the backend its scheme says:
+    /// `postgres://` (or `postgresql://`), `sqlite:` and `mysql://` (or `mariadb://`).
+    /// For tools and scripts; an application usually builds its own sqlx pool.
+    ///
+    /// ```no_run
+    /// # async fn f() -> sk_runtime::Result<()> {
+    /// let pool = sk_runtime::Pool::connect("postgres://postgres@127.0.0.1:5432/app").await?;
+    /// let client = sk_runtime::Client::new(pool);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Invalid`](crate::Error::Invalid) for a URL of no known scheme or of a
+    /// backend this build leaves out (its cargo feature is off);
+    /// [`Error::Connect`](crate::Error::Connect) when the database cannot be reached, with
+    /// the address (never the password) and the cause.
+    pub async fn connect(url: &str) -> Result<Pool> {
+        let scheme = url.split(':').next().unwrap_or_default();
+        let connect_error = |e: sqlx::Error| crate::Error::Connect {
+            address: without_password(url),
+            cause: e.to_string(),
+        };
+        // One direct connection first: a pool retries a refused connection in silence
+        // until its timeout, this one says why at once.
+        match scheme {
+            #[cfg(feature = "postgres")]
+            "postgres" | "postgresql" => {
+                probe::<sqlx::PgConnection>(url)
+                    .await
+                    .map_err(connect_error)?;
+                Ok(Pool::Postgres(
+                    sqlx::PgPool::connect_lazy(url).map_err(connect_error)?,
+                ))
+            }
+            #[cfg(feature = "sqlite")]
+            "sqlite" => {
+                probe::<sqlx::SqliteConnection>(url)
+                    .await
+                    .map_err(connect_error)?;
+                Ok(Pool::Sqlite(
+                    sqlx::SqlitePool::connect_lazy(url).map_err(connect_error)?,
+                ))
+            }
+            #[cfg(feature = "mysql")]
+            "mysql" | "mariadb" => {
+                let url = url.replacen("mariadb:", "mysql:", 1);
+                probe::<sqlx::MySqlConnection>(&url)
+                    .await
+                    .map_err(connect_error)?;
+                Ok(Pool::MySql(
+                    sqlx::MySqlPool::connect_lazy(&url).map_err(connect_error)?,
+                ))
+            }
+            // Reached only when the backend's feature is off.
+            #[allow(unreachable_patterns)]
+            "postgres" | "postgresql" | "sqlite" | "mysql" | "mariadb" => {
+                Err(crate::Error::invalid(
+                    "database url",
+                    format!("this build of sk has no {scheme} backend (its cargo feature is off)"),
+                ))
+            }
+            _ => Err(crate::Error::invalid(
+                "database url",
+                format!(
+                    "{:?} names no known database: use postgres://, sqlite: or mysql://",
+                    without_password(url)
+                ),
+            )),
+        }
+    }
+}
+
+/// Opens and closes one connection.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+async fn probe<C: sqlx::Connection>(url: &str) -> std::result::Result<(), sqlx::Error> {
+    C::connect(url).await?.close().await
+}
+
+/// A database URL without its password, for messages.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((user, host)) if user.contains(':') => {
+            let name = user.split(':').next().unwrap_or_default();
+            format!("{scheme}://{name}:***@{host}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
 /// Defines `Pool`'s methods as calls of the backend module's functions of the same name,
 /// with the pool and the arguments.
 macro_rules! pool_delegate {

@@ -1,0 +1,753 @@
+//! `sk`: the operator's command for sk's job queues, on PostgreSQL, SQLite or MySQL.
+//!
+//! Every command goes through `sk_runtime::Client`, the same control and insight API an
+//! application uses, so the command holds no SQL of its own and works on every backend.
+//! The binary is a thin shim over [`run`], which tests call in-process.
+
+use std::io::Write;
+
+use chrono::{DateTime, Utc};
+use clap::{Parser, Subcommand, ValueEnum};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use sk_runtime::{
+    CancelOutcome, Client, CountBy, Error, JobFilter, JobStatus, Per, Pool, RescheduleOutcome,
+    RetryOutcome, Schema,
+};
+use uuid::Uuid;
+
+const EXAMPLES: &str = "\
+Examples:
+  sk --database-url postgres://postgres@127.0.0.1/app status
+  DATABASE_URL=sqlite:jobs.db sk jobs --state fatal --queue mail
+  sk job 0193a5e2-7c1f-7d3e-9a51-2b7e8c7d1f00
+  sk retry 0193a5e2-7c1f-7d3e-9a51-2b7e8c7d1f00
+  sk pause mail
+  sk errors --since 1h --json
+
+Exit codes: 0 done, 1 failed (the database, bad input), 2 usage, 3 no such job.";
+
+/// Operate sk's job queues.
+#[derive(Parser)]
+#[command(name = "sk", version, after_help = EXAMPLES)]
+struct Cli {
+    /// The database: a postgres://, sqlite: or mysql:// URL.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    database_url: Option<String>,
+    /// sk's schema on PostgreSQL; elsewhere a prefix of its table names.
+    #[arg(long, default_value = "public", global = true)]
+    schema: String,
+    /// The prefix of sk's table names.
+    #[arg(long, default_value = "sk_", global = true)]
+    prefix: String,
+    /// Print JSON for scripts instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create sk's tables, or bring them to this version.
+    Migrate,
+    /// Jobs per queue and state, paused and limited queues, live workers.
+    Status,
+    /// Jobs, newest first, a page at a time.
+    Jobs(ListArgs),
+    /// One job's whole record: payload, output, every attempt.
+    Job {
+        /// The job's id.
+        id: Uuid,
+    },
+    /// Run fatal or cancelled jobs again (a waiting job is made due now).
+    Retry {
+        /// Job ids.
+        #[arg(required = true)]
+        ids: Vec<Uuid>,
+    },
+    /// Cancel waiting or running jobs.
+    Cancel {
+        /// Job ids.
+        #[arg(required = true)]
+        ids: Vec<Uuid>,
+    },
+    /// Make waiting jobs due now.
+    RunNow {
+        /// Job ids.
+        #[arg(required = true)]
+        ids: Vec<Uuid>,
+    },
+    /// Stop every worker from starting jobs of a queue (running ones finish).
+    Pause {
+        /// The queue.
+        queue: String,
+    },
+    /// Let a paused queue run again.
+    Resume {
+        /// The queue.
+        queue: String,
+    },
+    /// Set a queue's concurrency limit across all workers, or remove it with `none`.
+    Limit {
+        /// The queue.
+        queue: String,
+        /// At most this many of its jobs at once, or `none`.
+        limit: String,
+    },
+    /// Errors grouped by type and message.
+    Errors {
+        /// How far back, e.g. `1h`, `24h`, `7d`.
+        #[arg(long, default_value = "24h")]
+        since: humantime::Duration,
+        /// At most this many groups.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Runs per hour (or minute) and task type: succeeded, failed, mean and p95 time.
+    Stats {
+        /// How far back.
+        #[arg(long, default_value = "24h")]
+        since: humantime::Duration,
+        /// Rows per hour or per minute.
+        #[arg(long, value_enum, default_value = "hour")]
+        per: PerArg,
+        /// Only this task type.
+        #[arg(long = "type")]
+        task_type: Option<String>,
+    },
+    /// Live workers and the jobs they run.
+    Workers,
+    /// Enqueue a job by task type and JSON arguments (the type is not checked here).
+    Enqueue {
+        /// The task type, as `#[job]` names it.
+        task_type: String,
+        /// The arguments as a JSON object, e.g. '{"user_id": 42}'.
+        payload: String,
+    },
+}
+
+#[derive(clap::Args)]
+struct ListArgs {
+    /// Only this queue.
+    #[arg(long)]
+    queue: Option<String>,
+    /// Only this task type.
+    #[arg(long = "type")]
+    task_type: Option<String>,
+    /// Only this tenant.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Only this correlation id.
+    #[arg(long)]
+    correlation_id: Option<String>,
+    /// Only jobs in this state.
+    #[arg(long, value_enum)]
+    state: Option<StateArg>,
+    /// Only jobs whose metadata has KEY=VALUE.
+    #[arg(long, value_name = "KEY=VALUE")]
+    meta: Option<String>,
+    /// Jobs posted within this long.
+    #[arg(long)]
+    since: Option<humantime::Duration>,
+    /// The page after this job id (the `next` of the page before).
+    #[arg(long)]
+    after: Option<Uuid>,
+    /// Jobs per page (at most 1,000).
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum StateArg {
+    Waiting,
+    Running,
+    Processed,
+    Fatal,
+    Cancelled,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PerArg {
+    Minute,
+    Hour,
+}
+
+/// Why a command failed, with its exit code.
+struct Failure {
+    message: String,
+    code: u8,
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        let hint = match e {
+            // Most often tables older than this sk (or none at all).
+            Error::Database(_) => " (if sk's tables are older than this sk, run `sk migrate`)",
+            _ => "",
+        };
+        let message = e.to_string();
+        let first = message.lines().next().unwrap_or_default();
+        Failure {
+            message: format!("{first}{hint}"),
+            code: 1,
+        }
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure {
+            message: format!("cannot write the output: {e}"),
+            code: 1,
+        }
+    }
+}
+
+impl From<serde_json::Error> for Failure {
+    fn from(e: serde_json::Error) -> Self {
+        Failure {
+            message: e.to_string(),
+            code: 1,
+        }
+    }
+}
+
+fn fail(message: impl Into<String>, code: u8) -> Failure {
+    Failure {
+        message: message.into(),
+        code,
+    }
+}
+
+/// Runs the command line `args` (the program name first), writing its output to `out`
+/// and its one-line error to `err`; returns the exit code: 0 done, 1 failed, 2 usage,
+/// 3 no such job.
+pub async fn run<I, T>(args: I, out: &mut dyn Write, err: &mut dyn Write) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // `--help` and `--version` are output; a usage error is an error.
+            if e.use_stderr() {
+                let _ = write!(err, "{}", e.render());
+                return 2;
+            }
+            let _ = write!(out, "{}", e.render());
+            return 0;
+        }
+    };
+    match command(cli, out).await {
+        Ok(()) => 0,
+        Err(f) => {
+            // One line: the first line of the cause.
+            let line = f.message.lines().next().unwrap_or_default();
+            let _ = writeln!(err, "sk: error: {line}");
+            f.code
+        }
+    }
+}
+
+async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
+    let url = cli.database_url.as_deref().ok_or_else(|| {
+        fail(
+            "no database: give --database-url or set DATABASE_URL (postgres://, sqlite: or mysql://)",
+            1,
+        )
+    })?;
+    let schema = Schema::new(&cli.schema, &cli.prefix)?;
+    let pool = Pool::connect(url).await?;
+    if let Command::Migrate = cli.command {
+        sk_runtime::migrate(pool, &schema).await?;
+        return say(
+            out,
+            cli.json,
+            &serde_json::json!({ "migrated": true }),
+            || "sk's tables are at this version".to_owned(),
+        );
+    }
+    let client = Client::new(pool).schema(schema);
+    let json = cli.json;
+    match cli.command {
+        Command::Migrate => Ok(()),
+        Command::Status => status(&client, json, out).await,
+        Command::Jobs(args) => jobs(&client, args, json, out).await,
+        Command::Job { id } => job(&client, id, json, out).await,
+        Command::Retry { ids } => each(&client, &ids, json, Action::Retry, out).await,
+        Command::Cancel { ids } => each(&client, &ids, json, Action::Cancel, out).await,
+        Command::RunNow { ids } => each(&client, &ids, json, Action::RunNow, out).await,
+        Command::Pause { queue } => {
+            let changed = client.pause(&queue).await?;
+            let said = if changed {
+                "paused"
+            } else {
+                "was paused already"
+            };
+            say(
+                out,
+                json,
+                &serde_json::json!({ "queue": queue, "changed": changed }),
+                || format!("{queue}: {said}"),
+            )
+        }
+        Command::Resume { queue } => {
+            let changed = client.resume(&queue).await?;
+            let said = if changed { "resumed" } else { "was not paused" };
+            say(
+                out,
+                json,
+                &serde_json::json!({ "queue": queue, "changed": changed }),
+                || format!("{queue}: {said}"),
+            )
+        }
+        Command::Limit { queue, limit } => {
+            let limit = match limit.as_str() {
+                "none" => None,
+                n => Some(
+                    n.parse::<u32>()
+                        .map_err(|_| fail(format!("limit {n:?}: a number from 1, or none"), 1))?,
+                ),
+            };
+            client.set_global_limit(&queue, limit).await?;
+            say(
+                out,
+                json,
+                &serde_json::json!({ "queue": queue, "global_limit": limit }),
+                || match limit {
+                    Some(n) => format!("{queue}: at most {n} at once across all workers"),
+                    None => format!("{queue}: no limit across workers"),
+                },
+            )
+        }
+        Command::Errors { since, limit } => {
+            let groups = client.error_groups(ago(since)?, limit).await?;
+            if json {
+                return print_json(out, &groups);
+            }
+            let mut table = table(&[
+                "count",
+                "type",
+                "message",
+                "first seen",
+                "last seen",
+                "sample job",
+            ]);
+            for g in &groups {
+                table.add_row(vec![
+                    g.count.to_string(),
+                    text(g.kind.as_deref()),
+                    text(g.message.as_deref()),
+                    time(g.first_seen),
+                    time(g.last_seen),
+                    g.sample.to_string(),
+                ]);
+            }
+            print_table(out, table, groups.is_empty(), "no errors in that time")?;
+            Ok(())
+        }
+        Command::Stats {
+            since,
+            per,
+            task_type,
+        } => {
+            let per = match per {
+                PerArg::Minute => Per::Minute,
+                PerArg::Hour => Per::Hour,
+            };
+            let rows = client
+                .throughput(ago(since)?, per, task_type.as_deref())
+                .await?;
+            if json {
+                return print_json(out, &rows);
+            }
+            let mut table = table(&[
+                "at",
+                "task type",
+                "succeeded",
+                "failed",
+                "mean ms",
+                "p95 ms",
+            ]);
+            for r in &rows {
+                table.add_row(vec![
+                    time(Some(r.at)),
+                    r.task_type.clone(),
+                    r.processed.to_string(),
+                    r.failed.to_string(),
+                    format!("{:.1}", r.mean_ms),
+                    format!("{:.1}", r.p95_ms),
+                ]);
+            }
+            print_table(out, table, rows.is_empty(), "no runs in that time")?;
+            Ok(())
+        }
+        Command::Workers => {
+            let workers = client.workers().await?;
+            if json {
+                return print_json(out, &workers);
+            }
+            print_table(
+                out,
+                workers_table(&workers),
+                workers.is_empty(),
+                "no workers",
+            )?;
+            Ok(())
+        }
+        Command::Enqueue { task_type, payload } => {
+            let payload: serde_json::Value = serde_json::from_str(&payload)
+                .map_err(|e| fail(format!("the payload is not JSON: {e}"), 1))?;
+            let id = client.enqueue_json_unchecked(&task_type, payload).await?;
+            say(out, json, &serde_json::json!({ "id": id }), || {
+                id.to_string()
+            })
+        }
+    }
+}
+
+async fn status(client: &Client, json: bool, out: &mut dyn Write) -> Result<(), Failure> {
+    let counts = client.count_by(CountBy::Queue).await?;
+    let queues = client.queues().await?;
+    let workers = client.workers().await?;
+    if json {
+        return print_json(
+            out,
+            &serde_json::json!({
+                "queues": counts,
+                "controls": queues,
+                "workers": workers,
+            }),
+        );
+    }
+    let mut table = table(&[
+        "queue",
+        "available",
+        "scheduled",
+        "retrying",
+        "running",
+        "fatal",
+        "cancelled",
+        "paused",
+        "limit",
+    ]);
+    for c in &counts {
+        let name = c.key.clone().unwrap_or_default();
+        let control = queues.iter().find(|q| q.name == name);
+        table.add_row(vec![
+            name,
+            c.available.to_string(),
+            c.scheduled.to_string(),
+            c.retrying.to_string(),
+            c.running.to_string(),
+            c.fatal.to_string(),
+            c.cancelled.to_string(),
+            control
+                .and_then(|q| q.paused_at)
+                .map_or_else(String::new, |at| format!("since {}", at.format("%F %T"))),
+            control
+                .and_then(|q| q.global_limit)
+                .map_or_else(String::new, |n| n.to_string()),
+        ]);
+    }
+    print_table(out, table, counts.is_empty(), "no jobs")?;
+    writeln!(out)?;
+    print_table(
+        out,
+        workers_table(&workers),
+        workers.is_empty(),
+        "no workers",
+    )?;
+    Ok(())
+}
+
+async fn jobs(
+    client: &Client,
+    args: ListArgs,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    let mut filter = JobFilter::new();
+    if let Some(q) = args.queue {
+        filter = filter.queue(q);
+    }
+    if let Some(t) = args.task_type {
+        filter = filter.task_type(t);
+    }
+    if let Some(t) = args.tenant {
+        filter = filter.tenant(t);
+    }
+    if let Some(c) = args.correlation_id {
+        filter = filter.correlation_id(c);
+    }
+    if let Some(s) = args.state {
+        filter = filter.status(match s {
+            StateArg::Waiting => JobStatus::Unprocessed,
+            StateArg::Running => JobStatus::Processing,
+            StateArg::Processed => JobStatus::Processed,
+            StateArg::Fatal => JobStatus::Fatal,
+            StateArg::Cancelled => JobStatus::Cancelled,
+        });
+    }
+    if let Some(kv) = args.meta {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| fail(format!("--meta {kv:?}: write KEY=VALUE"), 1))?;
+        filter = filter.metadata(k, v);
+    }
+    if let Some(since) = args.since {
+        filter = filter.posted(Some(ago(since)?), None);
+    }
+    let page = client.jobs(&filter, args.after, args.limit).await?;
+    if json {
+        return print_json(out, &page);
+    }
+    let mut table = table(&[
+        "id",
+        "type",
+        "queue",
+        "state",
+        "attempt",
+        "posted",
+        "last error",
+    ]);
+    for j in &page.jobs {
+        table.add_row(vec![
+            j.id.to_string(),
+            j.task_type.clone(),
+            j.queue.clone(),
+            state(j.status()),
+            j.attempt.map_or_else(String::new, |a| a.to_string()),
+            time(Some(j.posted_at)),
+            text(j.last_error_message.as_deref()),
+        ]);
+    }
+    print_table(out, table, page.jobs.is_empty(), "no jobs")?;
+    if let Some(next) = page.next {
+        writeln!(out, "more: --after {next}")?;
+    }
+    Ok(())
+}
+
+async fn job(client: &Client, id: Uuid, json: bool, out: &mut dyn Write) -> Result<(), Failure> {
+    let record = client
+        .job(id)
+        .await?
+        .ok_or_else(|| fail(format!("no job {id}"), 3))?;
+    if json {
+        let mut value = serde_json::to_value(&record)?;
+        value["status"] = serde_json::to_value(record.status())?;
+        value["attempts"] = serde_json::to_value(record.attempts())?;
+        return print_json(out, &value);
+    }
+    let mut table = table(&["field", "value"]);
+    let rows = [
+        ("id", record.id.to_string()),
+        ("type", record.task_type.clone()),
+        ("queue", record.queue.clone()),
+        ("state", state(record.status())),
+        ("priority", record.priority.to_string()),
+        ("posted", time(Some(record.posted_at))),
+        ("finished", time(record.finalized_at)),
+        ("tenant", text(record.tenant.as_deref())),
+        ("correlation id", text(record.correlation_id.as_deref())),
+        ("metadata", text(record.metadata.as_deref())),
+        ("payload", text(record.payload.as_deref())),
+        ("output", text(record.output_json.as_deref())),
+        (
+            "worker",
+            text(
+                record
+                    .locked_by
+                    .as_deref()
+                    .or(record.last_worker.as_deref()),
+            ),
+        ),
+    ];
+    for (k, v) in rows {
+        table.add_row(vec![k.to_owned(), v]);
+    }
+    writeln!(out, "{table}")?;
+    let attempts = record.attempts();
+    let mut table = self::table(&["attempt", "outcome", "worker", "started", "ended", "error"]);
+    for a in &attempts {
+        let error = match (&a.kind, &a.message) {
+            (Some(k), Some(m)) => format!("{k}: {m}"),
+            (None, Some(m)) => m.clone(),
+            _ => String::new(),
+        };
+        table.add_row(vec![
+            a.attempt.to_string(),
+            format!("{:?}", a.outcome).to_lowercase(),
+            text(a.worker.as_deref()),
+            time(a.started_at),
+            time(a.ended_at),
+            error,
+        ]);
+    }
+    print_table(out, table, attempts.is_empty(), "no attempt yet")?;
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+enum Action {
+    Retry,
+    Cancel,
+    RunNow,
+}
+
+/// Runs `action` on each id; says what happened to each. Exits 3 when an id is unknown.
+async fn each(
+    client: &Client,
+    ids: &[Uuid],
+    json: bool,
+    action: Action,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    let mut results = Vec::new();
+    let mut missing = 0;
+    for &id in ids {
+        let (said, found) = match action {
+            Action::Retry => {
+                let outcome = client.retry(id).await?;
+                (format!("{outcome:?}"), outcome != RetryOutcome::NotFound)
+            }
+            Action::Cancel => {
+                let outcome = client.cancel(id).await?;
+                (format!("{outcome:?}"), outcome != CancelOutcome::NotFound)
+            }
+            Action::RunNow => {
+                let outcome = client.run_now(id).await?;
+                (
+                    format!("{outcome:?}"),
+                    outcome != RescheduleOutcome::NotFound,
+                )
+            }
+        };
+        if !found {
+            missing += 1;
+        }
+        results.push((id, said));
+    }
+    if json {
+        let rows: Vec<_> = results
+            .iter()
+            .map(|(id, said)| serde_json::json!({ "id": id, "outcome": said }))
+            .collect();
+        print_json(out, &rows)?;
+    } else {
+        for (id, said) in &results {
+            writeln!(out, "{id}: {said}")?;
+        }
+    }
+    if missing > 0 {
+        return Err(fail(
+            format!("{missing} of {} ids name no job", ids.len()),
+            3,
+        ));
+    }
+    Ok(())
+}
+
+fn workers_table(workers: &[sk_runtime::WorkerInfo]) -> Table {
+    let mut table = table(&[
+        "worker",
+        "host",
+        "pid",
+        "alive",
+        "running",
+        "concurrency",
+        "queues",
+        "started",
+        "last seen",
+    ]);
+    for w in workers {
+        table.add_row(vec![
+            w.id.clone(),
+            w.host.clone(),
+            w.pid.to_string(),
+            if w.alive { "yes" } else { "no" }.to_owned(),
+            w.running.to_string(),
+            w.concurrency.to_string(),
+            w.queues
+                .as_ref()
+                .map_or_else(|| "all".to_owned(), |q| q.join(", ")),
+            time(Some(w.started_at)),
+            time(Some(w.seen_at)),
+        ]);
+    }
+    table
+}
+
+fn table(header: &[&str]) -> Table {
+    let mut table = Table::new();
+    table
+        .load_preset(UTF8_FULL_CONDENSED)
+        .set_header(header.to_vec());
+    table
+}
+
+fn print_table(out: &mut dyn Write, table: Table, empty: bool, none: &str) -> Result<(), Failure> {
+    if empty {
+        writeln!(out, "({none})")?;
+    } else {
+        writeln!(out, "{table}")?;
+    }
+    Ok(())
+}
+
+fn print_json<T: serde::Serialize + ?Sized>(out: &mut dyn Write, value: &T) -> Result<(), Failure> {
+    writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
+    Ok(())
+}
+
+/// Prints `value` as JSON, or `human()` as a line.
+fn say(
+    out: &mut dyn Write,
+    json: bool,
+    value: &serde_json::Value,
+    human: impl FnOnce() -> String,
+) -> Result<(), Failure> {
+    if json {
+        print_json(out, value)
+    } else {
+        writeln!(out, "{}", human())?;
+        Ok(())
+    }
+}
+
+/// The time `span` before now.
+fn ago(span: humantime::Duration) -> Result<DateTime<Utc>, Failure> {
+    chrono::Duration::from_std(*span)
+        .ok()
+        .and_then(|d| Utc::now().checked_sub_signed(d))
+        .ok_or_else(|| fail(format!("{span} is too far back"), 1))
+}
+
+fn time(at: Option<DateTime<Utc>>) -> String {
+    at.map_or_else(String::new, |at| at.format("%F %T").to_string())
+}
+
+/// Outside text for a terminal: control characters (ANSI escapes among them) shown as
+/// escapes, so a payload or an error message cannot drive the terminal.
+fn text(value: Option<&str>) -> String {
+    value
+        .unwrap_or_default()
+        .chars()
+        .flat_map(|c| {
+            if c.is_control() && c != '\n' {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+fn state(status: JobStatus) -> String {
+    serde_json::to_value(status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{status:?}"))
+}

@@ -1,0 +1,128 @@
+//! The `sk` command on every backend: what each command prints (as a table and as JSON),
+//! what it changes, and its exit codes. Runs the command in-process (`sk_cli::run`). A
+//! module of the `queue` test binary.
+
+use chrono::Utc;
+use sk_runtime::{Client, Job, JobStatus};
+use sk_tests::{each_backend, RunningWorker};
+use uuid::Uuid;
+
+use super::{probe, worker, AlwaysFails, Record, T};
+
+/// Runs `sk --database-url URL ARGS...`: its exit code, output and error output.
+async fn sk(url: &str, args: &[&str]) -> (u8, String, String) {
+    let mut all = vec!["sk", "--database-url", url];
+    all.extend_from_slice(args);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = sk_cli::run(all, &mut out, &mut err).await;
+    let text = |b: Vec<u8>| String::from_utf8(b).expect("utf-8 output");
+    (code, text(out), text(err))
+}
+
+/// `sk ARGS... --json`, parsed; the command must succeed.
+async fn sk_json(url: &str, args: &[&str]) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let (code, out, err) = sk(url, &all).await;
+    assert_eq!(code, 0, "sk {args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("sk {args:?} --json: {e}: {out}"))
+}
+
+fn queue<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    status["queues"]
+        .as_array()
+        .and_then(|q| q.iter().find(|q| q["key"] == name))
+        .unwrap_or_else(|| panic!("no queue {name} in {status}"))
+}
+
+each_backend! {
+    async fn the_sk_command_answers_and_acts(db) {
+        let url = db.url.clone();
+        let client = Client::new(db.pool.clone());
+        let fatal = AlwaysFails::new().with_max_attempts(1).enqueue(&db.pool).await.unwrap();
+        let (probe, _rx) = probe();
+        let w = RunningWorker::start(worker(&db, &[AlwaysFails::TASK_TYPE]).data(probe));
+        client.wait(fatal, T).await.unwrap();
+        w.stop().await;
+        let later = Utc::now() + chrono::Duration::hours(1);
+        let waiting = Record::new("mail".into()).with_queue("mail").run_at(later)
+            .enqueue(&db.pool).await.unwrap();
+
+        // What is where.
+        let status = sk_json(&url, &["status"]).await;
+        assert_eq!(queue(&status, "default")["fatal"], 1);
+        assert_eq!(queue(&status, "mail")["scheduled"], 1);
+        let (code, out, _) = sk(&url, &["status"]).await;
+        assert_eq!(code, 0);
+        assert!(out.contains("mail") && out.contains("default"), "{out}");
+
+        // The fatal job, listed and shown whole.
+        let page = sk_json(&url, &["jobs", "--state", "fatal"]).await;
+        assert_eq!(page["jobs"][0]["id"], fatal.to_string(), "{page}");
+        let (code, out, _) = sk(&url, &["job", &fatal.to_string()]).await;
+        assert_eq!(code, 0);
+        assert!(out.contains("still broken at attempt 1") && out.contains("fatal"), "{out}");
+        let errors = sk_json(&url, &["errors"]).await;
+        assert_eq!(errors[0]["message"], "still broken at attempt 1", "{errors}");
+        assert_eq!(errors[0]["sample"], fatal.to_string());
+
+        // Control.
+        let (code, out, _) = sk(&url, &["pause", "mail"]).await;
+        assert_eq!((code, out.trim()), (0, "mail: paused"));
+        let status = sk_json(&url, &["status"]).await;
+        let mail = status["controls"].as_array().unwrap().iter().find(|q| q["name"] == "mail").unwrap();
+        assert!(mail["paused_at"].is_string(), "{status}");
+        assert_eq!(sk(&url, &["resume", "mail"]).await.0, 0);
+        assert_eq!(sk(&url, &["limit", "mail", "3"]).await.0, 0);
+        assert_eq!(client.queues().await.unwrap().iter().find(|q| q.name == "mail").unwrap().global_limit, Some(3));
+        assert_eq!(sk(&url, &["limit", "mail", "none"]).await.0, 0);
+        let (code, _, err) = sk(&url, &["limit", "mail", "zero"]).await;
+        assert_eq!(code, 1);
+        assert!(err.starts_with("sk: error: limit \"zero\""), "{err}");
+
+        let (code, out, _) = sk(&url, &["run-now", &waiting.to_string()]).await;
+        assert_eq!((code, out.trim()), (0, format!("{waiting}: Rescheduled").as_str()));
+        assert!(db.job(waiting).await.locked_until.unwrap() <= Utc::now());
+        let (code, out, _) = sk(&url, &["retry", &fatal.to_string()]).await;
+        assert_eq!((code, out.trim()), (0, format!("{fatal}: Retried").as_str()));
+        assert_eq!(db.job(fatal).await.status(), JobStatus::Unprocessed);
+        let (code, out, _) = sk(&url, &["cancel", &waiting.to_string()]).await;
+        assert_eq!((code, out.trim()), (0, format!("{waiting}: Cancelled").as_str()));
+        assert_eq!(db.job(waiting).await.status(), JobStatus::Cancelled);
+
+        // Enqueue by name.
+        let posted = sk_json(&url, &["enqueue", "record", r#"{"label": "from the shell"}"#]).await;
+        let id: Uuid = posted["id"].as_str().unwrap().parse().unwrap();
+        assert_eq!(db.job(id).await.task_type, Record::TASK_TYPE);
+
+        // Exit codes and one-line errors.
+        let unknown = Uuid::now_v7().to_string();
+        let (code, _, err) = sk(&url, &["job", &unknown]).await;
+        assert_eq!((code, err.trim()), (3, format!("sk: error: no job {unknown}").as_str()));
+        let (code, out, err) = sk(&url, &["retry", &unknown]).await;
+        assert_eq!(code, 3, "{out}{err}");
+        let (code, _, err) = sk(&url, &["enqueue", "record", "not json"]).await;
+        assert_eq!(code, 1);
+        assert!(err.starts_with("sk: error: the payload is not JSON"), "{err}");
+        let (code, _, _) = sk(&url, &["jobs", "--state", "nonsense"]).await;
+        assert_eq!(code, 2);
+        db.drop().await;
+    }
+}
+
+#[tokio::test]
+async fn sk_says_in_one_line_why_it_cannot_reach_the_database() {
+    let (code, _, err) = sk("postgres://postgres:secret@127.0.0.1:1/app", &["status"]).await;
+    assert_eq!(code, 1);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(
+            "sk: error: cannot reach the database at postgres://postgres:***@127.0.0.1:1/app"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("secret"));
+    let (code, _, err) = sk("redis://127.0.0.1", &["status"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("names no known database"), "{err}");
+}
