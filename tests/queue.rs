@@ -1533,3 +1533,62 @@ each_backend! {
         db.drop().await;
     }
 }
+
+#[job]
+async fn logs_inside(word: String) -> Result<(), JobError> {
+    tracing::info!(word = %word, "inside the handler");
+    Ok(())
+}
+
+/// Everything a subscriber writes, to read back.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A handler's own log line carries its job's id, type, queue and attempt (the job's
+/// span). The test's runtime runs every task on this thread, where the subscriber is set.
+#[tokio::test]
+async fn a_jobs_own_log_lines_carry_its_id() {
+    let db = TestDb::new().await;
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let id = LogsInside::new("marmalade".into())
+        .with_queue("logs")
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let w = RunningWorker::start(worker(&db, &[LogsInside::TASK_TYPE]).queues(["logs"]));
+    db.wait_job(id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    w.stop().await;
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("inside the handler"))
+        .unwrap_or_else(|| panic!("the handler's line is missing:\n{text}"));
+    for field in [
+        format!("id={id}"),
+        "task_type=logs_inside".to_owned(),
+        "queue=logs".to_owned(),
+        "attempt=1".to_owned(),
+        "word=marmalade".to_owned(),
+    ] {
+        assert!(line.contains(&field), "{field} is missing from: {line}");
+    }
+    db.drop().await;
+}

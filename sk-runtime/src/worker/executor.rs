@@ -48,12 +48,26 @@ pub(super) fn spawn(
             abort: None,
         },
     );
-    let task = tokio::spawn(run_one(
-        shared.clone(),
-        job,
-        (cancel, stop),
-        completions.clone(),
-        permit,
+    // The handler's own log lines carry the job's id, type, queue, attempt, tenant and
+    // correlation id.
+    let span = tracing::info_span!(
+        "sk.job",
+        id = %job.task_id,
+        task_type = %job.task_type,
+        queue = %job.task_queue,
+        attempt = job.task_attempt,
+        tenant = job.task_tenant.as_deref(),
+        correlation_id = job.task_correlation_id.as_deref(),
+    );
+    let task = tokio::spawn(tracing::Instrument::instrument(
+        run_one(
+            shared.clone(),
+            job,
+            (cancel, stop),
+            completions.clone(),
+            permit,
+        ),
+        span,
     ));
     if let Some(entry) = shared.running().get_mut(&lease) {
         entry.abort = Some(task.abort_handle());
