@@ -126,3 +126,17 @@ async fn sk_says_in_one_line_why_it_cannot_reach_the_database() {
     assert_eq!(code, 1);
     assert!(err.contains("names no known database"), "{err}");
 }
+
+#[tokio::test]
+async fn sk_web_off_loopback_needs_a_token_or_read_only() {
+    let url = format!(
+        "sqlite:{}/sk-cli-web.db?mode=rwc",
+        std::env::temp_dir().display()
+    );
+    let (code, _, err) = sk(&url, &["web", "--bind", "0.0.0.0:0"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("give --token (or SK_WEB_TOKEN) or --read-only"),
+        "{err}"
+    );
+}

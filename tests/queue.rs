@@ -20,6 +20,7 @@ mod cli;
 mod control;
 mod partitions;
 mod seeds;
+mod web;
 
 const T: Duration = Duration::from_secs(20);
 

@@ -15,6 +15,8 @@ use sk_runtime::{
 };
 use uuid::Uuid;
 
+pub mod web;
+
 const EXAMPLES: &str = "\
 Examples:
   sk --database-url postgres://postgres@127.0.0.1/app status
@@ -117,6 +119,18 @@ enum Command {
     },
     /// Live workers and the jobs they run.
     Workers,
+    /// Serve the dashboard (binds to loopback unless told otherwise).
+    Web {
+        /// Where to listen. Anywhere but loopback needs `--token` or `--read-only`.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        bind: std::net::SocketAddr,
+        /// Show everything, change nothing.
+        #[arg(long)]
+        read_only: bool,
+        /// Require this token of every request: basic auth's password, or a bearer token.
+        #[arg(long, env = "SK_WEB_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
     /// Enqueue a job by task type and JSON arguments (the type is not checked here).
     Enqueue {
         /// The task type, as `#[job]` names it.
@@ -395,6 +409,27 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
                 "no workers",
             )?;
             Ok(())
+        }
+        Command::Web {
+            bind,
+            read_only,
+            token,
+        } => {
+            if !bind.ip().is_loopback() && token.is_none() && !read_only {
+                return Err(fail(
+                    format!("{bind} is not loopback: give --token (or SK_WEB_TOKEN) or --read-only, so that nobody else can act on the jobs"),
+                    2,
+                ));
+            }
+            let listener = tokio::net::TcpListener::bind(bind)
+                .await
+                .map_err(|e| fail(format!("cannot listen on {bind}: {e}"), 1))?;
+            let mode = if read_only { " (read-only)" } else { "" };
+            writeln!(out, "sk web: http://{}{mode}", listener.local_addr()?)?;
+            out.flush()?;
+            web::serve(client, listener, web::WebOptions { read_only, token })
+                .await
+                .map_err(|e| fail(format!("the dashboard stopped: {e}"), 1))
         }
         Command::Enqueue { task_type, payload } => {
             let payload: serde_json::Value = serde_json::from_str(&payload)

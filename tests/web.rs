@@ -1,0 +1,222 @@
+//! The dashboard (`sk web`): its end-to-end test in Debian's Chromium, and its guards
+//! (the token, the read-only mode) over plain HTTP. A module of the `queue` test binary.
+//!
+//! The browser test needs /usr/bin/chromium and tests/browser/node_modules; where they
+//! are missing, tests/browser/setup.sh installs them (as `.ci/run` does first), and the
+//! test fails, saying why, if that cannot be done.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use chrono::Utc;
+use sk_cli::web::{self, WebOptions};
+use sk_runtime::{job, Client, Data, Job, JobError, JobStatus, Per};
+use sk_tests::{recv, wait_until, RunningWorker, TestDb};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use super::{probe, worker, Record, T};
+
+/// Whether the cause of `deploy`'s failure is fixed.
+#[derive(Clone, Default)]
+struct Fixed(Arc<AtomicBool>);
+
+#[job(max_attempts = 1)]
+async fn deploy(fixed: Data<Fixed>) -> Result<(), JobError> {
+    if fixed.0.load(Ordering::SeqCst) {
+        Ok(())
+    } else {
+        Err(JobError::new("the mirror is down"))
+    }
+}
+
+/// Serves the dashboard on a free loopback port; its base URL.
+async fn serve(client: Client, options: WebOptions) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let address = listener.local_addr().expect("its address");
+    tokio::spawn(web::serve(client, listener, options));
+    format!("http://{address}")
+}
+
+fn browser_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("browser")
+}
+
+/// Chromium and playwright-core, installed by setup.sh where missing.
+fn browser_ready() {
+    let dir = browser_dir();
+    if Path::new("/usr/bin/chromium").exists() && dir.join("node_modules/playwright-core").exists()
+    {
+        return;
+    }
+    let status = std::process::Command::new("bash")
+        .arg(dir.join("setup.sh"))
+        .status()
+        .expect("bash runs tests/browser/setup.sh");
+    assert!(
+        status.success(),
+        "tests/browser/setup.sh could not install Chromium and playwright-core; the browser test needs them"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_in_a_browser_shows_and_acts() {
+    browser_ready();
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let fixed = Fixed::default();
+    let (probe, mut rx) = probe();
+    let w = RunningWorker::start(
+        worker(&db, &[Deploy::TASK_TYPE, Record::TASK_TYPE])
+            .data(fixed.clone())
+            .data(probe)
+            .heartbeat_interval(std::time::Duration::from_millis(200)),
+    );
+
+    // Seeds: a fatal job, four that succeeded, two scheduled and one cancelled in "mail".
+    let fatal = Deploy::new().enqueue(&db.pool).await.unwrap();
+    client.wait(fatal, T).await.unwrap();
+    for i in 0..4 {
+        let id = Record::new(format!("done {i}"))
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        client.wait(id, T).await.unwrap();
+    }
+    let later = Utc::now() + chrono::Duration::hours(1);
+    for label in ["later 1", "later 2", "cancelled"] {
+        let id = Record::new(label.into())
+            .with_queue("mail")
+            .run_at(later)
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        if label == "cancelled" {
+            client.cancel(id).await.unwrap();
+        }
+    }
+    while rx.try_recv().is_ok() {}
+    // The worker writes its run counts with its heartbeat.
+    let hour_ago = Utc::now() - chrono::Duration::hours(1);
+    wait_until("the run counts written", T, || async {
+        let rows = client.throughput(hour_ago, Per::Minute, None).await.ok()?;
+        let ok: i64 = rows.iter().map(|r| r.processed).sum();
+        let failed: i64 = rows.iter().map(|r| r.failed).sum();
+        (ok == 4 && failed == 1).then_some(())
+    })
+    .await;
+    fixed.0.store(true, Ordering::SeqCst);
+
+    let url = serve(client.clone(), WebOptions::default()).await;
+    let read_only = serve(
+        client.clone(),
+        WebOptions {
+            read_only: true,
+            token: None,
+        },
+    )
+    .await;
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tmp/dashboard");
+    std::fs::create_dir_all(&shots).unwrap();
+    let node = tokio::process::Command::new("node")
+        .arg(browser_dir().join("dashboard.mjs"))
+        .env("SK_URL", &url)
+        .env("SK_RO_URL", &read_only)
+        .env("SK_FATAL", fatal.to_string())
+        .env("SK_SHOTS", &shots)
+        .output();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(120), node)
+        .await
+        .expect("the browser test ends within two minutes")
+        .expect("node runs (the browser test needs Node.js)");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "the browser test failed:\n{said}");
+    println!("{said}");
+
+    // What the page did, as the database has it.
+    assert_eq!(db.job(fatal).await.status(), JobStatus::Processed);
+    let mail = client.queues().await.unwrap();
+    let mail = mail.iter().find(|q| q.name == "mail").unwrap();
+    assert!(mail.paused_at.is_some(), "paused from the page");
+    // Nothing of the paused queue runs, though older than a job that does.
+    let held = Record::new("held".into())
+        .with_queue("mail")
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let after = Record::new("after".into()).enqueue(&db.pool).await.unwrap();
+    let ran = recv(&mut rx, "the later job of another queue", T).await;
+    assert_eq!(ran.id, after);
+    assert_eq!(db.job(held).await.status(), JobStatus::Unprocessed);
+    assert!(rx.try_recv().is_err(), "nothing of the paused queue ran");
+    w.stop().await;
+    db.drop().await;
+}
+
+/// One HTTP/1.1 request to `url` (`http://host:port`): the status and the body.
+async fn request(url: &str, method: &str, path: &str, headers: &str) -> (u16, String) {
+    let host = url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{headers}Content-Length: 0\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {response}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_asks_for_its_token_and_the_csrf_token() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let url = serve(
+        client.clone(),
+        WebOptions {
+            read_only: false,
+            token: Some("s3cret".into()),
+        },
+    )
+    .await;
+    let (status, _) = request(&url, "GET", "/", "").await;
+    assert_eq!(status, 401, "no token");
+    let (status, _) = request(&url, "GET", "/", "Authorization: Bearer wrong\r\n").await;
+    assert_eq!(status, 401, "a wrong token");
+    let (status, body) = request(&url, "GET", "/", "Authorization: Bearer s3cret\r\n").await;
+    assert_eq!(status, 200, "{body}");
+    // "ops:s3cret", as a browser's basic auth sends it.
+    let basic = "Authorization: Basic b3BzOnMzY3JldA==\r\n";
+    let (status, body) = request(&url, "GET", "/metrics", basic).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("# TYPE sk_queue_jobs gauge"), "{body}");
+
+    // An action without the form's CSRF token changes nothing.
+    let (status, _) = request(&url, "POST", "/queues/mail/pause", basic).await;
+    assert_eq!(status, 403);
+    let cross = format!("{basic}Sec-Fetch-Site: cross-site\r\n");
+    let (status, _) = request(&url, "POST", "/queues/mail/pause", &cross).await;
+    assert_eq!(status, 403);
+    assert!(client.queues().await.unwrap().is_empty(), "nothing paused");
+
+    // An unknown job is a 404 page, not an error of the server.
+    let path = format!("/jobs/{}", uuid::Uuid::now_v7());
+    let (status, body) = request(&url, "GET", &path, basic).await;
+    assert_eq!(status, 404);
+    assert!(body.contains("no job"), "{body}");
+    db.drop().await;
+}
