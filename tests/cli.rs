@@ -110,6 +110,83 @@ each_backend! {
     }
 }
 
+each_backend! {
+    async fn sk_acts_on_every_job_a_filter_takes_after_asking(db) {
+        let url = db.url.clone();
+        let later = Utc::now() + chrono::Duration::hours(1);
+        let mut mail = Vec::new();
+        for i in 0..25 {
+            let id = Record::new(format!("m{i}")).with_queue("mail").run_at(later)
+                .enqueue(&db.pool).await.unwrap();
+            mail.push(id);
+        }
+        let other = Record::new("other".into()).with_queue("sms").run_at(later)
+            .enqueue(&db.pool).await.unwrap();
+
+        // A bulk action is asked about; without a terminal and without --yes, refused.
+        let (code, _, err) = sk(&url, &["cancel", "--queue", "mail"]).await;
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("cancel 25 jobs?") && err.contains("add --yes"), "{err}");
+        assert_eq!(db.job(mail[0]).await.status(), JobStatus::Unprocessed);
+        // Ids and a filter together, or neither, are usage errors.
+        let (code, _, _) = sk(&url, &["cancel", &other.to_string(), "--queue", "sms"]).await;
+        assert_eq!(code, 2);
+        let (code, _, _) = sk(&url, &["cancel"]).await;
+        assert_eq!(code, 2);
+
+        // Run now, then cancel, the queue's jobs: each job once, the others untouched.
+        let done = sk_json(&url, &["run-now", "--queue", "mail", "--yes"]).await;
+        assert_eq!(done["matched"], 25, "{done}");
+        assert_eq!(done["outcomes"]["Rescheduled"], 25, "{done}");
+        let done = sk_json(&url, &["cancel", "--queue", "mail", "--state", "waiting", "--yes"]).await;
+        assert_eq!(done["outcomes"]["Cancelled"], 25, "{done}");
+        for id in &mail {
+            assert_eq!(db.job(*id).await.status(), JobStatus::Cancelled);
+        }
+        assert_eq!(db.job(other).await.status(), JobStatus::Unprocessed);
+        // Retry takes the cancelled ones back; a filter that takes nothing does nothing.
+        let (code, out, _) = sk(&url, &["retry", "--queue", "mail", "--state", "cancelled", "--yes"]).await;
+        assert_eq!(code, 0);
+        assert!(out.starts_with("25 jobs:") && out.contains("Retried: 25"), "{out}");
+        assert_eq!(db.job(mail[7]).await.status(), JobStatus::Unprocessed);
+        let done = sk_json(&url, &["retry", "--queue", "nowhere", "--yes"]).await;
+        assert_eq!(done["matched"], 0);
+
+        // Prune: asked about, then the results of jobs ended before the cutoff go.
+        let (code, _, err) = sk(&url, &["prune", "--older-than", "1h"]).await;
+        assert_eq!(code, 2, "{err}");
+        sk_json(&url, &["cancel", &other.to_string()]).await;
+        let pruned = sk_json(&url, &["prune", "--older-than", "1h", "--yes"]).await;
+        assert_eq!(pruned["rows"], 0, "nothing ended an hour ago: {pruned}");
+        assert_eq!(db.job(other).await.status(), JobStatus::Cancelled);
+        let client = Client::new(db.pool.clone());
+        let pruned = client.prune(Utc::now() + chrono::Duration::seconds(1)).await.unwrap();
+        assert_eq!(pruned.rows, 1, "the cancelled job: {pruned:?}");
+        assert!(client.job(other).await.unwrap().is_none(), "its results pruned");
+        assert!(client.job(mail[7]).await.unwrap().is_some(), "a live job is never pruned");
+
+        // Migrations: every one applied.
+        let all = sk_json(&url, &["migrate", "--status"]).await;
+        let all = all.as_array().unwrap();
+        assert!(!all.is_empty() && all.iter().all(|m| m["applied_at"].is_string()), "{all:?}");
+        let (code, out, _) = sk(&url, &["migrate", "--status"]).await;
+        assert_eq!(code, 0);
+        assert!(out.contains("up to date"), "{out}");
+        db.drop().await;
+    }
+}
+
+#[tokio::test]
+async fn migrate_status_names_the_pending_migrations_of_an_empty_database() {
+    let path = std::env::temp_dir().join(format!("sk-cli-{}.db", Uuid::new_v4()));
+    let url = format!("sqlite:{}?mode=rwc", path.display());
+    let (code, out, err) = sk(&url, &["migrate", "--status"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("pending: run `sk migrate`"), "{out}");
+    assert!(!out.contains("up to date"));
+    let _ = std::fs::remove_file(path);
+}
+
 #[tokio::test]
 async fn sk_says_in_one_line_why_it_cannot_reach_the_database() {
     let (code, _, err) = sk("postgres://postgres:secret@127.0.0.1:1/app", &["status"]).await;

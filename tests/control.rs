@@ -939,3 +939,23 @@ each_backend! {
         db.drop().await;
     }
 }
+
+each_backend! {
+    async fn metrics_rows_of_workers_gone_a_day_are_removed(db) {
+        let count = "SELECT count(*) FROM sk_metrics_t WHERE metric_owner_process_id = $1";
+        // A worker that stopped (its metrics written on the way out) ...
+        let gone = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe().0).id("gone-worker"));
+        db.wait_worker_up("gone-worker").await;
+        gone.stop().await;
+        assert!(db.scalar(count, Some("gone-worker")).await.unwrap_or(0) > 0);
+        // ... is a day gone when the next one starts, which removes its rows.
+        let later = ManualClock::new(Utc::now() + chrono::Duration::days(2));
+        let next = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe().0).clock(later));
+        wait_until("the gone worker's metrics removed", T, || async {
+            (db.scalar(count, Some("gone-worker")).await == Some(0)).then_some(())
+        })
+        .await;
+        next.stop().await;
+        db.drop().await;
+    }
+}

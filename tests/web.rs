@@ -1,5 +1,6 @@
 //! The dashboard (`sk web`): its end-to-end test in Debian's Chromium, and its guards
-//! (the token, the read-only mode) over plain HTTP. A module of the `queue` test binary.
+//! (the token, the read-only mode) over plain HTTP; and the worker's metrics as its
+//! Prometheus exporter serves them. A module of the `queue` test binary.
 //!
 //! The browser test needs /usr/bin/chromium and tests/browser/node_modules; where they
 //! are missing, tests/browser/setup.sh installs them (as `.ci/run` does first), and the
@@ -11,11 +12,11 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use sk_cli::web::{self, WebOptions};
-use sk_runtime::{job, Client, Data, Job, JobError, JobStatus, Per};
+use sk_runtime::{job, CancelOutcome, Client, Data, Job, JobContext, JobError, JobStatus, Per};
 use sk_tests::{recv, wait_until, RunningWorker, TestDb};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use super::{probe, worker, Record, T};
+use super::{probe, worker, AlwaysFails, Probe, Record, T};
 
 /// Whether the cause of `deploy`'s failure is fixed.
 #[derive(Clone, Default)]
@@ -218,5 +219,131 @@ async fn the_dashboard_asks_for_its_token_and_the_csrf_token() {
     let (status, body) = request(&url, "GET", &path, basic).await;
     assert_eq!(status, 404);
     assert!(body.contains("no job"), "{body}");
+    db.drop().await;
+}
+
+/// Runs until cancelled.
+#[job]
+async fn until_cancelled(ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
+    probe.saw(&ctx, "started");
+    ctx.cancelled().await;
+    Err(JobError::new("stopped because asked to"))
+}
+
+/// The value of the sample of `name` whose labels include each of `labels`.
+fn sample(scrape: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    scrape.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?.strip_prefix('{')?;
+        let (set, value) = rest.split_once("} ")?;
+        let set: Vec<&str> = set.split(',').collect();
+        labels
+            .iter()
+            .all(|l| set.contains(l))
+            .then(|| value.trim().parse().ok())
+            .flatten()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_exports_its_metrics_to_prometheus() {
+    // The one test of this binary that installs a recorder; its jobs use a queue of their own.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    sk_runtime::telemetry::install_prometheus(address).expect("the exporter starts");
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let (probe, mut rx) = probe();
+    let w = RunningWorker::start(
+        worker(
+            &db,
+            &[
+                Record::TASK_TYPE,
+                AlwaysFails::TASK_TYPE,
+                UntilCancelled::TASK_TYPE,
+            ],
+        )
+        .data(probe)
+        .heartbeat_interval(std::time::Duration::from_millis(100))
+        .queue_depth_metrics(std::time::Duration::from_millis(100)),
+    );
+    let q = "metered";
+    for label in ["a", "b"] {
+        let id = Record::new(label.into())
+            .with_queue(q)
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        client.wait(id, T).await.unwrap();
+    }
+    let failing = AlwaysFails::new()
+        .with_queue(q)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    client.wait(failing, T).await.unwrap();
+    let running = UntilCancelled::new()
+        .with_queue(q)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    loop {
+        if recv(&mut rx, "the job to start", T).await.id == running {
+            break;
+        }
+    }
+    assert_eq!(
+        client.cancel(running).await.unwrap(),
+        CancelOutcome::CancelledWhileRunning
+    );
+    let later = Utc::now() + chrono::Duration::hours(1);
+    Record::new("later".into())
+        .with_queue(q)
+        .run_at(later)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+
+    let queue = "queue=\"metered\"";
+    let expected: &[(&str, &str, f64)] = &[
+        ("sk_jobs_enqueued_total", "task_type=\"record\"", 3.0),
+        ("sk_jobs_completed_total", "task_type=\"record\"", 2.0),
+        ("sk_jobs_retried_total", "task_type=\"always_fails\"", 2.0),
+        ("sk_jobs_failed_total", "task_type=\"always_fails\"", 1.0),
+        (
+            "sk_jobs_cancelled_total",
+            "task_type=\"until_cancelled\"",
+            1.0,
+        ),
+        ("sk_job_run_seconds_count", "task_type=\"record\"", 2.0),
+        (
+            "sk_job_queue_wait_seconds_count",
+            "task_type=\"record\"",
+            2.0,
+        ),
+        ("sk_queue_jobs", "state=\"scheduled\"", 1.0),
+        ("sk_queue_jobs", "state=\"fatal\"", 1.0),
+        ("sk_queue_jobs", "state=\"cancelled\"", 1.0),
+    ];
+    let url = format!("http://{address}");
+    let scrape = wait_until("the metrics scraped", T, || async {
+        let (status, body) = request(&url, "GET", "/metrics", "").await;
+        let all = expected
+            .iter()
+            .all(|(name, label, want)| sample(&body, name, &[queue, label]) == Some(*want));
+        (status == 200 && all).then_some(body)
+    })
+    .await;
+    assert!(
+        scrape.contains("# TYPE sk_job_run_seconds histogram"),
+        "{scrape}"
+    );
+    assert!(
+        scrape.contains("# TYPE sk_job_queue_wait_seconds histogram"),
+        "{scrape}"
+    );
+    w.stop().await;
     db.drop().await;
 }

@@ -9,6 +9,7 @@ use std::io::Write;
 use chrono::{DateTime, Utc};
 use clap::{Parser, Subcommand, ValueEnum};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use futures_util::StreamExt as _;
 use sk_runtime::{
     CancelOutcome, Client, CountBy, Error, JobFilter, JobStatus, Per, Pool, RescheduleOutcome,
     RetryOutcome, Schema,
@@ -23,10 +24,14 @@ Examples:
   DATABASE_URL=sqlite:jobs.db sk jobs --state fatal --queue mail
   sk job 0193a5e2-7c1f-7d3e-9a51-2b7e8c7d1f00
   sk retry 0193a5e2-7c1f-7d3e-9a51-2b7e8c7d1f00
+  sk retry --queue mail --state fatal --yes
+  sk cancel --type send_email --state waiting
   sk pause mail
+  sk prune --older-than 30d
+  sk web --bind 127.0.0.1:8080
   sk errors --since 1h --json
 
-Exit codes: 0 done, 1 failed (the database, bad input), 2 usage, 3 no such job.";
+Exit codes: 0 done, 1 failed (the database, bad input), 2 usage (or a bulk action\nnot confirmed without a terminal), 3 no such job.";
 
 /// Operate sk's job queues.
 #[derive(Parser)]
@@ -51,7 +56,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Create sk's tables, or bring them to this version.
-    Migrate,
+    Migrate {
+        /// Only say which migrations the database has and which are pending.
+        #[arg(long)]
+        status: bool,
+    },
     /// Jobs per queue and state, paused and limited queues, live workers.
     Status,
     /// Jobs, newest first, a page at a time.
@@ -61,23 +70,22 @@ enum Command {
         /// The job's id.
         id: Uuid,
     },
-    /// Run fatal or cancelled jobs again (a waiting job is made due now).
-    Retry {
-        /// Job ids.
-        #[arg(required = true)]
-        ids: Vec<Uuid>,
-    },
-    /// Cancel waiting or running jobs.
-    Cancel {
-        /// Job ids.
-        #[arg(required = true)]
-        ids: Vec<Uuid>,
-    },
-    /// Make waiting jobs due now.
-    RunNow {
-        /// Job ids.
-        #[arg(required = true)]
-        ids: Vec<Uuid>,
+    /// Run fatal or cancelled jobs again (a waiting job is made due now): by id, or every
+    /// job a filter takes.
+    Retry(BulkArgs),
+    /// Cancel waiting or running jobs: by id, or every job a filter takes.
+    Cancel(BulkArgs),
+    /// Make waiting jobs due now: by id, or every job a filter takes.
+    RunNow(BulkArgs),
+    /// Delete the results of jobs that ended before a time (what the workers' retention
+    /// does), and the run counts of that time.
+    Prune {
+        /// Jobs that ended longer ago than this, e.g. `30d`.
+        #[arg(long)]
+        older_than: humantime::Duration,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
     },
     /// Stop every worker from starting jobs of a queue (running ones finish).
     Pause {
@@ -142,6 +150,29 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ListArgs {
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// The page after this job id (the `next` of the page before).
+    #[arg(long)]
+    after: Option<Uuid>,
+    /// Jobs per page (at most 1,000).
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+}
+
+#[derive(clap::Args)]
+struct BulkArgs {
+    /// Job ids; or none, and a filter.
+    ids: Vec<Uuid>,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Do not ask before acting on more than one job.
+    #[arg(long)]
+    yes: bool,
+}
+
+#[derive(clap::Args)]
+struct FilterArgs {
     /// Only this queue.
     #[arg(long)]
     queue: Option<String>,
@@ -163,12 +194,47 @@ struct ListArgs {
     /// Jobs posted within this long.
     #[arg(long)]
     since: Option<humantime::Duration>,
-    /// The page after this job id (the `next` of the page before).
-    #[arg(long)]
-    after: Option<Uuid>,
-    /// Jobs per page (at most 1,000).
-    #[arg(long, default_value_t = 50)]
-    limit: u32,
+}
+
+impl FilterArgs {
+    fn given(&self) -> bool {
+        self.queue.is_some()
+            || self.task_type.is_some()
+            || self.tenant.is_some()
+            || self.correlation_id.is_some()
+            || self.state.is_some()
+            || self.meta.is_some()
+            || self.since.is_some()
+    }
+
+    fn to_filter(&self) -> Result<JobFilter, Failure> {
+        let mut filter = JobFilter::new();
+        if let Some(q) = &self.queue {
+            filter = filter.queue(q);
+        }
+        if let Some(t) = &self.task_type {
+            filter = filter.task_type(t);
+        }
+        if let Some(t) = &self.tenant {
+            filter = filter.tenant(t);
+        }
+        if let Some(c) = &self.correlation_id {
+            filter = filter.correlation_id(c);
+        }
+        if let Some(s) = self.state {
+            filter = filter.status(s.status());
+        }
+        if let Some(kv) = &self.meta {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| fail(format!("--meta {kv:?}: write KEY=VALUE"), 1))?;
+            filter = filter.metadata(k, v);
+        }
+        if let Some(since) = self.since {
+            filter = filter.posted(Some(ago(since)?), None);
+        }
+        Ok(filter)
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -178,6 +244,18 @@ enum StateArg {
     Processed,
     Fatal,
     Cancelled,
+}
+
+impl StateArg {
+    fn status(self) -> JobStatus {
+        match self {
+            StateArg::Waiting => JobStatus::Unprocessed,
+            StateArg::Running => JobStatus::Processing,
+            StateArg::Processed => JobStatus::Processed,
+            StateArg::Fatal => JobStatus::Fatal,
+            StateArg::Cancelled => JobStatus::Cancelled,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -273,7 +351,10 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
     })?;
     let schema = Schema::new(&cli.schema, &cli.prefix)?;
     let pool = Pool::connect(url).await?;
-    if let Command::Migrate = cli.command {
+    if let Command::Migrate { status: true } = cli.command {
+        return migrations(pool, &schema, cli.json, out).await;
+    }
+    if let Command::Migrate { .. } = cli.command {
         sk_runtime::migrate(pool, &schema).await?;
         return say(
             out,
@@ -285,13 +366,38 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
     let client = Client::new(pool).schema(schema);
     let json = cli.json;
     match cli.command {
-        Command::Migrate => Ok(()),
+        Command::Migrate { .. } => Ok(()),
         Command::Status => status(&client, json, out).await,
         Command::Jobs(args) => jobs(&client, args, json, out).await,
         Command::Job { id } => job(&client, id, json, out).await,
-        Command::Retry { ids } => each(&client, &ids, json, Action::Retry, out).await,
-        Command::Cancel { ids } => each(&client, &ids, json, Action::Cancel, out).await,
-        Command::RunNow { ids } => each(&client, &ids, json, Action::RunNow, out).await,
+        Command::Retry(args) => act(&client, args, json, Action::Retry, out).await,
+        Command::Cancel(args) => act(&client, args, json, Action::Cancel, out).await,
+        Command::RunNow(args) => act(&client, args, json, Action::RunNow, out).await,
+        Command::Prune { older_than, yes } => {
+            let before = ago(older_than)?;
+            let question = format!(
+                "delete the results of jobs that ended before {} (and their run counts)?",
+                before.format("%F %T")
+            );
+            confirm(yes, &question)?;
+            let pruned = client.prune(before).await?;
+            if json {
+                return print_json(out, &pruned);
+            }
+            writeln!(
+                out,
+                "pruned {} results row by row, {} partitions whole{}, {} run counts",
+                pruned.rows,
+                pruned.partitions.len(),
+                if pruned.partitions.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", pruned.partitions.join(", "))
+                },
+                pruned.run_counts
+            )?;
+            Ok(())
+        }
         Command::Pause { queue } => {
             let changed = client.pause(&queue).await?;
             let said = if changed {
@@ -503,37 +609,7 @@ async fn jobs(
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), Failure> {
-    let mut filter = JobFilter::new();
-    if let Some(q) = args.queue {
-        filter = filter.queue(q);
-    }
-    if let Some(t) = args.task_type {
-        filter = filter.task_type(t);
-    }
-    if let Some(t) = args.tenant {
-        filter = filter.tenant(t);
-    }
-    if let Some(c) = args.correlation_id {
-        filter = filter.correlation_id(c);
-    }
-    if let Some(s) = args.state {
-        filter = filter.status(match s {
-            StateArg::Waiting => JobStatus::Unprocessed,
-            StateArg::Running => JobStatus::Processing,
-            StateArg::Processed => JobStatus::Processed,
-            StateArg::Fatal => JobStatus::Fatal,
-            StateArg::Cancelled => JobStatus::Cancelled,
-        });
-    }
-    if let Some(kv) = args.meta {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| fail(format!("--meta {kv:?}: write KEY=VALUE"), 1))?;
-        filter = filter.metadata(k, v);
-    }
-    if let Some(since) = args.since {
-        filter = filter.posted(Some(ago(since)?), None);
-    }
+    let filter = args.filter.to_filter()?;
     let page = client.jobs(&filter, args.after, args.limit).await?;
     if json {
         return print_json(out, &page);
@@ -632,6 +708,37 @@ enum Action {
     RunNow,
 }
 
+impl Action {
+    fn verb(self) -> &'static str {
+        match self {
+            Action::Retry => "retry",
+            Action::Cancel => "cancel",
+            Action::RunNow => "run now",
+        }
+    }
+}
+
+/// Runs `action` on one job: what happened, and whether the job exists.
+async fn one(client: &Client, id: Uuid, action: Action) -> Result<(String, bool), Failure> {
+    Ok(match action {
+        Action::Retry => {
+            let outcome = client.retry(id).await?;
+            (format!("{outcome:?}"), outcome != RetryOutcome::NotFound)
+        }
+        Action::Cancel => {
+            let outcome = client.cancel(id).await?;
+            (format!("{outcome:?}"), outcome != CancelOutcome::NotFound)
+        }
+        Action::RunNow => {
+            let outcome = client.run_now(id).await?;
+            (
+                format!("{outcome:?}"),
+                outcome != RescheduleOutcome::NotFound,
+            )
+        }
+    })
+}
+
 /// Runs `action` on each id; says what happened to each. Exits 3 when an id is unknown.
 async fn each(
     client: &Client,
@@ -643,23 +750,7 @@ async fn each(
     let mut results = Vec::new();
     let mut missing = 0;
     for &id in ids {
-        let (said, found) = match action {
-            Action::Retry => {
-                let outcome = client.retry(id).await?;
-                (format!("{outcome:?}"), outcome != RetryOutcome::NotFound)
-            }
-            Action::Cancel => {
-                let outcome = client.cancel(id).await?;
-                (format!("{outcome:?}"), outcome != CancelOutcome::NotFound)
-            }
-            Action::RunNow => {
-                let outcome = client.run_now(id).await?;
-                (
-                    format!("{outcome:?}"),
-                    outcome != RescheduleOutcome::NotFound,
-                )
-            }
-        };
+        let (said, found) = one(client, id, action).await?;
         if !found {
             missing += 1;
         }
@@ -785,4 +876,152 @@ fn state(status: JobStatus) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_else(|| format!("{status:?}"))
+}
+
+async fn migrations(
+    pool: Pool,
+    schema: &Schema,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    let all = sk_runtime::migrations(pool, schema).await?;
+    if json {
+        return print_json(out, &all);
+    }
+    let mut table = table(&["version", "migration", "applied"]);
+    for m in &all {
+        table.add_row(vec![
+            m.version.to_string(),
+            m.description.to_owned(),
+            m.applied_at
+                .map_or_else(|| "pending".to_owned(), |at| time(Some(at))),
+        ]);
+    }
+    writeln!(out, "{table}")?;
+    let pending = all.iter().filter(|m| m.applied_at.is_none()).count();
+    if pending > 0 {
+        writeln!(out, "{pending} pending: run `sk migrate`")?;
+    } else {
+        writeln!(out, "up to date")?;
+    }
+    Ok(())
+}
+
+/// Asks on the terminal, unless `yes`; without a terminal to ask on, refuses (exit 2).
+fn confirm(yes: bool, question: &str) -> Result<(), Failure> {
+    use std::io::IsTerminal as _;
+    if yes {
+        return Ok(());
+    }
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Err(fail(
+            format!("{question} Not asked without a terminal: add --yes"),
+            2,
+        ));
+    }
+    eprint!("{question} [y/N] ");
+    let mut answer = String::new();
+    stdin.read_line(&mut answer)?;
+    if matches!(answer.trim(), "y" | "Y" | "yes") {
+        Ok(())
+    } else {
+        Err(fail("not confirmed: nothing done", 1))
+    }
+}
+
+/// Whether `action` can apply to a job in `status` (so that the count asked about is
+/// the count acted on).
+fn applies(action: Action, status: JobStatus) -> bool {
+    match action {
+        Action::Retry => matches!(
+            status,
+            JobStatus::Fatal | JobStatus::Cancelled | JobStatus::Unprocessed
+        ),
+        Action::Cancel => matches!(status, JobStatus::Unprocessed | JobStatus::Processing),
+        Action::RunNow => status == JobStatus::Unprocessed,
+    }
+}
+
+/// Retry, cancel or run now: the ids given, or every job the filter takes, counted and
+/// confirmed first, then acted on one by one (each as `sk retry ID` would) with a
+/// progress bar on a terminal.
+async fn act(
+    client: &Client,
+    args: BulkArgs,
+    json: bool,
+    action: Action,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    match (args.ids.is_empty(), args.filter.given()) {
+        (false, false) => return each(client, &args.ids, json, action, out).await,
+        (false, true) => {
+            return Err(fail(
+                "give job ids or a filter (--queue, --type, --state, ...), not both",
+                2,
+            ))
+        }
+        (true, false) => {
+            return Err(fail(
+                "give job ids, or a filter (--queue, --type, --state, ...) to act on every job it takes",
+                2,
+            ))
+        }
+        (true, true) => {}
+    }
+    let filter = args.filter.to_filter()?;
+    let finding = indicatif::ProgressBar::new_spinner().with_message("finding jobs");
+    let mut ids = Vec::new();
+    let mut after = None;
+    loop {
+        let page = client.jobs(&filter, after, sk_runtime::MAX_PAGE).await?;
+        ids.extend(
+            page.jobs
+                .iter()
+                .filter(|j| applies(action, j.status()))
+                .map(|j| j.id),
+        );
+        finding.set_message(format!("found {} jobs", ids.len()));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    finding.finish_and_clear();
+    let verb = action.verb();
+    if ids.is_empty() {
+        return say(
+            out,
+            json,
+            &serde_json::json!({ "matched": 0, "outcomes": {} }),
+            || format!("no job to {verb}"),
+        );
+    }
+    if ids.len() > 1 {
+        confirm(args.yes, &format!("{verb} {} jobs?", ids.len()))?;
+    }
+    let bar = indicatif::ProgressBar::new(ids.len() as u64).with_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {per_sec} eta {eta}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut outcomes: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut done = futures_util::stream::iter(ids.iter().map(|&id| one(client, id, action)))
+        .buffer_unordered(8);
+    while let Some(result) = done.next().await {
+        let (said, _) = result?;
+        *outcomes.entry(said).or_default() += 1;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    if json {
+        return print_json(
+            out,
+            &serde_json::json!({ "matched": ids.len(), "outcomes": outcomes }),
+        );
+    }
+    writeln!(out, "{} jobs:", ids.len())?;
+    for (said, n) in &outcomes {
+        writeln!(out, "  {said}: {n}")?;
+    }
+    Ok(())
 }

@@ -211,10 +211,24 @@ impl<J: Job> Enqueue<J> {
         let schema = self.schema.clone().unwrap_or_default();
         let now = Utc::now();
         let job = self.into_new_job(now)?;
+        let queue = job.queue.clone();
+        let done = Self::insert(executor, &schema, job, now).await?;
+        if done.outcome == EnqueueOutcome::Inserted {
+            crate::telemetry::enqueued(J::TASK_TYPE, &queue, 1);
+        }
+        Ok(done)
+    }
+
+    async fn insert<'e, E: Executor<'e>>(
+        executor: E,
+        schema: &Schema,
+        job: NewJob,
+        now: DateTime<Utc>,
+    ) -> Result<Enqueued> {
         match job.unique_mode {
             Some(mode) => {
                 let (id, inserted, running) =
-                    <E::Database as Backend>::enqueue_unique(executor, &schema, job, mode, now)
+                    <E::Database as Backend>::enqueue_unique(executor, schema, job, mode, now)
                         .await?;
                 let outcome = match (inserted, mode, running) {
                     (true, _, _) => EnqueueOutcome::Inserted,
@@ -228,7 +242,7 @@ impl<J: Job> Enqueue<J> {
             }
             None => {
                 let id = job.id;
-                <E::Database as Backend>::enqueue_one(executor, &schema, job, now).await?;
+                <E::Database as Backend>::enqueue_one(executor, schema, job, now).await?;
                 Ok(Enqueued {
                     id,
                     outcome: EnqueueOutcome::Inserted,
@@ -274,8 +288,24 @@ impl<J: Job> Enqueue<J> {
                 format!("enqueue_many takes unique keys of mode Skip only, not {mode:?}; enqueue those jobs one at a time"),
             ));
         }
-        <E::Database as Backend>::enqueue_many(executor, &schema.unwrap_or_default(), rows, now)
-            .await
+        let mut queues: Vec<(String, u64)> = Vec::new();
+        for row in &rows {
+            match queues.iter_mut().find(|(q, _)| *q == row.queue) {
+                Some((_, n)) => *n += 1,
+                None => queues.push((row.queue.clone(), 1)),
+            }
+        }
+        let ids = <E::Database as Backend>::enqueue_many(
+            executor,
+            &schema.unwrap_or_default(),
+            rows,
+            now,
+        )
+        .await?;
+        for (queue, n) in &queues {
+            crate::telemetry::enqueued(J::TASK_TYPE, queue, *n);
+        }
+        Ok(ids)
     }
 
     fn into_new_job(self, now: DateTime<Utc>) -> Result<NewJob> {

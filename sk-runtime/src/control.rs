@@ -210,6 +210,18 @@ impl JobFilter {
     }
 }
 
+/// What [`Client::prune`] removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Pruned {
+    /// Results deleted row by row.
+    pub rows: u64,
+    /// Whole results partitions dropped (PostgreSQL and MySQL), with all their rows.
+    pub partitions: Vec<String>,
+    /// Rows of per-minute run counts deleted.
+    pub run_counts: u64,
+}
+
 /// One queue as [`Client::queues`] shows it: its live jobs by state, whether it is
 /// paused, and its concurrency limit across workers.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -277,6 +289,16 @@ impl Client {
             None => CancelOutcome::NotFound,
             Some(record) => CancelOutcome::AlreadyFinished(record.status()),
         })
+    }
+
+    /// Deletes what the workers' retention would: the results of jobs that ended (succeeded,
+    /// failed for good, cancelled) before `before`, whole partitions where every job in
+    /// them did, and the run counts of minutes before it. Live jobs are never touched.
+    ///
+    /// # Errors
+    /// The database fails; what was deleted before it failed stays deleted.
+    pub async fn prune(&self, before: DateTime<Utc>) -> Result<Pruned> {
+        self.pool.prune(&self.schema, before).await
     }
 
     /// Cancels every live job the filter takes (a filter on a final status takes none);
@@ -569,7 +591,9 @@ impl Client {
             timeout_ms: None,
         };
         let id = job.id;
+        let labels = (job.task_type.clone(), job.queue.clone());
         self.pool.post(&self.schema, job, now).await?;
+        crate::telemetry::enqueued(&labels.0, &labels.1, 1);
         Ok(id)
     }
 

@@ -55,11 +55,14 @@ mod registry;
 mod retry;
 mod schedule;
 mod store;
+pub mod telemetry;
 mod worker;
 
 pub use client::{Enqueue, EnqueueOutcome, Enqueued, UniqueMode, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use control::{CancelOutcome, Client, JobFilter, QueueState, RescheduleOutcome, RetryOutcome};
+pub use control::{
+    CancelOutcome, Client, JobFilter, Pruned, QueueState, RescheduleOutcome, RetryOutcome,
+};
 pub use error::{Error, JobError, Result};
 pub use info::{Attempt, AttemptOutcome, JobRecord, JobStatus, QueueCounts, QueueInfo, QueuedJob};
 pub use insight::{
@@ -69,7 +72,7 @@ pub use job::{Data, Job, JobContext, JobOptions, StopReason, DEFAULT_MAX_ATTEMPT
 pub use retry::Backoff;
 pub use schedule::{StoredSchedule, StoredSchedules};
 pub use store::{Backend, Executor, Pool, Schema};
-pub use worker::{migrate, Worker, WorkerBuilder};
+pub use worker::{migrate, migrations, Migration, Worker, WorkerBuilder};
 
 /// Turns an `async fn` into a background job.
 ///

@@ -634,6 +634,15 @@ macro_rules! pool_delegate {
 // The client side of the store: what queue info, stored schedules and `migrate` run.
 pool_delegate! {
     fn migrate(&self, schema: &Schema) -> Result<()>;
+    fn migrations(
+        &self,
+        schema: &Schema,
+    ) -> Result<Vec<(i32, &'static str, Option<DateTime<Utc>>)>>;
+    fn prune(
+        &self,
+        schema: &Schema,
+        before: DateTime<Utc>,
+    ) -> Result<crate::control::Pruned>;
     fn counts(&self, schema: &Schema, now: DateTime<Utc>) -> Result<crate::info::QueueCounts>;
     fn peek(&self, schema: &Schema, limit: i64) -> Result<Vec<crate::info::QueuedJob>>;
     fn job(
@@ -969,6 +978,18 @@ pub(crate) struct TableHealth {
     pub(crate) analyzed: bool,
 }
 
+/// Whether `error` says a table does not exist (PostgreSQL, MySQL or SQLite).
+#[allow(dead_code)] // Not every backend combination reads it.
+pub(crate) fn no_such_table(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(e) => {
+            matches!(e.code().as_deref(), Some("42P01" | "42S02"))
+                || e.message().contains("no such table")
+        }
+        _ => false,
+    }
+}
+
 /// Why a direct connection attempt failed.
 pub(crate) enum ProbeFailure {
     /// Waiting can cure it: refused, reset, timed out, the server starting up or full.
@@ -1116,6 +1137,18 @@ delegate_with_pool! {
 }
 
 impl Store {
+    /// The store's pool and schema, for the client calls a worker makes itself.
+    pub(crate) fn client_side(&self) -> (Pool, &Schema) {
+        match self {
+            #[cfg(feature = "postgres")]
+            Store::Postgres(s) => (Pool::Postgres(s.pool.clone()), &s.schema),
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(s) => (Pool::Sqlite(s.pool.clone()), &s.schema),
+            #[cfg(feature = "mysql")]
+            Store::MySql(s) => (Pool::MySql(s.pool.clone()), &s.schema),
+        }
+    }
+
     /// This worker's id, as stored in leases and metrics.
     pub(crate) fn worker_id(&self) -> &str {
         match self {

@@ -14,6 +14,7 @@ use crate::info::JobStatus;
 use crate::job::StopReason;
 use crate::registry::Registration;
 use crate::store::{Failure, Lease, Success};
+use crate::telemetry::{self, Outcome};
 
 const MAX_BATCH: usize = 1000;
 
@@ -24,6 +25,8 @@ pub(super) enum Completion {
         registration: &'static Registration,
         result: crate::registry::JobOutcome,
         millis: i64,
+        /// The job's queue (a metrics label).
+        queue: String,
         /// The job's concurrency slot, freed once the outcome is written.
         slot: Slot,
     },
@@ -57,10 +60,11 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 millis,
                 registration,
                 slot,
+                queue,
                 ..
             } => {
                 slots.push(slot);
-                runs.insert(lease, (registration.task_type, millis));
+                runs.insert(lease, (registration.task_type, millis, queue));
                 tracing::debug!(id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, millis, "sk: job succeeded");
                 successes.push(Success {
                     lease,
@@ -90,9 +94,10 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 result: Err(error),
                 millis,
                 slot,
+                queue,
             } => {
                 slots.push(slot);
-                runs.insert(lease, (registration.task_type, millis));
+                runs.insert(lease, (registration.task_type, millis, queue));
                 failures.push(failure(
                     (lease, max_attempts),
                     registration,
@@ -115,8 +120,9 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         .await
         {
             for s in successes.iter().filter(|s| done.contains(&s.lease.id)) {
-                if let Some((task_type, millis)) = runs.get(&s.lease) {
+                if let Some((task_type, millis, queue)) = runs.get(&s.lease) {
                     shared.count_run(task_type, true, *millis);
+                    telemetry::finished(Outcome::Completed, task_type, queue, *millis);
                 }
             }
             if !done.is_empty() {
@@ -139,12 +145,18 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
             if !held {
                 Metrics::add(&shared.metrics.fenced, 1);
                 refused(shared, &f.lease, "failure");
-            } else if let Some((task_type, millis)) = runs.get(&f.lease) {
-                shared.count_run(task_type, false, *millis);
-            } else if f.retry_at.is_some() {
-                Metrics::add(&shared.metrics.retried, 1);
             } else {
-                Metrics::add(&shared.metrics.failed, 1);
+                let outcome = if f.retry_at.is_some() {
+                    Metrics::add(&shared.metrics.retried, 1);
+                    Outcome::Retried
+                } else {
+                    Metrics::add(&shared.metrics.failed, 1);
+                    Outcome::Failed
+                };
+                if let Some((task_type, millis, queue)) = runs.get(&f.lease) {
+                    shared.count_run(task_type, false, *millis);
+                    telemetry::finished(outcome, task_type, queue, *millis);
+                }
             }
             if held && f.retry_at.is_none() {
                 crate::store::jobs_finished();

@@ -113,6 +113,12 @@ async fn run_one(
         .copied()
         .expect("the claim selects only task types in the registry");
     let max_attempts = job.task_max_attempts;
+    let queue = job.task_queue.clone();
+    let stopped = stop.clone();
+    if job.task_attempt == 1 {
+        let waited = (shared.now() - job.task_posted_at_ts).as_seconds_f64();
+        crate::telemetry::waited(registration.task_type, &queue, waited);
+    }
     let started = Instant::now();
     let result = if max_attempts < 1 {
         // Only a producer outside sk can post this (`#[job]` refuses `max_attempts = 0`).
@@ -165,12 +171,21 @@ async fn run_one(
     }
     // The slot goes with the outcome and is freed once the result is written, so a
     // worker never holds more unfinished leases than its concurrency.
+    if matches!(stopped.get(), Some(StopReason::Cancelled)) {
+        crate::telemetry::finished(
+            crate::telemetry::Outcome::Cancelled,
+            registration.task_type,
+            &queue,
+            millis,
+        );
+    }
     let _ = completions.send(Completion::Finished {
         lease,
         max_attempts,
         registration,
         result,
         millis,
+        queue,
         slot: permit,
     });
 }

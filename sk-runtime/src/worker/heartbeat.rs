@@ -13,6 +13,7 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         .config
         .heartbeat
         .expect("build() sets the heartbeat interval");
+    let mut depth_read: Option<std::time::Instant> = None;
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
@@ -22,6 +23,19 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             tracing::debug!("sk: cannot stamp this worker's row: {e}");
         }
         shared.flush_job_stats().await;
+        if let Some(depth_every) = shared.config.queue_depth_every {
+            if depth_read.is_none_or(|at| at.elapsed() >= depth_every) {
+                depth_read = Some(std::time::Instant::now());
+                let (pool, schema) = shared.store.client_side();
+                match pool
+                    .count_by(schema, crate::CountBy::Queue, shared.now())
+                    .await
+                {
+                    Ok(counts) => crate::telemetry::depth(&counts),
+                    Err(e) => tracing::debug!("sk: cannot read the queue depth: {e}"),
+                }
+            }
+        }
         let leases: Vec<Lease> = shared.running().keys().copied().collect();
         if leases.is_empty() {
             continue;

@@ -75,6 +75,7 @@ pub(crate) struct Config {
     pub(crate) start_timeout: Option<Duration>,
     pub(crate) default_timeout: Option<Duration>,
     pub(crate) retry_jitter: f64,
+    pub(crate) queue_depth_every: Option<Duration>,
 }
 
 impl WorkerBuilder {
@@ -144,6 +145,14 @@ impl WorkerBuilder {
     /// wait, not how long a job may run.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.config.lease = lease;
+        self
+    }
+
+    /// Reads the jobs of every queue by state this often and records them as the
+    /// `sk_queue_jobs` gauge ([`crate::telemetry`]); off by default. One worker of a
+    /// deployment is enough.
+    pub fn queue_depth_metrics(mut self, every: Duration) -> Self {
+        self.config.queue_depth_every = Some(every);
         self
     }
 
@@ -652,6 +661,7 @@ impl Worker {
                 start_timeout: None,
                 default_timeout: None,
                 retry_jitter: 0.1,
+                queue_depth_every: None,
             },
             queues: None,
             queue_limits: Vec::new(),
@@ -839,6 +849,37 @@ fn announcement(shared: &Shared) -> crate::insight::WorkerUp {
 /// The database fails, or holds a schema newer than this build knows.
 pub async fn migrate(pool: impl Into<crate::Pool>, schema: &Schema) -> Result<()> {
     pool.into().migrate(schema).await
+}
+
+/// One migration of this build ([`migrations`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Migration {
+    /// Its version, from 1.
+    pub version: i32,
+    /// What it does.
+    pub description: &'static str,
+    /// When it was applied to this schema; `None` while it is pending.
+    pub applied_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// This build's migrations and which of them the database has (`sk migrate --status`).
+/// A database without sk's tables has them all pending.
+///
+/// # Errors
+/// The database fails.
+pub async fn migrations(pool: impl Into<crate::Pool>, schema: &Schema) -> Result<Vec<Migration>> {
+    Ok(pool
+        .into()
+        .migrations(schema)
+        .await?
+        .into_iter()
+        .map(|(version, description, applied_at)| Migration {
+            version,
+            description,
+            applied_at,
+        })
+        .collect())
 }
 
 /// Waits until the database answers a direct connection (the pool's own wait retries a

@@ -216,7 +216,7 @@ fn spans(first: i64, horizon: i64, period: i64) -> Vec<(i64, i64)> {
 ///
 /// With `within` (a retention shorter than the partitions' span), the partition the
 /// cutoff falls in is pruned by rows too: jobs posted and finished before the cutoff.
-pub(super) async fn retire(
+pub(crate) async fn retire(
     pool: &MySqlPool,
     schema: &Schema,
     cutoff: DateTime<Utc>,

@@ -471,6 +471,15 @@ pub(crate) async fn worker_up(
         .bind(now - chrono::Duration::days(1))
         .execute(pool)
         .await?;
+    // The metrics rows of workers gone for a day (a live worker writes its rows every
+    // maintenance interval).
+    sqlx::query(&format!(
+        "DELETE FROM {} WHERE metric_last_updated < $1",
+        schema.table("metrics_t")
+    ))
+    .bind(now - chrono::Duration::days(1))
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
@@ -573,4 +582,26 @@ pub(crate) async fn prune_job_stats(
     .execute(pool)
     .await?
     .rows_affected())
+}
+
+/// `Client::prune`: what the workers' retention deletes, with `before` as its cutoff.
+pub(crate) async fn prune(
+    pool: &PgPool,
+    schema: &Schema,
+    before: DateTime<Utc>,
+) -> Result<crate::control::Pruned> {
+    let retired = super::partitions::retire(
+        pool,
+        schema,
+        before,
+        None,
+        true,
+        &tokio_util::sync::CancellationToken::new(),
+    )
+    .await?;
+    Ok(crate::control::Pruned {
+        rows: retired.rows,
+        partitions: retired.dropped,
+        run_counts: prune_job_stats(pool, schema, before).await?,
+    })
 }

@@ -8,7 +8,7 @@ mod control;
 pub(crate) mod partitions;
 
 pub(crate) use control::{
-    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, prune_job_stats,
+    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, prune, prune_job_stats,
     queue_controls, queue_states, reschedule, retry, set_global_limit, set_paused, worker_down,
     worker_seen, worker_up, workers, write_job_stats,
 };
@@ -623,6 +623,33 @@ pub(crate) async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
     migrate_to(pool, schema, i32::MAX).await?;
     partitions::ensure(pool, schema, Utc::now(), partitions::DEFAULT_PERIOD, None).await?;
     Ok(())
+}
+
+/// This build's migrations, each with when it was applied to `schema` (`None`: not yet).
+pub(crate) async fn migrations(
+    pool: &PgPool,
+    schema: &Schema,
+) -> Result<Vec<(i32, &'static str, Option<DateTime<Utc>>)>> {
+    let versions = schema.table("schema_migrations_t");
+    let applied: Vec<(i32, DateTime<Utc>)> =
+        match sqlx::query_as(&format!("SELECT version, applied_at FROM {versions}"))
+            .fetch_all(pool)
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) if super::no_such_table(&e) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+    Ok(MIGRATIONS
+        .iter()
+        .map(|&(version, description, _)| {
+            let at = applied
+                .iter()
+                .find(|(v, _)| *v == version)
+                .map(|(_, at)| *at);
+            (version, description, at)
+        })
+        .collect())
 }
 
 /// Applies the migrations up to `target` (tests use it to build an older schema).

@@ -511,6 +511,15 @@ pub(crate) async fn worker_up(
         .bind(ts(now - chrono::Duration::days(1)))
         .execute(pool)
         .await?;
+    // The metrics rows of workers gone for a day (a live worker writes its rows every
+    // maintenance interval).
+    sqlx::query(&format!(
+        "DELETE FROM {} WHERE metric_last_updated < $1",
+        schema.flat_table("metrics_t")
+    ))
+    .bind(ts(now - chrono::Duration::days(1)))
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
@@ -613,4 +622,39 @@ pub(crate) async fn prune_job_stats(
     .execute(pool)
     .await?
     .rows_affected())
+}
+
+/// `Client::prune`: what the workers' retention deletes, with `before` as its cutoff.
+pub(crate) async fn prune(
+    pool: &SqlitePool,
+    schema: &Schema,
+    before: DateTime<Utc>,
+) -> Result<crate::control::Pruned> {
+    let results = schema.flat_table("task_results_t");
+    let statement = format!(
+        "DELETE FROM {results} WHERE task_id IN (
+            SELECT task_id FROM {results}
+            WHERE task_processing_finalized_at_ts IS NOT NULL AND task_processing_finalized_at_ts < $1
+              AND task_id NOT IN (SELECT task_id FROM {})
+            LIMIT 1000)",
+        schema.flat_table("tasks_queue_t")
+    );
+    let mut rows = 0;
+    loop {
+        // A statement at a time: workers' claims go between them.
+        let n = sqlx::query(&statement)
+            .bind(ts(before))
+            .execute(pool)
+            .await?
+            .rows_affected();
+        rows += n;
+        if n < 1000 {
+            break;
+        }
+    }
+    Ok(crate::control::Pruned {
+        rows,
+        partitions: Vec::new(),
+        run_counts: prune_job_stats(pool, schema, before).await?,
+    })
 }

@@ -15,7 +15,7 @@
 mod control;
 
 pub(crate) use control::{
-    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, prune_job_stats,
+    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, prune, prune_job_stats,
     queue_controls, queue_states, reschedule, retry, set_global_limit, set_paused, worker_down,
     worker_seen, worker_up, workers, write_job_stats,
 };
@@ -443,6 +443,33 @@ macro_rules! bind_new {
 /// (readers never wait for the writer; the mode stays with the file).
 pub(crate) async fn migrate(pool: &SqlitePool, schema: &Schema) -> Result<()> {
     migrate_to(pool, schema, i32::MAX).await
+}
+
+/// This build's migrations, each with when it was applied to `schema` (`None`: not yet).
+pub(crate) async fn migrations(
+    pool: &SqlitePool,
+    schema: &Schema,
+) -> Result<Vec<(i32, &'static str, Option<DateTime<Utc>>)>> {
+    let versions = schema.flat_table("schema_migrations_t");
+    let applied: Vec<(i32, DateTime<Utc>)> =
+        match sqlx::query_as(&format!("SELECT version, applied_at FROM {versions}"))
+            .fetch_all(pool)
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) if super::no_such_table(&e) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+    Ok(MIGRATIONS
+        .iter()
+        .map(|&(version, description, _)| {
+            let at = applied
+                .iter()
+                .find(|(v, _)| *v == version)
+                .map(|(_, at)| *at);
+            (version, description, at)
+        })
+        .collect())
 }
 
 pub(crate) async fn migrate_to(pool: &SqlitePool, schema: &Schema, target: i32) -> Result<()> {
