@@ -347,3 +347,58 @@ async fn a_worker_exports_its_metrics_to_prometheus() {
     w.stop().await;
     db.drop().await;
 }
+
+#[job]
+async fn traced() {
+    tracing::info!("inside the traced job");
+}
+
+/// A job's span continues the OpenTelemetry trace that enqueued it (cargo feature
+/// `opentelemetry`). The test's runtime runs every task on this thread, where the
+/// subscriber is set.
+#[tokio::test]
+async fn a_job_continues_the_trace_that_enqueued_it() {
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    opentelemetry::global::set_text_map_propagator(
+        opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+    );
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("sk-test")));
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let db = TestDb::new().await;
+    let id = {
+        let request = tracing::info_span!("http.request");
+        let _entered = request.enter();
+        Traced::new()
+            .with_queue("traced")
+            .enqueue(&db.pool)
+            .await
+            .unwrap()
+    };
+    let metadata = db.job(id).await.metadata.unwrap_or_default();
+    assert!(metadata.contains("traceparent"), "{metadata}");
+    let w = RunningWorker::start(worker(&db, &[Traced::TASK_TYPE]).queues(["traced"]));
+    db.wait_job(id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    w.stop().await;
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let request = spans
+        .iter()
+        .find(|s| s.name == "http.request")
+        .expect("the request span");
+    let job = spans
+        .iter()
+        .find(|s| s.name == "sk.job")
+        .expect("the job's span");
+    assert_eq!(job.span_context.trace_id(), request.span_context.trace_id());
+    assert_eq!(job.parent_span_id, request.span_context.span_id());
+    db.drop().await;
+}

@@ -351,8 +351,18 @@ impl<J: Job> Enqueue<J> {
             check_name("correlation id", id)?;
         }
         let metadata = match self.metadata {
+            #[cfg(not(feature = "opentelemetry"))]
             None => None,
+            #[cfg(feature = "opentelemetry")]
+            None => crate::telemetry::trace_context(serde_json::Map::new())
+                .map(|map| serde_json::Value::Object(map).to_string()),
+            #[cfg(not(feature = "opentelemetry"))]
             Some(serde_json::Value::Object(map)) => {
+                Some(serde_json::Value::Object(map).to_string())
+            }
+            #[cfg(feature = "opentelemetry")]
+            Some(serde_json::Value::Object(map)) => {
+                let map = crate::telemetry::trace_context(map.clone()).unwrap_or(map);
                 Some(serde_json::Value::Object(map).to_string())
             }
             Some(other) => {

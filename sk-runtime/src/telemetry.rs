@@ -13,6 +13,17 @@
 //! | `sk_job_run_seconds` | histogram | `task_type`, `queue` | run time of each recorded run |
 //! | `sk_job_queue_wait_seconds` | histogram | `task_type`, `queue` | from posting to the first start (includes a scheduled delay) |
 //! | `sk_queue_jobs` | gauge | `queue`, `state` | jobs by state, read every [`WorkerBuilder::queue_depth_metrics`](crate::WorkerBuilder::queue_depth_metrics) interval |
+//!
+//! # OpenTelemetry
+//!
+//! Every job runs in a `tracing` span named `sk.job` (fields `id`, `task_type`, `queue`,
+//! `attempt`, `tenant`, `correlation_id`); with `tracing-opentelemetry` in the
+//! application's subscriber, those spans are OpenTelemetry spans. With the cargo feature
+//! `opentelemetry`, a job also continues the trace that enqueued it: `enqueue` writes the
+//! current span's context into the job's metadata under `sk_trace`, through the global
+//! propagator (`opentelemetry::global::set_text_map_propagator`, e.g. W3C trace context),
+//! and the worker makes it the parent of the job's `sk.job` span. Without a propagator
+//! or an active trace, nothing is written.
 
 use metrics::{counter, gauge, histogram};
 
@@ -98,4 +109,44 @@ pub fn install_prometheus(address: std::net::SocketAddr) -> crate::Result<()> {
         .map_err(|e| crate::Error::invalid("prometheus exporter", e.to_string()))?
         .install()
         .map_err(|e| crate::Error::invalid("prometheus exporter", format!("{address}: {e}")))
+}
+
+/// `metadata` with the current span's trace context under `sk_trace`; `None` when there
+/// is no trace to continue (no propagator installed, or no active span).
+#[cfg(feature = "opentelemetry")]
+pub(crate) fn trace_context(
+    mut metadata: serde_json::Map<String, serde_json::Value>,
+) -> Option<serde_json::Map<String, serde_json::Value>> {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let context = tracing::Span::current().context();
+    if !context.span().span_context().is_valid() {
+        return None;
+    }
+    let mut carrier = std::collections::HashMap::new();
+    opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&context, &mut carrier));
+    if carrier.is_empty() {
+        return None;
+    }
+    let carrier = carrier
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect();
+    metadata.insert("sk_trace".to_owned(), serde_json::Value::Object(carrier));
+    Some(metadata)
+}
+
+/// Makes the trace context in a job's metadata (`sk_trace`) the parent of its span.
+#[cfg(feature = "opentelemetry")]
+pub(crate) fn continue_trace(span: &tracing::Span, metadata: Option<&str>) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let Some(carrier) = metadata
+        .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
+        .and_then(|m| m.get("sk_trace").cloned())
+        .and_then(|t| serde_json::from_value::<std::collections::HashMap<String, String>>(t).ok())
+    else {
+        return;
+    };
+    let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&carrier));
+    let _ = span.set_parent(parent);
 }

@@ -59,6 +59,8 @@ pub(super) fn spawn(
         tenant = job.task_tenant.as_deref(),
         correlation_id = job.task_correlation_id.as_deref(),
     );
+    #[cfg(feature = "opentelemetry")]
+    crate::telemetry::continue_trace(&span, job.task_metadata.as_deref());
     let task = tokio::spawn(tracing::Instrument::instrument(
         run_one(
             shared.clone(),
