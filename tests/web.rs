@@ -344,6 +344,33 @@ async fn a_worker_exports_its_metrics_to_prometheus() {
         scrape.contains("# TYPE sk_job_queue_wait_seconds histogram"),
         "{scrape}"
     );
+
+    // A queue with no job left reads zero, not its last count.
+    let drained = Record::new("drained".into())
+        .with_queue("drained")
+        .run_at(later)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let gauge =
+        |body: &str, state: &str| sample(body, "sk_queue_jobs", &["queue=\"drained\"", state]);
+    wait_until("the drained queue's job counted", T, || async {
+        let (_, body) = request(&url, "GET", "/metrics", "").await;
+        (gauge(&body, "state=\"scheduled\"") == Some(1.0)).then_some(())
+    })
+    .await;
+    client.cancel(drained).await.unwrap();
+    client
+        .prune(Utc::now() + chrono::Duration::seconds(1))
+        .await
+        .unwrap();
+    wait_until("the drained queue at zero", T, || async {
+        let (_, body) = request(&url, "GET", "/metrics", "").await;
+        let zero = Some(0.0);
+        (gauge(&body, "state=\"scheduled\"") == zero && gauge(&body, "state=\"cancelled\"") == zero)
+            .then_some(())
+    })
+    .await;
     w.stop().await;
     db.drop().await;
 }

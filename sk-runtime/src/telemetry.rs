@@ -65,8 +65,23 @@ pub(crate) fn waited(task_type: &'static str, queue: &str, seconds: f64) {
         .record(seconds.max(0.0));
 }
 
-/// Jobs of one queue by state.
-pub(crate) fn depth(counts: &[crate::GroupCounts]) {
+/// Jobs of each queue by state. A queue read before (in `known`) that has no job left
+/// is set to zero, not left at its last count.
+pub(crate) fn depth(counts: &[crate::GroupCounts], known: &mut Vec<String>) {
+    let now: Vec<String> = counts
+        .iter()
+        .map(|c| c.key.clone().unwrap_or_default())
+        .collect();
+    for gone in known.iter().filter(|q| !now.contains(q)) {
+        depth(
+            &[crate::GroupCounts {
+                key: Some(gone.clone()),
+                ..Default::default()
+            }],
+            &mut Vec::new(),
+        );
+    }
+    *known = now;
     for c in counts {
         let queue = c.key.clone().unwrap_or_default();
         for (state, n) in [

@@ -14,6 +14,7 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         .heartbeat
         .expect("build() sets the heartbeat interval");
     let mut depth_read: Option<std::time::Instant> = None;
+    let mut queues_known = Vec::new();
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
@@ -31,7 +32,7 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                     .count_by(schema, crate::CountBy::Queue, shared.now())
                     .await
                 {
-                    Ok(counts) => crate::telemetry::depth(&counts),
+                    Ok(counts) => crate::telemetry::depth(&counts, &mut queues_known),
                     Err(e) => tracing::debug!("sk: cannot read the queue depth: {e}"),
                 }
             }

@@ -148,9 +148,9 @@ impl WorkerBuilder {
         self
     }
 
-    /// Reads the jobs of every queue by state this often and records them as the
-    /// `sk_queue_jobs` gauge ([`crate::telemetry`]); off by default. One worker of a
-    /// deployment is enough.
+    /// Reads the jobs of every queue by state this often (at the first heartbeat after
+    /// each interval) and records them as the `sk_queue_jobs` gauge
+    /// ([`crate::telemetry`]); off by default. One worker of a deployment is enough.
     pub fn queue_depth_metrics(mut self, every: Duration) -> Self {
         self.config.queue_depth_every = Some(every);
         self
