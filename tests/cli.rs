@@ -184,6 +184,14 @@ async fn migrate_status_names_the_pending_migrations_of_an_empty_database() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("pending: run `sk migrate`"), "{out}");
     assert!(!out.contains("up to date"));
+    // Any other command says the tables are missing, in one line.
+    let (code, _, err) = sk(&url, &["status"]).await;
+    assert_eq!(code, 1);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("sk's tables are not here: run `sk migrate`"),
+        "{err}"
+    );
     let _ = std::fs::remove_file(path);
 }
 

@@ -272,12 +272,18 @@ struct Failure {
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Self {
+        let message = e.to_string();
+        let missing = ["no such table", "does not exist", "doesn't exist"]
+            .iter()
+            .any(|m| message.contains(m));
         let hint = match e {
-            // Most often tables older than this sk (or none at all).
+            Error::Database(_) if missing => {
+                " (sk's tables are not here: run `sk migrate`, or give the --schema and --prefix they were made with)"
+            }
+            // Most often tables older than this sk.
             Error::Database(_) => " (if sk's tables are older than this sk, run `sk migrate`)",
             _ => "",
         };
-        let message = e.to_string();
         let first = message.lines().next().unwrap_or_default();
         Failure {
             message: format!("{first}{hint}"),
@@ -1019,7 +1025,8 @@ async fn act(
             &serde_json::json!({ "matched": ids.len(), "outcomes": outcomes }),
         );
     }
-    writeln!(out, "{} jobs:", ids.len())?;
+    let jobs = if ids.len() == 1 { "job" } else { "jobs" };
+    writeln!(out, "{} {jobs}:", ids.len())?;
     for (said, n) in &outcomes {
         writeln!(out, "  {said}: {n}")?;
     }
