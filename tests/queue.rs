@@ -1593,3 +1593,27 @@ async fn a_jobs_own_log_lines_carry_its_id() {
     }
     db.drop().await;
 }
+
+#[job(max_attempts = 1)]
+async fn fails_with_context() -> anyhow::Result<()> {
+    let cause = std::io::Error::new(std::io::ErrorKind::NotFound, "config.toml is missing");
+    Err(anyhow::Error::new(cause).context("cannot load the settings"))
+}
+
+/// A handler returning `anyhow::Result` records the error's message, type and causes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anyhow_error_is_recorded_with_its_causes() {
+    let db = TestDb::new().await;
+    let id = FailsWithContext::new().enqueue(&db.pool).await.unwrap();
+    let w = RunningWorker::start(worker(&db, &[FailsWithContext::TASK_TYPE]));
+    let record = db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await;
+    w.stop().await;
+    assert_eq!(
+        record.last_error_message.as_deref(),
+        Some("cannot load the settings")
+    );
+    assert_eq!(record.last_error_type.as_deref(), Some("anyhow::Error"));
+    let detail = record.last_error_detail.unwrap_or_default();
+    assert!(detail.contains("config.toml is missing"), "{detail}");
+    db.drop().await;
+}

@@ -114,6 +114,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
 
     let fields: Vec<&Ident> = job_fn.payload().map(|a| &a.ident).collect();
     let field_tys: Vec<&syn::Type> = job_fn.payload().map(|a| &a.ty).collect();
+    let field_serde: Vec<&[syn::Attribute]> = job_fn.payload().map(|a| &a.serde[..]).collect();
     let field_docs = fields
         .iter()
         .map(|f| format!("Argument `{f}` of [`{fn_ident}`]."));
@@ -188,8 +189,13 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
         syn::ReturnType::Default => quote!(()),
         syn::ReturnType::Type(_, t) => quote!(#t),
     };
+    // Autoref picks `IntoJobResult`, else an error by its text (`anyhow::Error`).
     let into_result = quote_spanned! {output.span()=>
-        <#output as #p::IntoJobResult>::into_job_result
+        ({
+            #[allow(unused_imports)]
+            use #p::{ViaDisplay as _, ViaIntoJobResult as _};
+            (&&#p::ResultTag::<#output>::new()).converter()
+        })
     };
 
     quote! {
@@ -199,7 +205,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
         #[derive(::core::clone::Clone, #p::serde::Serialize, #p::serde::Deserialize)]
         #[serde(crate = "::sk_runtime::__private::serde")]
         #vis struct #ty {
-            #( #[doc = #field_docs] #vis #fields: #field_tys, )*
+            #( #[doc = #field_docs] #(#field_serde)* #vis #fields: #field_tys, )*
         }
 
         // Debug shows the payload as it is stored (JSON per field), so it needs no more

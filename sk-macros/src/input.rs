@@ -2,7 +2,7 @@
 
 use proc_macro2::Ident;
 use syn::spanned::Spanned;
-use syn::{FnArg, ItemFn, Pat, Type};
+use syn::{Attribute, FnArg, ItemFn, Pat, Type};
 
 use crate::args::Errors;
 
@@ -12,6 +12,8 @@ pub(crate) struct Arg {
     pub(crate) ty: Type,
     /// Supplied by the worker (`JobContext`, `Data<T>`), not part of the payload.
     pub(crate) injected: bool,
+    /// `#[serde(...)]` written on the argument: moved to the job type's field.
+    pub(crate) serde: Vec<Attribute>,
 }
 
 /// The checked fn.
@@ -26,7 +28,22 @@ impl JobFn {
     }
 
     /// Checks the fn's shape; every problem is recorded in `errors`.
-    pub(crate) fn check(item: ItemFn, errors: &mut Errors) -> Self {
+    pub(crate) fn check(mut item: ItemFn, errors: &mut Errors) -> Self {
+        // `#[serde(...)]` on an argument belongs to the job type's field, not to the fn
+        // (where the compiler would reject it).
+        let mut serde = Vec::new();
+        for input in &mut item.sig.inputs {
+            let attrs = match input {
+                FnArg::Typed(typed) => &mut typed.attrs,
+                FnArg::Receiver(receiver) => &mut receiver.attrs,
+            };
+            let (ours, rest): (Vec<Attribute>, Vec<Attribute>) = std::mem::take(attrs)
+                .into_iter()
+                .partition(|a| a.path().is_ident("serde"));
+            *attrs = rest;
+            serde.push(ours);
+        }
+        let mut serde = serde.into_iter();
         let sig = &item.sig;
         if sig.asyncness.is_none() {
             errors.at(
@@ -51,6 +68,7 @@ impl JobFn {
         }
         let mut args = Vec::new();
         for input in &sig.inputs {
+            let serde = serde.next().unwrap_or_default();
             match input {
                 FnArg::Receiver(receiver) => errors.at(
                     receiver.span(),
@@ -58,10 +76,18 @@ impl JobFn {
                 ),
                 FnArg::Typed(typed) => match &*typed.pat {
                     Pat::Ident(pat) if pat.by_ref.is_none() && pat.subpat.is_none() => {
+                        let injected = is_injected(&typed.ty);
+                        if let (true, Some(attr)) = (injected, serde.first()) {
+                            errors.at(
+                                attr.span(),
+                                "`#[serde]` applies to payload arguments; `JobContext` and `Data<T>` are not serialized",
+                            );
+                        }
                         args.push(Arg {
                             ident: pat.ident.clone(),
                             ty: (*typed.ty).clone(),
-                            injected: is_injected(&typed.ty),
+                            injected,
+                            serde,
                         });
                     }
                     other => errors.at(

@@ -88,9 +88,16 @@ pub use worker::{migrate, migrations, Migration, Worker, WorkerBuilder};
 /// its JSON). The job registers itself at link time.
 ///
 /// Arguments of type [`JobContext`] or [`Data<T>`](Data) are injected by the worker and
-/// are not part of the payload. The fn returns `()` or `Result<T, E>` with
-/// `E: Into<JobError>` (every `std::error::Error` is) and `T: Serialize`: a success stores
-/// `T` as the job's output, read back typed with [`JobRecord::output`].
+/// are not part of the payload. The fn returns `()` or `Result<T, E>` with `T: Serialize`:
+/// a success stores `T` as the job's output, read back typed with [`JobRecord::output`].
+/// The error is a [`JobError`], anything `Into<JobError>` (every `std::error::Error` is),
+/// or an error that is only `Display + Debug` such as `anyhow::Error` or
+/// `Box<dyn Error + Send + Sync>`: its `Display` is the recorded message, its `Debug` (with
+/// anyhow, the chain of causes) the detail, its type name the kind.
+///
+/// A payload argument may carry serde's field attributes (`#[serde(default)]`, `alias`,
+/// `rename`, `with`, `skip_serializing_if`, …): they are taken off the fn and put on the
+/// generated type's field. See [Arguments that evolve](#arguments-that-evolve).
 ///
 /// # Keys
 /// | key | value | default |
@@ -145,7 +152,63 @@ pub use worker::{migrate, migrations, Migration, Worker, WorkerBuilder};
 /// assert_eq!(RefreshRates::TASK_TYPE, "refresh_rates");
 /// let _job = SyncAccount::new("acme".into());
 /// ```
+///
+/// # Arguments that evolve
+/// The payload is stored as a JSON object with one key per payload argument, and a job
+/// enqueued by an older build is read by the newer one. So that it still reads:
+/// - **a new argument** gets `#[serde(default)]` (or `default = "path"`), the value older
+///   payloads lack;
+/// - **a renamed argument** keeps reading the old key with `#[serde(alias = "old")]` (or
+///   keeps writing it with `rename = "old"`, for workers of the older build still running);
+/// - **a removed argument** needs nothing: unknown keys are ignored;
+/// - **a changed meaning or type** is a new job: give the new fn its own name (`name =
+///   "charge.v2"`) and keep the old fn, turned into a forwarder to the new code, until
+///   `sk jobs --type charge --state available` lists none of the old jobs.
+///
+/// A payload that does not read is a fatal failure of the job with the reason recorded,
+/// never a retry loop.
+///
+/// ```
+/// use sk_runtime::{job, JobError};
+///
+/// // Version 1 was `async fn send_digest(uid: i64)`.
+/// #[job]
+/// async fn send_digest(
+///     #[serde(alias = "uid")] user_id: i64,          // renamed
+///     #[serde(default = "english")] locale: String,   // added
+///     #[serde(default, with = "as_text")] batch: u64, // stored as a string
+/// ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+///     if locale.is_empty() {
+///         return Err(format!("user {user_id}: no locale (batch {batch})").into());
+///     }
+///     Ok(())
+/// }
+///
+/// fn english() -> String {
+///     "en".into()
+/// }
+///
+/// mod as_text {
+///     use serde::{Deserialize, Deserializer, Serializer};
+///     pub fn serialize<S: Serializer>(n: &u64, s: S) -> Result<S::Ok, S::Error> {
+///         s.serialize_str(&n.to_string())
+///     }
+///     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+///         String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+///     }
+/// }
+///
+/// // A job that version 1 enqueued still reads:
+/// let old: SendDigest = serde_json::from_str(r#"{"uid": 7}"#).unwrap();
+/// assert_eq!((old.user_id, old.locale.as_str(), old.batch), (7, "en", 0));
+/// let now = serde_json::to_string(&SendDigest::new(7, "fr".into(), 12)).unwrap();
+/// assert_eq!(now, r#"{"user_id":7,"locale":"fr","batch":"12"}"#);
+/// ```
 pub use sk_macros::job;
+
+/// The sqlx this sk is built on: its pools and transactions are the ones sk's API takes,
+/// so an application can use them without matching sk's sqlx version by hand.
+pub use sqlx;
 
 #[cfg(not(any(feature = "postgres", feature = "sqlite", feature = "mysql")))]
 compile_error!(
@@ -158,7 +221,7 @@ pub mod __private {
     pub use crate::job::{options, Job};
     pub use crate::registry::{
         validate, HandlerFuture, HandlerInput, HandlerResult, Inject, IntoJobResult, JobOutcome,
-        Registration, Requirement,
+        Registration, Requirement, ResultTag, ViaDisplay, ViaIntoJobResult,
     };
     pub use inventory;
     pub use serde;

@@ -153,7 +153,13 @@ impl<T: Send + Sync + 'static> Inject for Data<T> {
 }
 
 /// What a job fn may return: `()` or `Result<T, E>` with `T: Serialize` (stored as the
-/// job's output; `()` stores nothing) and `E: Into<JobError>`.
+/// job's output; `()` stores nothing) and `E: Into<JobError>` (every `std::error::Error`);
+/// `#[job]` also takes an error that is only `Display + Debug`, such as `anyhow::Error` or
+/// `Box<dyn Error + Send + Sync>` ([`ResultTag`]).
+#[diagnostic::on_unimplemented(
+    message = "a #[job] fn returns `()` or `Result<T, E>` (T: Serialize, E: an error), not `{Self}`",
+    label = "not a job's return type"
+)]
 pub trait IntoJobResult {
     /// Converts the fn's output.
     ///
@@ -179,6 +185,65 @@ impl<T: serde::Serialize, E: Into<JobError>> IntoJobResult for Result<T, E> {
                 tracing::warn!("sk: the job succeeded, but its output does not serialize ({e}); recorded without it");
                 Ok(None)
             }
+        }
+    }
+}
+
+/// Picks how `#[job]` turns a fn's output into a job outcome, by autoref: through
+/// [`IntoJobResult`] where it applies, else, for `Result<T, E>` with an error that is only
+/// `Display + Debug` (`anyhow::Error`, `Box<dyn Error + Send + Sync>`), through its
+/// text: the message is its `Display`, the detail its `Debug` (anyhow's carries the
+/// causes), the kind its type name.
+pub struct ResultTag<O>(std::marker::PhantomData<fn(O)>);
+
+impl<O> ResultTag<O> {
+    /// The tag of output type `O`.
+    pub fn new() -> Self {
+        ResultTag(std::marker::PhantomData)
+    }
+}
+
+impl<O> Default for ResultTag<O> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The first choice of [`ResultTag`]: [`IntoJobResult`].
+pub trait ViaIntoJobResult<O> {
+    /// The conversion.
+    fn converter(&self) -> fn(O) -> JobOutcome;
+}
+
+impl<O: IntoJobResult> ViaIntoJobResult<O> for &&ResultTag<O> {
+    fn converter(&self) -> fn(O) -> JobOutcome {
+        O::into_job_result
+    }
+}
+
+/// The second choice of [`ResultTag`]: an error by its text.
+pub trait ViaDisplay<O> {
+    /// The conversion.
+    fn converter(&self) -> fn(O) -> JobOutcome;
+}
+
+impl<T, E> ViaDisplay<Result<T, E>> for &ResultTag<Result<T, E>>
+where
+    T: serde::Serialize,
+    E: std::fmt::Display + std::fmt::Debug,
+{
+    fn converter(&self) -> fn(Result<T, E>) -> JobOutcome {
+        |output| {
+            let output = output.map_err(|e| {
+                let mut error = JobError::new(e.to_string());
+                error.kind = std::any::type_name::<E>().to_owned();
+                let detail = format!("{e:?}");
+                if detail != error.message {
+                    error.detail = Some(detail);
+                }
+                error
+            });
+            output.into_job_result()
         }
     }
 }
