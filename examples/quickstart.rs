@@ -254,3 +254,84 @@ async fn all_final(info: &QueueInfo, ids: &[Uuid]) -> sk_runtime::Result<bool> {
     }
     Ok(true)
 }
+
+/// The quickstart's jobs under `sk_runtime::testing` (README, "Testing your jobs"):
+/// `cargo test -p sk-examples --bin quickstart`, no server needed.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sk_runtime::testing::{self, Outcome, Runner};
+    use sk_runtime::{Job as _, ManualClock};
+
+    /// One job value through its handler, as a worker runs it.
+    #[tokio::test]
+    async fn a_negative_charge_fails_for_good_and_an_upload_retries() {
+        let runner = Runner::new();
+        let charged = runner.perform(ChargeCard::new(-500)).await;
+        assert!(matches!(charged, Outcome::Failed { .. }), "{charged:?}");
+        assert_eq!(
+            charged.error().map(JobError::message),
+            Some("cannot charge a negative amount (-500 cents)")
+        );
+        // The first attempt fails and runs again after the job's backoff (300 ms)...
+        let first = runner.perform(FlakyUpload::new("a.txt".into())).await;
+        assert!(
+            matches!(first, Outcome::Retry { after, .. } if after == Duration::from_millis(300)),
+            "{first:?}"
+        );
+        // ...and the third succeeds.
+        let third = Runner::new()
+            .attempt(3)
+            .perform(FlakyUpload::new("a.txt".into()))
+            .await;
+        assert!(third.is_success(), "{third:?}");
+    }
+
+    /// The queue of a throwaway SQLite file, drained inline with a clock the test moves.
+    #[tokio::test]
+    async fn the_queue_drains_with_a_manual_clock() {
+        let dir = std::env::temp_dir().join(format!("sk-quickstart-test-{}", Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(dir.join("jobs.sqlite"))
+            .create_if_missing(true);
+        let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+        sk_runtime::migrate(&pool, &Schema::default())
+            .await
+            .unwrap();
+        FlakyUpload::new("b.txt".into())
+            .enqueue(&pool)
+            .await
+            .unwrap();
+        assert_eq!(
+            testing::enqueued::<FlakyUpload>(&pool).await.unwrap().len(),
+            1
+        );
+
+        let clock = ManualClock::new(chrono::Utc::now());
+        let worker = Worker::builder(pool.clone())
+            .task_types([FlakyUpload::TASK_TYPE])
+            .clock(clock.clone())
+            .retry_jitter(0.0)
+            .build()
+            .unwrap();
+        let mut attempts = Vec::new();
+        for _ in 0..3 {
+            let drained = testing::drain(&worker).await.unwrap();
+            attempts.extend(
+                drained
+                    .runs
+                    .iter()
+                    .map(|r| (r.attempt, r.outcome.is_success())),
+            );
+            clock.advance(Duration::from_millis(300));
+        }
+        assert_eq!(attempts, [(1, false), (2, false), (3, true)]);
+        assert!(testing::enqueued::<FlakyUpload>(&pool)
+            .await
+            .unwrap()
+            .is_empty());
+        pool.close().await;
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

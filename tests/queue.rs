@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 mod cli;
 mod control;
+mod devkit;
 mod partitions;
 mod seeds;
 mod web;

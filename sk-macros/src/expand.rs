@@ -132,9 +132,16 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
     let mut injections = Vec::new();
     let mut call_args = Vec::new();
     let mut requirements = Vec::new();
+    let mut transaction = None;
     for (i, arg) in job_fn.args.iter().enumerate() {
         let arg_ty = &arg.ty;
-        if arg.injected {
+        if let Some(tx_ty) = &arg.transaction {
+            requirements.push(quote_spanned! {tx_ty.span()=>
+                requirements.extend(<#tx_ty as #p::JobTransaction>::requirement());
+            });
+            call_args.push(quote!(&mut __sk_tx));
+            transaction = Some(tx_ty);
+        } else if arg.injected {
             let local = format_ident!("__sk_inject_{}", i);
             injections.push(quote_spanned! {arg_ty.span()=>
                 let #local: #arg_ty = <#arg_ty as #p::Inject>::inject(&input)?;
@@ -196,6 +203,23 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
             use #p::{ViaDisplay as _, ViaIntoJobResult as _};
             (&&#p::ResultTag::<#output>::new()).converter()
         })
+    };
+
+    // A job with a transaction: its success is recorded in it before it commits.
+    let run = match transaction {
+        None => quote! {
+            ::core::result::Result::Ok(::std::boxed::Box::pin(async move {
+                #into_result(#fn_ident(#( #call_args ),*).await)
+            }))
+        },
+        Some(tx_ty) => quote_spanned! {tx_ty.span()=>
+            let __sk_source = input.transaction()?;
+            ::core::result::Result::Ok(::std::boxed::Box::pin(async move {
+                let mut __sk_tx: #tx_ty = <#tx_ty as #p::JobTransaction>::begin(&__sk_source).await?;
+                let __sk_outcome = #into_result(#fn_ident(#( #call_args ),*).await);
+                #p::JobTransaction::finish(__sk_tx, __sk_source, __sk_outcome).await
+            }))
+        },
     };
 
     quote! {
@@ -336,9 +360,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
             fn __sk_handle(input: #p::HandlerInput) -> #p::HandlerResult {
                 let __sk_job: #ty = input.decode()?;
                 #( #injections )*
-                ::core::result::Result::Ok(::std::boxed::Box::pin(async move {
-                    #into_result(#fn_ident(#( #call_args ),*).await)
-                }))
+                #run
             }
 
             fn __sk_requirements() -> ::std::vec::Vec<#p::Requirement> {

@@ -12,6 +12,8 @@ pub(crate) struct Arg {
     pub(crate) ty: Type,
     /// Supplied by the worker (`JobContext`, `Data<T>`), not part of the payload.
     pub(crate) injected: bool,
+    /// For `tx: &mut T`, the job's transaction: `T`.
+    pub(crate) transaction: Option<Type>,
     /// `#[serde(...)]` written on the argument: moved to the job type's field.
     pub(crate) serde: Vec<Attribute>,
 }
@@ -76,17 +78,35 @@ impl JobFn {
                 ),
                 FnArg::Typed(typed) => match &*typed.pat {
                     Pat::Ident(pat) if pat.by_ref.is_none() && pat.subpat.is_none() => {
-                        let injected = is_injected(&typed.ty);
+                        let transaction = match &*typed.ty {
+                            Type::Reference(r) if r.mutability.is_some() => Some((*r.elem).clone()),
+                            Type::Reference(r) => {
+                                errors.at(
+                                    r.span(),
+                                    "#[job] arguments are owned, as payload arguments are deserialized; the one reference a job takes is its transaction, `tx: &mut sqlx::Transaction<'_, DB>`",
+                                );
+                                None
+                            }
+                            _ => None,
+                        };
+                        if transaction.is_some() && args.iter().any(|a: &Arg| a.transaction.is_some()) {
+                            errors.at(
+                                typed.ty.span(),
+                                "a #[job] fn takes at most one transaction",
+                            );
+                        }
+                        let injected = transaction.is_some() || is_injected(&typed.ty);
                         if let (true, Some(attr)) = (injected, serde.first()) {
                             errors.at(
                                 attr.span(),
-                                "`#[serde]` applies to payload arguments; `JobContext` and `Data<T>` are not serialized",
+                                "`#[serde]` applies to payload arguments; `JobContext`, `Data<T>` and the transaction are not serialized",
                             );
                         }
                         args.push(Arg {
                             ident: pat.ident.clone(),
                             ty: (*typed.ty).clone(),
                             injected,
+                            transaction,
                             serde,
                         });
                     }

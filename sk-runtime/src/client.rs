@@ -209,7 +209,7 @@ impl<J: Job> Enqueue<J> {
     /// As [`Enqueue::enqueue`].
     pub async fn enqueue_outcome<'e, E: Executor<'e>>(self, executor: E) -> Result<Enqueued> {
         let schema = self.schema.clone().unwrap_or_default();
-        let now = Utc::now();
+        let now = crate::job::enqueue_now();
         let job = self.into_new_job(now)?;
         let queue = job.queue.clone();
         let done = Self::insert(executor, &schema, job, now).await?;
@@ -265,7 +265,7 @@ impl<J: Job> Enqueue<J> {
         I: IntoIterator,
         I::Item: Into<Enqueue<J>>,
     {
-        let now = Utc::now();
+        let now = crate::job::enqueue_now();
         let mut schema: Option<Schema> = None;
         let mut rows = Vec::new();
         for job in jobs {

@@ -121,6 +121,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// }
 /// # check(1).unwrap();
 /// ```
+#[derive(Clone)]
 pub struct JobError {
     pub(crate) kind: String,
     pub(crate) message: String,
@@ -219,6 +220,17 @@ impl JobError {
     /// The message.
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// The kind, as recorded with the failure: `"error"` unless set, or what sk gives
+    /// the failures it makes (`"panic"`, `"timeout"`, `"payload"`, `"transaction"`, ...).
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The detail (a source chain, a backtrace), if any.
+    pub fn detail(&self) -> Option<&str> {
+        self.detail.as_deref()
     }
 
     pub(crate) fn payload(task_type: &str, error: &serde_json::Error) -> Self {

@@ -94,6 +94,9 @@ pub struct JobContext {
     pub(crate) metadata: Option<Arc<serde_json::Value>>,
     pub(crate) cancel: CancellationToken,
     pub(crate) stop: Arc<std::sync::OnceLock<StopReason>>,
+    /// The worker's database, for enqueues from the job; `None` in a unit test's context
+    /// built without a pool.
+    pub(crate) runtime: Option<Arc<Runtime>>,
 }
 
 /// Why the worker asked a job to stop ([`JobContext::stop_reason`]).
@@ -114,18 +117,48 @@ pub enum StopReason {
     Cancelled,
 }
 
+/// Where a job runs: the worker's pool and schema, so that the job can enqueue
+/// others through [`JobContext::enqueue`] on the same database.
+pub(crate) struct Runtime {
+    pub(crate) pool: crate::Pool,
+    pub(crate) schema: crate::Schema,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("backend", &self.pool.backend_name())
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a job's handler task carries for the enqueues it makes.
+pub(crate) struct Scope {
+    pub(crate) correlation_id: Option<Arc<str>>,
+    pub(crate) clock: crate::clock::SharedClock,
+}
+
 tokio::task_local! {
-    /// The correlation id of the job whose handler is running on this task, so that a job
-    /// it enqueues inherits it.
-    pub(crate) static CURRENT_CORRELATION: Option<Arc<str>>;
+    /// The job whose handler is running on this task: a job enqueued here inherits its
+    /// correlation id and takes `now` from its worker's clock.
+    pub(crate) static CURRENT: Scope;
 }
 
 /// The correlation id a job enqueued here inherits: that of the job running on this task.
 pub(crate) fn inherited_correlation_id() -> Option<String> {
-    CURRENT_CORRELATION
-        .try_with(|c| c.as_deref().map(str::to_owned))
+    CURRENT
+        .try_with(|c| c.correlation_id.as_deref().map(str::to_owned))
         .ok()
         .flatten()
+}
+
+/// "Now" for an enqueue: the clock of the worker whose job runs on this task (a test's
+/// manual clock), else the system's.
+pub(crate) fn enqueue_now() -> DateTime<Utc> {
+    CURRENT
+        .try_with(|c| c.clock.now())
+        .unwrap_or_else(|_| Utc::now())
 }
 
 impl JobContext {
@@ -189,6 +222,82 @@ impl JobContext {
     pub async fn cancelled(&self) {
         self.cancel.cancelled().await;
     }
+
+    /// A job to enqueue from this one: on the worker's schema, for this job's tenant, with
+    /// this job's correlation id (each can still be overridden). Enqueue it with
+    /// [`JobContext::enqueue`] on the worker's pool, or with [`Enqueue::enqueue`] on the
+    /// job's transaction, so that it exists only if this job completes:
+    ///
+    /// ```
+    /// use sk_runtime::{job, JobContext, JobError, sqlx};
+    ///
+    /// #[job]
+    /// async fn resize(image: i64, width: u32) -> Result<(), JobError> {
+    ///     Ok(())
+    /// }
+    ///
+    /// #[job]
+    /// async fn uploaded(image: i64, ctx: JobContext) -> Result<(), JobError> {
+    ///     // On the worker's pool: stored at once.
+    ///     ctx.enqueue(Resize::new(image, 640)).await?;
+    ///     Ok(())
+    /// }
+    ///
+    /// #[job]
+    /// async fn imported(
+    ///     image: i64,
+    ///     ctx: JobContext,
+    ///     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    /// ) -> Result<(), JobError> {
+    ///     sqlx::query("UPDATE images SET imported = true WHERE id = $1")
+    ///         .bind(image)
+    ///         .execute(&mut **tx)
+    ///         .await?;
+    ///     // In the job's transaction: exists only if this job completes.
+    ///     ctx.job(Resize::new(image, 640)).enqueue(&mut **tx).await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
+    /// [`Enqueue::enqueue`]: crate::Enqueue::enqueue
+    pub fn job<J: Job>(&self, job: J) -> crate::Enqueue<J> {
+        let mut next = crate::Enqueue::new(job);
+        if let Some(runtime) = &self.runtime {
+            next = next.with_schema(&runtime.schema);
+        }
+        if let Some(tenant) = &self.tenant {
+            next = next.with_tenant(&**tenant);
+        }
+        if let Some(id) = &self.correlation_id {
+            next = next.with_correlation_id(&**id);
+        }
+        next
+    }
+
+    /// Enqueues `job` on the worker's pool and schema, for this job's tenant and with its
+    /// correlation id ([`JobContext::job`]); returns its id.
+    ///
+    /// # Errors
+    /// As [`Enqueue::enqueue`](crate::Enqueue::enqueue); [`Error::Invalid`](crate::Error::Invalid)
+    /// for a context built by a test without a pool
+    /// ([`testing::Runner::pool`](crate::testing::Runner::pool)).
+    pub async fn enqueue<J: Job>(&self, job: J) -> crate::Result<Uuid> {
+        let Some(runtime) = &self.runtime else {
+            return Err(crate::Error::invalid(
+                "job context",
+                "this context has no database to enqueue on: give the test runner a pool (testing::Runner::pool)",
+            ));
+        };
+        let next = self.job(job);
+        match &runtime.pool {
+            #[cfg(feature = "postgres")]
+            crate::Pool::Postgres(pool) => next.enqueue(pool).await,
+            #[cfg(feature = "sqlite")]
+            crate::Pool::Sqlite(pool) => next.enqueue(pool).await,
+            #[cfg(feature = "mysql")]
+            crate::Pool::MySql(pool) => next.enqueue(pool).await,
+        }
+    }
 }
 
 /// Shared application data registered with [`WorkerBuilder::data`](crate::WorkerBuilder::data);
@@ -207,6 +316,19 @@ impl JobContext {
 /// }
 /// ```
 pub struct Data<T: ?Sized>(Arc<T>);
+
+impl<T> Data<T> {
+    /// Shared data holding `value`, for calling a job fn in a unit test.
+    pub fn new(value: T) -> Self {
+        Data(Arc::new(value))
+    }
+}
+
+impl<T: ?Sized> From<Arc<T>> for Data<T> {
+    fn from(shared: Arc<T>) -> Self {
+        Data(shared)
+    }
+}
 
 impl<T: ?Sized> Data<T> {
     /// The shared `Arc`.

@@ -56,6 +56,8 @@ mod retry;
 mod schedule;
 mod store;
 pub mod telemetry;
+pub mod testing;
+mod transaction;
 mod worker;
 
 pub use client::{Enqueue, EnqueueOutcome, Enqueued, UniqueMode, DEFAULT_MAX_PAYLOAD_BYTES};
@@ -223,6 +225,7 @@ pub mod __private {
         validate, HandlerFuture, HandlerInput, HandlerResult, Inject, IntoJobResult, JobOutcome,
         Registration, Requirement, ResultTag, ViaDisplay, ViaIntoJobResult,
     };
+    pub use crate::transaction::{JobTransaction, TxSource};
     pub use inventory;
     pub use serde;
     pub use serde_json;

@@ -77,11 +77,24 @@ pub(crate) fn names() -> Vec<&'static str> {
     names
 }
 
-/// A `Data<T>` a job needs.
+/// What a job needs of its worker: a `Data<T>`, or a backend for its transaction.
 #[derive(Debug, Clone, Copy)]
 pub struct Requirement {
     pub(crate) type_id: TypeId,
     pub(crate) type_name: &'static str,
+    /// Set for a transaction: the backend's name; `type_id` is then the backend's.
+    pub(crate) backend: Option<&'static str>,
+}
+
+impl Requirement {
+    /// A transaction of backend `DB`.
+    pub(crate) fn backend<DB: crate::store::Backend>() -> Self {
+        Requirement {
+            type_id: TypeId::of::<DB>(),
+            type_name: std::any::type_name::<DB>(),
+            backend: Some(<DB as crate::store::Backend>::NAME),
+        }
+    }
 }
 
 /// Everything a handler gets: the raw payload, the context and the shared data.
@@ -89,9 +102,26 @@ pub struct HandlerInput {
     pub(crate) payload: Option<String>,
     pub(crate) ctx: JobContext,
     pub(crate) data: Arc<DataMap>,
+    /// Where a job that takes a transaction gets it; `None` without a database (a unit
+    /// test's runner without a pool).
+    pub(crate) transaction: Option<crate::transaction::TxSource>,
 }
 
 impl HandlerInput {
+    /// Where the job's transaction comes from.
+    ///
+    /// # Errors
+    /// There is no database: a test runner without a pool.
+    pub fn transaction(&self) -> Result<crate::transaction::TxSource, JobError> {
+        self.transaction.clone().ok_or_else(|| {
+            JobError::fatal(format!(
+                "`{}` takes a transaction, and this run has no database: give the test runner a pool (testing::Runner::pool)",
+                self.ctx.task_type
+            ))
+            .with_kind("transaction")
+        })
+    }
+
     /// Deserializes the payload; a failure (or a NULL payload) is a fatal error naming the
     /// reason.
     ///
@@ -148,6 +178,7 @@ impl<T: Send + Sync + 'static> Inject for Data<T> {
         Some(Requirement {
             type_id: TypeId::of::<T>(),
             type_name: std::any::type_name::<T>(),
+            backend: None,
         })
     }
 }
@@ -212,11 +243,13 @@ impl<O> Default for ResultTag<O> {
 /// The first choice of [`ResultTag`]: [`IntoJobResult`].
 pub trait ViaIntoJobResult<O> {
     /// The conversion.
-    fn converter(&self) -> fn(O) -> JobOutcome;
+    fn converter(self) -> fn(O) -> JobOutcome;
 }
 
+// By value (`self`, not `&self`): method lookup tries the receiver `&&ResultTag` as it is
+// before it dereferences it to `&ResultTag`, so this impl wins whenever it applies.
 impl<O: IntoJobResult> ViaIntoJobResult<O> for &&ResultTag<O> {
-    fn converter(&self) -> fn(O) -> JobOutcome {
+    fn converter(self) -> fn(O) -> JobOutcome {
         O::into_job_result
     }
 }
@@ -224,7 +257,7 @@ impl<O: IntoJobResult> ViaIntoJobResult<O> for &&ResultTag<O> {
 /// The second choice of [`ResultTag`]: an error by its text.
 pub trait ViaDisplay<O> {
     /// The conversion.
-    fn converter(&self) -> fn(O) -> JobOutcome;
+    fn converter(self) -> fn(O) -> JobOutcome;
 }
 
 impl<T, E> ViaDisplay<Result<T, E>> for &ResultTag<Result<T, E>>
@@ -232,7 +265,7 @@ where
     T: serde::Serialize,
     E: std::fmt::Display + std::fmt::Debug,
 {
-    fn converter(&self) -> fn(Result<T, E>) -> JobOutcome {
+    fn converter(self) -> fn(Result<T, E>) -> JobOutcome {
         |output| {
             let output = output.map_err(|e| {
                 let mut error = JobError::new(e.to_string());
@@ -260,7 +293,11 @@ pub(crate) struct Registry {
 impl Registry {
     /// Collects every linked `#[job]`, optionally restricted to `only`; fails on
     /// duplicate names and on missing data.
-    pub(crate) fn collect(only: Option<&[String]>, data: &DataMap) -> Result<Self> {
+    pub(crate) fn collect(
+        only: Option<&[String]>,
+        data: &DataMap,
+        backend: &'static str,
+    ) -> Result<Self> {
         let mut jobs: HashMap<&'static str, &'static Registration> = HashMap::new();
         for reg in inventory::iter::<Registration> {
             if only.is_some_and(|only| !only.iter().any(|t| t == reg.task_type)) {
@@ -280,7 +317,17 @@ impl Registry {
         sorted.sort_by_key(|r| r.task_type);
         for reg in sorted {
             for req in (reg.requirements)() {
-                if !data.0.contains_key(&req.type_id) {
+                if let Some(needed) = req.backend {
+                    if needed != backend {
+                        return Err(Error::invalid(
+                            "transaction",
+                            format!(
+                                "job `{}` takes a {needed} transaction, but this worker runs on {backend}",
+                                reg.task_type
+                            ),
+                        ));
+                    }
+                } else if !data.0.contains_key(&req.type_id) {
                     return Err(Error::MissingData {
                         task_type: reg.task_type,
                         type_name: req.type_name,

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! DATABASE_URL=... sk-fault-worker --id w1 --concurrency 16 --lease-ms 1000 --grace-ms 5000 --poll-ms 100 \
-//!     [--start-timeout-ms 0]
+//!     [--start-timeout-ms 0] [--job burn|effect]
 //! ```
 //! Stops gracefully on SIGTERM/SIGINT; logs to stderr.
 
@@ -23,9 +23,51 @@ enum RunLog {
 
 #[job(max_attempts = 1000, backoff = "constant", backoff_base = "50ms")]
 async fn burn(millis: u64, ctx: JobContext, log: Data<RunLog>) -> Result<(), JobError> {
+    log_run(&ctx, &log).await?;
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+    Ok(())
+}
+
+/// As `burn`, with the application's write in the job's transaction: one row per job in
+/// `fault_effects`, which must hold exactly one row per job whatever the kills.
+#[job(max_attempts = 1000, backoff = "constant", backoff_base = "50ms")]
+async fn effect_pg(
+    millis: u64,
+    ctx: JobContext,
+    log: Data<RunLog>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+) -> Result<(), JobError> {
+    log_run(&ctx, &log).await?;
+    sqlx::query("INSERT INTO fault_effects (task_id) VALUES ($1)")
+        .bind(ctx.id())
+        .execute(&mut **tx)
+        .await?;
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+    Ok(())
+}
+
+/// `effect_pg` on MySQL/MariaDB.
+#[job(max_attempts = 1000, backoff = "constant", backoff_base = "50ms")]
+async fn effect_mysql(
+    millis: u64,
+    ctx: JobContext,
+    log: Data<RunLog>,
+    tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
+) -> Result<(), JobError> {
+    log_run(&ctx, &log).await?;
+    sqlx::query("INSERT INTO fault_effects (task_id) VALUES (?)")
+        .bind(ctx.id())
+        .execute(&mut **tx)
+        .await?;
+    tokio::time::sleep(Duration::from_millis(millis)).await;
+    Ok(())
+}
+
+/// Records a run's start in `fault_runs`, outside any transaction.
+async fn log_run(ctx: &JobContext, log: &RunLog) -> Result<(), JobError> {
     let pid = i32::try_from(std::process::id()).unwrap_or(-1);
     let insert = "INSERT INTO fault_runs (task_id, attempt, pid) VALUES ($1, $2, $3)";
-    match &*log {
+    match log {
         RunLog::Postgres(pool) => {
             sqlx::query(insert)
                 .bind(ctx.id())
@@ -62,7 +104,6 @@ async fn burn(millis: u64, ctx: JobContext, log: Data<RunLog>) -> Result<(), Job
             .await?;
         }
     }
-    tokio::time::sleep(Duration::from_millis(millis)).await;
     Ok(())
 }
 
@@ -73,6 +114,8 @@ struct Args {
     grace: Duration,
     poll: Duration,
     start_timeout: Option<Duration>,
+    /// `burn`, or `effect` for the backend's transaction job.
+    job: String,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -83,6 +126,7 @@ fn parse_args() -> Result<Args, String> {
         grace: Duration::from_secs(5),
         poll: Duration::from_millis(100),
         start_timeout: None,
+        job: "burn".to_owned(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -102,6 +146,7 @@ fn parse_args() -> Result<Args, String> {
             "--grace-ms" => args.grace = ms()?,
             "--poll-ms" => args.poll = ms()?,
             "--start-timeout-ms" => args.start_timeout = Some(ms()?),
+            "--job" => args.job = value.clone(),
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -137,13 +182,19 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             .connect_lazy(&url)?;
         (pool.clone().into(), RunLog::Postgres(pool))
     };
+    let task_type = match (args.job.as_str(), &log) {
+        ("burn", _) => <Burn as sk_runtime::Job>::TASK_TYPE,
+        ("effect", RunLog::Postgres(_)) => <EffectPg as sk_runtime::Job>::TASK_TYPE,
+        ("effect", RunLog::MySql(_)) => <EffectMysql as sk_runtime::Job>::TASK_TYPE,
+        (other, _) => return Err(format!("no job {other} on this backend").into()),
+    };
     let mut builder = Worker::builder(pool);
     if let Some(limit) = args.start_timeout {
         builder = builder.start_timeout(limit);
     }
     builder
         .id(args.id)
-        .task_types([<Burn as sk_runtime::Job>::TASK_TYPE])
+        .task_types([task_type])
         .concurrency(args.concurrency)
         .lease(args.lease)
         .grace_period(args.grace)

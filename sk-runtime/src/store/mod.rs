@@ -787,6 +787,18 @@ pub(crate) fn merge_queue_states(
 }
 
 impl Pool {
+    /// The backend's name in messages.
+    pub(crate) fn backend_name(&self) -> &'static str {
+        match self {
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(_) => <sqlx::Postgres as Backend>::NAME,
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(_) => <sqlx::Sqlite as Backend>::NAME,
+            #[cfg(feature = "mysql")]
+            Pool::MySql(_) => <sqlx::MySql as Backend>::NAME,
+        }
+    }
+
     /// How often a worker polls unless told otherwise: on MySQL, without notifications
     /// from other processes, more often.
     pub(crate) fn default_poll_interval(&self) -> std::time::Duration {
@@ -887,6 +899,23 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     where
         E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
         'e: 'a;
+
+    /// The backend's name in messages.
+    #[doc(hidden)]
+    const NAME: &'static str;
+
+    /// Begins a job's transaction on `pool`; `None` when the pool is of another backend.
+    #[doc(hidden)]
+    fn begin_job(pool: &Pool) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>>;
+
+    /// Records a job's success inside its transaction; false when the lease was lost.
+    #[doc(hidden)]
+    fn complete_in<'a>(
+        store: &'a Store,
+        tx: &'a mut Self::Connection,
+        done: &'a Success,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<bool>>;
 }
 
 /// What `.enqueue()` takes: a pool (`&pool`), a connection (`&mut conn`) or a transaction
@@ -905,10 +934,46 @@ where
 
 /// `Backend` for a sqlx database, by the enqueue functions of its store module.
 macro_rules! backend {
-    ($feature:literal, $db:ty, $module:ident) => {
+    ($feature:literal, $db:ty, $module:ident, $variant:ident, $name:literal, $begin:expr) => {
         #[cfg(feature = $feature)]
         #[allow(private_interfaces)]
         impl Backend for $db {
+            const NAME: &'static str = $name;
+
+            fn begin_job(
+                pool: &Pool,
+            ) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>> {
+                #[allow(unreachable_patterns)]
+                match pool {
+                    Pool::$variant(pool) => {
+                        Some(Box::pin(async move { Ok(pool.begin_with($begin).await?) }))
+                    }
+                    _ => None,
+                }
+            }
+
+            fn complete_in<'a>(
+                store: &'a Store,
+                tx: &'a mut Self::Connection,
+                done: &'a Success,
+                now: DateTime<Utc>,
+            ) -> BoxFuture<'a, Result<bool>> {
+                Box::pin(async move {
+                    #[allow(unreachable_patterns)]
+                    match store {
+                        Store::$variant(store) => store.complete_in(tx, done, now).await,
+                        _ => Err(crate::Error::invalid(
+                            "transaction",
+                            concat!(
+                                "a job's ",
+                                $name,
+                                " transaction on a worker of another backend"
+                            ),
+                        )),
+                    }
+                })
+            }
+
             fn enqueue_one<'e, 'a, E>(
                 executor: E,
                 schema: &'a Schema,
@@ -961,9 +1026,26 @@ macro_rules! backend {
     };
 }
 
-backend!("postgres", sqlx::Postgres, postgres);
-backend!("sqlite", sqlx::Sqlite, sqlite);
-backend!("mysql", sqlx::MySql, mysql);
+backend!(
+    "postgres",
+    sqlx::Postgres,
+    postgres,
+    Postgres,
+    "PostgreSQL",
+    "BEGIN"
+);
+// The write lock from the start: a deferred transaction that reads, then writes after
+// another connection committed, fails at once (SQLITE_BUSY_SNAPSHOT).
+backend!(
+    "sqlite",
+    sqlx::Sqlite,
+    sqlite,
+    Sqlite,
+    "SQLite",
+    "BEGIN IMMEDIATE"
+);
+// READ COMMITTED, as every worker transaction (the mysql module's docs).
+backend!("mysql", sqlx::MySql, mysql, MySql, "MySQL", mysql::BEGIN);
 
 /// Tuple counts of one of sk's tables.
 pub(crate) struct TableHealth {

@@ -18,12 +18,14 @@ use crate::telemetry::{self, Outcome};
 
 const MAX_BATCH: usize = 1000;
 
-pub(super) enum Completion {
+pub(crate) enum Completion {
     Finished {
         lease: Lease,
         max_attempts: i32,
         registration: &'static Registration,
         result: crate::registry::JobOutcome,
+        /// The success is recorded already, in the job's own transaction.
+        committed: bool,
         millis: i64,
         /// The job's queue (a metrics label).
         queue: String,
@@ -43,17 +45,33 @@ pub(super) async fn run(shared: Arc<Shared>, mut completions: UnboundedReceiver<
     }
 }
 
-async fn finalize(shared: &Shared, batch: Vec<Completion>) {
+pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     let now = shared.now();
     let mut successes = Vec::new();
     let mut failures = Vec::new();
     let mut give_back = Vec::new();
     let mut snoozed = Vec::new();
+    // Successes recorded in their jobs' own transactions.
+    let mut committed = Vec::new();
     // (id, task type, millis) of each run, for the statistics of those recorded.
     let mut runs = std::collections::HashMap::new();
     let mut slots = Vec::with_capacity(batch.len());
     for completion in batch {
         match completion {
+            Completion::Finished {
+                lease,
+                result: Ok(_),
+                committed: true,
+                millis,
+                registration,
+                slot,
+                queue,
+                ..
+            } => {
+                slots.push(slot);
+                tracing::debug!(id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, millis, "sk: job succeeded in its transaction");
+                committed.push((lease, registration.task_type, millis, queue));
+            }
             Completion::Finished {
                 lease,
                 result: Ok(output),
@@ -95,6 +113,7 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 millis,
                 slot,
                 queue,
+                ..
             } => {
                 slots.push(slot);
                 runs.insert(lease, (registration.task_type, millis, queue));
@@ -113,6 +132,15 @@ async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         }
     }
     let mut leases: Vec<Lease> = Vec::new();
+    if !committed.is_empty() {
+        for (lease, task_type, millis, queue) in &committed {
+            shared.count_run(task_type, true, *millis);
+            telemetry::finished(Outcome::Completed, task_type, queue, *millis);
+            leases.push(*lease);
+        }
+        Metrics::add(&shared.metrics.succeeded, committed.len() as u64);
+        crate::store::jobs_finished();
+    }
     if !successes.is_empty() {
         if let Some(done) = persist(shared, "record successes", || {
             shared.store.complete(&successes, now)
@@ -226,6 +254,31 @@ pub(crate) fn jittered(delay: Duration, jitter: f64) -> Duration {
     delay.mul_f64((1.0 + jitter * (2.0 * unit - 1.0)).max(0.0))
 }
 
+/// Whether a failed run is tried again.
+pub(crate) fn retries(error: &JobError, attempt: i32, max_attempts: i32) -> bool {
+    !error.fatal && attempt < max_attempts
+}
+
+/// What a completion records, for a test's drain.
+pub(crate) fn outcome_of(completion: &Completion) -> crate::testing::Outcome {
+    use crate::testing::Outcome;
+    match completion {
+        Completion::GiveBack { .. } => Outcome::Interrupted,
+        Completion::Finished {
+            lease,
+            max_attempts,
+            registration,
+            result,
+            ..
+        } => Outcome::of(
+            result.clone(),
+            lease.attempt,
+            *max_attempts,
+            &registration.options.backoff,
+        ),
+    }
+}
+
 fn failure(
     (lease, max_attempts): (Lease, i32),
     registration: &Registration,
@@ -233,7 +286,7 @@ fn failure(
     millis: i64,
     (now, jitter): (chrono::DateTime<chrono::Utc>, f64),
 ) -> Failure {
-    let (status, retry_at) = if error.fatal || lease.attempt >= max_attempts {
+    let (status, retry_at) = if !retries(&error, lease.attempt, max_attempts) {
         (JobStatus::Fatal, None)
     } else {
         let delay = jittered(

@@ -1,6 +1,7 @@
 //! Runs one claimed job in its own tokio task, with its timeout, catching panics.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -10,12 +11,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::completer::Completion;
 use super::{RunState, Running, Shared, Slot};
+use crate::clock::SharedClock;
 use crate::error::JobError;
-use crate::job::{JobContext, StopReason};
+use crate::job::{JobContext, Scope, StopReason};
 use crate::registry::{HandlerInput, JobOutcome, Registration};
 use crate::store::{ClaimedJob, Lease};
+use crate::transaction::TxSource;
 
-pub(super) fn spawn(
+pub(crate) fn spawn(
     shared: &Arc<Shared>,
     job: ClaimedJob,
     completions: &UnboundedSender<Completion>,
@@ -124,20 +127,27 @@ async fn run_one(
     let started = Instant::now();
     let result = if max_attempts < 1 {
         // Only a producer outside sk can post this (`#[job]` refuses `max_attempts = 0`).
-        Err(JobError::fatal(format!(
-            "task_max_attempts is {max_attempts}, so the job may not run at all; post it with task_max_attempts of at least 1"
-        ))
-        .with_kind("max_attempts"))
+        (
+            Err(JobError::fatal(format!(
+                "task_max_attempts is {max_attempts}, so the job may not run at all; post it with task_max_attempts of at least 1"
+            ))
+            .with_kind("max_attempts")),
+            false,
+        )
     } else if job.task_attempt > max_attempts {
         // Only a lease that ran out (a crashed or stalled worker) gets a job here.
-        Err(JobError::fatal(format!(
-            "attempt {} exceeds max_attempts {max_attempts}: earlier attempts lost their lease (worker crash or stall)",
-            job.task_attempt
-        ))
-        .with_kind("lease_expired"))
+        (
+            Err(JobError::fatal(format!(
+                "attempt {} exceeds max_attempts {max_attempts}: earlier attempts lost their lease (worker crash or stall)",
+                job.task_attempt
+            ))
+            .with_kind("lease_expired")),
+            false,
+        )
     } else {
         execute(&shared, registration, job, cancel.clone(), stop).await
     };
+    let (result, committed) = result;
     let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
     let result = match result {
         Err(e) if e.interrupted && !cancel.is_cancelled() => Err(JobError::new(
@@ -186,23 +196,29 @@ async fn run_one(
         max_attempts,
         registration,
         result,
+        committed,
         millis,
         queue,
         slot: permit,
     });
 }
 
+/// Runs the claimed job; whether its success was committed in its own transaction.
 async fn execute(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     registration: &'static Registration,
     job: ClaimedJob,
     cancel: CancellationToken,
     stop: Arc<OnceLock<StopReason>>,
-) -> JobOutcome {
+) -> (JobOutcome, bool) {
     let timeout = job
         .task_timeout_ms
         .and_then(|ms| u64::try_from(ms).ok())
         .map(std::time::Duration::from_millis);
+    let lease = Lease {
+        id: job.task_id,
+        attempt: job.task_attempt,
+    };
     let ctx = JobContext {
         id: job.task_id,
         task_type: job.task_type.into(),
@@ -220,12 +236,34 @@ async fn execute(
             .map(|m| Arc::new(serde_json::from_str(&m).unwrap_or(serde_json::Value::String(m)))),
         cancel,
         stop,
+        runtime: Some(shared.runtime.clone()),
     };
-    let correlation = ctx.correlation_id.clone();
+    let transaction = TxSource::worker(shared.clone(), shared.runtime.pool.clone(), lease);
+    let committed = transaction.committed.clone();
     let input = HandlerInput {
         payload: job.task_payload,
         ctx,
         data: shared.data.clone(),
+        transaction: Some(transaction),
+    };
+    let limit = timeout
+        .or(registration.options.timeout)
+        .or(shared.config.default_timeout);
+    let outcome = run_handler(registration, input, limit, shared.clock.clone()).await;
+    (outcome, committed.load(Ordering::Acquire))
+}
+
+/// Runs a job's handler under its time limit, catching panics, with the job's scope set
+/// for the enqueues it makes: the one way both a worker and a test runner run a job.
+pub(crate) async fn run_handler(
+    registration: &Registration,
+    input: HandlerInput,
+    limit: Option<std::time::Duration>,
+    clock: SharedClock,
+) -> JobOutcome {
+    let scope = Scope {
+        correlation_id: input.ctx.correlation_id.clone(),
+        clock,
     };
     let future = match std::panic::catch_unwind(AssertUnwindSafe(|| (registration.handler)(input)))
     {
@@ -233,11 +271,7 @@ async fn execute(
         Ok(Err(error)) => return Err(error),
         Err(panic) => return Err(panic_error(&*panic)),
     };
-    let future =
-        crate::job::CURRENT_CORRELATION.scope(correlation, AssertUnwindSafe(future).catch_unwind());
-    let limit = timeout
-        .or(registration.options.timeout)
-        .or(shared.config.default_timeout);
+    let future = crate::job::CURRENT.scope(scope, AssertUnwindSafe(future).catch_unwind());
     let outcome = match limit {
         Some(limit) => match tokio::time::timeout(limit, future).await {
             Ok(outcome) => outcome,

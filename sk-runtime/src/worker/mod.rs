@@ -1,8 +1,8 @@
 //! The worker: a builder, and the pipeline of DESIGN.md (listener + poll -> producer ->
 //! executor -> completer; heartbeat, scheduler and maintenance beside them).
 
-mod completer;
-mod executor;
+pub(crate) mod completer;
+pub(crate) mod executor;
 mod heartbeat;
 mod listener;
 mod producer;
@@ -395,7 +395,8 @@ impl WorkerBuilder {
         for tenant in self.tenants.iter().flatten() {
             crate::client::check_name("tenant", tenant)?;
         }
-        let registry = Registry::collect(self.only.as_deref(), &self.data)?;
+        let registry =
+            Registry::collect(self.only.as_deref(), &self.data, self.pool.backend_name())?;
         if registry.jobs.is_empty() {
             tracing::warn!(
                 "sk: no #[job] fn is linked into this binary, so this worker will claim nothing. \
@@ -414,8 +415,13 @@ impl WorkerBuilder {
         crate::client::check_name("worker id", &id)?;
         let mut config = self.config;
         config.heartbeat = Some(heartbeat);
+        let runtime = Arc::new(crate::job::Runtime {
+            pool: self.pool.clone(),
+            schema: self.schema.clone(),
+        });
         Ok(Worker {
             shared: Arc::new(Shared {
+                runtime,
                 store: self.pool.store(self.schema, id),
                 task_types: registry.task_types(),
                 registry,
@@ -449,6 +455,8 @@ pub struct Worker {
 /// State shared by the pipeline's tasks.
 pub(crate) struct Shared {
     pub(crate) store: Store,
+    /// The pool, schema and clock, for the enqueues and transactions of jobs.
+    pub(crate) runtime: Arc<crate::job::Runtime>,
     pub(crate) registry: Registry,
     pub(crate) schedules: crate::schedule::Schedules,
     pub(crate) task_types: Vec<String>,
@@ -806,6 +814,51 @@ impl Worker {
         tracing::info!(worker = %shared.store.worker_id(), "sk: worker stopped");
         Ok(())
     }
+}
+
+impl Worker {
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+}
+
+/// Claims the one job due first, runs it and records its outcome, as the pipeline does
+/// (`testing::drain`); `None` when no job is due.
+pub(crate) async fn run_one_due(shared: &Arc<Shared>) -> Result<Option<crate::testing::Run>> {
+    let now = shared.now();
+    let controls = shared.store.queue_controls().await?;
+    let mut jobs = shared
+        .store
+        .claim(&crate::store::Claim {
+            task_types: &shared.task_types,
+            queues: shared.queues.as_deref(),
+            tenants: shared.tenants.as_deref(),
+            paused: &controls.paused,
+            capped: false,
+            limit: 1,
+            now,
+            lease_until: crate::clock::add(now, shared.config.lease),
+        })
+        .await?;
+    let Some(job) = jobs.pop() else {
+        return Ok(None);
+    };
+    let (id, task_type, attempt) = (job.task_id, job.task_type.clone(), job.task_attempt);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    executor::spawn(shared, job, &tx);
+    drop(tx);
+    let completion = rx
+        .recv()
+        .await
+        .expect("a spawned run always sends its completion");
+    let outcome = completer::outcome_of(&completion);
+    completer::finalize(shared, vec![completion]).await;
+    Ok(Some(crate::testing::Run {
+        id,
+        task_type,
+        attempt,
+        outcome,
+    }))
 }
 
 // The worker must be spawnable on a multi-threaded runtime; this fails to compile if a

@@ -61,7 +61,7 @@ const LONGEST_NAME: usize = 27;
 const ACQUIRE_WAIT: Duration = Duration::from_secs(2);
 
 /// Every worker transaction: READ COMMITTED (module docs).
-const BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION";
+pub(crate) const BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION";
 
 /// Rows per multi-row statement: at most 65,535 placeholders, 16 to a queue row.
 const ROWS_PER_STATEMENT: usize = 2_000;
@@ -1125,89 +1125,115 @@ impl MySqlStore {
         if done.is_empty() {
             return Ok(Vec::new());
         }
-        let leases: Vec<Lease> = done.iter().map(|s| s.lease).collect();
-        let by_id: HashMap<Uuid, &Success> = done.iter().map(|s| (s.lease.id, s)).collect();
         let (held, posted): (Vec<Uuid>, bool) = retrying!(self, "a completion", |conn| {
             let mut tx = conn.begin_with(BEGIN).await?;
-            let rows = self.held(&mut tx, &leases).await?;
-            if rows.is_empty() {
-                tx.commit().await?;
-                return Ok((Vec::new(), false));
-            }
-            self.delete(&mut tx, &rows).await?;
-            // Rows with lost attempts need their whole list of failed attempts written;
-            // the rest go in one statement.
-            let (lost, common): (Vec<&Row>, Vec<&Row>) =
-                rows.iter().partition(|r| r.task_lost_attempts.is_some());
-            let mut stats = Stats::default();
-            if !common.is_empty() {
-                let mut query = QueryBuilder::<MySql>::new(&self.sql().success);
-                query.push(" ");
-                query.push_values(&common, |mut v, row| {
-                    let s = by_id[&row.task_id];
-                    v.push_bind(row.task_id)
-                        .push_bind(&row.task_type)
-                        .push_bind(&row.task_source)
-                        .push_bind(&row.task_queue)
-                        .push_bind(row.task_priority)
-                        .push_bind(row.task_posted_at_ts)
-                        .push_bind(&row.task_tenant)
-                        .push_bind(&row.task_correlation_id)
-                        .push_bind(&row.task_metadata)
-                        .push("3")
-                        .push_bind(s.millis)
-                        .push_bind(now)
-                        .push_bind(&self.worker_id)
-                        .push_bind(s.output.as_deref())
-                        .push_bind(row.task_claimed_at_ts)
-                        .push_bind(row.task_claimed_at_ts);
-                });
-                query.push(format!(" ON DUPLICATE KEY UPDATE {SUCCESS_UPDATE}"));
-                query.build().execute(&mut *tx).await?;
-            }
-            for row in lost {
-                let s = by_id[&row.task_id];
-                let lost = row.lost();
-                let first = row.first_started(&lost);
-                let lost_count = lost.len() as i64;
-                let errors = errors_with(&mut tx, &self.schema, row.task_id, lost).await?;
-                sqlx::query(&self.sql().success_again)
-                    .bind(row.task_id)
-                    .bind(&row.task_type)
-                    .bind(&row.task_source)
-                    .bind(&row.task_queue)
-                    .bind(row.task_priority)
-                    .bind(row.task_posted_at_ts)
-                    .bind(&row.task_tenant)
-                    .bind(&row.task_correlation_id)
-                    .bind(&row.task_metadata)
-                    .bind(s.millis)
-                    .bind(now)
-                    .bind(&self.worker_id)
-                    .bind(s.output.as_deref())
-                    .bind(first)
-                    .bind(row.task_claimed_at_ts)
-                    .bind(lost_count)
-                    .bind(errors)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            // Restarts and periodic jobs' next runs.
-            let mut posted = false;
-            for row in rows.iter().filter(|r| r.posts_again()) {
-                posted |= self.again(&mut tx, row, now).await?;
-            }
-            for row in &rows {
-                stats.add(&row.task_type, by_id[&row.task_id].millis);
-            }
-            self.write_stats(&mut tx, stats, now).await?;
+            let done = self.complete_on(&mut tx, done, now).await?;
             tx.commit().await?;
-            Ok((rows.iter().map(|r| r.task_id).collect::<Vec<_>>(), posted))
+            Ok(done)
         })?;
         if posted {
             wake();
         }
         Ok(held)
+    }
+
+    /// Records one successful run inside the job's own transaction (the caller commits);
+    /// false when the lease was lost (fenced), and the caller then rolls back.
+    pub(crate) async fn complete_in(
+        &self,
+        tx: &mut MySqlConnection,
+        done: &Success,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let (held, _posted) = self
+            .complete_on(tx, std::slice::from_ref(done), now)
+            .await?;
+        // A rerun or next run it posted is found by the next poll.
+        Ok(!held.is_empty())
+    }
+
+    /// The statements of a completion, in a transaction: the ids whose lease was held,
+    /// and whether a job was posted (a rerun, a periodic job's next run).
+    async fn complete_on(
+        &self,
+        tx: &mut MySqlConnection,
+        done: &[Success],
+        now: DateTime<Utc>,
+    ) -> Result<(Vec<Uuid>, bool)> {
+        let leases: Vec<Lease> = done.iter().map(|s| s.lease).collect();
+        let by_id: HashMap<Uuid, &Success> = done.iter().map(|s| (s.lease.id, s)).collect();
+        let rows = self.held(&mut *tx, &leases).await?;
+        if rows.is_empty() {
+            return Ok((Vec::new(), false));
+        }
+        self.delete(&mut *tx, &rows).await?;
+        // Rows with lost attempts need their whole list of failed attempts written;
+        // the rest go in one statement.
+        let (lost, common): (Vec<&Row>, Vec<&Row>) =
+            rows.iter().partition(|r| r.task_lost_attempts.is_some());
+        let mut stats = Stats::default();
+        if !common.is_empty() {
+            let mut query = QueryBuilder::<MySql>::new(&self.sql().success);
+            query.push(" ");
+            query.push_values(&common, |mut v, row| {
+                let s = by_id[&row.task_id];
+                v.push_bind(row.task_id)
+                    .push_bind(&row.task_type)
+                    .push_bind(&row.task_source)
+                    .push_bind(&row.task_queue)
+                    .push_bind(row.task_priority)
+                    .push_bind(row.task_posted_at_ts)
+                    .push_bind(&row.task_tenant)
+                    .push_bind(&row.task_correlation_id)
+                    .push_bind(&row.task_metadata)
+                    .push("3")
+                    .push_bind(s.millis)
+                    .push_bind(now)
+                    .push_bind(&self.worker_id)
+                    .push_bind(s.output.as_deref())
+                    .push_bind(row.task_claimed_at_ts)
+                    .push_bind(row.task_claimed_at_ts);
+            });
+            query.push(format!(" ON DUPLICATE KEY UPDATE {SUCCESS_UPDATE}"));
+            query.build().execute(&mut *tx).await?;
+        }
+        for row in lost {
+            let s = by_id[&row.task_id];
+            let lost = row.lost();
+            let first = row.first_started(&lost);
+            let lost_count = lost.len() as i64;
+            let errors = errors_with(&mut *tx, &self.schema, row.task_id, lost).await?;
+            sqlx::query(&self.sql().success_again)
+                .bind(row.task_id)
+                .bind(&row.task_type)
+                .bind(&row.task_source)
+                .bind(&row.task_queue)
+                .bind(row.task_priority)
+                .bind(row.task_posted_at_ts)
+                .bind(&row.task_tenant)
+                .bind(&row.task_correlation_id)
+                .bind(&row.task_metadata)
+                .bind(s.millis)
+                .bind(now)
+                .bind(&self.worker_id)
+                .bind(s.output.as_deref())
+                .bind(first)
+                .bind(row.task_claimed_at_ts)
+                .bind(lost_count)
+                .bind(errors)
+                .execute(&mut *tx)
+                .await?;
+        }
+        // Restarts and periodic jobs' next runs.
+        let mut posted = false;
+        for row in rows.iter().filter(|r| r.posts_again()) {
+            posted |= self.again(&mut *tx, row, now).await?;
+        }
+        for row in &rows {
+            stats.add(&row.task_type, by_id[&row.task_id].millis);
+        }
+        self.write_stats(&mut *tx, stats, now).await?;
+        Ok((rows.iter().map(|r| r.task_id).collect(), posted))
     }
 
     /// Records a failed run (retry or final); false when the lease was lost (fenced).

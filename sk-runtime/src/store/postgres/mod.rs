@@ -1217,6 +1217,31 @@ impl PgStore {
         }
     }
 
+    /// Records one successful run inside the job's own transaction (the caller commits);
+    /// false when the lease was lost (fenced), and the caller then rolls back.
+    pub(crate) async fn complete_in(
+        &self,
+        tx: &mut PgConnection,
+        done: &Success,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        sqlx::query("SET LOCAL enable_seqscan = off")
+            .execute(&mut *tx)
+            .await?;
+        let held: Vec<Uuid> = sqlx::query_scalar(&self.schema.sql.complete)
+            .bind([done.lease.id])
+            .bind([done.lease.attempt])
+            .bind([done.millis])
+            .bind(&self.worker_id)
+            .bind(now)
+            .bind([done.output.as_deref()])
+            .bind(self.schema.done_channel())
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| self.lost(e))?;
+        Ok(!held.is_empty())
+    }
+
     /// Records a failed run (retry or final); false when the lease was lost (fenced).
     pub(crate) async fn fail(&self, f: &Failure, now: DateTime<Utc>) -> Result<bool> {
         let mut conn = self.acquire().await?;

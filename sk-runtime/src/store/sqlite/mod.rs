@@ -922,6 +922,39 @@ impl SqliteStore {
 
     /// Finalizes successful runs (fenced); the ids whose lease was still held.
     pub(crate) async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        let (_turn, mut conn) = self.writing().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        let (held, posted) = self.complete_on(&mut tx, done, now).await?;
+        tx.commit().await?;
+        if posted {
+            wake();
+        }
+        Ok(held)
+    }
+
+    /// Records one successful run inside the job's own transaction (the caller commits);
+    /// false when the lease was lost (fenced), and the caller then rolls back.
+    pub(crate) async fn complete_in(
+        &self,
+        tx: &mut SqliteConnection,
+        done: &Success,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let (held, _posted) = self
+            .complete_on(tx, std::slice::from_ref(done), now)
+            .await?;
+        // A rerun or next run it posted is found by the next poll.
+        Ok(!held.is_empty())
+    }
+
+    /// The statements of a completion, on a connection in a write transaction: the ids
+    /// whose lease was held, and whether a job was posted (a rerun, a periodic job's next).
+    async fn complete_on(
+        &self,
+        tx: &mut SqliteConnection,
+        done: &[Success],
+        now: DateTime<Utc>,
+    ) -> Result<(Vec<Uuid>, bool)> {
         let batch: Vec<(String, i32, i64, Option<&str>)> = done
             .iter()
             .map(|s| {
@@ -935,8 +968,6 @@ impl SqliteStore {
             .collect();
         let batch = serde_json::to_string(&batch)
             .map_err(|e| Error::invalid("job output", e.to_string()))?;
-        let (_turn, mut conn) = self.writing().await?;
-        let mut tx = Self::write(&mut conn).await?;
         // Set-based: a batch costs the same few statements however long it is (each
         // statement is a round trip to sqlx's SQLite thread, which is what a job costs).
         sqlx::query(&self.sql().complete)
@@ -969,7 +1000,7 @@ impl SqliteStore {
                 if !lost.is_empty() {
                     let first = row.first_started(&lost);
                     let lost_count = lost.len() as i64;
-                    let errors = errors_with(&mut tx, &self.schema, row.task_id, lost).await?;
+                    let errors = errors_with(&mut *tx, &self.schema, row.task_id, lost).await?;
                     sqlx::query(&self.sql().success)
                         .bind(row.task_id)
                         .bind(&row.task_type)
@@ -991,17 +1022,14 @@ impl SqliteStore {
                         .execute(&mut *tx)
                         .await?;
                 }
-                posted |= self.again(&mut tx, &row, now).await?;
+                posted |= self.again(&mut *tx, &row, now).await?;
             }
-        }
-        tx.commit().await?;
-        if posted {
-            wake();
         }
         let held: Vec<String> = serde_json::from_str(&held).map_err(|e| {
             Error::Database(sqlx::Error::Decode(format!("completed ids: {e}").into()))
         })?;
-        held.iter()
+        let held = held
+            .iter()
             .map(|id| {
                 Uuid::parse_str(id).map_err(|e| {
                     Error::Database(sqlx::Error::Decode(
@@ -1009,7 +1037,8 @@ impl SqliteStore {
                     ))
                 })
             })
-            .collect()
+            .collect::<Result<Vec<Uuid>>>()?;
+        Ok((held, posted))
     }
 
     /// Records a failed run (retry or final); false when the lease was lost (fenced).

@@ -1,0 +1,143 @@
+//! A job's own transaction: the handler writes through it, and its success is recorded
+//! in it, so the application's writes and the job's completion commit together.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::future::BoxFuture;
+
+use crate::error::JobError;
+use crate::registry::{JobOutcome, Requirement};
+use crate::store::{Backend, Lease, Success};
+use crate::Pool;
+
+/// Where a job's transaction comes from and how it ends; made by the worker (or the test
+/// runner) for each run of a job that takes one.
+#[derive(Clone)]
+pub struct TxSource {
+    pool: Pool,
+    end: End,
+    /// Set once the completion committed with the job's writes, so the worker does not
+    /// record it again.
+    pub(crate) committed: Arc<AtomicBool>,
+    started: Instant,
+}
+
+#[derive(Clone)]
+enum End {
+    /// A worker's run: the completion is written in the transaction, fenced by the lease.
+    Worker {
+        shared: Arc<crate::worker::Shared>,
+        lease: Lease,
+    },
+    /// A test runner's run of a job value that is not in the queue: just commit.
+    Commit,
+}
+
+impl TxSource {
+    pub(crate) fn worker(shared: Arc<crate::worker::Shared>, pool: Pool, lease: Lease) -> Self {
+        TxSource {
+            pool,
+            end: End::Worker { shared, lease },
+            committed: Arc::default(),
+            started: Instant::now(),
+        }
+    }
+
+    pub(crate) fn commit_only(pool: Pool) -> Self {
+        TxSource {
+            pool,
+            end: End::Commit,
+            committed: Arc::default(),
+            started: Instant::now(),
+        }
+    }
+}
+
+/// The transaction argument of a job fn (`tx: &mut sqlx::Transaction<'_, DB>`): used by the
+/// code `#[job]` generates.
+pub trait JobTransaction: Sized + Send + 'static {
+    /// Opens the run's transaction.
+    ///
+    /// # Errors
+    /// The database fails (a recoverable failure), or the worker runs on another backend.
+    fn begin(source: &TxSource) -> BoxFuture<'_, Result<Self, JobError>>;
+
+    /// Ends the run: on success records the completion in the transaction and commits;
+    /// on failure rolls back, and the failure is recorded as any other.
+    fn finish(self, source: TxSource, outcome: JobOutcome) -> BoxFuture<'static, JobOutcome>;
+
+    /// The backend the worker must run on.
+    fn requirement() -> Option<Requirement>;
+}
+
+impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
+    fn begin(source: &TxSource) -> BoxFuture<'_, Result<Self, JobError>> {
+        Box::pin(async move {
+            let Some(begin) = DB::begin_job(&source.pool) else {
+                return Err(JobError::fatal(format!(
+                    "the job takes a {} transaction, but the worker runs on {}",
+                    <DB as Backend>::NAME,
+                    source.pool.backend_name()
+                ))
+                .with_kind("transaction"));
+            };
+            begin.await.map_err(|e| {
+                JobError::new(format!("cannot begin the job's transaction: {e}"))
+                    .with_kind("transaction")
+            })
+        })
+    }
+
+    fn finish(mut self, source: TxSource, outcome: JobOutcome) -> BoxFuture<'static, JobOutcome> {
+        Box::pin(async move {
+            let output = match outcome {
+                Ok(output) => output,
+                Err(error) => {
+                    // Its writes go; the failure is recorded outside it.
+                    let _ = self.rollback().await;
+                    return Err(error);
+                }
+            };
+            if let End::Worker { shared, lease } = &source.end {
+                let done = Success {
+                    lease: *lease,
+                    millis: i64::try_from(source.started.elapsed().as_millis()).unwrap_or(i64::MAX),
+                    output: output.clone(),
+                };
+                match DB::complete_in(&shared.store, &mut *self, &done, shared.now()).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        let _ = self.rollback().await;
+                        return Err(JobError::new(
+                            "the job's lease was lost (it ran past its lease, or was cancelled) before its transaction committed; its writes were rolled back",
+                        )
+                        .with_kind("lease_lost"));
+                    }
+                    Err(e) => {
+                        let _ = self.rollback().await;
+                        return Err(JobError::new(format!(
+                            "cannot record the job's completion in its transaction, so its writes were rolled back: {e}"
+                        ))
+                        .with_kind("transaction"));
+                    }
+                }
+            }
+            match self.commit().await {
+                Ok(()) => {
+                    source.committed.store(true, Ordering::Release);
+                    Ok(output)
+                }
+                Err(e) => Err(
+                    JobError::new(format!("the job's transaction did not commit: {e}"))
+                        .with_kind("transaction"),
+                ),
+            }
+        })
+    }
+
+    fn requirement() -> Option<Requirement> {
+        Some(Requirement::backend::<DB>())
+    }
+}
