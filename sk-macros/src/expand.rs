@@ -205,6 +205,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
         })
     };
 
+    let takes_transaction = transaction.is_some();
     // A job with a transaction: its success is recorded in it before it commits.
     let run = match transaction {
         None => quote! {
@@ -379,6 +380,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
                     overlap: #overlap,
                     run_missed: #run_missed,
                     handler: __sk_handle,
+                    transaction: #takes_transaction,
                     validate: #p::validate::<#ty>,
                     requirements: __sk_requirements,
                     file: ::core::file!(),

@@ -37,6 +37,9 @@ pub struct Registration {
     pub every: Option<std::time::Duration>,
     /// Builds the job's future from a claimed row.
     pub handler: fn(HandlerInput) -> HandlerResult,
+    /// The fn takes a transaction: a success returned by `handler` is already committed
+    /// with its completion.
+    pub transaction: bool,
     /// Checks that a JSON payload deserializes into the job's arguments.
     pub validate: fn(&str) -> std::result::Result<(), String>,
     /// The `Data<T>` types the fn takes.
@@ -284,6 +287,13 @@ where
 /// Shared data by type.
 #[derive(Default)]
 pub(crate) struct DataMap(pub(crate) HashMap<TypeId, Arc<dyn Any + Send + Sync>>);
+
+impl DataMap {
+    /// Adds `value` as the `Data<T>` of jobs (replacing an earlier `T`).
+    pub(crate) fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
+        self.0.insert(TypeId::of::<T>(), Arc::new(value));
+    }
+}
 
 /// The handlers this worker runs, by task type.
 pub(crate) struct Registry {

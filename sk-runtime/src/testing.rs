@@ -86,9 +86,7 @@ impl Runner {
     /// Shared data for the job's `Data<T>` arguments, as [`WorkerBuilder::data`](crate::WorkerBuilder::data).
     #[must_use]
     pub fn data<T: Send + Sync + 'static>(mut self, value: T) -> Self {
-        self.data
-            .0
-            .insert(std::any::TypeId::of::<T>(), Arc::new(value));
+        self.data.insert(value);
         self
     }
 

@@ -1,7 +1,6 @@
 //! A job's own transaction: the handler writes through it, and its success is recorded
 //! in it, so the application's writes and the job's completion commit together.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,9 +17,6 @@ use crate::Pool;
 pub struct TxSource {
     pool: Pool,
     end: End,
-    /// Set once the completion committed with the job's writes, so the worker does not
-    /// record it again.
-    pub(crate) committed: Arc<AtomicBool>,
     started: Instant,
 }
 
@@ -40,7 +36,6 @@ impl TxSource {
         TxSource {
             pool,
             end: End::Worker { shared, lease },
-            committed: Arc::default(),
             started: Instant::now(),
         }
     }
@@ -49,7 +44,6 @@ impl TxSource {
         TxSource {
             pool,
             end: End::Commit,
-            committed: Arc::default(),
             started: Instant::now(),
         }
     }
@@ -64,7 +58,8 @@ pub trait JobTransaction: Sized + Send + 'static {
     /// The database fails (a recoverable failure), or the worker runs on another backend.
     fn begin(source: &TxSource) -> BoxFuture<'_, Result<Self, JobError>>;
 
-    /// Ends the run: on success records the completion in the transaction and commits;
+    /// Ends the run: on success records the completion in the transaction and commits
+    /// (so a success it returns is committed, which the worker relies on);
     /// on failure rolls back, and the failure is recorded as any other.
     fn finish(self, source: TxSource, outcome: JobOutcome) -> BoxFuture<'static, JobOutcome>;
 
@@ -125,10 +120,7 @@ impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
                 }
             }
             match self.commit().await {
-                Ok(()) => {
-                    source.committed.store(true, Ordering::Release);
-                    Ok(output)
-                }
+                Ok(()) => Ok(output),
                 Err(e) => Err(
                     JobError::new(format!("the job's transaction did not commit: {e}"))
                         .with_kind("transaction"),

@@ -1,7 +1,6 @@
 //! Runs one claimed job in its own tokio task, with its timeout, catching panics.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -238,19 +237,23 @@ async fn execute(
         stop,
         runtime: Some(shared.runtime.clone()),
     };
-    let transaction = TxSource::worker(shared.clone(), shared.runtime.pool.clone(), lease);
-    let committed = transaction.committed.clone();
+    // Only a job that takes a transaction needs its source.
+    let transaction = registration
+        .transaction
+        .then(|| TxSource::worker(shared.clone(), shared.runtime.pool.clone(), lease));
     let input = HandlerInput {
         payload: job.task_payload,
         ctx,
         data: shared.data.clone(),
-        transaction: Some(transaction),
+        transaction,
     };
     let limit = timeout
         .or(registration.options.timeout)
         .or(shared.config.default_timeout);
     let outcome = run_handler(registration, input, limit, shared.clock.clone()).await;
-    (outcome, committed.load(Ordering::Acquire))
+    // A transaction job's success is returned only once it committed with its completion.
+    let committed = registration.transaction && outcome.is_ok();
+    (outcome, committed)
 }
 
 /// Runs a job's handler under its time limit, catching panics, with the job's scope set

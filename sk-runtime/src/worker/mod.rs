@@ -9,7 +9,6 @@ mod producer;
 
 pub(crate) use producer::backoff;
 
-use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -133,10 +132,7 @@ impl WorkerBuilder {
 
     /// Shares `value` with jobs that take a `Data<T>` argument.
     pub fn data<T: Send + Sync + 'static>(mut self, value: T) -> Self {
-        self.data.0.insert(
-            TypeId::of::<T>(),
-            Arc::new(value) as Arc<dyn Any + Send + Sync>,
-        );
+        self.data.insert(value);
         self
     }
 
@@ -455,7 +451,7 @@ pub struct Worker {
 /// State shared by the pipeline's tasks.
 pub(crate) struct Shared {
     pub(crate) store: Store,
-    /// The pool, schema and clock, for the enqueues and transactions of jobs.
+    /// The pool and schema, for the enqueues and transactions of jobs.
     pub(crate) runtime: Arc<crate::job::Runtime>,
     pub(crate) registry: Registry,
     pub(crate) schedules: crate::schedule::Schedules,
