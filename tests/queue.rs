@@ -22,6 +22,7 @@ mod devkit;
 mod partitions;
 mod seeds;
 mod web;
+mod workflow;
 
 const T: Duration = Duration::from_secs(20);
 
@@ -1096,6 +1097,7 @@ async fn a_custom_schema_and_a_queue_filter() {
             "app_queues_t",
             "app_schedules_t",
             "app_schema_migrations_t",
+            "app_task_deps_t",
             "app_task_execution_time_stats_t",
             "app_task_results_default",
             "app_task_results_t",
@@ -1152,6 +1154,7 @@ async fn sqlite_schemas_are_name_prefixes_and_an_archive_is_refused() {
             "jobs_app_queues_t",
             "jobs_app_schedules_t",
             "jobs_app_schema_migrations_t",
+            "jobs_app_task_deps_t",
             "jobs_app_task_execution_time_stats_t",
             "jobs_app_task_results_t",
             "jobs_app_tasks_queue_t",
@@ -1403,7 +1406,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
             .fetch_all(&db.pool)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
     // The old results table became the default partition (migration 5), options and all.
     let options: Vec<String> = sqlx::query_scalar(
         "SELECT unnest(reloptions) FROM pg_class WHERE oid = 'old.sk_task_results_default'::regclass ORDER BY 1",
@@ -1432,7 +1435,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
     let error = worker.run_until(std::future::pending()).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "the database schema is at version 99, newer than this sk (8); upgrade sk"
+        "the database schema is at version 99, newer than this sk (9); upgrade sk"
     );
     db.drop().await;
 }

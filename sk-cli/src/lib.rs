@@ -240,6 +240,8 @@ impl FilterArgs {
 #[derive(Clone, Copy, ValueEnum)]
 enum StateArg {
     Waiting,
+    /// Waiting on other jobs to succeed (a workflow's later stages).
+    Pending,
     Running,
     Processed,
     Fatal,
@@ -250,6 +252,7 @@ impl StateArg {
     fn status(self) -> JobStatus {
         match self {
             StateArg::Waiting => JobStatus::Unprocessed,
+            StateArg::Pending => JobStatus::Pending,
             StateArg::Running => JobStatus::Processing,
             StateArg::Processed => JobStatus::Processed,
             StateArg::Fatal => JobStatus::Fatal,
@@ -572,6 +575,7 @@ async fn status(client: &Client, json: bool, out: &mut dyn Write) -> Result<(), 
         "queue",
         "available",
         "scheduled",
+        "pending",
         "retrying",
         "running",
         "fatal",
@@ -586,6 +590,7 @@ async fn status(client: &Client, json: bool, out: &mut dyn Write) -> Result<(), 
             name,
             c.available.to_string(),
             c.scheduled.to_string(),
+            c.pending.to_string(),
             c.retrying.to_string(),
             c.running.to_string(),
             c.fatal.to_string(),

@@ -233,7 +233,7 @@ async fn overview(State(app): Shared) -> Page {
     } else {
         body.push_str(
             "<div class=\"scroll\"><table id=\"counts\"><tr><th>queue</th><th>available</th><th>scheduled</th>\
-             <th>retrying</th><th>running</th><th>fatal</th><th>cancelled</th></tr>",
+             <th>pending</th><th>retrying</th><th>running</th><th>fatal</th><th>cancelled</th></tr>",
         );
         for c in &counts {
             let name = c.key.clone().unwrap_or_default();
@@ -245,7 +245,7 @@ async fn overview(State(app): Shared) -> Page {
             };
             let _ = write!(
                 body,
-                "<tr data-queue=\"{}\"><td>{}{}</td>{}{}{}{}{}{}</tr>",
+                "<tr data-queue=\"{}\"><td>{}{}</td>{}{}{}{}{}{}{}</tr>",
                 esc(&name),
                 esc(&name),
                 if queues
@@ -258,6 +258,7 @@ async fn overview(State(app): Shared) -> Page {
                 },
                 link("waiting", c.available),
                 format_args!("<td data-state=\"scheduled\">{}</td>", c.scheduled),
+                link("pending", c.pending),
                 format_args!("<td data-state=\"retrying\">{}</td>", c.retrying),
                 link("running", c.running),
                 link("fatal", c.fatal),
@@ -352,7 +353,7 @@ async fn queues(State(app): Shared) -> Page {
     } else {
         body.push_str(
             "<div class=\"scroll\"><table id=\"queues\"><tr><th>queue</th><th>available</th><th>scheduled</th>\
-             <th>running</th><th>global limit</th><th>state</th><th></th></tr>",
+             <th>pending</th><th>running</th><th>global limit</th><th>state</th><th></th></tr>",
         );
         for q in &queues {
             let (state, action) = match q.paused_at {
@@ -371,10 +372,11 @@ async fn queues(State(app): Shared) -> Page {
             };
             let _ = write!(
                 body,
-                "<tr data-queue=\"{name}\"><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+                "<tr data-queue=\"{name}\"><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
                  <td class=\"state\">{state}</td><td>{button}</td></tr>",
                 q.available,
                 q.scheduled,
+                q.pending,
                 q.running,
                 q.global_limit.map_or_else(|| "none".to_owned(), |n| n.to_string()),
                 name = esc(&q.name),
@@ -413,6 +415,7 @@ struct JobsQuery {
 fn status_named(name: &str) -> Option<JobStatus> {
     Some(match name {
         "waiting" => JobStatus::Unprocessed,
+        "pending" => JobStatus::Pending,
         "running" => JobStatus::Processing,
         "processed" => JobStatus::Processed,
         "fatal" => JobStatus::Fatal,
@@ -424,6 +427,7 @@ fn status_named(name: &str) -> Option<JobStatus> {
 fn status_name(status: JobStatus) -> &'static str {
     match status {
         JobStatus::Unprocessed => "waiting",
+        JobStatus::Pending => "pending",
         JobStatus::Processing => "running",
         JobStatus::Processed => "processed",
         JobStatus::Fatal => "fatal",
@@ -699,6 +703,7 @@ async fn metrics(State(app): Shared) -> Result<Response, Failure> {
         for (state, n) in [
             ("available", c.available),
             ("scheduled", c.scheduled),
+            ("pending", c.pending),
             ("retrying", c.retrying),
             ("running", c.running),
             ("fatal", c.fatal),

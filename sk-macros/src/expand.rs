@@ -205,7 +205,20 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
         })
     };
 
+    let job_output = quote_spanned! {output.span()=> <#output as #p::JobReturn>::Ok };
     let takes_transaction = transaction.is_some();
+    // Which stages the job may follow in a `Workflow` (`Accepts`).
+    let accepts = match job_fn.args.iter().find_map(|a| a.inputs.as_ref()) {
+        Some((false, t)) => quote_spanned! {t.span()=>
+            impl #p::Accepts<#t, #p::One> for #ty {}
+        },
+        Some((true, t)) => quote_spanned! {t.span()=>
+            impl<N> #p::Accepts<#t, N> for #ty {}
+        },
+        None => quote! {
+            impl<O, N> #p::Accepts<O, N> for #ty {}
+        },
+    };
     // A job with a transaction: its success is recorded in it before it commits.
     let run = match transaction {
         None => quote! {
@@ -340,6 +353,11 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
                 ::sk_runtime::Enqueue::new(self).with_timeout(limit)
             }
 
+            /// Runs the job once the jobs `ids` have succeeded, with their outputs.
+            #vis fn after(self, ids: impl ::core::iter::IntoIterator<Item = #p::Uuid>) -> ::sk_runtime::Enqueue<Self> {
+                ::sk_runtime::Enqueue::new(self).after(ids)
+            }
+
             /// Enqueues into another schema/prefix than the default `public.sk_*`.
             #vis fn with_schema(self, schema: &::sk_runtime::Schema) -> ::sk_runtime::Enqueue<Self> {
                 ::sk_runtime::Enqueue::new(self).with_schema(schema)
@@ -350,7 +368,10 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
             const TASK_TYPE: &'static str = #task_type;
             const OPTIONS: ::sk_runtime::JobOptions =
                 #p::options(#queue, #priority, #max_attempts, #backoff, #timeout);
+            type Output = #job_output;
         }
+
+        #accepts
 
         const _: () = {
             #[allow(dead_code)]

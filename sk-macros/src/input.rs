@@ -16,6 +16,9 @@ pub(crate) struct Arg {
     pub(crate) transaction: Option<Type>,
     /// `#[serde(...)]` written on the argument: moved to the job type's field.
     pub(crate) serde: Vec<Attribute>,
+    /// For `Input<T>` (false) or `Inputs<T>` (true), the outputs of the jobs it waited
+    /// on: whether many, and `T`.
+    pub(crate) inputs: Option<(bool, Type)>,
 }
 
 /// The checked fn.
@@ -95,11 +98,24 @@ impl JobFn {
                                 "a #[job] fn takes at most one transaction",
                             );
                         }
-                        let injected = transaction.is_some() || is_injected(&typed.ty);
+                        let inputs = inputs_of(&typed.ty);
+                        if let (Some(_), Some(first)) =
+                            (&inputs, args.iter().find(|a: &&Arg| a.inputs.is_some()))
+                        {
+                            errors.at(
+                                typed.ty.span(),
+                                format!(
+                                    "a #[job] fn takes the outputs of the jobs it waited on once, and `{}` takes them already",
+                                    first.ident
+                                ),
+                            );
+                        }
+                        let injected =
+                            transaction.is_some() || inputs.is_some() || is_injected(&typed.ty);
                         if let (true, Some(attr)) = (injected, serde.first()) {
                             errors.at(
                                 attr.span(),
-                                "`#[serde]` applies to payload arguments; `JobContext`, `Data<T>` and the transaction are not serialized",
+                                "`#[serde]` applies to payload arguments; `JobContext`, `Data<T>`, `Input<T>`, `Inputs<T>` and the transaction are not serialized",
                             );
                         }
                         args.push(Arg {
@@ -108,6 +124,7 @@ impl JobFn {
                             injected,
                             transaction,
                             serde,
+                            inputs,
                         });
                     }
                     other => errors.at(
@@ -119,6 +136,24 @@ impl JobFn {
         }
         JobFn { item, args }
     }
+}
+
+/// For `Input<T>` and `Inputs<T>`: whether many, and `T`.
+fn inputs_of(ty: &Type) -> Option<(bool, Type)> {
+    let Type::Path(path) = ty else { return None };
+    let seg = path.path.segments.last()?;
+    let many = match seg.ident.to_string().as_str() {
+        "Input" => false,
+        "Inputs" => true,
+        _ => return None,
+    };
+    let syn::PathArguments::AngleBracketed(args) = &seg.arguments else {
+        return None;
+    };
+    args.args.iter().find_map(|a| match a {
+        syn::GenericArgument::Type(t) => Some((many, t.clone())),
+        _ => None,
+    })
 }
 
 /// `JobContext` and `Data<T>` are provided by the worker at run time.

@@ -48,6 +48,8 @@ pub struct Enqueue<J> {
     max_payload: usize,
     max_attempts: Option<i32>,
     timeout: Option<Duration>,
+    /// Jobs this one waits on (`Enqueue::after`).
+    after: Vec<Uuid>,
 }
 
 impl<J: Job> From<J> for Enqueue<J> {
@@ -75,7 +77,22 @@ impl<J: Job> Enqueue<J> {
             max_payload: DEFAULT_MAX_PAYLOAD_BYTES,
             max_attempts: None,
             timeout: None,
+            after: Vec::new(),
         }
+    }
+
+    /// Runs the job once all the jobs `ids` have succeeded, with their outputs as its
+    /// [`Input<T>`](crate::Input) (one id) or [`Inputs<T>`](crate::Inputs) (in the order
+    /// given); until then it is [`JobStatus::Pending`](crate::JobStatus::Pending). If one
+    /// of them fails for good or is cancelled, so is this job, naming it. A dependency
+    /// that succeeded already counts as done. See [`Workflow`](crate::Workflow) for stages
+    /// checked at compile time.
+    ///
+    /// [`Enqueue::enqueue`] refuses a dependency that failed, was cancelled or does not
+    /// exist, and a job that waits with a unique key or a run-at time of its own.
+    pub fn after(mut self, ids: impl IntoIterator<Item = Uuid>) -> Self {
+        self.after.extend(ids);
+        self
     }
 
     /// Overrides the priority (lower runs first).
@@ -207,12 +224,23 @@ impl<J: Job> Enqueue<J> {
     ///
     /// # Errors
     /// As [`Enqueue::enqueue`].
-    pub async fn enqueue_outcome<'e, E: Executor<'e>>(self, executor: E) -> Result<Enqueued> {
+    pub async fn enqueue_outcome<'e, E: Executor<'e>>(mut self, executor: E) -> Result<Enqueued> {
         let schema = self.schema.clone().unwrap_or_default();
         let now = crate::job::enqueue_now();
+        let after = std::mem::take(&mut self.after);
         let job = self.into_new_job(now)?;
         let queue = job.queue.clone();
-        let done = Self::insert(executor, &schema, job, now).await?;
+        let done = if after.is_empty() {
+            Self::insert(executor, &schema, job, now).await?
+        } else {
+            let ids =
+                <E::Database as Backend>::enqueue_after(executor, &schema, vec![job], after, now)
+                    .await?;
+            Enqueued {
+                id: ids[0],
+                outcome: EnqueueOutcome::Inserted,
+            }
+        };
         if done.outcome == EnqueueOutcome::Inserted {
             crate::telemetry::enqueued(J::TASK_TYPE, &queue, 1);
         }
@@ -273,6 +301,12 @@ impl<J: Job> Enqueue<J> {
             if schema.is_none() {
                 schema = job.schema.clone();
             }
+            if !job.after.is_empty() {
+                return Err(Error::invalid(
+                    "dependency",
+                    "enqueue_many takes jobs that wait on nothing; enqueue a job with `after` on its own, or use a Workflow",
+                ));
+            }
             rows.push(job.into_new_job(now)?);
         }
         if rows.is_empty() {
@@ -308,7 +342,7 @@ impl<J: Job> Enqueue<J> {
         Ok(ids)
     }
 
-    fn into_new_job(self, now: DateTime<Utc>) -> Result<NewJob> {
+    pub(crate) fn into_new_job(self, now: DateTime<Utc>) -> Result<NewJob> {
         let payload = serde_json::to_string(&self.job).map_err(|source| Error::Serialize {
             task_type: J::TASK_TYPE,
             source,

@@ -105,6 +105,8 @@ pub enum RescheduleOutcome {
     Running,
     /// The job has finished (see [`Client::retry`] to run a failed one again).
     Finished(JobStatus),
+    /// The job waits on other jobs and runs when they have succeeded; nothing changed.
+    WaitingOnDependencies,
     /// No job with this id exists.
     NotFound,
 }
@@ -208,6 +210,16 @@ impl JobFilter {
     pub(crate) fn running(&self) -> Option<bool> {
         self.status.map(|s| s == JobStatus::Processing)
     }
+
+    /// The condition on a live queue row for the jobs waiting on others: only those
+    /// (pending), none of those (unprocessed), or no condition.
+    pub(crate) fn pending_clause(&self) -> &'static str {
+        match self.status {
+            Some(JobStatus::Pending) => " AND coalesce(task_waiting_on, 0) > 0",
+            Some(JobStatus::Unprocessed) => " AND coalesce(task_waiting_on, 0) = 0",
+            _ => "",
+        }
+    }
 }
 
 /// What [`Client::prune`] removed.
@@ -240,6 +252,8 @@ pub struct QueueState {
     pub scheduled: i64,
     /// Jobs under a valid lease.
     pub running: i64,
+    /// Jobs waiting on other jobs to succeed (a workflow's later stages).
+    pub pending: i64,
 }
 
 impl Client {
@@ -409,6 +423,7 @@ impl Client {
         Ok(match self.job(id).await? {
             None => RescheduleOutcome::NotFound,
             Some(r) if r.status().is_final() => RescheduleOutcome::Finished(r.status()),
+            Some(r) if r.status() == JobStatus::Pending => RescheduleOutcome::WaitingOnDependencies,
             Some(_) => RescheduleOutcome::Running,
         })
     }

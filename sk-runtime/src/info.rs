@@ -25,8 +25,12 @@ pub enum JobStatus {
     /// Failed for good: attempts exhausted, a fatal error, or a payload that does not
     /// deserialize (6).
     Fatal = 6,
-    /// Cancelled by an operator, before or while it ran (7).
+    /// Cancelled by an operator, before or while it ran, or because a job it waited on
+    /// was (7).
     Cancelled = 7,
+    /// Waits on other jobs, and runs once they have all succeeded (8; a workflow's later
+    /// stage, [`Workflow`](crate::Workflow)).
+    Pending = 8,
     /// A code this version does not know.
     Unknown = 0,
 }
@@ -41,6 +45,7 @@ impl JobStatus {
             5 => JobStatus::Faulted,
             6 => JobStatus::Fatal,
             7 => JobStatus::Cancelled,
+            8 => JobStatus::Pending,
             _ => JobStatus::Unknown,
         }
     }
@@ -66,6 +71,8 @@ pub struct QueueCounts {
     pub available: i64,
     /// Live jobs waiting for their not-before time (delayed or retrying).
     pub scheduled: i64,
+    /// Live jobs waiting on other jobs to succeed (a workflow's later stages).
+    pub pending: i64,
     /// Live jobs under a valid lease.
     pub running: i64,
     /// Live jobs whose holder's lease ran out; the next claim takes them.

@@ -34,6 +34,8 @@ pub struct GroupCounts {
     pub available: i64,
     /// Waiting jobs whose not-before time is still ahead (never run yet).
     pub scheduled: i64,
+    /// Jobs waiting on other jobs to succeed (a workflow's later stages).
+    pub pending: i64,
     /// Waiting jobs that ran before and failed, or lost their lease: retries.
     pub retrying: i64,
     /// Jobs a worker holds.
@@ -182,11 +184,11 @@ impl Client {
 /// Group counts from live counts per key (available, scheduled, retrying, running) and
 /// ended ones (fatal, cancelled), sorted by key.
 pub(crate) fn merge_group_counts(
-    live: Vec<(Option<String>, i64, i64, i64, i64)>,
+    live: Vec<(Option<String>, i64, i64, i64, i64, i64)>,
     ended: Vec<(Option<String>, i64, i64)>,
 ) -> Vec<GroupCounts> {
     let mut by_key: std::collections::BTreeMap<Option<String>, GroupCounts> = Default::default();
-    for (key, available, scheduled, retrying, running) in live {
+    for (key, available, scheduled, retrying, running, pending) in live {
         let entry = by_key.entry(key.clone()).or_insert_with(|| GroupCounts {
             key,
             ..GroupCounts::default()
@@ -195,6 +197,7 @@ pub(crate) fn merge_group_counts(
         entry.scheduled += scheduled;
         entry.retrying += retrying;
         entry.running += running;
+        entry.pending += pending;
     }
     for (key, fatal, cancelled) in ended {
         let entry = by_key.entry(key.clone()).or_insert_with(|| GroupCounts {

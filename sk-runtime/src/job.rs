@@ -22,6 +22,9 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     const TASK_TYPE: &'static str;
     /// The defaults from the `#[job(...)]` attribute.
     const OPTIONS: JobOptions;
+    /// What a run returns on success (the fn's `Ok` type; `()` for none): the input of
+    /// the jobs that wait on it ([`Workflow`](crate::Workflow)).
+    type Output;
 }
 
 /// A job type's defaults, from its `#[job(...)]` attribute.

@@ -59,6 +59,7 @@ pub mod telemetry;
 pub mod testing;
 mod transaction;
 mod worker;
+mod workflow;
 
 pub use client::{Enqueue, EnqueueOutcome, Enqueued, UniqueMode, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -75,6 +76,7 @@ pub use retry::Backoff;
 pub use schedule::{StoredSchedule, StoredSchedules};
 pub use store::{Backend, Executor, Pool, Schema};
 pub use worker::{migrate, migrations, Migration, Worker, WorkerBuilder};
+pub use workflow::{Accepts, Input, Inputs, Many, One, Workflow, WorkflowIds};
 
 /// Turns an `async fn` into a background job.
 ///
@@ -223,9 +225,10 @@ pub mod __private {
     pub use crate::job::{options, Job};
     pub use crate::registry::{
         validate, HandlerFuture, HandlerInput, HandlerResult, Inject, IntoJobResult, JobOutcome,
-        Registration, Requirement, ResultTag, ViaDisplay, ViaIntoJobResult,
+        JobReturn, Registration, Requirement, ResultTag, ViaDisplay, ViaIntoJobResult,
     };
     pub use crate::transaction::{JobTransaction, TxSource};
+    pub use crate::workflow::{Accepts, Many, One};
     pub use inventory;
     pub use serde;
     pub use serde_json;

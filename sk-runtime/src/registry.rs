@@ -108,6 +108,8 @@ pub struct HandlerInput {
     /// Where a job that takes a transaction gets it; `None` without a database (a unit
     /// test's runner without a pool).
     pub(crate) transaction: Option<crate::transaction::TxSource>,
+    /// The outputs of the jobs it waited on, in order; `None` if it waited on none.
+    pub(crate) inputs: Option<Vec<Option<String>>>,
 }
 
 impl HandlerInput {
@@ -200,6 +202,25 @@ pub trait IntoJobResult {
     /// # Errors
     /// The fn returned an error.
     fn into_job_result(self) -> JobOutcome;
+}
+
+/// The success type of a job fn's return type: `T` of `Result<T, E>`, `()` of `()`
+/// ([`Job::Output`](crate::Job::Output)).
+#[diagnostic::on_unimplemented(
+    message = "a #[job] fn returns `()` or `Result<T, E>` (T: Serialize, E: an error), not `{Self}`",
+    label = "not a job's return type"
+)]
+pub trait JobReturn {
+    /// The success type.
+    type Ok;
+}
+
+impl JobReturn for () {
+    type Ok = ();
+}
+
+impl<T, E> JobReturn for Result<T, E> {
+    type Ok = T;
 }
 
 impl IntoJobResult for () {

@@ -87,6 +87,7 @@ pub(crate) fn depth(counts: &[crate::GroupCounts], known: &mut Vec<String>) {
         for (state, n) in [
             ("available", c.available),
             ("scheduled", c.scheduled),
+            ("pending", c.pending),
             ("retrying", c.retrying),
             ("running", c.running),
             ("fatal", c.fatal),

@@ -58,6 +58,7 @@ pub struct Runner {
     pool: Option<Pool>,
     schema: Schema,
     clock: SharedClock,
+    inputs: Option<Vec<Option<String>>>,
 }
 
 impl Default for Runner {
@@ -77,6 +78,7 @@ impl Runner {
             correlation_id: None,
             metadata: None,
             timeout: None,
+            inputs: None,
             pool: None,
             schema: Schema::default(),
             clock: Arc::new(SystemClock),
@@ -147,6 +149,19 @@ impl Runner {
         self
     }
 
+    /// Adds the output of one job the job waited on, for its
+    /// [`Input<T>`](crate::Input) or [`Inputs<T>`](crate::Inputs) argument (call it once
+    /// per dependency, in order). Without it, the job runs as one enqueued on its own.
+    ///
+    /// # Panics
+    /// The value does not serialize to JSON.
+    #[must_use]
+    pub fn input(mut self, output: impl serde::Serialize) -> Self {
+        let json = serde_json::to_string(&output).expect("a job's output serializes to JSON");
+        self.inputs.get_or_insert_with(Vec::new).push(Some(json));
+        self
+    }
+
     /// The clock of the job's enqueues and posted time (default: the system clock).
     #[must_use]
     pub fn clock(mut self, clock: impl Clock) -> Self {
@@ -200,6 +215,7 @@ impl Runner {
             ctx,
             data: Arc::new(DataMap(self.data.0.clone())),
             transaction: self.pool.clone().map(TxSource::commit_only),
+            inputs: self.inputs.clone(),
         };
         let limit = self.timeout.or(J::OPTIONS.timeout);
         let result =

@@ -379,6 +379,107 @@ impl CancelledRun<'_> {
     }
 }
 
+/// The not-before time of a job that waits on others (a workflow's later stage): later
+/// than any claim reaches. The success of its last dependency makes it due then.
+pub(crate) const WAITING_UNTIL: DateTime<Utc> = match DateTime::from_timestamp(253_402_214_400, 0) {
+    // 9999-12-31, within every backend's timestamp type.
+    Some(at) => at,
+    None => DateTime::<Utc>::MAX_UTC,
+};
+
+/// What became of each dependency of a job being enqueued, in order: `Some(output)` for
+/// one that succeeded already, `None` for one still live. `live` are the ids among
+/// `deps` still in the queue (now marked as having dependants); `ended` the results rows
+/// of the others: id, task type, status, output.
+///
+/// # Errors
+/// A dependency that failed or was cancelled already, or that does not exist.
+pub(crate) fn dependency_states(
+    deps: &[Uuid],
+    live: &[Uuid],
+    ended: &[(Uuid, String, i32, Option<String>)],
+) -> Result<Vec<Option<Option<String>>>> {
+    deps.iter()
+        .map(|dep| {
+            if live.contains(dep) {
+                return Ok(None);
+            }
+            match ended.iter().find(|e| e.0 == *dep) {
+                Some((_, _, 3, output)) => Ok(Some(output.clone())),
+                Some((_, task_type, status, _)) => Err(crate::Error::invalid(
+                    "dependency",
+                    format!(
+                        "job {dep} ({task_type}) cannot be waited on: it {}",
+                        match crate::info::JobStatus::from_code(*status) {
+                            crate::info::JobStatus::Fatal => "failed for good",
+                            crate::info::JobStatus::Cancelled => "was cancelled",
+                            _ => "left the queue without succeeding (taken by a seed consumer)",
+                        }
+                    ),
+                )),
+                None => Err(crate::Error::invalid(
+                    "dependency",
+                    format!("there is no job {dep} to wait on"),
+                )),
+            }
+        })
+        .collect()
+}
+
+/// Checks the jobs of one stage that wait on `deps` (deduplicated in place, first
+/// place kept): no unique key, period or run-at time of their own.
+pub(crate) fn check_dependants(
+    jobs: &[NewJob],
+    deps: &mut Vec<Uuid>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    deps.retain(|d| seen.insert(*d));
+    for job in jobs {
+        let what = if job.unique_key.is_some() {
+            "a unique key"
+        } else if job.every_ms.is_some() {
+            "a period"
+        } else if job.run_at > now {
+            "a run-at time"
+        } else {
+            continue;
+        };
+        return Err(crate::Error::invalid(
+            "dependency",
+            format!(
+                "job `{}` waits on other jobs and runs when they have succeeded; it cannot also have {what}",
+                job.task_type
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The message a dependant records when its dependency `id` of `task_type` ended with
+/// `status` (fatal or cancelled) for `reason`.
+pub(crate) fn dependency_message(
+    id: Uuid,
+    task_type: &str,
+    cancelled: bool,
+    reason: &str,
+) -> String {
+    if cancelled {
+        format!("dependency {id} ({task_type}) was cancelled: {reason}")
+    } else {
+        format!("dependency {id} ({task_type}) failed: {reason}")
+    }
+}
+
+/// The error kind a dependant records when a dependency ended without succeeding.
+pub(crate) fn dependency_kind(cancelled: bool) -> &'static str {
+    if cancelled {
+        "dependency_cancelled"
+    } else {
+        "dependency_failed"
+    }
+}
+
 /// A job to insert.
 pub(crate) struct NewJob {
     pub(crate) id: Uuid,
@@ -435,6 +536,8 @@ pub(crate) struct ClaimedJob {
     pub(crate) task_metadata: Option<String>,
     /// A run-time limit given at enqueue, in milliseconds.
     pub(crate) task_timeout_ms: Option<i64>,
+    /// Set (0) for a job that waited on others: its inputs are their outputs.
+    pub(crate) task_waiting_on: Option<i32>,
 }
 
 /// The fencing token of one claim: a finalization must present both.
@@ -752,12 +855,12 @@ pub(crate) fn global_limit_value(limit: Option<u32>) -> Result<Option<i32>> {
 /// Queue states from live counts per queue (available, scheduled, running) and the
 /// queues table's rows (name, pause time, global limit), by name.
 pub(crate) fn merge_queue_states(
-    live: Vec<(String, i64, i64, i64)>,
+    live: Vec<(String, i64, i64, i64, i64)>,
     controlled: Vec<(String, Option<DateTime<Utc>>, Option<i64>)>,
 ) -> Vec<crate::control::QueueState> {
     let mut by_name: std::collections::BTreeMap<String, crate::control::QueueState> = live
         .into_iter()
-        .map(|(name, available, scheduled, running)| {
+        .map(|(name, available, scheduled, running, pending)| {
             let state = crate::control::QueueState {
                 name: name.clone(),
                 paused_at: None,
@@ -765,6 +868,7 @@ pub(crate) fn merge_queue_states(
                 available,
                 scheduled,
                 running,
+                pending,
             };
             (name, state)
         })
@@ -779,6 +883,7 @@ pub(crate) fn merge_queue_states(
                 available: 0,
                 scheduled: 0,
                 running: 0,
+                pending: 0,
             });
         state.paused_at = paused_at;
         state.global_limit = global_limit.and_then(|n| u32::try_from(n).ok());
@@ -894,6 +999,19 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         executor: E,
         schema: &'a Schema,
         jobs: Vec<NewJob>,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<Vec<Uuid>>>
+    where
+        E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
+        'e: 'a;
+
+    /// Inserts jobs that wait on `deps` (all of them, in that order) in one transaction.
+    #[doc(hidden)]
+    fn enqueue_after<'e, 'a, E>(
+        executor: E,
+        schema: &'a Schema,
+        jobs: Vec<NewJob>,
+        deps: Vec<Uuid>,
         now: DateTime<Utc>,
     ) -> BoxFuture<'a, Result<Vec<Uuid>>>
     where
@@ -1022,6 +1140,24 @@ macro_rules! backend {
                     $module::enqueue_many(&mut *conn, schema, jobs, now).await
                 })
             }
+
+            fn enqueue_after<'e, 'a, E>(
+                executor: E,
+                schema: &'a Schema,
+                jobs: Vec<NewJob>,
+                mut deps: Vec<Uuid>,
+                now: DateTime<Utc>,
+            ) -> BoxFuture<'a, Result<Vec<Uuid>>>
+            where
+                E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
+                'e: 'a,
+            {
+                Box::pin(async move {
+                    check_dependants(&jobs, &mut deps, now)?;
+                    let mut conn = executor.acquire().await?;
+                    $module::flow::enqueue_after(&mut *conn, schema, jobs, deps, now).await
+                })
+            }
         }
     };
 }
@@ -1131,6 +1267,9 @@ delegate! {
     fn claim(&self, claim: &Claim<'_>) -> Result<Vec<ClaimedJob>>;
     /// Records successful runs (fenced); the ids whose lease was still held.
     fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>>;
+    /// The outputs of a waiting job's dependencies, in order (`None`: one that has not
+    /// succeeded, which a retry of the job can meet).
+    fn inputs(&self, id: Uuid) -> Result<Vec<Option<Option<String>>>>;
     /// Records a failed run, to retry or final (fenced); false when the lease was lost.
     fn fail(&self, failure: &Failure, now: DateTime<Utc>) -> Result<bool>;
     /// Hands jobs back without using an attempt (a graceful stop, or a snooze until `at`).

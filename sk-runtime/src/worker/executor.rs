@@ -241,11 +241,20 @@ async fn execute(
     let transaction = registration
         .transaction
         .then(|| TxSource::worker(shared.clone(), shared.runtime.pool.clone(), lease));
+    // A job that waited on others gets their outputs.
+    let inputs = match job.task_waiting_on {
+        None => None,
+        Some(_) => match load_inputs(shared, job.task_id).await {
+            Ok(inputs) => Some(inputs),
+            Err(error) => return (Err(error), false),
+        },
+    };
     let input = HandlerInput {
         payload: job.task_payload,
         ctx,
         data: shared.data.clone(),
         transaction,
+        inputs,
     };
     let limit = timeout
         .or(registration.options.timeout)
@@ -254,6 +263,30 @@ async fn execute(
     // A transaction job's success is returned only once it committed with its completion.
     let committed = registration.transaction && outcome.is_ok();
     (outcome, committed)
+}
+
+/// The outputs of the jobs job `id` waited on: a fatal error if one has not succeeded
+/// (a retry of a job whose dependency failed), a recoverable one if the database fails.
+async fn load_inputs(shared: &Shared, id: uuid::Uuid) -> Result<Vec<Option<String>>, JobError> {
+    let inputs = shared.store.inputs(id).await.map_err(|e| {
+        JobError::new(format!(
+            "could not read the outputs of the jobs it waited on: {e}"
+        ))
+        .with_kind("dependency")
+    })?;
+    inputs
+        .into_iter()
+        .enumerate()
+        .map(|(i, output)| {
+            output.ok_or_else(|| {
+                JobError::fatal(format!(
+                    "its dependency {} has not succeeded, so it has no input to run with; retry that job, then this one",
+                    i + 1
+                ))
+                .with_kind("dependency")
+            })
+        })
+        .collect()
 }
 
 /// Runs a job's handler under its time limit, catching panics, with the job's scope set

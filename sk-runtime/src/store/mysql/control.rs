@@ -34,6 +34,7 @@ struct Live {
     task_locked_until_ts: DateTime<Utc>,
     task_claimed_at_ts: Option<DateTime<Utc>>,
     task_lost_attempts: Option<String>,
+    task_dependants: bool,
 }
 
 /// `column IN (?, ?, ...)` over `ids`.
@@ -91,13 +92,14 @@ async fn cancel_once(
             CAST(task_tenant AS CHAR) AS task_tenant, CAST(task_correlation_id AS CHAR) AS task_correlation_id,
             task_metadata, task_payload, task_max_attempts, task_timeout_ms,
             CAST(task_unique_key AS CHAR) AS task_unique_key, task_unique_mode, task_attempt, task_locked_by,
-            task_locked_until_ts, task_claimed_at_ts, task_lost_attempts
+            task_locked_until_ts, task_claimed_at_ts, task_lost_attempts, task_dependants
          FROM {q} WHERE "
     ));
     push_ids(&mut query, "task_id", ids);
     query.push(" ORDER BY task_id FOR UPDATE");
     let rows: Vec<Live> = query.build_query_as().fetch_all(&mut *tx).await?;
     let mut done = Vec::with_capacity(rows.len());
+    let mut roots = Vec::new();
     for live in rows {
         sqlx::query(&format!("DELETE FROM {q} WHERE task_lock_handle_id = ?"))
             .bind(live.task_lock_handle_id)
@@ -165,7 +167,18 @@ async fn cancel_once(
         .execute(&mut *tx)
         .await?;
         done.push((live.task_id, running));
+        if live.task_dependants {
+            // The jobs waiting on it are cancelled with it, naming it.
+            let message = crate::store::dependency_message(
+                live.task_id,
+                &live.task_type,
+                true,
+                "cancelled by an operator",
+            );
+            roots.push((live.task_id, message));
+        }
     }
+    super::flow::propagate(&mut tx, schema, roots, true, now).await?;
     tx.commit().await?;
     Ok(done)
 }
@@ -236,6 +249,14 @@ async fn retry_once(
         ));
         push_ids(&mut query, "task_id", &back);
         query.build().execute(&mut *tx).await?;
+        // A job that waited on others runs again with their outputs (migration 4).
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "UPDATE {q} SET task_waiting_on = 0
+             WHERE task_id IN (SELECT task_id FROM {} d) AND ",
+            schema.flat_table("task_deps_t")
+        ));
+        push_ids(&mut query, "task_id", &back);
+        query.build().execute(&mut *tx).await?;
     }
     tx.commit().await?;
     if !back.is_empty() {
@@ -244,7 +265,8 @@ async fn retry_once(
     Ok(back)
 }
 
-/// Moves a waiting job's not-before time; false when it is not waiting.
+/// Moves a waiting job's not-before time; false when it is not waiting, or waits on
+/// other jobs.
 pub(crate) async fn reschedule(
     pool: &MySqlPool,
     schema: &Schema,
@@ -255,7 +277,8 @@ pub(crate) async fn reschedule(
     let mut conn = pool.acquire().await?;
     let mut tx = conn.begin_with(BEGIN).await?;
     let waiting: Option<i64> = sqlx::query_scalar(&format!(
-        "SELECT task_lock_handle_id FROM {} WHERE task_id = ? AND task_locked_by IS NULL FOR UPDATE",
+        "SELECT task_lock_handle_id FROM {} WHERE task_id = ? AND task_locked_by IS NULL
+            AND coalesce(task_waiting_on, 0) = 0 FOR UPDATE",
         schema.flat_table("tasks_queue_t")
     ))
     .bind(id)
@@ -367,11 +390,13 @@ pub(crate) async fn queue_states(
     schema: &Schema,
     now: DateTime<Utc>,
 ) -> Result<Vec<QueueState>> {
-    let live: Vec<(String, i64, i64, i64)> = sqlx::query_as(&format!(
+    let live: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(&format!(
         "SELECT CAST(task_queue AS CHAR),
             count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts <= ? THEN 1 END),
-            count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts > ? THEN 1 END),
-            count(CASE WHEN task_locked_by IS NOT NULL AND task_locked_until_ts > ? THEN 1 END)
+            count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts > ?
+                AND coalesce(task_waiting_on, 0) = 0 THEN 1 END),
+            count(CASE WHEN task_locked_by IS NOT NULL AND task_locked_until_ts > ? THEN 1 END),
+            count(CASE WHEN task_waiting_on > 0 THEN 1 END)
          FROM {} GROUP BY task_queue",
         schema.flat_table("tasks_queue_t")
     ))
@@ -426,6 +451,7 @@ pub(crate) async fn find_ids(
             Some(false) => query.push(" AND task_locked_by IS NULL"),
             None => &mut query,
         };
+        query.push(filter.pending_clause());
     } else {
         match filter.status {
             Some(s) => query.push(" AND task_status = ").push_bind(s as i32),
@@ -470,9 +496,11 @@ pub(crate) async fn count_by(
     let live = sqlx::query_as(&format!(
         "SELECT CAST({column} AS CHAR),
             count(CASE WHEN task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= ? THEN 1 END),
-            count(CASE WHEN task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > ? THEN 1 END),
+            count(CASE WHEN task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > ?
+                AND coalesce(task_waiting_on, 0) = 0 THEN 1 END),
             count(CASE WHEN task_locked_by IS NULL AND task_attempt > 0 THEN 1 END),
-            count(CASE WHEN task_locked_by IS NOT NULL THEN 1 END)
+            count(CASE WHEN task_locked_by IS NOT NULL THEN 1 END),
+            count(CASE WHEN task_waiting_on > 0 THEN 1 END)
          FROM {} GROUP BY {column}",
         schema.flat_table("tasks_queue_t")
     ))

@@ -11,6 +11,7 @@
 //! Tables live in the connection's database, named as on SQLite ([`Schema::flat_table`]).
 
 mod control;
+pub(crate) mod flow;
 mod partitions;
 
 pub(crate) use control::{
@@ -50,6 +51,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         3,
         "a concurrency limit per queue across workers",
         include_str!("../../../../migrations/mysql/0003_global_limits.sql"),
+    ),
+    (
+        4,
+        "workflows: jobs that wait on other jobs",
+        include_str!("../../../../migrations/mysql/0004_workflows.sql"),
     ),
 ];
 
@@ -145,7 +151,7 @@ const QUEUE_ROW: &str = "task_lock_handle_id, task_id, CAST(task_type AS CHAR) A
     CAST(task_tenant AS CHAR) AS task_tenant, CAST(task_correlation_id AS CHAR) AS task_correlation_id,
     task_metadata, task_claimed_at_ts, task_lost_attempts, task_payload, task_max_attempts,
     CAST(task_unique_key AS CHAR) AS task_unique_key, task_unique_mode, task_rerun, task_every_ms,
-    task_timeout_ms";
+    task_timeout_ms, task_dependants, task_waiting_on IS NOT NULL AS task_fed";
 /// The upsert of a success into a results row (left to right: MySQL's assignments see the
 /// values set before them, so nothing here reads a column set earlier in the list).
 const SUCCESS_UPDATE: &str = "task_status = 3,
@@ -243,9 +249,11 @@ impl Statements {
             counts_live: format!(
                 "SELECT
                     count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts <= ? THEN 1 END),
-                    count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts > ? THEN 1 END),
+                    count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts > ?
+                        AND coalesce(task_waiting_on, 0) = 0 THEN 1 END),
                     count(CASE WHEN task_locked_by IS NOT NULL AND task_locked_until_ts > ? THEN 1 END),
-                    count(CASE WHEN task_locked_by IS NOT NULL AND task_locked_until_ts <= ? THEN 1 END)
+                    count(CASE WHEN task_locked_by IS NOT NULL AND task_locked_until_ts <= ? THEN 1 END),
+                    count(CASE WHEN task_waiting_on > 0 THEN 1 END)
                  FROM {q}"
             ),
             peek: format!(
@@ -697,6 +705,10 @@ struct Row {
     task_rerun: bool,
     task_every_ms: Option<i64>,
     task_timeout_ms: Option<i64>,
+    /// Other jobs wait on it.
+    task_dependants: bool,
+    /// It waited on others (their outputs are its inputs).
+    task_fed: bool,
 }
 
 impl Row {
@@ -940,7 +952,7 @@ impl MySqlStore {
                         task_attempt, task_max_attempts, task_priority, CAST(task_queue AS CHAR) AS task_queue,
                         task_posted_at_ts, CAST(task_tenant AS CHAR) AS task_tenant,
                         CAST(task_correlation_id AS CHAR) AS task_correlation_id, task_metadata,
-                        task_timeout_ms, task_locked_by IS NOT NULL AS held
+                        task_timeout_ms, task_waiting_on, task_locked_by IS NOT NULL AS held
                      FROM {queue} WHERE task_locked_until_ts <= "
                 ));
             query.push_bind(now);
@@ -1233,7 +1245,27 @@ impl MySqlStore {
             stats.add(&row.task_type, by_id[&row.task_id].millis);
         }
         self.write_stats(&mut *tx, stats, now).await?;
+        // Jobs others wait on, and jobs that waited.
+        let outputs: Vec<(Uuid, Option<&str>)> = rows
+            .iter()
+            .filter(|r| r.task_dependants)
+            .map(|r| (r.task_id, by_id[&r.task_id].output.as_deref()))
+            .collect();
+        let fed: Vec<Uuid> = rows
+            .iter()
+            .filter(|r| r.task_fed)
+            .map(|r| r.task_id)
+            .collect();
+        if !outputs.is_empty() || !fed.is_empty() {
+            posted |= flow::settle(&mut *tx, &self.schema, &outputs, &fed, now).await?;
+        }
         Ok((rows.iter().map(|r| r.task_id).collect(), posted))
+    }
+
+    /// The outputs of job `id`'s dependencies, in order.
+    pub(crate) async fn inputs(&self, id: Uuid) -> Result<Vec<Option<Option<String>>>> {
+        let mut conn = self.pool.acquire().await?;
+        flow::inputs(&mut conn, &self.schema, id).await
     }
 
     /// Records a failed run (retry or final); false when the lease was lost (fenced).
@@ -1311,6 +1343,18 @@ impl MySqlStore {
                 .await?;
             if last_run {
                 self.again(&mut tx, &row, now).await?;
+                if row.task_dependants {
+                    let message =
+                        super::dependency_message(row.task_id, &row.task_type, false, &f.message);
+                    flow::propagate(
+                        &mut tx,
+                        &self.schema,
+                        vec![(row.task_id, message)],
+                        false,
+                        now,
+                    )
+                    .await?;
+                }
             }
             let mut stats = Stats::default();
             stats.add(&row.task_type, f.millis);
@@ -1549,6 +1593,7 @@ pub(crate) async fn counts(
     counts.scheduled = row.try_get(1)?;
     counts.running = row.try_get(2)?;
     counts.lease_expired = row.try_get(3)?;
+    counts.pending = row.try_get(4)?;
     Ok(counts)
 }
 

@@ -28,7 +28,7 @@ pub(crate) async fn cancel(
     let r = schema.table("task_results_t");
     let lost_message = "'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)'";
     let mut tx = pool.begin().await?;
-    let rows: Vec<(Uuid, bool)> = sqlx::query_as(&format!(
+    let rows: Vec<(Uuid, bool, String, bool)> = sqlx::query_as(&format!(
         "WITH gone AS (
             DELETE FROM {q} WHERE task_id = ANY($1)
             RETURNING *
@@ -73,12 +73,27 @@ pub(crate) async fn cancel(
                 task_last_error_message = EXCLUDED.task_last_error_message,
                 task_last_error = EXCLUDED.task_last_error
         )
-        SELECT task_id, running FROM rows ORDER BY task_id"
+        SELECT task_id, running, task_type, task_dependants FROM rows ORDER BY task_id"
     ))
     .bind(ids)
     .bind(now)
     .fetch_all(&mut *tx)
     .await?;
+    // The jobs waiting on a cancelled one are cancelled with it, naming it.
+    let roots: Vec<(Uuid, String)> = rows
+        .iter()
+        .filter(|row| row.3)
+        .map(|(id, _, task_type, _)| {
+            let message =
+                crate::store::dependency_message(*id, task_type, true, "cancelled by an operator");
+            (*id, message)
+        })
+        .collect();
+    super::flow::propagate(&mut tx, schema, roots, true, now).await?;
+    let rows: Vec<(Uuid, bool)> = rows
+        .into_iter()
+        .map(|(id, running, _, _)| (id, running))
+        .collect();
     let running: Vec<String> = rows
         .iter()
         .filter(|(_, running)| *running)
@@ -106,6 +121,7 @@ pub(crate) async fn retry(
 ) -> Result<Vec<Uuid>> {
     let q = schema.table("tasks_queue_t");
     let r = schema.table("task_results_t");
+    let d = schema.table("task_deps_t");
     let seed002 = "task_tenant, task_correlation_id, task_metadata";
     Ok(sqlx::query_scalar(&format!(
         "WITH back AS (
@@ -124,6 +140,10 @@ pub(crate) async fn retry(
         ), res AS (
             UPDATE {r} r SET task_status = 1, task_processing_finalized_at_ts = NULL, task_payload = NULL
             FROM back WHERE r.task_id = back.task_id
+        ), fed AS (
+            -- A job that waited on others runs again with their outputs (migration 9).
+            UPDATE {q} q SET task_waiting_on = 0 FROM back
+            WHERE q.task_id = back.task_id AND EXISTS (SELECT 1 FROM {d} d WHERE d.task_id = back.task_id)
         )
         SELECT task_id FROM back, (SELECT pg_notify($3, '')) AS notify",
         crate::DEFAULT_MAX_ATTEMPTS
@@ -135,7 +155,8 @@ pub(crate) async fn retry(
     .await?)
 }
 
-/// Moves a waiting job's not-before time; false when it is not waiting.
+/// Moves a waiting job's not-before time; false when it is not waiting, or waits on
+/// other jobs (it runs when they have succeeded).
 pub(crate) async fn reschedule(
     pool: &PgPool,
     schema: &Schema,
@@ -143,7 +164,8 @@ pub(crate) async fn reschedule(
     at: DateTime<Utc>,
 ) -> Result<bool> {
     let found: Option<Uuid> = sqlx::query_scalar(&format!(
-        "UPDATE {} SET task_locked_until_ts = $2 WHERE task_id = $1 AND task_locked_by IS NULL
+        "UPDATE {} SET task_locked_until_ts = $2
+         WHERE task_id = $1 AND task_locked_by IS NULL AND coalesce(task_waiting_on, 0) = 0
          RETURNING task_id",
         schema.table("tasks_queue_t")
     ))
@@ -240,11 +262,13 @@ pub(crate) async fn queue_states(
     schema: &Schema,
     now: DateTime<Utc>,
 ) -> Result<Vec<QueueState>> {
-    let live: Vec<(String, i64, i64, i64)> = sqlx::query_as(&format!(
+    let live: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(&format!(
         "SELECT task_queue,
             count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
-            count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1),
-            count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1)
+            count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1
+                AND coalesce(task_waiting_on, 0) = 0),
+            count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1),
+            count(*) FILTER (WHERE task_waiting_on > 0)
          FROM {} GROUP BY task_queue",
         schema.table("tasks_queue_t")
     ))
@@ -275,9 +299,10 @@ pub(crate) async fn find_ids(
             "SELECT task_id FROM {} WHERE ($1::uuid IS NULL OR task_id > $1)
                 AND ($2::text IS NULL OR task_queue = $2) AND ($3::text IS NULL OR task_type = $3)
                 AND ($4::text IS NULL OR task_tenant = $4) AND ($5::text IS NULL OR task_correlation_id = $5)
-                AND ($6::bool IS NULL OR (task_locked_by IS NOT NULL) = $6)
+                AND ($6::bool IS NULL OR (task_locked_by IS NOT NULL) = $6){}
              ORDER BY task_id LIMIT $7",
-            schema.table("tasks_queue_t")
+            schema.table("tasks_queue_t"),
+            filter.pending_clause()
         )
     } else {
         format!(
@@ -341,9 +366,11 @@ pub(crate) async fn count_by(
     let live = sqlx::query_as(&format!(
         "SELECT {column}::text,
             count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= $1),
-            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > $1),
+            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > $1
+                AND coalesce(task_waiting_on, 0) = 0),
             count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt > 0),
-            count(*) FILTER (WHERE task_locked_by IS NOT NULL)
+            count(*) FILTER (WHERE task_locked_by IS NOT NULL),
+            count(*) FILTER (WHERE task_waiting_on > 0)
          FROM {} GROUP BY 1",
         schema.table("tasks_queue_t")
     ))

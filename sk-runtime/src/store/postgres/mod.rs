@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use std::time::Duration;
 
 mod control;
+pub(crate) mod flow;
 pub(crate) mod partitions;
 
 pub(crate) use control::{
@@ -65,6 +66,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         8,
         "a concurrency limit per queue across workers",
         include_str!("../../../../migrations/postgres/0008_global_limits.sql"),
+    ),
+    (
+        9,
+        "workflows: jobs that wait on other jobs",
+        include_str!("../../../../migrations/postgres/0009_workflows.sql"),
     ),
 ];
 
@@ -240,12 +246,12 @@ impl Statements {
                   AND $4::timestamptz IS NOT NULL
                 RETURNING {job_columns_q_noloss}, old.task_lost_attempts, NULL::text AS task_payload,
                     q.task_max_attempts, q.task_unique_key, q.task_unique_mode, false AS task_rerun,
-                    NULL::int8 AS task_every_ms
+                    NULL::int8 AS task_every_ms, false AS task_dependants
             ), gone AS (
                 DELETE FROM {q}
                 WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3 AND $4::timestamptz IS NULL
                 RETURNING {job_columns}, task_lost_attempts, task_payload, task_max_attempts, task_unique_key,
-                    task_unique_mode, task_rerun, task_every_ms
+                    task_unique_mode, task_rerun, task_every_ms, task_dependants
             ), done AS (
                 SELECT *, $10::int8 AS ms FROM kept UNION ALL SELECT *, $10::int8 FROM gone
             ), res AS (
@@ -271,7 +277,8 @@ impl Statements {
             ),
             {},
             {}
-            SELECT count(*) FROM done",
+            -- A job others wait on that failed for good goes on to `flow::propagate`.
+            SELECT count(*), coalesce(bool_or(task_dependants), false), min(task_type) FROM done",
             rerun("$11::timestamptz"),
             stats.replace("$now", "$11").replace("$owner", "$3")
         );
@@ -461,7 +468,7 @@ impl Statements {
                     FOR UPDATE SKIP LOCKED))
                 RETURNING q.task_id, q.task_type, q.task_payload, q.task_attempt, q.task_max_attempts,
                     q.task_priority, q.task_queue, q.task_posted_at_ts, q.task_tenant, q.task_correlation_id,
-                    q.task_metadata::text AS task_metadata, q.task_timeout_ms"
+                    q.task_metadata::text AS task_metadata, q.task_timeout_ms, q.task_waiting_on"
             ),
             // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
             // Runs with sequential scans off (`PgStore::batched`): a primary-key probe per job,
@@ -477,7 +484,7 @@ impl Statements {
                     RETURNING {job_columns_q}, input.ms, input.output,
                         CASE WHEN q.task_rerun OR q.task_every_ms IS NOT NULL THEN q.task_payload END AS task_payload,
                         q.task_max_attempts, q.task_unique_key, q.task_unique_mode, q.task_rerun, q.task_every_ms,
-                        q.task_has_result
+                        q.task_has_result, q.task_dependants, q.task_waiting_on IS NOT NULL AS task_fed
                 ), res AS (
                     UPDATE {r} r SET task_status = 3, task_processing_time_milliseconds = done.ms,
                         task_processing_finalized_at_ts = $5,
@@ -505,7 +512,8 @@ impl Statements {
                 {},
                 {}
                 -- Wakes `Client::wait` in other processes (`$7`: the done channel).
-                SELECT task_id FROM done, (SELECT pg_notify($7, '')) AS notify",
+                -- Jobs others wait on, and jobs that waited, go on to `flow::settle`.
+                SELECT task_id, task_dependants, task_fed FROM done, (SELECT pg_notify($7, '')) AS notify",
                 rerun("$5::timestamptz"),
                 stats.replace("$now", "$5").replace("$owner", "$4")
             )
@@ -530,9 +538,11 @@ impl Statements {
             counts_live: format!(
                 "SELECT
                     count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
-                    count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1),
+                    count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1
+                        AND coalesce(task_waiting_on, 0) = 0),
                     count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1),
-                    count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts <= $1)
+                    count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts <= $1),
+                    count(*) FILTER (WHERE task_waiting_on > 0)
                  FROM {q}"
             ),
             peek: format!(
@@ -1192,7 +1202,7 @@ impl PgStore {
             let mut tx = Self::batched(&mut conn)
                 .await
                 .map_err(|e| self.lost_in(e))?;
-            let held = sqlx::query_scalar(&statement)
+            let held = sqlx::query_as(&statement)
                 .bind(&ids)
                 .bind(&attempts)
                 .bind(&millis)
@@ -1210,6 +1220,7 @@ impl PgStore {
                 }
                 held => {
                     let held = held.map_err(|e| self.lost(e))?;
+                    let held = self.settle(&mut tx, &done, held, now).await?;
                     tx.commit().await.map_err(|e| self.lost(e))?;
                     return Ok(held);
                 }
@@ -1228,7 +1239,7 @@ impl PgStore {
         sqlx::query("SET LOCAL enable_seqscan = off")
             .execute(&mut *tx)
             .await?;
-        let held: Vec<Uuid> = sqlx::query_scalar(&self.schema.sql.complete)
+        let held: Vec<(Uuid, bool, bool)> = sqlx::query_as(&self.schema.sql.complete)
             .bind([done.lease.id])
             .bind([done.lease.attempt])
             .bind([done.millis])
@@ -1239,29 +1250,91 @@ impl PgStore {
             .fetch_all(&mut *tx)
             .await
             .map_err(|e| self.lost(e))?;
+        let held = self.settle(tx, &[done], held, now).await?;
         Ok(!held.is_empty())
+    }
+
+    /// The workflow step of a completion (`flow::settle`), for the `held` rows of the
+    /// complete statement that others wait on or that waited; the ids held.
+    async fn settle(
+        &self,
+        tx: &mut PgConnection,
+        done: &[&Success],
+        held: Vec<(Uuid, bool, bool)>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Uuid>> {
+        if held.iter().any(|(_, dependants, fed)| *dependants || *fed) {
+            let outputs: Vec<(Uuid, Option<&str>)> = held
+                .iter()
+                .filter(|(_, dependants, _)| *dependants)
+                .filter_map(|(id, _, _)| {
+                    let success = done.iter().find(|s| s.lease.id == *id)?;
+                    Some((*id, success.output.as_deref()))
+                })
+                .collect();
+            let fed: Vec<Uuid> = held.iter().filter(|h| h.2).map(|h| h.0).collect();
+            flow::settle(tx, &self.schema, &outputs, &fed, now)
+                .await
+                .map_err(|e| self.lost_in(e))?;
+        }
+        Ok(held.into_iter().map(|(id, _, _)| id).collect())
+    }
+
+    /// The outputs of job `id`'s dependencies, in order.
+    pub(crate) async fn inputs(&self, id: Uuid) -> Result<Vec<Option<Option<String>>>> {
+        let mut conn = self.acquire().await?;
+        flow::inputs(&mut conn, &self.schema, id).await
     }
 
     /// Records a failed run (retry or final); false when the lease was lost (fenced).
     pub(crate) async fn fail(&self, f: &Failure, now: DateTime<Utc>) -> Result<bool> {
         let mut conn = self.acquire().await?;
-        let n: i64 = sqlx::query_scalar(&self.schema.sql.fail)
-            .bind(f.lease.id)
-            .bind(f.lease.attempt)
-            .bind(&self.worker_id)
-            .bind(f.retry_at)
-            .bind(f.status as i32)
-            .bind(&f.kind)
-            .bind(&f.message)
-            .bind(&f.detail)
-            .bind(f.recoverable)
-            .bind(f.millis)
-            .bind(now)
-            .bind(f.seed_error())
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(|e| self.lost(e))?;
+        if f.retry_at.is_some() {
+            return self.fail_on(&mut conn, f, now).await;
+        }
+        // A failure for good may end the jobs waiting on this one: in one transaction.
+        let mut tx = conn.begin().await.map_err(|e| self.lost(e))?;
+        let recorded = self.fail_on(&mut tx, f, now).await?;
+        tx.commit().await.map_err(|e| self.lost(e))?;
+        Ok(recorded)
+    }
+
+    /// The statements of `fail` on `conn`.
+    async fn fail_on(
+        &self,
+        conn: &mut PgConnection,
+        f: &Failure,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let (n, dependants, task_type): (i64, bool, Option<String>) =
+            sqlx::query_as(&self.schema.sql.fail)
+                .bind(f.lease.id)
+                .bind(f.lease.attempt)
+                .bind(&self.worker_id)
+                .bind(f.retry_at)
+                .bind(f.status as i32)
+                .bind(&f.kind)
+                .bind(&f.message)
+                .bind(&f.detail)
+                .bind(f.recoverable)
+                .bind(f.millis)
+                .bind(now)
+                .bind(f.seed_error())
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(|e| self.lost(e))?;
         if n == 1 && f.retry_at.is_none() {
+            if dependants {
+                let message = super::dependency_message(
+                    f.lease.id,
+                    task_type.as_deref().unwrap_or_default(),
+                    false,
+                    &f.message,
+                );
+                flow::propagate(conn, &self.schema, vec![(f.lease.id, message)], false, now)
+                    .await
+                    .map_err(|e| self.lost_in(e))?;
+            }
             // It failed for good: `Client::wait` in other processes wakes.
             sqlx::query("SELECT pg_notify($1, '')")
                 .bind(self.schema.done_channel())
@@ -1474,6 +1547,7 @@ pub(crate) async fn counts(
     counts.scheduled = row.try_get(1)?;
     counts.running = row.try_get(2)?;
     counts.lease_expired = row.try_get(3)?;
+    counts.pending = row.try_get(4)?;
     Ok(counts)
 }
 

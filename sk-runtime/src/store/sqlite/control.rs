@@ -33,6 +33,7 @@ struct Live {
     task_locked_until_ts: String,
     task_claimed_at_ts: Option<String>,
     task_lost_attempts: Option<String>,
+    task_dependants: bool,
 }
 
 /// Cancels the live jobs among `ids` (as on PostgreSQL); the ids cancelled, and whether
@@ -49,6 +50,7 @@ pub(crate) async fn cancel(
     let mut conn = pool.acquire().await?;
     let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
     let mut done = Vec::new();
+    let mut roots = Vec::new();
     for &id in ids {
         let Some(live): Option<Live> =
             sqlx::query_as(&format!("DELETE FROM {q} WHERE task_id = $1 RETURNING *"))
@@ -120,7 +122,18 @@ pub(crate) async fn cancel(
         .execute(&mut *tx)
         .await?;
         done.push((live.task_id, running));
+        if live.task_dependants {
+            // The jobs waiting on it are cancelled with it, naming it.
+            let message = crate::store::dependency_message(
+                id,
+                &live.task_type,
+                true,
+                "cancelled by an operator",
+            );
+            roots.push((id, message));
+        }
     }
+    super::flow::propagate(&mut tx, schema, roots, true, now).await?;
     tx.commit().await?;
     Ok(done)
 }
@@ -170,6 +183,16 @@ pub(crate) async fn retry(
     .bind(id_list(&back))
     .execute(&mut *tx)
     .await?;
+    // A job that waited on others runs again with their outputs (migration 4).
+    sqlx::query(&format!(
+        "UPDATE {q} SET task_waiting_on = 0
+         WHERE task_id IN (SELECT unhex(value) FROM json_each($1))
+            AND EXISTS (SELECT 1 FROM {d} d WHERE d.task_id = {q}.task_id)",
+        d = schema.flat_table("task_deps_t")
+    ))
+    .bind(id_list(&back))
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await?;
     if !back.is_empty() {
         wake();
@@ -177,7 +200,8 @@ pub(crate) async fn retry(
     Ok(back)
 }
 
-/// Moves a waiting job's not-before time; false when it is not waiting.
+/// Moves a waiting job's not-before time; false when it is not waiting, or waits on
+/// other jobs.
 pub(crate) async fn reschedule(
     pool: &SqlitePool,
     schema: &Schema,
@@ -185,7 +209,8 @@ pub(crate) async fn reschedule(
     at: DateTime<Utc>,
 ) -> Result<bool> {
     let changed = sqlx::query(&format!(
-        "UPDATE {} SET task_locked_until_ts = $2 WHERE task_id = $1 AND task_locked_by IS NULL",
+        "UPDATE {} SET task_locked_until_ts = $2
+         WHERE task_id = $1 AND task_locked_by IS NULL AND coalesce(task_waiting_on, 0) = 0",
         schema.flat_table("tasks_queue_t")
     ))
     .bind(id)
@@ -268,11 +293,13 @@ pub(crate) async fn queue_states(
     schema: &Schema,
     now: DateTime<Utc>,
 ) -> Result<Vec<QueueState>> {
-    let live: Vec<(String, i64, i64, i64)> = sqlx::query_as(&format!(
+    let live: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(&format!(
         "SELECT task_queue,
             count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
-            count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1),
-            count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1)
+            count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1
+                AND coalesce(task_waiting_on, 0) = 0),
+            count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1),
+            count(*) FILTER (WHERE task_waiting_on > 0)
          FROM {} GROUP BY task_queue",
         schema.flat_table("tasks_queue_t")
     ))
@@ -308,9 +335,10 @@ pub(crate) async fn find_ids(
     let sql = if live {
         format!(
             "SELECT task_id FROM {} WHERE {conditions}
-                AND ($6 IS NULL OR (task_locked_by IS NOT NULL) = $6)
+                AND ($6 IS NULL OR (task_locked_by IS NOT NULL) = $6){}
              ORDER BY task_id LIMIT $7",
-            schema.flat_table("tasks_queue_t")
+            schema.flat_table("tasks_queue_t"),
+            filter.pending_clause()
         )
     } else {
         format!(
@@ -371,9 +399,11 @@ pub(crate) async fn count_by(
     let live = sqlx::query_as(&format!(
         "SELECT {column},
             count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= $1),
-            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > $1),
+            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > $1
+                AND coalesce(task_waiting_on, 0) = 0),
             count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt > 0),
-            count(*) FILTER (WHERE task_locked_by IS NOT NULL)
+            count(*) FILTER (WHERE task_locked_by IS NOT NULL),
+            count(*) FILTER (WHERE task_waiting_on > 0)
          FROM {} GROUP BY 1",
         schema.flat_table("tasks_queue_t")
     ))

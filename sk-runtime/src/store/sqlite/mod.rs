@@ -13,6 +13,7 @@
 //! Times are bound as fixed-width UTC text (`ts`), so text order is time order.
 
 mod control;
+pub(crate) mod flow;
 
 pub(crate) use control::{
     cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, prune, prune_job_stats,
@@ -50,6 +51,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         3,
         "a concurrency limit per queue across workers",
         include_str!("../../../../migrations/sqlite/0003_global_limits.sql"),
+    ),
+    (
+        4,
+        "workflows: jobs that wait on other jobs",
+        include_str!("../../../../migrations/sqlite/0004_workflows.sql"),
     ),
 ];
 
@@ -127,7 +133,8 @@ impl Statements {
             "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
             task_tenant, task_correlation_id, task_metadata, task_claimed_at_ts, task_lost_attempts,
             task_payload, task_max_attempts, task_unique_key, task_unique_mode, task_rerun,
-            task_every_ms, task_has_result, task_timeout_ms";
+            task_every_ms, task_has_result, task_timeout_ms, task_dependants,
+            task_waiting_on IS NOT NULL AS task_fed";
         Statements {
             queue: q.clone(),
             results: r.clone(),
@@ -192,7 +199,7 @@ impl Statements {
                     LIMIT $4)
                  RETURNING task_id, task_type, task_payload, task_attempt, task_max_attempts, task_priority,
                     task_queue, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata,
-                    task_lock_handle_id, task_timeout_ms"
+                    task_lock_handle_id, task_timeout_ms, task_waiting_on"
             ),
             // `claim` of one queue with a global limit (`$9`): at most the limit less its
             // running jobs. One statement under the write lock, so claims take turns.
@@ -283,7 +290,8 @@ impl Statements {
                  CREATE TEMP TABLE IF NOT EXISTS sk_gone (task_id BLOB PRIMARY KEY, task_type, task_source,
                     task_queue, task_priority, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata,
                     task_claimed_at_ts, task_lost_attempts, task_payload, task_max_attempts, task_unique_key,
-                    task_unique_mode, task_rerun, task_every_ms, task_timeout_ms, ms, output);
+                    task_unique_mode, task_rerun, task_every_ms, task_timeout_ms, ms, output, task_dependants,
+                    task_fed);
                  DELETE FROM temp.sk_done;
                  DELETE FROM temp.sk_gone;
                  INSERT INTO temp.sk_done SELECT unhex(value ->> 0), value ->> 1, value ->> 2, value ->> 3
@@ -293,7 +301,7 @@ impl Statements {
                     q.task_claimed_at_ts, q.task_lost_attempts,
                     CASE WHEN q.task_rerun OR q.task_every_ms IS NOT NULL THEN q.task_payload END,
                     q.task_max_attempts, q.task_unique_key, q.task_unique_mode, q.task_rerun, q.task_every_ms,
-                    q.task_timeout_ms, d.ms, d.output
+                    q.task_timeout_ms, d.ms, d.output, q.task_dependants, q.task_waiting_on IS NOT NULL
                  FROM temp.sk_done d JOIN {q} q ON q.task_id = d.task_id
                  WHERE q.task_attempt = d.attempt AND q.task_locked_by = $2;
                  DELETE FROM {q} WHERE task_id IN (SELECT task_id FROM temp.sk_gone);
@@ -343,9 +351,11 @@ impl Statements {
             counts_live: format!(
                 "SELECT
                     count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
-                    count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1),
+                    count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1
+                        AND coalesce(task_waiting_on, 0) = 0),
                     count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1),
-                    count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts <= $1)
+                    count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts <= $1),
+                    count(*) FILTER (WHERE task_waiting_on > 0)
                  FROM {q}"
             ),
             peek: format!(
@@ -689,6 +699,11 @@ struct Row {
     task_rerun: bool,
     task_every_ms: Option<i64>,
     task_timeout_ms: Option<i64>,
+    /// Other jobs wait on it.
+    task_dependants: bool,
+    /// It waited on others (their outputs are its inputs).
+    #[sqlx(default)]
+    task_fed: bool,
 }
 
 impl Row {
@@ -978,24 +993,35 @@ impl SqliteStore {
             .await?;
         let (held, rare): (String, i64) = sqlx::query_as(
             "SELECT coalesce(json_group_array(hex(task_id)), '[]'),
-                count(*) FILTER (WHERE task_lost_attempts IS NOT NULL OR task_rerun OR task_every_ms IS NOT NULL)
+                count(*) FILTER (WHERE task_lost_attempts IS NOT NULL OR task_rerun OR task_every_ms IS NOT NULL
+                    OR task_dependants OR task_fed)
              FROM temp.sk_gone",
         )
         .fetch_one(&mut *tx)
         .await?;
         let mut posted = false;
         if rare > 0 {
-            // Lost attempts to move into the record, reruns and next runs to post.
+            // Lost attempts to move into the record, reruns and next runs to post, jobs
+            // others wait on and jobs that waited (`flow::settle`).
             let rows = sqlx::query(
                 "SELECT * FROM temp.sk_gone
-                 WHERE task_lost_attempts IS NOT NULL OR task_rerun OR task_every_ms IS NOT NULL",
+                 WHERE task_lost_attempts IS NOT NULL OR task_rerun OR task_every_ms IS NOT NULL
+                    OR task_dependants OR task_fed",
             )
             .fetch_all(&mut *tx)
             .await?;
+            let mut outputs = Vec::new();
+            let mut fed = Vec::new();
             for row in rows {
                 let ms: i64 = row.try_get("ms")?;
                 let output: Option<String> = row.try_get("output")?;
                 let row = <Row as sqlx::FromRow<_>>::from_row(&row)?;
+                if row.task_dependants {
+                    outputs.push((row.task_id, output.clone()));
+                }
+                if row.task_fed {
+                    fed.push(row.task_id);
+                }
                 let lost = row.lost();
                 if !lost.is_empty() {
                     let first = row.first_started(&lost);
@@ -1024,6 +1050,9 @@ impl SqliteStore {
                 }
                 posted |= self.again(&mut *tx, &row, now).await?;
             }
+            let outputs: Vec<(Uuid, Option<&str>)> =
+                outputs.iter().map(|(id, o)| (*id, o.as_deref())).collect();
+            posted |= flow::settle(&mut *tx, &self.schema, &outputs, &fed, now).await?;
         }
         let held: Vec<String> = serde_json::from_str(&held).map_err(|e| {
             Error::Database(sqlx::Error::Decode(format!("completed ids: {e}").into()))
@@ -1039,6 +1068,12 @@ impl SqliteStore {
             })
             .collect::<Result<Vec<Uuid>>>()?;
         Ok((held, posted))
+    }
+
+    /// The outputs of job `id`'s dependencies, in order.
+    pub(crate) async fn inputs(&self, id: Uuid) -> Result<Vec<Option<Option<String>>>> {
+        let mut conn = self.pool.acquire().await?;
+        flow::inputs(&mut conn, &self.schema, id).await
     }
 
     /// Records a failed run (retry or final); false when the lease was lost (fenced).
@@ -1130,6 +1165,18 @@ impl SqliteStore {
             .await?;
         if last_run {
             self.again(&mut tx, &row, now).await?;
+            if row.task_dependants {
+                let message =
+                    super::dependency_message(row.task_id, &row.task_type, false, &f.message);
+                flow::propagate(
+                    &mut tx,
+                    &self.schema,
+                    vec![(row.task_id, message)],
+                    false,
+                    now,
+                )
+                .await?;
+            }
         }
         let mut stats = Stats::default();
         stats.add(&row.task_type, f.millis);
@@ -1365,6 +1412,7 @@ pub(crate) async fn counts(
     counts.scheduled = row.try_get(1)?;
     counts.running = row.try_get(2)?;
     counts.lease_expired = row.try_get(3)?;
+    counts.pending = row.try_get(4)?;
     Ok(counts)
 }
 

@@ -1,0 +1,254 @@
+//! MySQL / MariaDB: workflows, jobs that wait on other jobs (migration 4), as on
+//! PostgreSQL (`postgres::flow`). A dependant's count is read and lowered under its row
+//! lock (`FOR UPDATE`), so two dependencies finishing at once take turns.
+
+use chrono::{DateTime, Utc};
+use sqlx::{Connection as _, MySqlConnection};
+use uuid::Uuid;
+
+use crate::error::Result;
+use crate::store::{dependency_kind, dependency_states, NewJob, Schema, WAITING_UNTIL};
+
+/// Inserts `jobs`, each waiting on all of `deps` (in a transaction, or a savepoint of the
+/// caller's); their ids in order.
+pub(crate) async fn enqueue_after(
+    conn: &mut MySqlConnection,
+    schema: &Schema,
+    jobs: Vec<NewJob>,
+    deps: Vec<Uuid>,
+    now: DateTime<Utc>,
+) -> Result<Vec<Uuid>> {
+    let q = schema.flat_table("tasks_queue_t");
+    let r = schema.flat_table("task_results_t");
+    let d = schema.flat_table("task_deps_t");
+    let mut tx = conn.begin().await?;
+    let mut live = Vec::new();
+    let mut ended = Vec::new();
+    let mut sorted = deps.clone();
+    sorted.sort_unstable();
+    for dep in &sorted {
+        // Locked until this commits: a finalization of it waits, then sees the mark.
+        let handle: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT task_lock_handle_id FROM {q} WHERE task_id = ? FOR UPDATE"
+        ))
+        .bind(dep)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(handle) = handle {
+            sqlx::query(&format!(
+                "UPDATE {q} SET task_dependants = TRUE WHERE task_lock_handle_id = ?"
+            ))
+            .bind(handle)
+            .execute(&mut *tx)
+            .await?;
+            live.push(*dep);
+            continue;
+        }
+        let row: Option<(String, i32, Option<String>)> = sqlx::query_as(&format!(
+            "SELECT CAST(task_type AS CHAR), task_status, task_output FROM {r} WHERE task_id = ?"
+        ))
+        .bind(dep)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((task_type, status, output)) = row {
+            ended.push((*dep, task_type, status, output));
+        }
+    }
+    let states = dependency_states(&deps, &live, &ended)?;
+    let waiting = i32::try_from(live.len()).unwrap_or(i32::MAX);
+    let ids = super::enqueue_many(&mut tx, schema, jobs, now).await?;
+    for id in &ids {
+        for (position, (dep, state)) in deps.iter().zip(&states).enumerate() {
+            sqlx::query(&format!(
+                "INSERT INTO {d} (task_id, dep_position, dep_task_id, dep_done, dep_output)
+                 VALUES (?, ?, ?, ?, ?)"
+            ))
+            .bind(id)
+            .bind(i64::try_from(position).unwrap_or(i64::MAX))
+            .bind(dep)
+            .bind(state.is_some())
+            .bind(state.clone().flatten())
+            .execute(&mut *tx)
+            .await?;
+        }
+        // The not-before time as text: a bound time travels as a TIMESTAMP, whose range
+        // ends in 2038 on MariaDB.
+        sqlx::query(&format!(
+            "UPDATE {q} SET task_waiting_on = ?,
+                task_locked_until_ts = CASE WHEN ? > 0 THEN ? ELSE task_locked_until_ts END
+             WHERE task_id = ?"
+        ))
+        .bind(waiting)
+        .bind(waiting)
+        .bind(WAITING_UNTIL.naive_utc())
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        if waiting > 0 {
+            sqlx::query(&format!("UPDATE {r} SET task_status = 8 WHERE task_id = ?"))
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(ids)
+}
+
+/// After the successes of `done` (id, output) of jobs others wait on, and of `fed`, jobs
+/// that waited on others: as on PostgreSQL. Whether a dependant became due.
+pub(crate) async fn settle(
+    conn: &mut MySqlConnection,
+    schema: &Schema,
+    done: &[(Uuid, Option<&str>)],
+    fed: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let q = schema.flat_table("tasks_queue_t");
+    let r = schema.flat_table("task_results_t");
+    let d = schema.flat_table("task_deps_t");
+    for id in fed {
+        sqlx::query(&format!("DELETE FROM {d} WHERE task_id = ?"))
+            .bind(id)
+            .execute(&mut *conn)
+            .await?;
+    }
+    let mut released = false;
+    for (id, output) in done {
+        let mut dependants: Vec<Uuid> = sqlx::query_scalar(&format!(
+            "SELECT task_id FROM {d} WHERE dep_task_id = ? AND NOT dep_done FOR UPDATE"
+        ))
+        .bind(id)
+        .fetch_all(&mut *conn)
+        .await?;
+        sqlx::query(&format!(
+            "UPDATE {d} SET dep_done = TRUE, dep_output = ? WHERE dep_task_id = ? AND NOT dep_done"
+        ))
+        .bind(output)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+        dependants.sort_unstable();
+        dependants.dedup();
+        for dependant in dependants {
+            let waiting: Option<Option<i32>> = sqlx::query_scalar(&format!(
+                "SELECT task_waiting_on FROM {q} WHERE task_id = ? FOR UPDATE"
+            ))
+            .bind(dependant)
+            .fetch_optional(&mut *conn)
+            .await?;
+            let Some(Some(waiting)) = waiting.filter(|w| w.is_some_and(|w| w > 0)) else {
+                continue;
+            };
+            let due = waiting <= 1;
+            sqlx::query(&format!(
+                "UPDATE {q} SET task_waiting_on = ?,
+                    task_locked_until_ts = CASE WHEN ? THEN ? ELSE task_locked_until_ts END
+                 WHERE task_id = ?"
+            ))
+            .bind(waiting - 1)
+            .bind(due)
+            .bind(now)
+            .bind(dependant)
+            .execute(&mut *conn)
+            .await?;
+            if due {
+                sqlx::query(&format!(
+                    "UPDATE {r} SET task_status = 1 WHERE task_id = ? AND task_status = 8"
+                ))
+                .bind(dependant)
+                .execute(&mut *conn)
+                .await?;
+                released = true;
+            }
+        }
+    }
+    Ok(released)
+}
+
+/// Ends the jobs waiting on `roots` (id, the message its dependants record), and theirs
+/// in turn: fatal, or cancelled when `cancelled`. In the transaction that ended the roots.
+pub(crate) async fn propagate(
+    conn: &mut MySqlConnection,
+    schema: &Schema,
+    mut roots: Vec<(Uuid, String)>,
+    cancelled: bool,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let q = schema.flat_table("tasks_queue_t");
+    let r = schema.flat_table("task_results_t");
+    let d = schema.flat_table("task_deps_t");
+    let kind = dependency_kind(cancelled);
+    let status = if cancelled { 7 } else { 6 };
+    while let Some((root, message)) = roots.pop() {
+        let dependants: Vec<Uuid> = sqlx::query_scalar(&format!(
+            "SELECT DISTINCT task_id FROM {d} WHERE dep_task_id = ? ORDER BY task_id"
+        ))
+        .bind(root)
+        .fetch_all(&mut *conn)
+        .await?;
+        for dependant in dependants {
+            type Gone = (i64, String, Option<String>, i32, Option<i64>, bool);
+            let gone: Option<Gone> = sqlx::query_as(&format!(
+                "SELECT task_lock_handle_id, CAST(task_type AS CHAR), task_payload, task_max_attempts,
+                    task_timeout_ms, task_dependants
+                 FROM {q} WHERE task_id = ? AND task_waiting_on > 0 FOR UPDATE"
+            ))
+            .bind(dependant)
+            .fetch_optional(&mut *conn)
+            .await?;
+            let Some((handle, task_type, payload, max_attempts, timeout_ms, dependants)) = gone
+            else {
+                continue;
+            };
+            sqlx::query(&format!("DELETE FROM {q} WHERE task_lock_handle_id = ?"))
+                .bind(handle)
+                .execute(&mut *conn)
+                .await?;
+            sqlx::query(&format!(
+                "UPDATE {r} SET task_status = ?, task_last_error_type = ?, task_last_error_message = ?,
+                    task_last_error_detail = NULL, task_last_error = CONCAT(?, ': ', ?),
+                    task_last_error_is_recoverable = FALSE, task_processing_finalized_at_ts = ?,
+                    task_payload = ?, task_max_attempts = ?, task_timeout_ms = ?
+                 WHERE task_id = ?"
+            ))
+            .bind(status)
+            .bind(kind)
+            .bind(&message)
+            .bind(kind)
+            .bind(&message)
+            .bind(now)
+            .bind(payload)
+            .bind(max_attempts)
+            .bind(timeout_ms)
+            .bind(dependant)
+            .execute(&mut *conn)
+            .await?;
+            if dependants {
+                let next =
+                    crate::store::dependency_message(dependant, &task_type, cancelled, &message);
+                roots.push((dependant, next));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The outputs of job `id`'s dependencies, in order.
+pub(crate) async fn inputs(
+    conn: &mut MySqlConnection,
+    schema: &Schema,
+    id: Uuid,
+) -> Result<Vec<Option<Option<String>>>> {
+    let rows: Vec<(bool, Option<String>)> = sqlx::query_as(&format!(
+        "SELECT dep_done, dep_output FROM {} WHERE task_id = ? ORDER BY dep_position",
+        schema.flat_table("task_deps_t")
+    ))
+    .bind(id)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(done, output)| done.then_some(output))
+        .collect())
+}

@@ -1,0 +1,224 @@
+//! SQLite: workflows, jobs that wait on other jobs (migration 4), as on PostgreSQL
+//! (`postgres::flow`). Every write holds the database's one write lock, so a dependant's
+//! count is never lowered by two transactions at once.
+
+use chrono::{DateTime, Utc};
+use sqlx::{Connection as _, SqliteConnection};
+use uuid::Uuid;
+
+use super::ts;
+use crate::error::Result;
+use crate::store::{dependency_kind, dependency_states, NewJob, Schema, WAITING_UNTIL};
+
+/// Inserts `jobs`, each waiting on all of `deps` (in a transaction, or a savepoint of the
+/// caller's); their ids in order.
+pub(crate) async fn enqueue_after(
+    conn: &mut SqliteConnection,
+    schema: &Schema,
+    mut jobs: Vec<NewJob>,
+    deps: Vec<Uuid>,
+    now: DateTime<Utc>,
+) -> Result<Vec<Uuid>> {
+    let q = schema.flat_table("tasks_queue_t");
+    let r = schema.flat_table("task_results_t");
+    let d = schema.flat_table("task_deps_t");
+    // A write first: the transaction holds the write lock from here on.
+    let mut tx = conn.begin().await?;
+    let mut live = Vec::new();
+    let mut ended = Vec::new();
+    for dep in &deps {
+        let marked = sqlx::query(&format!(
+            "UPDATE {q} SET task_dependants = 1 WHERE task_id = $1"
+        ))
+        .bind(dep)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if marked > 0 {
+            live.push(*dep);
+            continue;
+        }
+        let row: Option<(String, i32, Option<String>)> = sqlx::query_as(&format!(
+            "SELECT task_type, task_status, task_output FROM {r} WHERE task_id = $1"
+        ))
+        .bind(dep)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((task_type, status, output)) = row {
+            ended.push((*dep, task_type, status, output));
+        }
+    }
+    let states = dependency_states(&deps, &live, &ended)?;
+    let waiting = i32::try_from(live.len()).unwrap_or(i32::MAX);
+    if waiting > 0 {
+        for job in &mut jobs {
+            job.run_at = WAITING_UNTIL;
+        }
+    }
+    let ids = super::enqueue_many(&mut *tx, schema, jobs, now).await?;
+    for id in &ids {
+        for (position, (dep, state)) in deps.iter().zip(&states).enumerate() {
+            sqlx::query(&format!(
+                "INSERT INTO {d} (task_id, dep_position, dep_task_id, dep_done, dep_output)
+                 VALUES ($1, $2, $3, $4, $5)"
+            ))
+            .bind(id)
+            .bind(i64::try_from(position).unwrap_or(i64::MAX))
+            .bind(dep)
+            .bind(state.is_some())
+            .bind(state.clone().flatten())
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query(&format!(
+            "UPDATE {q} SET task_waiting_on = $2 WHERE task_id = $1"
+        ))
+        .bind(id)
+        .bind(waiting)
+        .execute(&mut *tx)
+        .await?;
+        if waiting > 0 {
+            sqlx::query(&format!(
+                "UPDATE {r} SET task_status = 8 WHERE task_id = $1"
+            ))
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(ids)
+}
+
+/// After the successes of `done` (id, output) of jobs others wait on, and of `fed`, jobs
+/// that waited on others: as on PostgreSQL. Whether a dependant became due.
+pub(crate) async fn settle(
+    conn: &mut SqliteConnection,
+    schema: &Schema,
+    done: &[(Uuid, Option<&str>)],
+    fed: &[Uuid],
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let q = schema.flat_table("tasks_queue_t");
+    let r = schema.flat_table("task_results_t");
+    let d = schema.flat_table("task_deps_t");
+    for id in fed {
+        sqlx::query(&format!("DELETE FROM {d} WHERE task_id = $1"))
+            .bind(id)
+            .execute(&mut *conn)
+            .await?;
+    }
+    let mut released = false;
+    for (id, output) in done {
+        let dependants: Vec<Uuid> = sqlx::query_scalar(&format!(
+            "UPDATE {d} SET dep_done = 1, dep_output = $2 WHERE dep_task_id = $1 AND NOT dep_done
+             RETURNING task_id"
+        ))
+        .bind(id)
+        .bind(output)
+        .fetch_all(&mut *conn)
+        .await?;
+        for dependant in dependants {
+            let due: Option<Uuid> = sqlx::query_scalar(&format!(
+                "UPDATE {q} SET task_waiting_on = task_waiting_on - 1,
+                    task_locked_until_ts = CASE WHEN task_waiting_on <= 1 THEN $2 ELSE task_locked_until_ts END
+                 WHERE task_id = $1 AND task_waiting_on > 0
+                 RETURNING CASE WHEN task_waiting_on <= 0 THEN task_id END"
+            ))
+            .bind(dependant)
+            .bind(ts(now))
+            .fetch_optional(&mut *conn)
+            .await?
+            .flatten();
+            if let Some(due) = due {
+                sqlx::query(&format!(
+                    "UPDATE {r} SET task_status = 1 WHERE task_id = $1 AND task_status = 8"
+                ))
+                .bind(due)
+                .execute(&mut *conn)
+                .await?;
+                released = true;
+            }
+        }
+    }
+    Ok(released)
+}
+
+/// Ends the jobs waiting on `roots` (id, the message its dependants record), and theirs
+/// in turn: fatal, or cancelled when `cancelled`. In the transaction that ended the roots.
+pub(crate) async fn propagate(
+    conn: &mut SqliteConnection,
+    schema: &Schema,
+    mut roots: Vec<(Uuid, String)>,
+    cancelled: bool,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let q = schema.flat_table("tasks_queue_t");
+    let r = schema.flat_table("task_results_t");
+    let d = schema.flat_table("task_deps_t");
+    let kind = dependency_kind(cancelled);
+    let status = if cancelled { 7 } else { 6 };
+    while let Some((root, message)) = roots.pop() {
+        let dependants: Vec<Uuid> = sqlx::query_scalar(&format!(
+            "SELECT DISTINCT task_id FROM {d} WHERE dep_task_id = $1 ORDER BY task_id"
+        ))
+        .bind(root)
+        .fetch_all(&mut *conn)
+        .await?;
+        for dependant in dependants {
+            type Gone = (String, Option<String>, i32, Option<i64>, bool);
+            let gone: Option<Gone> = sqlx::query_as(&format!(
+                "DELETE FROM {q} WHERE task_id = $1 AND task_waiting_on > 0
+                 RETURNING task_type, task_payload, task_max_attempts, task_timeout_ms, task_dependants"
+            ))
+            .bind(dependant)
+            .fetch_optional(&mut *conn)
+            .await?;
+            let Some((task_type, payload, max_attempts, timeout_ms, dependants)) = gone else {
+                continue;
+            };
+            sqlx::query(&format!(
+                "UPDATE {r} SET task_status = $2, task_last_error_type = $3, task_last_error_message = $4,
+                    task_last_error_detail = NULL, task_last_error = $3 || ': ' || $4,
+                    task_last_error_is_recoverable = 0, task_processing_finalized_at_ts = $5,
+                    task_payload = $6, task_max_attempts = $7, task_timeout_ms = $8
+                 WHERE task_id = $1"
+            ))
+            .bind(dependant)
+            .bind(status)
+            .bind(kind)
+            .bind(&message)
+            .bind(ts(now))
+            .bind(payload)
+            .bind(max_attempts)
+            .bind(timeout_ms)
+            .execute(&mut *conn)
+            .await?;
+            if dependants {
+                let next =
+                    crate::store::dependency_message(dependant, &task_type, cancelled, &message);
+                roots.push((dependant, next));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The outputs of job `id`'s dependencies, in order.
+pub(crate) async fn inputs(
+    conn: &mut SqliteConnection,
+    schema: &Schema,
+    id: Uuid,
+) -> Result<Vec<Option<Option<String>>>> {
+    let rows: Vec<(bool, Option<String>)> = sqlx::query_as(&format!(
+        "SELECT dep_done, dep_output FROM {} WHERE task_id = $1 ORDER BY dep_position",
+        schema.flat_table("task_deps_t")
+    ))
+    .bind(id)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(done, output)| done.then_some(output))
+        .collect())
+}

@@ -1,0 +1,250 @@
+//! Workflows: jobs that wait on other jobs and receive their outputs, on every backend.
+
+use std::time::Duration;
+
+use sk_runtime::testing::{self, Outcome, Runner};
+use sk_runtime::{
+    job, Client, Input, Inputs, Job, JobError, JobStatus, RescheduleOutcome, Worker, Workflow,
+};
+use sk_tests::{each_backend, Db, RunningWorker, TestBackend};
+
+use crate::T;
+
+#[job(queue = "images")]
+async fn resize(n: i64) -> Result<String, JobError> {
+    Ok(format!("thumb-{n}"))
+}
+
+/// The fan-in: every thumbnail, in the order the fan-out gave them.
+#[job(queue = "albums")]
+async fn build_album(name: String, thumbs: Inputs<String>) -> Result<Vec<String>, JobError> {
+    let mut album = vec![name];
+    album.extend(thumbs);
+    Ok(album)
+}
+
+#[job]
+async fn announce(album: Input<Vec<String>>) -> Result<usize, JobError> {
+    Ok(album.len() - 1)
+}
+
+/// Fails for good when `fail`, else returns `n`.
+#[job(max_attempts = 1)]
+async fn step(n: i64, fail: bool) -> Result<i64, JobError> {
+    if fail {
+        return Err(JobError::fatal(format!("step {n} broke")));
+    }
+    Ok(n)
+}
+
+#[job]
+async fn next_step(previous: Input<i64>) -> Result<i64, JobError> {
+    Ok(*previous + 1)
+}
+
+/// Only waits: it takes no input.
+#[job]
+async fn cleanup() -> Result<(), JobError> {
+    Ok(())
+}
+
+fn flow_worker<B: TestBackend>(db: &Db<B>) -> sk_runtime::WorkerBuilder
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    Worker::builder(db.pool.clone())
+        .task_types([
+            Resize::TASK_TYPE,
+            BuildAlbum::TASK_TYPE,
+            Announce::TASK_TYPE,
+            Step::TASK_TYPE,
+            NextStep::TASK_TYPE,
+            Cleanup::TASK_TYPE,
+        ])
+        .poll_interval(Duration::from_millis(50))
+}
+
+/// The outputs a job recorded.
+fn output<O: serde::de::DeserializeOwned>(record: &sk_runtime::JobRecord) -> O {
+    serde_json::from_str(record.output_json.as_deref().expect("an output")).expect("decodes")
+}
+
+each_backend! {
+    /// 100 fan-out jobs run in parallel on a real worker; the fan-in waits (its own state
+    /// in queue info), then receives all 100 outputs in order, and the stage after it
+    /// the fan-in's output.
+    async fn a_fan_in_receives_every_output_of_its_fan_out(db) {
+        let ids = Workflow::fan_out((0..100).map(Resize::new))
+            .then(BuildAlbum::new("summer".into()))
+            .then(Announce::new())
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(ids.stages.iter().map(Vec::len).collect::<Vec<_>>(), [100, 1, 1]);
+        let (album, announce) = (ids.stages[1][0], ids.last()[0]);
+        assert_eq!(db.job(album).await.status(), JobStatus::Pending);
+        let counts = db.info().counts().await.unwrap();
+        assert_eq!((counts.pending, counts.scheduled, counts.available), (2, 0, 100));
+        assert_eq!(counts.status(JobStatus::Pending), 2);
+        // The CLI's and the dashboard's counts show them apart too.
+        let client = Client::new(db.pool.clone());
+        let by_queue = client.count_by(sk_runtime::CountBy::Queue).await.unwrap();
+        let pending: Vec<(Option<&str>, i64, i64)> = by_queue
+            .iter()
+            .map(|c| (c.key.as_deref(), c.pending, c.scheduled))
+            .collect();
+        assert_eq!(pending, [(Some("albums"), 1, 0), (Some("default"), 1, 0), (Some("images"), 0, 0)]);
+        let queues = client.queues().await.unwrap();
+        assert_eq!(queues.iter().map(|q| q.pending).sum::<i64>(), 2);
+        // Waiting on others, it cannot be run now.
+        assert_eq!(client.run_now(album).await.unwrap(), RescheduleOutcome::WaitingOnDependencies);
+
+        let worker = RunningWorker::start(flow_worker(&db).concurrency(8));
+        let done = db.wait_job(announce, T, |r| r.status().is_final()).await;
+        worker.stop().await;
+        assert_eq!(done.status(), JobStatus::Processed, "{done:?}");
+        assert_eq!(output::<usize>(&done), 100);
+        let album = db.job(album).await;
+        let mut expected = vec!["summer".to_owned()];
+        expected.extend((0..100).map(|n| format!("thumb-{n}")));
+        assert_eq!(output::<Vec<String>>(&album), expected);
+        let counts = db.info().counts().await.unwrap();
+        assert_eq!((counts.pending, counts.status(JobStatus::Processed)), (0, 102));
+        // A job that succeeded leaves no dependency rows behind.
+        let rows = db.scalar("SELECT count(*) FROM sk_task_deps_t", None).await;
+        assert_eq!(rows, Some(0));
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    /// A dependency that fails for good fails its dependants, and theirs, naming it; a
+    /// cancelled one cancels them. Jobs that do not wait on it run.
+    async fn a_failed_or_cancelled_dependency_ends_its_dependants(db) {
+        let broken = Workflow::start(Step::new(1, true))
+            .then(NextStep::new())
+            .then(NextStep::new())
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let fine = Workflow::start(Step::new(10, false))
+            .then(NextStep::new())
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        // A dependency that will not run before the cancel.
+        let later = Step::new(20, false)
+            .run_after(Duration::from_secs(3600))
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let waits = Cleanup::new().after([later]).enqueue(&db.pool).await.unwrap();
+        let after_waits = NextStep::new().after([waits]).enqueue(&db.pool).await.unwrap();
+
+        let worker = flow_worker(&db).build().unwrap();
+        let drained = testing::drain(&worker).await.unwrap();
+        assert_eq!((drained.succeeded(), drained.failed()), (2, 1), "{drained:?}");
+
+        let [first, second, third] = [broken.stages[0][0], broken.stages[1][0], broken.stages[2][0]];
+        assert_eq!(db.job(first).await.status(), JobStatus::Fatal);
+        let second = db.job(second).await;
+        assert_eq!(second.status(), JobStatus::Fatal);
+        assert_eq!(second.last_error_type.as_deref(), Some("dependency_failed"));
+        assert_eq!(
+            second.last_error_message.as_deref(),
+            Some(format!("dependency {first} (step) failed: step 1 broke").as_str())
+        );
+        // A failed dependant keeps its payload, to inspect or retry.
+        assert!(second.payload.is_some());
+        let third = db.job(third).await;
+        assert_eq!(third.status(), JobStatus::Fatal);
+        assert_eq!(
+            third.last_error_message.as_deref(),
+            Some(format!("dependency {} (next_step) failed: dependency {first} (step) failed: step 1 broke", second.id).as_str())
+        );
+        assert_eq!(output::<i64>(&db.job(fine.last()[0]).await), 11);
+
+        // The cancel of a dependency cancels what waits on it, in the same call.
+        let client = Client::new(db.pool.clone());
+        assert_eq!(client.cancel(later).await.unwrap(), sk_runtime::CancelOutcome::Cancelled);
+        for (id, on) in [(waits, later), (after_waits, waits)] {
+            let record = db.job(id).await;
+            assert_eq!(record.status(), JobStatus::Cancelled, "{record:?}");
+            assert_eq!(record.last_error_type.as_deref(), Some("dependency_cancelled"));
+            assert!(
+                record.last_error_message.as_deref().is_some_and(|m| m.starts_with(&format!("dependency {on} "))),
+                "{record:?}"
+            );
+        }
+        let counts = db.info().counts().await.unwrap();
+        assert_eq!(counts.pending, 0);
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    /// `Enqueue::after` takes a dependency that succeeded already (its output is the
+    /// input at once) and refuses one that failed, one that does not exist, and a waiting
+    /// job with a run-at time; a retried dependant runs again with its inputs.
+    async fn after_takes_jobs_by_id(db) {
+        let worker = flow_worker(&db).build().unwrap();
+        let ok = Step::new(5, false).enqueue(&db.pool).await.unwrap();
+        let bad = Step::new(6, true).enqueue(&db.pool).await.unwrap();
+        testing::drain(&worker).await.unwrap();
+
+        let next = NextStep::new().after([ok]).enqueue(&db.pool).await.unwrap();
+        assert_eq!(db.job(next).await.status(), JobStatus::Unprocessed);
+        testing::drain(&worker).await.unwrap();
+        assert_eq!(output::<i64>(&db.job(next).await), 6);
+
+        let refused = NextStep::new().after([bad]).enqueue(&db.pool).await.unwrap_err();
+        assert!(refused.to_string().contains("failed for good"), "{refused}");
+        let missing = uuid::Uuid::now_v7();
+        let refused = NextStep::new().after([missing]).enqueue(&db.pool).await.unwrap_err();
+        assert!(refused.to_string().contains(&format!("no job {missing}")), "{refused}");
+        let live = Step::new(7, false).enqueue(&db.pool).await.unwrap();
+        let refused = NextStep::new()
+            .run_after(Duration::from_secs(60))
+            .after([live])
+            .enqueue(&db.pool)
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("run-at time"), "{refused}");
+
+        // A job that takes an input but was enqueued on its own fails, saying why.
+        let alone = NextStep::new().enqueue(&db.pool).await.unwrap();
+        testing::drain(&worker).await.unwrap();
+        let alone = db.job(alone).await;
+        assert_eq!(alone.status(), JobStatus::Fatal);
+        assert!(alone.last_error_message.as_deref().is_some_and(|m| m.contains("enqueued on its own")), "{alone:?}");
+        db.drop().await;
+    }
+}
+
+/// A unit test gives a job the outputs it would have waited on.
+#[tokio::test]
+async fn the_runner_gives_a_job_its_inputs() {
+    let album = Runner::new()
+        .input("a")
+        .input("b")
+        .perform(BuildAlbum::new("x".into()))
+        .await;
+    assert_eq!(
+        album.output::<Vec<String>>(),
+        Some(vec!["x".into(), "a".into(), "b".into()])
+    );
+    let alone = Runner::new().perform(Announce::new()).await;
+    assert!(
+        matches!(&alone, Outcome::Failed { error } if error.kind() == "dependency"),
+        "{alone:?}"
+    );
+    let two = Runner::new()
+        .input(vec!["a"])
+        .input(vec!["b"])
+        .perform(Announce::new())
+        .await;
+    assert!(
+        matches!(&two, Outcome::Failed { error } if error.message().contains("waited on 2")),
+        "{two:?}"
+    );
+}
