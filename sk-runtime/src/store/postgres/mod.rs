@@ -528,11 +528,27 @@ impl Statements {
                  FROM unnest($2::uuid[], $3::int4[]) AS i(task_id, attempt)
                  WHERE q.task_id = i.task_id AND q.task_attempt = i.attempt AND q.task_locked_by = $4"
             ),
+            // A heartbeat never waits for a row lock, so it cannot deadlock with a
+            // finalization of the same rows (whose locks follow its plan's order, which
+            // need not be the ids'): it extends the rows it can lock at once, and a row
+            // another transaction holds (this worker's own completion of it, or a claim of
+            // a lapsed lease) counts as held until the next heartbeat. A row that is gone
+            // was lost.
             extend: format!(
-                "UPDATE {q} q SET task_locked_until_ts = $1
-                 FROM unnest($2::uuid[], $3::int4[]) AS i(task_id, attempt)
-                 WHERE q.task_id = i.task_id AND q.task_attempt = i.attempt AND q.task_locked_by = $4
-                 RETURNING q.task_id"
+                "WITH locked AS MATERIALIZED (
+                    SELECT task_id FROM {q} WHERE task_id = ANY($2) FOR UPDATE SKIP LOCKED
+                 ), extended AS (
+                    UPDATE {q} q SET task_locked_until_ts = $1
+                    FROM unnest($2::uuid[], $3::int4[]) AS i(task_id, attempt), locked
+                    WHERE q.task_id = locked.task_id AND q.task_id = i.task_id AND q.task_attempt = i.attempt
+                      AND q.task_locked_by = $4
+                    RETURNING q.task_id
+                 )
+                 SELECT task_id FROM extended
+                 UNION ALL
+                 SELECT id FROM unnest($2::uuid[]) AS id
+                 WHERE id NOT IN (SELECT task_id FROM locked)
+                   AND EXISTS (SELECT 1 FROM {q} b WHERE b.task_id = id)"
             ),
             counts_by_status: format!("SELECT task_status, count(*) FROM {r} GROUP BY task_status"),
             counts_live: format!(
