@@ -211,6 +211,15 @@ each_backend! {
             .unwrap_err();
         assert!(refused.to_string().contains("run-at time"), "{refused}");
 
+        // A stage after an empty one waits on nothing and runs with no inputs.
+        let empty = Workflow::fan_out(Vec::<Resize>::new())
+            .then(BuildAlbum::new("empty".into()))
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        testing::drain(&worker).await.unwrap();
+        assert_eq!(output::<Vec<String>>(&db.job(empty.last()[0]).await), ["empty"]);
+
         // A job that takes an input but was enqueued on its own fails, saying why.
         let alone = NextStep::new().enqueue(&db.pool).await.unwrap();
         testing::drain(&worker).await.unwrap();

@@ -38,7 +38,7 @@ struct Live {
 }
 
 /// `column IN (?, ?, ...)` over `ids`.
-fn push_ids(query: &mut QueryBuilder<'_, MySql>, column: &str, ids: &[Uuid]) {
+pub(super) fn push_ids(query: &mut QueryBuilder<'_, MySql>, column: &str, ids: &[Uuid]) {
     query.push(format!("{column} IN ("));
     let mut list = query.separated(", ");
     for id in ids {

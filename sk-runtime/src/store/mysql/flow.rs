@@ -3,9 +3,10 @@
 //! lock (`FOR UPDATE`), so two dependencies finishing at once take turns.
 
 use chrono::{DateTime, Utc};
-use sqlx::{Connection as _, MySqlConnection};
+use sqlx::{Connection as _, MySql, MySqlConnection, QueryBuilder};
 use uuid::Uuid;
 
+use super::control::push_ids;
 use crate::error::Result;
 use crate::store::{dependency_kind, dependency_states, NewJob, Schema, WAITING_UNTIL};
 
@@ -22,73 +23,88 @@ pub(crate) async fn enqueue_after(
     let r = schema.flat_table("task_results_t");
     let d = schema.flat_table("task_deps_t");
     let mut tx = conn.begin().await?;
-    let mut live = Vec::new();
-    let mut ended = Vec::new();
-    let mut sorted = deps.clone();
-    sorted.sort_unstable();
-    for dep in &sorted {
-        // Locked until this commits: a finalization of it waits, then sees the mark.
-        let handle: Option<i64> = sqlx::query_scalar(&format!(
-            "SELECT task_lock_handle_id FROM {q} WHERE task_id = ? FOR UPDATE"
-        ))
-        .bind(dep)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some(handle) = handle {
-            sqlx::query(&format!(
-                "UPDATE {q} SET task_dependants = TRUE WHERE task_lock_handle_id = ?"
-            ))
-            .bind(handle)
-            .execute(&mut *tx)
-            .await?;
-            live.push(*dep);
-            continue;
+    // Locked until this commits, in id order: a finalization of one waits, then sees the
+    // mark; one that finished before is in its results row.
+    let locked: Vec<(Uuid, i64)> = if deps.is_empty() {
+        Vec::new()
+    } else {
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "SELECT task_id, task_lock_handle_id FROM {q} WHERE "
+        ));
+        push_ids(&mut query, "task_id", &deps);
+        query.push(" ORDER BY task_id FOR UPDATE");
+        query.build_query_as().fetch_all(&mut *tx).await?
+    };
+    let live: Vec<Uuid> = locked.iter().map(|(id, _)| *id).collect();
+    if !locked.is_empty() {
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "UPDATE {q} SET task_dependants = TRUE WHERE task_lock_handle_id IN ("
+        ));
+        let mut list = query.separated(", ");
+        for (_, handle) in &locked {
+            list.push_bind(*handle);
         }
-        let row: Option<(String, i32, Option<String>)> = sqlx::query_as(&format!(
-            "SELECT CAST(task_type AS CHAR), task_status, task_output FROM {r} WHERE task_id = ?"
-        ))
-        .bind(dep)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some((task_type, status, output)) = row {
-            ended.push((*dep, task_type, status, output));
-        }
+        query.push(")");
+        query.build().execute(&mut *tx).await?;
     }
+    let rest: Vec<Uuid> = deps.iter().filter(|d| !live.contains(d)).copied().collect();
+    let ended: Vec<(Uuid, String, i32, Option<String>)> = if rest.is_empty() {
+        Vec::new()
+    } else {
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "SELECT task_id, CAST(task_type AS CHAR), task_status, task_output FROM {r} WHERE "
+        ));
+        push_ids(&mut query, "task_id", &rest);
+        query.build_query_as().fetch_all(&mut *tx).await?
+    };
     let states = dependency_states(&deps, &live, &ended)?;
     let waiting = i32::try_from(live.len()).unwrap_or(i32::MAX);
     let ids = super::enqueue_many(&mut tx, schema, jobs, now).await?;
-    for id in &ids {
-        for (position, (dep, state)) in deps.iter().zip(&states).enumerate() {
-            sqlx::query(&format!(
-                "INSERT INTO {d} (task_id, dep_position, dep_task_id, dep_done, dep_output)
-                 VALUES (?, ?, ?, ?, ?)"
-            ))
-            .bind(id)
-            .bind(i64::try_from(position).unwrap_or(i64::MAX))
-            .bind(dep)
-            .bind(state.is_some())
-            .bind(state.clone().flatten())
-            .execute(&mut *tx)
-            .await?;
-        }
+    // Every job of the stage times every dependency, in multi-row inserts.
+    let rows: Vec<(Uuid, i64, Uuid, bool, Option<&str>)> = ids
+        .iter()
+        .flat_map(|id| {
+            deps.iter()
+                .zip(&states)
+                .enumerate()
+                .map(|(position, (dep, state))| {
+                    let position = i64::try_from(position).unwrap_or(i64::MAX);
+                    let output = state.as_ref().and_then(|o| o.as_deref());
+                    (*id, position, *dep, state.is_some(), output)
+                })
+        })
+        .collect();
+    for chunk in rows.chunks(super::ROWS_PER_STATEMENT) {
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "INSERT INTO {d} (task_id, dep_position, dep_task_id, dep_done, dep_output) "
+        ));
+        query.push_values(chunk, |mut row, (id, position, dep, done, output)| {
+            row.push_bind(*id)
+                .push_bind(*position)
+                .push_bind(*dep)
+                .push_bind(*done)
+                .push_bind(*output);
+        });
+        query.build().execute(&mut *tx).await?;
+    }
+    for chunk in ids.chunks(super::ROWS_PER_STATEMENT) {
         // The not-before time as text: a bound time travels as a TIMESTAMP, whose range
         // ends in 2038 on MariaDB.
-        sqlx::query(&format!(
-            "UPDATE {q} SET task_waiting_on = ?,
-                task_locked_until_ts = CASE WHEN ? > 0 THEN ? ELSE task_locked_until_ts END
-             WHERE task_id = ?"
-        ))
-        .bind(waiting)
-        .bind(waiting)
-        .bind(WAITING_UNTIL.naive_utc())
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+        let mut query = QueryBuilder::<MySql>::new(format!("UPDATE {q} SET task_waiting_on = "));
+        query.push_bind(waiting);
         if waiting > 0 {
-            sqlx::query(&format!("UPDATE {r} SET task_status = 8 WHERE task_id = ?"))
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
+            query
+                .push(", task_locked_until_ts = ")
+                .push_bind(WAITING_UNTIL.naive_utc());
+        }
+        query.push(" WHERE ");
+        push_ids(&mut query, "task_id", chunk);
+        query.build().execute(&mut *tx).await?;
+        if waiting > 0 {
+            let mut query =
+                QueryBuilder::<MySql>::new(format!("UPDATE {r} SET task_status = 8 WHERE "));
+            push_ids(&mut query, "task_id", chunk);
+            query.build().execute(&mut *tx).await?;
         }
     }
     tx.commit().await?;

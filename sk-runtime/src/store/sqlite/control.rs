@@ -139,7 +139,7 @@ pub(crate) async fn cancel(
 }
 
 /// The ids as a JSON array of hex strings, for `json_each`.
-fn id_list(ids: &[Uuid]) -> String {
+pub(super) fn id_list(ids: &[Uuid]) -> String {
     let hex: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
     serde_json::to_string(&hex).unwrap_or_else(|_| "[]".to_owned())
 }

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection as _, SqliteConnection};
 use uuid::Uuid;
 
+use super::control::id_list;
 use super::ts;
 use crate::error::Result;
 use crate::store::{dependency_kind, dependency_states, NewJob, Schema, WAITING_UNTIL};
@@ -24,30 +25,21 @@ pub(crate) async fn enqueue_after(
     let d = schema.flat_table("task_deps_t");
     // A write first: the transaction holds the write lock from here on.
     let mut tx = conn.begin().await?;
-    let mut live = Vec::new();
-    let mut ended = Vec::new();
-    for dep in &deps {
-        let marked = sqlx::query(&format!(
-            "UPDATE {q} SET task_dependants = 1 WHERE task_id = $1"
-        ))
-        .bind(dep)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if marked > 0 {
-            live.push(*dep);
-            continue;
-        }
-        let row: Option<(String, i32, Option<String>)> = sqlx::query_as(&format!(
-            "SELECT task_type, task_status, task_output FROM {r} WHERE task_id = $1"
-        ))
-        .bind(dep)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if let Some((task_type, status, output)) = row {
-            ended.push((*dep, task_type, status, output));
-        }
-    }
+    let live: Vec<Uuid> = sqlx::query_scalar(&format!(
+        "UPDATE {q} SET task_dependants = 1 WHERE task_id IN (SELECT unhex(value) FROM json_each($1))
+         RETURNING task_id"
+    ))
+    .bind(id_list(&deps))
+    .fetch_all(&mut *tx)
+    .await?;
+    let rest: Vec<Uuid> = deps.iter().filter(|d| !live.contains(d)).copied().collect();
+    let ended: Vec<(Uuid, String, i32, Option<String>)> = sqlx::query_as(&format!(
+        "SELECT task_id, task_type, task_status, task_output FROM {r}
+         WHERE task_id IN (SELECT unhex(value) FROM json_each($1))"
+    ))
+    .bind(id_list(&rest))
+    .fetch_all(&mut *tx)
+    .await?;
     let states = dependency_states(&deps, &live, &ended)?;
     let waiting = i32::try_from(live.len()).unwrap_or(i32::MAX);
     if waiting > 0 {
@@ -56,35 +48,39 @@ pub(crate) async fn enqueue_after(
         }
     }
     let ids = super::enqueue_many(&mut *tx, schema, jobs, now).await?;
-    for id in &ids {
-        for (position, (dep, state)) in deps.iter().zip(&states).enumerate() {
-            sqlx::query(&format!(
-                "INSERT INTO {d} (task_id, dep_position, dep_task_id, dep_done, dep_output)
-                 VALUES ($1, $2, $3, $4, $5)"
-            ))
-            .bind(id)
-            .bind(i64::try_from(position).unwrap_or(i64::MAX))
-            .bind(dep)
-            .bind(state.is_some())
-            .bind(state.clone().flatten())
-            .execute(&mut *tx)
-            .await?;
-        }
+    let ids_json = id_list(&ids);
+    // Every job of the stage times every dependency, in one statement: `$2` holds
+    // `[id, done, output]` per dependency, its place in the array its position.
+    let dep_rows: Vec<(String, bool, Option<String>)> = deps
+        .iter()
+        .zip(states)
+        .map(|(dep, state)| (dep.simple().to_string(), state.is_some(), state.flatten()))
+        .collect();
+    let dep_rows = serde_json::to_string(&dep_rows)
+        .map_err(|e| crate::Error::invalid("job output", e.to_string()))?;
+    sqlx::query(&format!(
+        "INSERT INTO {d} (task_id, dep_position, dep_task_id, dep_done, dep_output)
+         SELECT unhex(j.value), p.key, unhex(p.value ->> 0), p.value ->> 1, p.value ->> 2
+         FROM json_each($1) AS j, json_each($2) AS p"
+    ))
+    .bind(&ids_json)
+    .bind(dep_rows)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(&format!(
+        "UPDATE {q} SET task_waiting_on = $2 WHERE task_id IN (SELECT unhex(value) FROM json_each($1))"
+    ))
+    .bind(&ids_json)
+    .bind(waiting)
+    .execute(&mut *tx)
+    .await?;
+    if waiting > 0 {
         sqlx::query(&format!(
-            "UPDATE {q} SET task_waiting_on = $2 WHERE task_id = $1"
+            "UPDATE {r} SET task_status = 8 WHERE task_id IN (SELECT unhex(value) FROM json_each($1))"
         ))
-        .bind(id)
-        .bind(waiting)
+        .bind(&ids_json)
         .execute(&mut *tx)
         .await?;
-        if waiting > 0 {
-            sqlx::query(&format!(
-                "UPDATE {r} SET task_status = 8 WHERE task_id = $1"
-            ))
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        }
     }
     tx.commit().await?;
     Ok(ids)
