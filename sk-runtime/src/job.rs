@@ -92,6 +92,7 @@ pub struct JobContext {
     pub(crate) max_attempts: i32,
     pub(crate) priority: i32,
     pub(crate) posted_at: DateTime<Utc>,
+    pub(crate) attempted_at: DateTime<Utc>,
     pub(crate) tenant: Option<Arc<str>>,
     pub(crate) correlation_id: Option<Arc<str>>,
     pub(crate) metadata: Option<Arc<serde_json::Value>>,
@@ -192,6 +193,11 @@ impl JobContext {
     /// When the job was enqueued.
     pub fn posted_at(&self) -> DateTime<Utc> {
         self.posted_at
+    }
+    /// When this attempt was claimed, by the worker's clock (the job record's last attempt
+    /// time).
+    pub fn attempted_at(&self) -> DateTime<Utc> {
+        self.attempted_at
     }
     /// The tenant it was enqueued for, if any.
     pub fn tenant(&self) -> Option<&str> {

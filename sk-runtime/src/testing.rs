@@ -179,6 +179,7 @@ impl Runner {
             max_attempts: self.max_attempts.unwrap_or(J::OPTIONS.max_attempts),
             priority: J::OPTIONS.priority,
             posted_at: self.clock.now(),
+            attempted_at: self.clock.now(),
             tenant: self.tenant.as_deref().map(Into::into),
             correlation_id: self.correlation_id.as_deref().map(Into::into),
             metadata: self.metadata.clone().map(Arc::new),

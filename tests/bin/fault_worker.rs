@@ -3,11 +3,19 @@
 //!
 //! ```text
 //! DATABASE_URL=... sk-fault-worker --id w1 --concurrency 16 --lease-ms 1000 --grace-ms 5000 --poll-ms 100 \
-//!     [--start-timeout-ms 0] [--job burn|effect]
+//!     [--start-timeout-ms 0] [--job burn|effect|chaos] [--history FILE] [--clock-jump-ms 0]
 //! ```
 //! Stops gracefully on SIGTERM/SIGINT; logs to stderr.
+//!
+//! `--job chaos` runs the jobs of the chaos schedule (`sk_tests::chaos`), which append each
+//! run's start and end to the `--history` file. With `--clock-jump-ms`, SIGUSR1 sets the
+//! worker's clock that far ahead and SIGUSR2 sets it right again.
 
+use std::fs::File;
+use std::io::Write as _;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sk_runtime::{job, Data, JobContext, JobError, Worker};
@@ -63,6 +71,193 @@ async fn effect_mysql(
     Ok(())
 }
 
+/// Where the chaos jobs append their runs: one JSON line per event, each written whole
+/// with one `write` to a file opened for appending, so a kill loses no line it finished.
+struct History {
+    file: Mutex<File>,
+    worker: String,
+}
+
+impl History {
+    fn record(&self, ctx: &JobContext, n: u64, op: &str, result: Option<&str>) {
+        let line = serde_json::json!({
+            "t": chrono::Utc::now().timestamp_micros(),
+            "w": self.worker,
+            "pid": std::process::id(),
+            "op": op,
+            "n": n,
+            "id": ctx.id(),
+            "attempt": ctx.attempt(),
+            "claimed": ctx.attempted_at().timestamp_micros(),
+            "result": result,
+        });
+        let mut file = self
+            .file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A lost line is a broken test, never a quiet one.
+        file.write_all(format!("{line}\n").as_bytes())
+            .expect("append to the history");
+    }
+}
+
+/// One run of a chaos job: recorded, failed for its first `fail` attempts, then the
+/// application's write (`effect`, in the job's transaction where it has one) and `millis`
+/// of work that ends early when the run is stopped (lease lost, cancelled). The handler
+/// returns success even then: the store must refuse a completion it no longer owns.
+async fn chaos_run<F>(
+    n: u64,
+    millis: u64,
+    fail: i32,
+    ctx: &JobContext,
+    history: &History,
+    effect: F,
+) -> Result<(), JobError>
+where
+    F: std::future::Future<Output = Result<(), sqlx::Error>>,
+{
+    history.record(ctx, n, "start", None);
+    let out = async {
+        if ctx.attempt() <= fail {
+            return Err(JobError::new(format!(
+                "chaos job {n} fails attempt {}",
+                ctx.attempt()
+            )));
+        }
+        effect.await?;
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(millis)) => {}
+            () = ctx.cancelled() => {}
+        }
+        Ok(())
+    }
+    .await;
+    let result = match (&out, ctx.is_cancelled()) {
+        (Err(_), _) => "error",
+        (Ok(()), true) => "stopped",
+        (Ok(()), false) => "ok",
+    };
+    history.record(ctx, n, "end", Some(result));
+    out
+}
+
+#[job(
+    queue = "chaos",
+    max_attempts = 25,
+    backoff = "constant",
+    backoff_base = "20ms"
+)]
+async fn chaos(
+    n: u64,
+    millis: u64,
+    fail: i32,
+    ctx: JobContext,
+    history: Data<History>,
+) -> Result<(), JobError> {
+    chaos_run(n, millis, fail, &ctx, &history, async { Ok(()) }).await
+}
+
+#[job(
+    queue = "chaos",
+    max_attempts = 25,
+    backoff = "constant",
+    backoff_base = "20ms"
+)]
+async fn chaos_tx_pg(
+    n: u64,
+    millis: u64,
+    fail: i32,
+    ctx: JobContext,
+    history: Data<History>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+) -> Result<(), JobError> {
+    let write = sqlx::query("INSERT INTO chaos_effects (n, attempt) VALUES ($1, $2)")
+        .bind(i64::try_from(n).unwrap_or(-1))
+        .bind(ctx.attempt())
+        .execute(&mut **tx);
+    chaos_run(n, millis, fail, &ctx, &history, async {
+        write.await.map(drop)
+    })
+    .await
+}
+
+#[job(
+    queue = "chaos",
+    max_attempts = 25,
+    backoff = "constant",
+    backoff_base = "20ms"
+)]
+async fn chaos_tx_mysql(
+    n: u64,
+    millis: u64,
+    fail: i32,
+    ctx: JobContext,
+    history: Data<History>,
+    tx: &mut sqlx::Transaction<'_, sqlx::MySql>,
+) -> Result<(), JobError> {
+    let write = sqlx::query("INSERT INTO chaos_effects (n, attempt) VALUES (?, ?)")
+        .bind(i64::try_from(n).unwrap_or(-1))
+        .bind(ctx.attempt())
+        .execute(&mut **tx);
+    chaos_run(n, millis, fail, &ctx, &history, async {
+        write.await.map(drop)
+    })
+    .await
+}
+
+#[job(
+    queue = "chaos",
+    max_attempts = 25,
+    backoff = "constant",
+    backoff_base = "20ms"
+)]
+async fn chaos_tx_sqlite(
+    n: u64,
+    millis: u64,
+    fail: i32,
+    ctx: JobContext,
+    history: Data<History>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+) -> Result<(), JobError> {
+    let write = sqlx::query("INSERT INTO chaos_effects (n, attempt) VALUES (?, ?)")
+        .bind(i64::try_from(n).unwrap_or(-1))
+        .bind(ctx.attempt())
+        .execute(&mut **tx);
+    chaos_run(n, millis, fail, &ctx, &history, async {
+        write.await.map(drop)
+    })
+    .await
+}
+
+/// The system clock plus an offset that SIGUSR1 and SIGUSR2 move: a worker whose clock
+/// jumps, for the chaos schedule's clock faults.
+#[derive(Clone)]
+struct JumpClock(Arc<AtomicI64>);
+
+impl sk_runtime::Clock for JumpClock {
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        chrono::Utc::now() + chrono::Duration::milliseconds(self.0.load(Ordering::Relaxed))
+    }
+}
+
+/// Moves `clock` ahead by `jump_ms` on SIGUSR1 and back to the system time on SIGUSR2.
+fn listen_for_clock_jumps(clock: JumpClock, jump_ms: i64) -> std::io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut ahead = signal(SignalKind::user_defined1())?;
+    let mut back = signal(SignalKind::user_defined2())?;
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                Some(()) = ahead.recv() => clock.0.store(jump_ms, Ordering::Relaxed),
+                Some(()) = back.recv() => clock.0.store(0, Ordering::Relaxed),
+                else => break,
+            }
+            tracing::info!(offset_ms = clock.0.load(Ordering::Relaxed), "clock moved");
+        }
+    });
+    Ok(())
+}
+
 /// Records a run's start in `fault_runs`, outside any transaction.
 async fn log_run(ctx: &JobContext, log: &RunLog) -> Result<(), JobError> {
     let pid = i32::try_from(std::process::id()).unwrap_or(-1);
@@ -114,8 +309,12 @@ struct Args {
     grace: Duration,
     poll: Duration,
     start_timeout: Option<Duration>,
-    /// `burn`, or `effect` for the backend's transaction job.
+    /// `burn`, `effect` for the backend's transaction job, or `chaos`.
     job: String,
+    /// Where the chaos jobs record their runs.
+    history: Option<String>,
+    /// How far SIGUSR1 moves the clock ahead (0: no clock jumps).
+    clock_jump_ms: i64,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -127,6 +326,8 @@ fn parse_args() -> Result<Args, String> {
         poll: Duration::from_millis(100),
         start_timeout: None,
         job: "burn".to_owned(),
+        history: None,
+        clock_jump_ms: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -147,6 +348,10 @@ fn parse_args() -> Result<Args, String> {
             "--poll-ms" => args.poll = ms()?,
             "--start-timeout-ms" => args.start_timeout = Some(ms()?),
             "--job" => args.job = value.clone(),
+            "--history" => args.history = Some(value.clone()),
+            "--clock-jump-ms" => {
+                args.clock_jump_ms = value.parse().map_err(|e| format!("{flag} {value}: {e}"))?
+            }
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -182,19 +387,43 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             .connect_lazy(&url)?;
         (pool.clone().into(), RunLog::Postgres(pool))
     };
-    let task_type = match (args.job.as_str(), &log) {
-        ("burn", _) => <Burn as sk_runtime::Job>::TASK_TYPE,
-        ("effect", RunLog::Postgres(_)) => <EffectPg as sk_runtime::Job>::TASK_TYPE,
-        ("effect", RunLog::MySql(_)) => <EffectMysql as sk_runtime::Job>::TASK_TYPE,
+    let task_types = match (args.job.as_str(), &log) {
+        ("burn", _) => vec![<Burn as sk_runtime::Job>::TASK_TYPE],
+        ("effect", RunLog::Postgres(_)) => vec![<EffectPg as sk_runtime::Job>::TASK_TYPE],
+        ("effect", RunLog::MySql(_)) => vec![<EffectMysql as sk_runtime::Job>::TASK_TYPE],
+        ("chaos", log) => vec![
+            <Chaos as sk_runtime::Job>::TASK_TYPE,
+            match log {
+                RunLog::Postgres(_) => <ChaosTxPg as sk_runtime::Job>::TASK_TYPE,
+                RunLog::MySql(_) => <ChaosTxMysql as sk_runtime::Job>::TASK_TYPE,
+                RunLog::Sqlite(_) => <ChaosTxSqlite as sk_runtime::Job>::TASK_TYPE,
+            },
+        ],
         (other, _) => return Err(format!("no job {other} on this backend").into()),
     };
     let mut builder = Worker::builder(pool);
     if let Some(limit) = args.start_timeout {
         builder = builder.start_timeout(limit);
     }
+    if let Some(path) = &args.history {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("history {path}: {e}"))?;
+        builder = builder.data(History {
+            file: Mutex::new(file),
+            worker: args.id.clone(),
+        });
+    }
+    if args.clock_jump_ms != 0 {
+        let clock = JumpClock(Arc::new(AtomicI64::new(0)));
+        listen_for_clock_jumps(clock.clone(), args.clock_jump_ms)?;
+        builder = builder.clock(clock);
+    }
     builder
         .id(args.id)
-        .task_types([task_type])
+        .task_types(task_types)
         .concurrency(args.concurrency)
         .lease(args.lease)
         .grace_period(args.grace)

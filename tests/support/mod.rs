@@ -2,6 +2,8 @@
 //! MySQL/MariaDB),
 //! a worker running in the background, and waiting for events under a timeout.
 
+pub mod chaos;
+
 use std::future::Future;
 use std::time::{Duration, Instant};
 

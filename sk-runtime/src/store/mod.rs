@@ -538,6 +538,9 @@ pub(crate) struct ClaimedJob {
     pub(crate) task_timeout_ms: Option<i64>,
     /// Set (0) for a job that waited on others: its inputs are their outputs.
     pub(crate) task_waiting_on: Option<i32>,
+    /// The claim's time (set by the producer, not read from the row).
+    #[sqlx(skip)]
+    pub(crate) claimed_at: Option<DateTime<Utc>>,
 }
 
 /// The fencing token of one claim: a finalization must present both.

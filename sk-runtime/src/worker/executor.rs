@@ -226,6 +226,7 @@ async fn execute(
         max_attempts: job.task_max_attempts,
         priority: job.task_priority,
         posted_at: job.task_posted_at_ts,
+        attempted_at: job.claimed_at.unwrap_or_else(|| shared.now()),
         tenant: job.task_tenant.map(Into::into),
         correlation_id: job.task_correlation_id.map(Into::into),
         // Written by sk as a JSON object; anything else another producer wrote is shown

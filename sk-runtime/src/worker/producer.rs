@@ -204,7 +204,8 @@ async fn claim(
         .await?;
     let full = jobs.len() == free;
     Metrics::add(&shared.metrics.claimed, jobs.len() as u64);
-    for job in jobs {
+    for mut job in jobs {
+        job.claimed_at = Some(now);
         executor::spawn(shared, job, completions);
     }
     Ok(match (full, capped) {
