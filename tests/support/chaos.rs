@@ -1,6 +1,6 @@
 //! The chaos schedule: worker processes (`sk-fault-worker --job chaos`), an enqueuer and a
 //! controller run against one database while a seeded nemesis injects faults; every
-//! operation goes to a history, and [`check`] verifies the whole history against sk's
+//! operation goes to a history, and a checker verifies the whole history against sk's
 //! guarantees afterwards.
 //!
 //! The history has three sources. The worker processes append each run's start and end to
