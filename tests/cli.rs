@@ -3,7 +3,7 @@
 //! module of the `queue` test binary.
 
 use chrono::Utc;
-use sk_runtime::{Client, Job, JobStatus};
+use sk_runtime::{job, Client, Job, JobError, JobStatus};
 use sk_tests::{each_backend, RunningWorker};
 use uuid::Uuid;
 
@@ -26,6 +26,17 @@ async fn sk_json(url: &str, args: &[&str]) -> serde_json::Value {
     let (code, out, err) = sk(url, &all).await;
     assert_eq!(code, 0, "sk {args:?}: {err}");
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("sk {args:?} --json: {e}: {out}"))
+}
+
+/// Outside text that would drive a terminal (clear the screen, set the title, ring) and
+/// read as HTML and SQL.
+pub(crate) const HOSTILE: &str =
+    "<script>window.__pwned=1</script><img src=x onerror=window.__pwned=2>\x1b[2J\x1b]0;pwned\x07'; DROP TABLE sk_tasks_queue_t; --";
+
+/// Fails for good with `text` as its error message.
+#[job(max_attempts = 1)]
+pub(crate) async fn hostile(text: String) -> Result<(), JobError> {
+    Err(JobError::new(text))
 }
 
 fn queue<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
@@ -224,4 +235,64 @@ async fn sk_web_off_loopback_needs_a_token_or_read_only() {
         err.contains("give --token (or SK_WEB_TOKEN) or --read-only"),
         "{err}"
     );
+}
+
+each_backend! {
+    async fn hostile_text_is_inert_in_the_terminal_and_filter_values_are_data(db) {
+        let url = db.url.clone();
+        let client = Client::new(db.pool.clone());
+        // Outside text in every field the CLI prints: queue, tenant, metadata, payload and
+        // (once it has run) the error message.
+        let id = Hostile::new(HOSTILE.into())
+            .with_queue(HOSTILE)
+            .with_tenant(HOSTILE)
+            .with_metadata(serde_json::json!({ "note": HOSTILE }))
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let (probe, _rx) = probe();
+        let w = RunningWorker::start(worker(&db, &[Hostile::TASK_TYPE]).data(probe).queues([HOSTILE]));
+        let record = client.wait(id, T).await.unwrap();
+        w.stop().await;
+        assert_eq!(record.status(), JobStatus::Fatal);
+        let id_text = id.to_string();
+        for args in [
+            vec!["status"],
+            vec!["jobs"],
+            vec!["jobs", "--queue", HOSTILE],
+            vec!["job", &id_text],
+            vec!["errors"],
+            vec!["stats"],
+            vec!["workers"],
+        ] {
+            let (code, out, err) = sk(&url, &args).await;
+            assert_eq!(code, 0, "sk {args:?}: {err}");
+            assert!(
+                !out.contains(['\x1b', '\x07']),
+                "sk {args:?} printed a raw control character: {out:?}"
+            );
+        }
+        // Shown, escaped, not dropped.
+        let (_, shown, _) = sk(&url, &["job", &id_text]).await;
+        assert!(shown.contains("<script>window.__pwned=1</script>"), "{shown}");
+        assert!(shown.contains("\\u{1b}[2J"), "{shown}");
+
+        // Filter values are data: SQL in them matches nothing, and the text itself matches
+        // the one job that holds it.
+        for (flag, value) in [
+            ("--queue", "x' OR '1'='1"),
+            ("--tenant", "' OR 1=1 --"),
+            ("--type", "hostile' OR task_type <> '"),
+            ("--correlation-id", "\\'; DELETE FROM sk_task_results_t; --"),
+            ("--meta", "note=' OR 1=1 --"),
+        ] {
+            let page = sk_json(&url, &["jobs", flag, value]).await;
+            assert_eq!(page["jobs"].as_array().map(Vec::len), Some(0), "sk jobs {flag} {value:?}: {page}");
+        }
+        for (flag, value) in [("--queue", HOSTILE), ("--tenant", HOSTILE), ("--meta", &*format!("note={HOSTILE}"))] {
+            let page = sk_json(&url, &["jobs", flag, value]).await;
+            assert_eq!(page["jobs"][0]["id"], id_text, "sk jobs {flag} <hostile>: {page}");
+        }
+        assert!(client.job(id).await.unwrap().is_some(), "the tables are as they were");
+    }
 }

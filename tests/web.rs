@@ -160,6 +160,51 @@ async fn the_dashboard_in_a_browser_shows_and_acts() {
     db.drop().await;
 }
 
+/// A job whose queue, tenant, metadata, payload and error message hold HTML, script and
+/// ANSI escapes, shown on every page of the dashboard: in the browser, nothing of it runs
+/// or becomes an element, and all of it is shown as text; SQL in filter values is data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_outside_text_as_text() {
+    use super::cli::{Hostile, HOSTILE};
+    browser_ready();
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let id = Hostile::new(HOSTILE.into())
+        .with_queue(HOSTILE)
+        .with_tenant(HOSTILE)
+        .with_metadata(serde_json::json!({ "note": HOSTILE }))
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let (probe, _rx) = probe();
+    let w = RunningWorker::start(
+        worker(&db, &[Hostile::TASK_TYPE])
+            .data(probe)
+            .queues([HOSTILE]),
+    );
+    assert_eq!(client.wait(id, T).await.unwrap().status(), JobStatus::Fatal);
+    w.stop().await;
+    let url = serve(client, WebOptions::default()).await;
+    let node = tokio::process::Command::new("node")
+        .arg(browser_dir().join("hostile.mjs"))
+        .env("SK_URL", &url)
+        .env("SK_JOB", id.to_string())
+        .env("SK_TEXT", HOSTILE)
+        .output();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(120), node)
+        .await
+        .expect("the browser test ends within two minutes")
+        .expect("node runs (the browser test needs Node.js)");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "the browser test failed:\n{said}");
+    println!("{said}");
+    db.drop().await;
+}
+
 /// One HTTP/1.1 request to `url` (`http://host:port`): the status and the body.
 async fn request(url: &str, method: &str, path: &str, headers: &str) -> (u16, String) {
     let host = url.trim_start_matches("http://");

@@ -328,6 +328,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
+    let (out, err) = (&mut Inert(out), &mut Inert(err));
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -869,9 +870,13 @@ fn time(at: Option<DateTime<Utc>>) -> String {
 /// Outside text for a terminal: control characters (ANSI escapes among them) shown as
 /// escapes, so a payload or an error message cannot drive the terminal.
 fn text(value: Option<&str>) -> String {
-    value
-        .unwrap_or_default()
-        .chars()
+    inert(value.unwrap_or_default())
+}
+
+/// `s` with its control characters but the newline (C0, DEL and C1, the ANSI escape and
+/// the bell among them) written as escapes (`\u{1b}`).
+fn inert(s: &str) -> String {
+    s.chars()
         .flat_map(|c| {
             if c.is_control() && c != '\n' {
                 c.escape_default().collect::<Vec<_>>()
@@ -880,6 +885,29 @@ fn text(value: Option<&str>) -> String {
             }
         })
         .collect()
+}
+
+/// Everything `sk` prints goes through this: a queue name, a tenant, a payload or an
+/// error message is outside text, and none of it reaches the terminal as a control
+/// character. (JSON is unchanged: serde escapes control characters itself.)
+struct Inert<'a>(&'a mut dyn Write);
+
+impl Write for Inert<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        // Formatted output arrives in whole characters; bytes that are not UTF-8 are
+        // shown as the replacement character.
+        let text = String::from_utf8_lossy(buf);
+        if text.chars().any(|c| c.is_control() && c != '\n') {
+            self.0.write_all(inert(&text).as_bytes())?;
+        } else {
+            self.0.write_all(text.as_bytes())?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 fn state(status: JobStatus) -> String {
