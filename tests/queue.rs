@@ -32,6 +32,7 @@ struct Event {
     id: Uuid,
     label: String,
     attempt: i32,
+    attempted_at: chrono::DateTime<chrono::Utc>,
 }
 
 #[derive(Clone)]
@@ -43,6 +44,7 @@ impl Probe {
             id: ctx.id(),
             label: label.to_owned(),
             attempt: ctx.attempt(),
+            attempted_at: ctx.attempted_at(),
         });
     }
 }
@@ -413,10 +415,17 @@ each_backend! {
         let w = RunningWorker::start(worker(&db, &[AlwaysFails::TASK_TYPE]).data(probe));
         let r = db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await;
         w.stop().await;
-        let attempts: Vec<i32> = std::iter::from_fn(|| rx.try_recv().ok())
-            .map(|e| e.attempt)
-            .collect();
+        let runs: Vec<Event> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        let attempts: Vec<i32> = runs.iter().map(|e| e.attempt).collect();
         assert_eq!(attempts, [1, 2, 3]);
+        // Each run knows when it was claimed: the record's last attempt time is the last
+        // run's (to the microsecond the tables keep), and the first its first.
+        let micros_apart = |a: chrono::DateTime<chrono::Utc>, b: Option<chrono::DateTime<chrono::Utc>>| {
+            (a - b.expect("a time")).num_microseconds().map(i64::abs)
+        };
+        assert!(runs.windows(2).all(|w| w[0].attempted_at < w[1].attempted_at));
+        assert!(micros_apart(runs[2].attempted_at, r.last_attempt_at) <= Some(1), "{runs:?} {r:?}");
+        assert!(micros_apart(runs[0].attempted_at, r.first_attempt_at) <= Some(1), "{runs:?} {r:?}");
         assert_eq!(r.error_count, 3);
         assert_eq!(
             r.last_error_message.as_deref(),
