@@ -39,6 +39,31 @@ pub(crate) async fn hostile(text: String) -> Result<(), JobError> {
     Err(JobError::new(text))
 }
 
+/// A job with [`HOSTILE`] in every field that is shown (queue, tenant, metadata, payload
+/// and, once it has run, its error message), run until it failed for good.
+pub(crate) async fn hostile_job<B: sk_tests::TestBackend>(db: &sk_tests::Db<B>) -> Uuid
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let id = Hostile::new(HOSTILE.into())
+        .with_queue(HOSTILE)
+        .with_tenant(HOSTILE)
+        .with_metadata(serde_json::json!({ "note": HOSTILE }))
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let (probe, _rx) = probe();
+    let w = RunningWorker::start(
+        worker(db, &[Hostile::TASK_TYPE])
+            .data(probe)
+            .queues([HOSTILE]),
+    );
+    let record = Client::new(db.pool.clone()).wait(id, T).await.unwrap();
+    w.stop().await;
+    assert_eq!(record.status(), JobStatus::Fatal);
+    id
+}
+
 fn queue<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     status["queues"]
         .as_array()
@@ -241,19 +266,8 @@ each_backend! {
     async fn hostile_text_is_inert_in_the_terminal_and_filter_values_are_data(db) {
         let url = db.url.clone();
         let client = Client::new(db.pool.clone());
-        // Outside text in every field the CLI prints: queue, tenant, metadata, payload and
-        // (once it has run) the error message.
-        let id = Hostile::new(HOSTILE.into())
-            .with_queue(HOSTILE)
-            .with_tenant(HOSTILE)
-            .with_metadata(serde_json::json!({ "note": HOSTILE }))
-            .enqueue(&db.pool)
-            .await
-            .unwrap();
-        let (probe, _rx) = probe();
-        let w = RunningWorker::start(worker(&db, &[Hostile::TASK_TYPE]).data(probe).queues([HOSTILE]));
-        let record = client.wait(id, T).await.unwrap();
-        w.stop().await;
+        let id = hostile_job(&db).await;
+        let record = client.job(id).await.unwrap().unwrap();
         assert_eq!(record.status(), JobStatus::Fatal);
         let id_text = id.to_string();
         for args in [

@@ -121,24 +121,16 @@ async fn the_dashboard_in_a_browser_shows_and_acts() {
     .await;
     let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tmp/dashboard");
     std::fs::create_dir_all(&shots).unwrap();
-    let node = tokio::process::Command::new("node")
-        .arg(browser_dir().join("dashboard.mjs"))
-        .env("SK_URL", &url)
-        .env("SK_RO_URL", &read_only)
-        .env("SK_FATAL", fatal.to_string())
-        .env("SK_SHOTS", &shots)
-        .output();
-    let output = tokio::time::timeout(std::time::Duration::from_secs(120), node)
-        .await
-        .expect("the browser test ends within two minutes")
-        .expect("node runs (the browser test needs Node.js)");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(output.status.success(), "the browser test failed:\n{said}");
-    println!("{said}");
+    run_browser(
+        "dashboard.mjs",
+        &[
+            ("SK_URL", url.as_str()),
+            ("SK_RO_URL", &read_only),
+            ("SK_FATAL", &fatal.to_string()),
+            ("SK_SHOTS", &shots.to_string_lossy()),
+        ],
+    )
+    .await;
 
     // What the page did, as the database has it.
     assert_eq!(db.job(fatal).await.status(), JobStatus::Processed);
@@ -165,31 +157,29 @@ async fn the_dashboard_in_a_browser_shows_and_acts() {
 /// or becomes an element, and all of it is shown as text; SQL in filter values is data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_outside_text_as_text() {
-    use super::cli::{Hostile, HOSTILE};
+    use super::cli::HOSTILE;
     browser_ready();
     let db = TestDb::new().await;
     let client = Client::new(db.pool.clone());
-    let id = Hostile::new(HOSTILE.into())
-        .with_queue(HOSTILE)
-        .with_tenant(HOSTILE)
-        .with_metadata(serde_json::json!({ "note": HOSTILE }))
-        .enqueue(&db.pool)
-        .await
-        .unwrap();
-    let (probe, _rx) = probe();
-    let w = RunningWorker::start(
-        worker(&db, &[Hostile::TASK_TYPE])
-            .data(probe)
-            .queues([HOSTILE]),
-    );
-    assert_eq!(client.wait(id, T).await.unwrap().status(), JobStatus::Fatal);
-    w.stop().await;
+    let id = super::cli::hostile_job(&db).await;
     let url = serve(client, WebOptions::default()).await;
+    run_browser(
+        "hostile.mjs",
+        &[
+            ("SK_URL", url.as_str()),
+            ("SK_JOB", &id.to_string()),
+            ("SK_TEXT", HOSTILE),
+        ],
+    )
+    .await;
+    db.drop().await;
+}
+
+/// Runs `script` of tests/browser in Node.js with `env`; it must succeed.
+async fn run_browser(script: &str, env: &[(&str, &str)]) {
     let node = tokio::process::Command::new("node")
-        .arg(browser_dir().join("hostile.mjs"))
-        .env("SK_URL", &url)
-        .env("SK_JOB", id.to_string())
-        .env("SK_TEXT", HOSTILE)
+        .arg(browser_dir().join(script))
+        .envs(env.iter().copied())
         .output();
     let output = tokio::time::timeout(std::time::Duration::from_secs(120), node)
         .await
@@ -200,9 +190,11 @@ async fn the_dashboard_shows_outside_text_as_text() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(output.status.success(), "the browser test failed:\n{said}");
+    assert!(
+        output.status.success(),
+        "the browser test {script} failed:\n{said}"
+    );
     println!("{said}");
-    db.drop().await;
 }
 
 /// One HTTP/1.1 request to `url` (`http://host:port`): the status and the body.
