@@ -465,14 +465,14 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
                 "sample job",
             ]);
             for g in &groups {
-                table.add_row(vec![
+                table.add_row(cells([
                     g.count.to_string(),
                     text(g.kind.as_deref()),
                     text(g.message.as_deref()),
                     time(g.first_seen),
                     time(g.last_seen),
                     g.sample.to_string(),
-                ]);
+                ]));
             }
             print_table(out, table, groups.is_empty(), "no errors in that time")?;
             Ok(())
@@ -501,14 +501,14 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
                 "p95 ms",
             ]);
             for r in &rows {
-                table.add_row(vec![
+                table.add_row(cells([
                     time(Some(r.at)),
                     r.task_type.clone(),
                     r.processed.to_string(),
                     r.failed.to_string(),
                     format!("{:.1}", r.mean_ms),
                     format!("{:.1}", r.p95_ms),
-                ]);
+                ]));
             }
             print_table(out, table, rows.is_empty(), "no runs in that time")?;
             Ok(())
@@ -587,7 +587,7 @@ async fn status(client: &Client, json: bool, out: &mut dyn Write) -> Result<(), 
     for c in &counts {
         let name = c.key.clone().unwrap_or_default();
         let control = queues.iter().find(|q| q.name == name);
-        table.add_row(vec![
+        table.add_row(cells([
             name,
             c.available.to_string(),
             c.scheduled.to_string(),
@@ -602,7 +602,7 @@ async fn status(client: &Client, json: bool, out: &mut dyn Write) -> Result<(), 
             control
                 .and_then(|q| q.global_limit)
                 .map_or_else(String::new, |n| n.to_string()),
-        ]);
+        ]));
     }
     print_table(out, table, counts.is_empty(), "no jobs")?;
     writeln!(out)?;
@@ -636,7 +636,7 @@ async fn jobs(
         "last error",
     ]);
     for j in &page.jobs {
-        table.add_row(vec![
+        table.add_row(cells([
             j.id.to_string(),
             j.task_type.clone(),
             j.queue.clone(),
@@ -644,7 +644,7 @@ async fn jobs(
             j.attempt.map_or_else(String::new, |a| a.to_string()),
             time(Some(j.posted_at)),
             text(j.last_error_message.as_deref()),
-        ]);
+        ]));
     }
     print_table(out, table, page.jobs.is_empty(), "no jobs")?;
     if let Some(next) = page.next {
@@ -689,7 +689,7 @@ async fn job(client: &Client, id: Uuid, json: bool, out: &mut dyn Write) -> Resu
         ),
     ];
     for (k, v) in rows {
-        table.add_row(vec![k.to_owned(), v]);
+        table.add_row(cells([k.to_owned(), v]));
     }
     writeln!(out, "{table}")?;
     let attempts = record.attempts();
@@ -700,14 +700,14 @@ async fn job(client: &Client, id: Uuid, json: bool, out: &mut dyn Write) -> Resu
             (None, Some(m)) => m.clone(),
             _ => String::new(),
         };
-        table.add_row(vec![
+        table.add_row(cells([
             a.attempt.to_string(),
             format!("{:?}", a.outcome).to_lowercase(),
             text(a.worker.as_deref()),
             time(a.started_at),
             time(a.ended_at),
             error,
-        ]);
+        ]));
     }
     print_table(out, table, attempts.is_empty(), "no attempt yet")?;
     Ok(())
@@ -801,7 +801,7 @@ fn workers_table(workers: &[sk_runtime::WorkerInfo]) -> Table {
         "last seen",
     ]);
     for w in workers {
-        table.add_row(vec![
+        table.add_row(cells([
             w.id.clone(),
             w.host.clone(),
             w.pid.to_string(),
@@ -813,7 +813,7 @@ fn workers_table(workers: &[sk_runtime::WorkerInfo]) -> Table {
                 .map_or_else(|| "all".to_owned(), |q| q.join(", ")),
             time(Some(w.started_at)),
             time(Some(w.seen_at)),
-        ]);
+        ]));
     }
     table
 }
@@ -867,10 +867,16 @@ fn time(at: Option<DateTime<Utc>>) -> String {
     at.map_or_else(String::new, |at| at.format("%F %T").to_string())
 }
 
-/// Outside text for a terminal: control characters (ANSI escapes among them) shown as
-/// escapes, so a payload or an error message cannot drive the terminal.
+/// Outside text, or nothing. (Every cell is made inert in [`cells`].)
 fn text(value: Option<&str>) -> String {
-    inert(value.unwrap_or_default())
+    value.unwrap_or_default().to_owned()
+}
+
+/// A table row: every cell with its control characters shown as escapes (see [`inert`]),
+/// before the table measures it, so outside text (a queue name, a tenant, a payload, an
+/// error message) can neither drive the terminal nor break the columns.
+fn cells<const N: usize>(row: [String; N]) -> Vec<String> {
+    row.iter().map(|c| inert(c)).collect()
 }
 
 /// `s` with its control characters but the newline (C0, DEL and C1, the ANSI escape and
@@ -887,9 +893,10 @@ fn inert(s: &str) -> String {
         .collect()
 }
 
-/// Everything `sk` prints goes through this: a queue name, a tenant, a payload or an
-/// error message is outside text, and none of it reaches the terminal as a control
-/// character. (JSON is unchanged: serde escapes control characters itself.)
+/// Everything `sk` prints goes through this, the table cells already made inert and the
+/// other lines (an error message, a job's outcome) here: none of the outside text reaches
+/// the terminal as a control character. (JSON is unchanged: serde escapes control
+/// characters itself.)
 struct Inert<'a>(&'a mut dyn Write);
 
 impl Write for Inert<'_> {
@@ -929,12 +936,12 @@ async fn migrations(
     }
     let mut table = table(&["version", "migration", "applied"]);
     for m in &all {
-        table.add_row(vec![
+        table.add_row(cells([
             m.version.to_string(),
             m.description.to_owned(),
             m.applied_at
                 .map_or_else(|| "pending".to_owned(), |at| time(Some(at))),
-        ]);
+        ]));
     }
     writeln!(out, "{table}")?;
     let pending = all.iter().filter(|m| m.applied_at.is_none()).count();
