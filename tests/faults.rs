@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sk_runtime::{job, Job as _, JobStatus};
+use sk_tests::chaos::{ChaosBackend, Rng};
 use sk_tests::{wait_until, Db, TestBackend};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util_free::Switch;
@@ -151,26 +152,6 @@ fn report(line: &str) {
         .open(path)
         .unwrap();
     writeln!(f, "{line}").unwrap();
-}
-
-/// A small seeded generator for the fault schedule (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn from_env() -> (Rng, u64) {
-        let seed = std::env::var("FAULT_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| Utc::now().timestamp_subsec_nanos() as u64 | 1);
-        (Rng(seed), seed)
-    }
-
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        Duration::from_millis(from + self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % (to - from))
-    }
 }
 
 /// The fault schedule's pause between two faults.
@@ -436,17 +417,12 @@ async fn terminated_backends_are_reconnected_and_nothing_is_lost() {
         Proc::spawn(&db.url, "term-a", &args),
         Proc::spawn(&db.url, "term-b", &args),
     ];
-    let mut terminated = 0i64;
+    let mut terminated = 0;
     for round in 0..3 {
         wait_processed(&db, 1500 + round * 2000, Duration::from_secs(60)).await;
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-             WHERE datname = current_database() AND pid <> pg_backend_pid()) t",
-        )
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-        terminated += n;
+        terminated += <sqlx::Postgres as ChaosBackend>::terminate(&db.pool)
+            .await
+            .unwrap();
     }
     wait_processed(&db, JOBS as usize, Duration::from_secs(120)).await;
     for w in &mut workers {
@@ -495,22 +471,9 @@ async fn mysql_killed_connections_are_replaced_and_nothing_is_lost() {
     let mut killed = 0;
     for round in 0..3 {
         wait_processed(&db, 1500 + round * 2000, Duration::from_secs(60)).await;
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> CONNECTION_ID()",
-        )
-        .fetch_all(&db.pool)
-        .await
-        .unwrap();
-        for id in ids {
-            // A connection may have closed since the list was read.
-            if sqlx::query(&format!("KILL CONNECTION {id}"))
-                .execute(&db.pool)
-                .await
-                .is_ok()
-            {
-                killed += 1;
-            }
-        }
+        killed += <sqlx::MySql as ChaosBackend>::terminate(&db.pool)
+            .await
+            .unwrap();
     }
     wait_processed(&db, JOBS as usize, Duration::from_secs(120)).await;
     for w in &mut workers {

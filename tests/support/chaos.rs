@@ -105,7 +105,9 @@ where
     /// Whether the database is a server (network and database faults apply).
     const SERVER: bool;
     /// Terminates every connection to the test database but `pool`'s own; returns how many.
-    fn terminate(pool: &sqlx::Pool<Self>) -> impl std::future::Future<Output = usize> + Send;
+    fn terminate(
+        pool: &sqlx::Pool<Self>,
+    ) -> impl std::future::Future<Output = sqlx::Result<usize>> + Send;
     /// Restarts the database server and waits until it accepts connections.
     fn restart_server();
 }
@@ -121,14 +123,14 @@ impl ChaosBackend for sqlx::Postgres {
         "SELECT n::text || ':' || count(*)::text FROM chaos_effects GROUP BY n";
     const SERVER: bool = true;
 
-    async fn terminate(pool: &sqlx::PgPool) -> usize {
+    async fn terminate(pool: &sqlx::PgPool) -> sqlx::Result<usize> {
         sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
              WHERE datname = current_database() AND pid <> pg_backend_pid()) t",
         )
         .fetch_one(pool)
         .await
-        .map_or(0, |n| n as usize)
+        .map(|n| n as usize)
     }
 
     fn restart_server() {
@@ -157,13 +159,12 @@ impl ChaosBackend for sqlx::MySql {
         "SELECT CONCAT(n, ':', count(*)) FROM chaos_effects GROUP BY n";
     const SERVER: bool = true;
 
-    async fn terminate(pool: &sqlx::MySqlPool) -> usize {
+    async fn terminate(pool: &sqlx::MySqlPool) -> sqlx::Result<usize> {
         let ids: Vec<i64> = sqlx::query_scalar(
             "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE() AND ID <> CONNECTION_ID()",
         )
         .fetch_all(pool)
-        .await
-        .unwrap_or_default();
+        .await?;
         let mut killed = 0;
         for id in ids {
             // A connection may have closed since the list was read.
@@ -175,7 +176,7 @@ impl ChaosBackend for sqlx::MySql {
                 killed += 1;
             }
         }
-        killed
+        Ok(killed)
     }
 
     fn restart_server() {
@@ -223,8 +224,8 @@ impl ChaosBackend for sqlx::Sqlite {
         "SELECT n || ':' || count(*) FROM chaos_effects GROUP BY n";
     const SERVER: bool = false;
 
-    async fn terminate(_: &sqlx::SqlitePool) -> usize {
-        0
+    async fn terminate(_: &sqlx::SqlitePool) -> sqlx::Result<usize> {
+        Ok(0)
     }
 
     fn restart_server() {}
@@ -307,7 +308,7 @@ impl Summary {
     }
 }
 
-/// A small seeded generator (xorshift64*).
+/// A small seeded generator for fault schedules (xorshift64*).
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
 
@@ -315,6 +316,16 @@ impl Rng {
     /// A generator from `seed` (0 is taken as 1).
     pub fn new(seed: u64) -> Rng {
         Rng(seed.max(1))
+    }
+
+    /// A generator from `FAULT_SEED`, or from the clock when it is unset; and its seed,
+    /// to report so that a run can be replayed.
+    pub fn from_env() -> (Rng, u64) {
+        let seed = std::env::var("FAULT_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| Utc::now().timestamp_subsec_nanos() as u64 | 1);
+        (Rng::new(seed), seed)
     }
 
     fn next(&mut self) -> u64 {
@@ -329,7 +340,8 @@ impl Rng {
         from + self.next() % (to - from).max(1)
     }
 
-    fn millis(&mut self, from: u64, to: u64) -> Duration {
+    /// A duration of `from..to` milliseconds.
+    pub fn millis(&mut self, from: u64, to: u64) -> Duration {
         Duration::from_millis(self.range(from, to))
     }
 
@@ -697,6 +709,12 @@ where
     let history = std::mem::take(&mut *recorded.lock().unwrap());
     let mut summary = check::<B>(db, &client, &config.dir, &history, config.lease).await;
     summary.violations.extend(exits);
+    // Kept beside the histories, for a run whose output is gone.
+    std::fs::write(
+        config.dir.join("violations.txt"),
+        summary.violations.join("\n"),
+    )
+    .unwrap();
     summary
 }
 
@@ -785,7 +803,9 @@ async fn nemesis<B: ChaosBackend>(
                 Some(i)
             }
             "terminate" => {
-                B::terminate(&db.pool).await;
+                // The harness's own connection may be the one a restart broke; the
+                // fault is then a no-op, recorded all the same.
+                let _ = B::terminate(&db.pool).await;
                 None
             }
             "restart" => {
@@ -1125,6 +1145,8 @@ struct Final {
     n: Option<u64>,
     status: JobStatus,
     finalized_at: Option<i64>,
+    /// Whether it writes in its own transaction.
+    tx: bool,
 }
 
 fn status_name(status: JobStatus) -> String {
@@ -1177,6 +1199,7 @@ where
                     n: payload.and_then(|p| p["n"].as_u64()),
                     status: record.status(),
                     finalized_at: record.finalized_at.map(|t| t.timestamp_micros()),
+                    tx: job.task_type == B::TxJob::TASK_TYPE,
                 },
             );
         }
@@ -1194,28 +1217,6 @@ where
             (n.parse().unwrap(), c.parse().unwrap())
         })
         .collect();
-    let tx_type = B::TxJob::TASK_TYPE;
-    let tx_jobs: std::collections::HashSet<Uuid> = {
-        let mut set = std::collections::HashSet::new();
-        let mut after = None;
-        loop {
-            let page = client
-                .jobs(
-                    &JobFilter::new().queue("chaos").task_type(tx_type),
-                    after,
-                    sk_runtime::MAX_PAGE,
-                )
-                .await
-                .unwrap();
-            set.extend(page.jobs.iter().map(|j| j.id));
-            match page.next {
-                Some(next) => after = Some(next),
-                None => break,
-            }
-        }
-        set
-    };
-
     let named = recorded
         .enqueues
         .iter()
@@ -1350,14 +1351,18 @@ where
                 }
                 // The first run saw its lease lost (or its job cancelled) and stopped.
                 let stopped = a.end.as_ref().is_some_and(|e| e.1 == "stopped");
+                // Its lease counts from its claim (by its worker's clock), which may be
+                // well before the run started: a claim held up by a partition arrives
+                // with a lease that has run out.
+                let leased = a.claimed.min(a.start);
                 let excused = stopped
                     || recorded.faults.iter().any(|f| {
                         let on_a = f.worker.is_none_or(|w| w == a.worker) && f.kind != "clock";
                         let clock_on_b = f.kind == "clock" && f.worker == Some(b.worker);
                         (on_a
-                            && f.end >= a.start - lease_us
+                            && f.end >= leased - lease_us
                             && f.start <= b.start - lease_us * 2 / 3 + slack_us)
-                            || (clock_on_b && f.start <= b.start && f.end >= a.start - lease_us)
+                            || (clock_on_b && f.start <= b.start && f.end >= leased - lease_us)
                     });
                 if !excused {
                     violations.push((
@@ -1410,7 +1415,7 @@ where
             continue;
         };
         let writes = effects.get(&n).copied().unwrap_or(0);
-        let expected = usize::from(tx_jobs.contains(id) && f.status == JobStatus::Processed);
+        let expected = usize::from(f.tx && f.status == JobStatus::Processed);
         if writes != expected {
             violations.push((
                 n,
