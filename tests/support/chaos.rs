@@ -1337,16 +1337,23 @@ where
     }
     let lease_us = lease.as_micros() as i64;
     let slack_us = 50_000;
+    // When a run ended: its end, or its process's death.
+    let ended_at = |r: &Run| {
+        r.end
+            .as_ref()
+            .map(|e| e.0)
+            .or_else(|| recorded.deaths.get(&r.generation).copied())
+            .unwrap_or(i64::MAX)
+    };
     for (id, rs) in &runs_by_id {
+        // In claim order: `a` held the lease first, `b` claimed after it. (By start time
+        // the later claim may come first: a worker whose clock is ahead claims a job
+        // another has just claimed and starts it a moment sooner.)
+        let mut rs = rs.clone();
+        rs.sort_by_key(|r| (r.attempt, r.start));
         for (k, a) in rs.iter().enumerate() {
-            let a_end = a
-                .end
-                .as_ref()
-                .map(|e| e.0)
-                .or_else(|| recorded.deaths.get(&a.generation).copied())
-                .unwrap_or(i64::MAX);
             for b in &rs[k + 1..] {
-                if b.start >= a_end {
+                if b.start >= ended_at(a) || a.start >= ended_at(b) {
                     continue;
                 }
                 // The first run saw its lease lost (or its job cancelled) and stopped.
