@@ -4,11 +4,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::completer::Completion;
 use super::{executor, Metrics, Shared};
-use crate::store::QueueControls;
+use crate::store::{ClaimedJob, Lease, QueueControls};
 
 const MAX_CLAIM_BATCH: usize = 1000;
 
@@ -204,6 +205,11 @@ async fn claim(
         .await?;
     let full = jobs.len() == free;
     Metrics::add(&shared.metrics.claimed, jobs.len() as u64);
+    if late(shared, lease_until) && !jobs.is_empty() {
+        give_back_late(shared, &jobs, lease_until).await;
+        // Their rows are claimable again: claim afresh, with a lease from now.
+        return Ok(Claimed::Full);
+    }
     for mut job in jobs {
         job.claimed_at = Some(now);
         executor::spawn(shared, job, completions);
@@ -213,6 +219,48 @@ async fn claim(
         (false, true) => Claimed::Capped,
         (false, false) => Claimed::All,
     })
+}
+
+/// Whether a claim that leased its jobs until `lease_until` came back too late to start
+/// them: with less of the lease left than one heartbeat interval, the lease may run out
+/// before the heartbeat extends it, and once it has run out another worker may hold the
+/// jobs already. A claim is held up that long by a partition, a stopped process or a
+/// database that stalls; the time is the worker's own clock, as the lease's was.
+fn late(shared: &Shared, lease_until: DateTime<Utc>) -> bool {
+    let heartbeat = shared
+        .config
+        .heartbeat
+        .expect("build() sets the heartbeat interval");
+    shared.now() + heartbeat > lease_until
+}
+
+/// Hands back, unstarted and with their attempts intact, the jobs of a claim that came
+/// back late ([`late`]); a job another worker claimed meanwhile is left to it (the give
+/// back is fenced by attempt and worker). If the database refuses, the leases run out on
+/// their own.
+async fn give_back_late(shared: &Shared, jobs: &[ClaimedJob], lease_until: DateTime<Utc>) {
+    let leases: Vec<Lease> = jobs
+        .iter()
+        .map(|job| Lease {
+            id: job.task_id,
+            attempt: job.task_attempt,
+        })
+        .collect();
+    let now = shared.now();
+    let over = (now - lease_until).to_std().map_or_else(
+        |_| "less than a heartbeat interval left".to_owned(),
+        |d| format!("{} past it", humantime::format_duration(d)),
+    );
+    match shared.store.give_back(&leases, now).await {
+        Ok(n) => {
+            Metrics::add(&shared.metrics.given_back, n);
+            tracing::warn!(jobs = leases.len(), given_back = n, "sk: a claim came back too late for its lease ({over}); its jobs were handed back unstarted");
+        }
+        Err(e) => tracing::warn!(
+            jobs = leases.len(),
+            "sk: a claim came back too late for its lease ({over}), and handing its jobs back failed (their leases run out on their own): {e}"
+        ),
+    }
 }
 
 /// 100 ms doubling to 5 s: a worker whose database is down keeps trying without spinning.
