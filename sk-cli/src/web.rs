@@ -104,6 +104,25 @@ type Page = Result<Html<String>, Failure>;
 /// Checks the token (when one is set) of every request, and the CSRF token and the
 /// read-only mode of every POST.
 async fn guard(State(app): Shared, request: Request, next: Next) -> Response {
+    let mut response = match admit(&app, &request) {
+        Some(refused) => refused,
+        None => next.run(request).await,
+    };
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_SECURITY_POLICY, policy().clone());
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    response
+}
+
+/// The refusal of a request the guard turns away, if it does.
+fn admit(app: &App, request: &Request) -> Option<Response> {
     if let Some(token) = &app.options.token {
         if !authorized(request.headers(), token) {
             let mut response =
@@ -112,26 +131,48 @@ async fn guard(State(app): Shared, request: Request, next: Next) -> Response {
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Basic realm=\"sk\""),
             );
-            return response;
+            return Some(response);
         }
     }
     if request.method() == axum::http::Method::POST {
         if app.options.read_only {
-            return (
-                StatusCode::FORBIDDEN,
-                "sk web: read-only: this dashboard takes no action\n",
-            )
-                .into_response();
+            return Some(
+                (
+                    StatusCode::FORBIDDEN,
+                    "sk web: read-only: this dashboard takes no action\n",
+                )
+                    .into_response(),
+            );
         }
         let cross_site = request
             .headers()
             .get("sec-fetch-site")
             .is_some_and(|v| v.as_bytes() == b"cross-site");
         if cross_site {
-            return (StatusCode::FORBIDDEN, "sk web: a cross-site request\n").into_response();
+            return Some((StatusCode::FORBIDDEN, "sk web: a cross-site request\n").into_response());
         }
     }
-    next.run(request).await
+    None
+}
+
+/// The Content-Security-Policy of every response: the page's own style and script (by
+/// their hashes) and nothing else, so text that escaped [`esc`] still could not run a
+/// script or load anything; no framing (the action buttons cannot be clickjacked); forms
+/// post only here.
+fn policy() -> &'static HeaderValue {
+    static POLICY: std::sync::OnceLock<HeaderValue> = std::sync::OnceLock::new();
+    POLICY.get_or_init(|| {
+        use base64::Engine as _;
+        use sha2::Digest as _;
+        let hash = |text: &str| base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(text));
+        let value = format!(
+            "default-src 'none'; script-src 'sha256-{}'; style-src 'sha256-{}'; connect-src 'self'; \
+             img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+            hash(SCRIPT),
+            hash(STYLE)
+        );
+        HeaderValue::from_str(&value).expect("base64 and ASCII make a header value")
+    })
 }
 
 /// Whether the request carries `token`: basic auth's password or a bearer token.
@@ -148,7 +189,9 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
     let Some(basic) = value.strip_prefix("Basic ") else {
         return false;
     };
-    let Some(decoded) = base64_decode(basic.trim()) else {
+    let Ok(decoded) =
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, basic.trim())
+    else {
         return false;
     };
     match decoded.iter().position(|&b| b == b':') {
@@ -160,30 +203,6 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
 /// Compares in a time that does not depend on where the first difference is.
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let mut bits = 0u32;
-    let mut count = 0;
-    let mut out = Vec::new();
-    for c in text.bytes().take_while(|&c| c != b'=') {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        };
-        bits = (bits << 6) | u32::from(v);
-        count += 6;
-        if count >= 8 {
-            count -= 8;
-            out.push((bits >> count) as u8);
-            bits &= (1 << count) - 1;
-        }
-    }
-    Some(out)
 }
 
 #[derive(serde::Deserialize)]
@@ -762,7 +781,7 @@ fn not_found(message: String) -> Failure {
 /// A button that POSTs to `action` with the CSRF token.
 fn form(app: &App, action: &str, label: &str, confirm: bool) -> String {
     let confirm = if confirm {
-        " onsubmit=\"return confirm('Sure?')\""
+        " data-confirm=\"Sure?\""
     } else {
         ""
     };
@@ -819,9 +838,14 @@ td.message{max-width:28rem;overflow-wrap:anywhere}pre{white-space:pre-wrap;overf
 .id{font-family:ui-monospace,monospace;font-size:13px;overflow-wrap:anywhere}
 ";
 
-/// Replaces `<main>` with a fresh copy of the page every few seconds, while the page is
-/// visible and nobody is typing in it.
+/// Asks before a form marked `data-confirm` posts; replaces `<main>` with a fresh copy of
+/// the page every few seconds, while the page is visible and nobody is typing in it. (The
+/// only script: [`policy`] allows it by its hash, and no inline handler.)
 const SCRIPT: &str = "
+document.addEventListener('submit', (event) => {
+  const ask = event.target.dataset.confirm;
+  if (ask !== undefined && !confirm(ask)) event.preventDefault();
+});
 setInterval(async () => {
   if (document.hidden || document.activeElement?.matches('input,select,textarea')) return;
   try {

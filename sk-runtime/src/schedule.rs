@@ -196,6 +196,23 @@ fn latest_due(schedule: &Cron, after: DateTime<Utc>, now: DateTime<Utc>) -> Opti
     latest
 }
 
+/// The fuzz target `cron` (fuzz/): parses `expr` as a stored schedule is parsed, then takes
+/// the tick a worker would post at `now` after a last tick at `after`, and the `n` ticks
+/// after `after`. Compiled only with `--cfg fuzzing`.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+#[allow(missing_docs)]
+pub fn fuzz_ticks(
+    expr: &str,
+    after: DateTime<Utc>,
+    now: DateTime<Utc>,
+    n: usize,
+) -> std::result::Result<(Option<DateTime<Utc>>, Vec<DateTime<Utc>>), String> {
+    let schedule = parse(expr)?;
+    let due = latest_due(&schedule, after, now);
+    Ok((due, schedule.after(after).take(n).collect()))
+}
+
 /// Posts the first run of each `#[job(every = "...")]` job this worker runs, unless one is
 /// live already (its unique key, mode skip, holds it once across all workers); each run's
 /// outcome posts the next (migration 4). Retried until it succeeds or the worker stops.

@@ -171,13 +171,17 @@ impl Runner {
 
     /// A context as the worker would give a run of `J`, to call the job fn directly.
     pub fn context<J: Job>(&self) -> JobContext {
+        self.context_of(J::TASK_TYPE, &J::OPTIONS)
+    }
+
+    fn context_of(&self, task_type: &str, options: &crate::job::JobOptions) -> JobContext {
         JobContext {
             id: Uuid::now_v7(),
-            task_type: J::TASK_TYPE.into(),
-            queue: J::OPTIONS.queue.into(),
+            task_type: task_type.into(),
+            queue: options.queue.into(),
             attempt: self.attempt,
-            max_attempts: self.max_attempts.unwrap_or(J::OPTIONS.max_attempts),
-            priority: J::OPTIONS.priority,
+            max_attempts: self.max_attempts.unwrap_or(options.max_attempts),
+            priority: options.priority,
             posted_at: self.clock.now(),
             attempted_at: self.clock.now(),
             tenant: self.tenant.as_deref().map(Into::into),
@@ -201,24 +205,62 @@ impl Runner {
     pub async fn perform<J: Job>(&self, job: J) -> Outcome {
         let registration = crate::registry::find(J::TASK_TYPE)
             .expect("every #[job] type registers itself at link time");
-        let payload = match serde_json::to_string(&job) {
-            Ok(payload) => payload,
-            Err(e) => {
-                return Outcome::Failed {
-                    error: JobError::fatal(format!("the payload does not serialize: {e}")),
-                }
-            }
-        };
-        let ctx = self.context::<J>();
+        match serde_json::to_string(&job) {
+            Ok(payload) => self.run(registration, Some(payload)).await,
+            Err(e) => Outcome::Failed {
+                error: JobError::fatal(format!("the payload does not serialize: {e}")),
+            },
+        }
+    }
+
+    /// Runs a stored payload (a row's `task_payload`, as `sk job ID --json` prints it)
+    /// through the handler of `task_type`, as a worker runs the row: a payload that does
+    /// not match the job's arguments fails for good with an error of kind `"payload"`.
+    /// For replaying a job of production in a test.
+    ///
+    /// ```
+    /// # use sk_runtime::{job, JobError, testing::Runner};
+    /// #[job]
+    /// async fn resize(width: u32) -> Result<u32, JobError> { Ok(width / 2) }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> sk_runtime::Result<()> {
+    /// let runner = Runner::new();
+    /// assert_eq!(runner.perform_raw("resize", r#"{"width":640}"#).await?.output::<u32>(), Some(320));
+    /// let refused = runner.perform_raw("resize", r#"{"width":-1}"#).await?;
+    /// assert_eq!(refused.error().map(|e| e.kind()), Some("payload"));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// No job of `task_type` is linked into this binary.
+    pub async fn perform_raw(&self, task_type: &str, payload: &str) -> Result<Outcome> {
+        let registration = crate::registry::find(task_type).ok_or_else(|| {
+            Error::invalid(
+                "task type",
+                format!(
+                    "no #[job] named {task_type:?} is linked into this binary (it has: {})",
+                    crate::registry::names().join(", ")
+                ),
+            )
+        })?;
+        Ok(self.run(registration, Some(payload.to_owned())).await)
+    }
+
+    async fn run(
+        &self,
+        registration: &'static crate::registry::Registration,
+        payload: Option<String>,
+    ) -> Outcome {
+        let ctx = self.context_of(registration.task_type, &registration.options);
         let max_attempts = ctx.max_attempts;
         let input = HandlerInput {
-            payload: Some(payload),
+            payload,
             ctx,
             data: Arc::new(DataMap(self.data.0.clone())),
             transaction: self.pool.clone().map(TxSource::commit_only),
             inputs: self.inputs.clone(),
         };
-        let limit = self.timeout.or(J::OPTIONS.timeout);
+        let limit = self.timeout.or(registration.options.timeout);
         let result =
             crate::worker::executor::run_handler(registration, input, limit, self.clock.clone())
                 .await;

@@ -82,6 +82,16 @@ try {
   });
   check('a POST with a forged CSRF token is refused', refused === 403, refused);
 
+  // Cancelling asks first (the page's script; no inline handler); dismissed, nothing changes.
+  await page.goto(`${url}/jobs?queue=mail&state=waiting`);
+  await page.locator('#jobs a.id').first().click();
+  const asked = [];
+  page.once('dialog', (d) => { asked.push(d.message()); d.dismiss(); });
+  await page.click('button[value="cancel"]');
+  check('cancel asks first', asked.length === 1 && asked[0] === 'Sure?', asked);
+  const kept = await page.locator('#state').innerText();
+  check('dismissed, the job is still waiting', kept === 'waiting', kept);
+
   // Pause a queue from the queues page.
   await page.goto(url + '/queues');
   await page.click('#queues tr[data-queue="mail"] button[value="pause"]');

@@ -46,6 +46,20 @@ try {
   }
   check('no dialog opened', dialogs.length === 0, dialogs);
 
+  // Defence in depth: the Content-Security-Policy allows the page's own script only, so a
+  // script that got into the page would not run, and no element carries an inline handler.
+  const response = await page.goto(`${url}/jobs/${job}`);
+  const policy = response.headers()['content-security-policy'] ?? '';
+  check('the page sends its script policy', policy.includes("script-src 'sha256-") && policy.includes("frame-ancestors 'none'"), policy);
+  const blocked = await page.evaluate(() => {
+    const script = document.createElement('script');
+    script.textContent = 'window.__inline = 1';
+    document.body.append(script); // an allowed inline script runs here, synchronously
+    return { ran: window.__inline ?? null, handlers: document.querySelectorAll('[onsubmit],[onclick],[onerror],[onload]').length };
+  });
+  check('a script put into the page does not run', blocked.ran === null, blocked);
+  check('no element has an inline handler', blocked.handlers === 0, blocked);
+
   // The job page shows each field whole, as text.
   await page.goto(`${url}/jobs/${job}`);
   const payload = await page.locator('#payload').innerText();
