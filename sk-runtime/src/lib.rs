@@ -208,14 +208,14 @@ pub use workflow::{Accepts, Input, Inputs, Many, One, Workflow, WorkflowIds};
 /// let now = serde_json::to_string(&SendDigest::new(7, "fr".into(), 12)).unwrap();
 /// assert_eq!(now, r#"{"user_id":7,"locale":"fr","batch":"12"}"#);
 /// ```
+pub use sk_macros::job;
+
 /// What the fuzz targets of `fuzz/` reach that is not public; only with `--cfg fuzzing`.
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod fuzzing {
     pub use crate::schedule::fuzz_ticks;
 }
-
-pub use sk_macros::job;
 
 /// The sqlx this sk is built on: its pools and transactions are the ones sk's API takes,
 /// so an application can use them without matching sk's sqlx version by hand.
