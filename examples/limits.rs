@@ -9,9 +9,13 @@
 //! process, so the resident memory printed is the worker's (plus this program's own few
 //! buffers, measured before the worker starts).
 
+#[path = "support.rs"]
+mod support;
+
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::rss_kb;
 
 use sk_runtime::{
     job, Client, Enqueue, JobError, JobStatus, Schema, Worker, DEFAULT_MAX_PAYLOAD_BYTES,
@@ -263,11 +267,4 @@ async fn sizes(pool: &PgPool) -> sqlx::Result<String> {
         queue as f64 / 1e6,
         results as f64 / 1e6
     ))
-}
-
-/// Resident memory of this process, from /proc (Linux).
-fn rss_kb() -> Option<i64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }

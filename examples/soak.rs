@@ -9,7 +9,11 @@
 //! `--report-secs S` (60), `--retention-secs S` (results kept; default 300, so pruning is
 //! exercised). Works in its own schema, `sk_soak`, recreated at each start.
 
+#[path = "support.rs"]
+mod support;
+
 use std::time::{Duration, Instant};
+use support::rss_kb;
 
 use sk_runtime::{job, Enqueue, Schema, Worker};
 use sqlx::postgres::PgPoolOptions;
@@ -179,11 +183,4 @@ async fn report(
         rss_kb().unwrap_or(-1),
     );
     Ok(done)
-}
-
-/// Resident memory of this process, from /proc (Linux).
-fn rss_kb() -> Option<i64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
