@@ -37,12 +37,25 @@ async fn limits_blob(data: String) -> Result<usize, JobError> {
 
 #[job(queue = "limits", max_attempts = 1)]
 async fn limits_fail(n: u64, bytes: usize) -> Result<(), JobError> {
-    // The message says which job it is, then fills up to `bytes`.
+    // Message and detail say which job it is, then fill up to `bytes` each with text that
+    // does not compress (the tables' worst case).
     let head = format!("job {n} failed: ");
-    Err(JobError::new(format!(
-        "{head}{}",
-        "x".repeat(bytes.saturating_sub(head.len()))
-    )))
+    let fill = bytes.saturating_sub(head.len());
+    Err(JobError::new(format!("{head}{}", noise(n, fill))).with_detail(noise(!n, bytes)))
+}
+
+/// `len` pseudo-random letters and digits from `seed` (xorshift).
+fn noise(seed: u64, len: usize) -> String {
+    const CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(CHARS[(x % CHARS.len() as u64) as usize])
+        })
+        .collect()
 }
 
 struct Args {
@@ -197,7 +210,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .wait(ids[ids.len() / 2], Duration::from_secs(10))
         .await?;
     println!(
-        "failures: {} jobs failing with {} kB messages, all fatal in {secs:.1} s ({:.0} jobs/s); worker RSS before {} MB, peak {} MB, after {} MB",
+        "failures: {} jobs failing with {} kB messages and details, all fatal in {secs:.1} s ({:.0} jobs/s); worker RSS before {} MB, peak {} MB, after {} MB",
         args.failures,
         args.error_bytes / 1024,
         args.failures as f64 / secs,
@@ -206,9 +219,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         rss_kb().unwrap_or(-1) / 1024
     );
     println!(
-        "failures: a sample is {:?} with a stored message of {} bytes",
+        "failures: a sample is {:?} with a stored message of {} bytes and detail of {} bytes",
         sample.status(),
-        sample.last_error_message.as_deref().map_or(0, str::len)
+        sample.last_error_message.as_deref().map_or(0, str::len),
+        sample.last_error_detail.as_deref().map_or(0, str::len)
     );
     println!(
         "failures: tables before {tables}, after {}",

@@ -1682,6 +1682,50 @@ async fn a_jobs_own_log_lines_carry_its_id() {
 }
 
 #[job(max_attempts = 1)]
+async fn fails_at_length(bytes: usize) -> Result<(), JobError> {
+    // Two-byte characters, so the cut has to find a character boundary.
+    Err(JobError::new("é".repeat(bytes / 2))
+        .with_kind("k".repeat(300))
+        .with_detail("d".repeat(100_000)))
+}
+
+/// `stored` is the start of `whole`, at most `limit` bytes with its marker, and the
+/// marker counts the bytes left out.
+fn assert_cut(stored: &str, whole: &str, limit: usize) {
+    assert!(stored.len() <= limit, "{} > {limit}", stored.len());
+    let (kept, more) = stored.split_once("… [").expect("a marker");
+    assert!(
+        kept.len() + 32 > limit,
+        "kept only {} of {limit}",
+        kept.len()
+    );
+    assert!(whole.starts_with(kept));
+    let more = more.strip_suffix(" bytes more]").expect("the marker's end");
+    assert_eq!(more.parse::<usize>().unwrap(), whole.len() - kept.len());
+}
+
+each_backend! {
+    /// A long error is stored cut, with a marker saying how much was left out, and the
+    /// job still reaches its final state.
+    async fn a_long_error_is_stored_cut_and_marked(db) {
+        let id = FailsAtLength::new(70_000).enqueue(&db.pool).await.unwrap();
+        let short = FailsAtLength::new(100).enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(worker(&db, &[FailsAtLength::TASK_TYPE]));
+        let record = db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await;
+        let whole = db.wait_job(short, T, |r| r.status() == JobStatus::Fatal).await;
+        w.stop().await;
+        let message = record.last_error_message.clone().unwrap();
+        assert_cut(&message, &"é".repeat(35_000), 8 * 1024);
+        assert_cut(&record.last_error_detail.unwrap(), &"d".repeat(100_000), 32 * 1024);
+        assert_cut(&record.last_error_type.unwrap(), &"k".repeat(300), 255);
+        let attempt = &db.info().job(id).await.unwrap().unwrap().failed_attempts[0];
+        assert_eq!(attempt.message.as_deref(), Some(message.as_str()));
+        assert_eq!(whole.last_error_message, Some("é".repeat(50)));
+        db.drop().await;
+    }
+}
+
+#[job(max_attempts = 1)]
 async fn fails_with_context() -> anyhow::Result<()> {
     let cause = std::io::Error::new(std::io::ErrorKind::NotFound, "config.toml is missing");
     Err(anyhow::Error::new(cause).context("cannot load the settings"))

@@ -319,10 +319,38 @@ fn failure(
         status,
         retry_at,
         recoverable: !error.fatal,
-        kind: error.kind,
-        message: error.message,
-        detail: error.detail,
+        kind: clip(error.kind, MAX_KIND_BYTES),
+        message: clip(error.message, MAX_MESSAGE_BYTES),
+        detail: error.detail.map(|d| clip(d, MAX_DETAIL_BYTES)),
     }
+}
+
+/// The most of an error's kind, message and detail stored per attempt (documented on
+/// [`JobError`]; MySQL's kind column is a `VARCHAR(255)`).
+const MAX_KIND_BYTES: usize = 255;
+const MAX_MESSAGE_BYTES: usize = 8 * 1024;
+const MAX_DETAIL_BYTES: usize = 32 * 1024;
+
+/// `text` cut to at most `limit` bytes, marker included: cut at a character boundary and
+/// followed by a marker saying how many bytes were left out.
+fn clip(mut text: String, limit: usize) -> String {
+    if text.len() <= limit {
+        return text;
+    }
+    // The marker's room, for the longest count it can hold (no more than the whole text).
+    let room = marker(text.len()).len();
+    let mut end = limit.saturating_sub(room);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let more = marker(text.len() - end);
+    text.truncate(end);
+    text.push_str(&more);
+    text
+}
+
+fn marker(bytes: usize) -> String {
+    format!("… [{bytes} bytes more]")
 }
 
 /// Retries a store call until it succeeds. Once the worker is stopping it gives up after
@@ -364,7 +392,25 @@ where
 mod tests {
     use std::time::Duration;
 
-    use super::jittered;
+    use super::{clip, jittered};
+
+    #[test]
+    fn clip_cuts_at_a_character_boundary_and_says_how_much_is_left_out() {
+        assert_eq!(clip("short".into(), 5), "short");
+        let long = "abcdefghijklmnopqrstuvwxyz".repeat(2);
+        assert_eq!(clip(long.clone(), 30), "abcdefghijk… [41 bytes more]");
+        assert_eq!(clip(long, 29).len(), 29);
+        // "é" is two bytes: a cut inside it moves back before it.
+        let e = "é".repeat(30);
+        assert_eq!(clip(e, 40), format!("{}… [40 bytes more]", "é".repeat(10)));
+        for limit in [22, 255, 8 * 1024] {
+            let clipped = clip("ü".repeat(10_000), limit);
+            assert!(clipped.len() <= limit, "{limit}: {}", clipped.len());
+            let (kept, more) = clipped.split_once("… [").unwrap();
+            let more: usize = more.strip_suffix(" bytes more]").unwrap().parse().unwrap();
+            assert_eq!(kept.len() + more, 20_000, "{limit}");
+        }
+    }
 
     #[test]
     fn jitter_stays_within_its_bounds_and_varies() {
