@@ -666,22 +666,29 @@ where
     // Everything healed (each fault ends before the next); the queue may still be paused
     // if a resume failed.
     let _ = wait_ok(|| client.resume("chaos")).await;
-    let burn_down = Duration::from_secs(240);
-    let started = Instant::now();
+    // A backlog left by the schedule may take a while (a long run on a loaded machine
+    // enqueues faster than it runs); what must not happen is a stall: the jobs left must
+    // keep going down.
+    let stall = Duration::from_secs(120);
+    let mut least = i64::MAX;
+    let mut progressed = Instant::now();
     loop {
         let counts = wait_ok(|| client.counts()).await;
-        if counts.available
+        let left = counts.available
             + counts.scheduled
             + counts.running
             + counts.lease_expired
-            + counts.pending
-            == 0
-        {
+            + counts.pending;
+        if left == 0 {
             break;
         }
+        if left < least {
+            least = left;
+            progressed = Instant::now();
+        }
         assert!(
-            started.elapsed() < burn_down,
-            "the chaos jobs did not all end within {burn_down:?} of the last fault: {counts:?} (histories and logs in {})",
+            progressed.elapsed() < stall,
+            "the chaos jobs stopped ending: none in {stall:?}: {counts:?} (histories and logs in {})",
             config.dir.display()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
