@@ -1,9 +1,26 @@
-//! Compile-time behaviour of `#[job]`: accepted shapes compile, each rejected input fails
-//! with its own spanned error.
+//! Compile-time behaviour of `#[job]`: each rejected input fails with its own spanned error
+//! (trybuild, `ui/fail/`), and the accepted shapes compile and behave (`ui/pass/`, built into
+//! this test binary rather than by trybuild: trybuild checks the failures with `cargo check`
+//! alone, where one passing case would make it build every dependency again).
+
+#[allow(unreachable_pub, clippy::unwrap_used)]
+#[path = "ui/pass/every_key.rs"]
+mod every_key;
+#[allow(unreachable_pub, clippy::unwrap_used)]
+#[path = "ui/pass/evolving_args.rs"]
+mod evolving_args;
+#[allow(unreachable_pub, clippy::unwrap_used)]
+#[path = "ui/pass/workflow.rs"]
+mod workflow;
 
 #[test]
-fn ui() {
-    let t = trybuild::TestCases::new();
-    t.pass("ui/pass/*.rs");
-    t.compile_fail("ui/fail/*.rs");
+fn accepted_shapes_compile_and_behave() {
+    every_key::main();
+    evolving_args::main();
+    workflow::main();
+}
+
+#[test]
+fn rejected_inputs_fail_with_their_own_errors() {
+    trybuild::TestCases::new().compile_fail("ui/fail/*.rs");
 }

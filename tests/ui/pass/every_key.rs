@@ -6,7 +6,12 @@ struct Mailer;
 
 #[job(name = "mail.welcome", queue = "mail", priority = -10, max_attempts = 5, backoff = "linear",
       backoff_base = "2s", backoff_max = "1m", timeout = "30s")]
-async fn send_welcome(user_id: i64, template: String, ctx: JobContext, mailer: Data<Mailer>) -> Result<(), JobError> {
+async fn send_welcome(
+    user_id: i64,
+    template: String,
+    ctx: JobContext,
+    mailer: Data<Mailer>,
+) -> Result<(), JobError> {
     let _ = (user_id, template, ctx.attempt(), &*mailer);
     Ok(())
 }
@@ -33,20 +38,28 @@ pub async fn every_five_minutes(ctx: JobContext) -> Result<(), JobError> {
     Ok(())
 }
 
-fn main() {
+pub fn main() {
     assert_eq!(SendWelcome::TASK_TYPE, "mail.welcome");
     assert_eq!(SendWelcome::OPTIONS.queue, "mail");
     assert_eq!(SendWelcome::OPTIONS.priority, -10);
     assert_eq!(SendWelcome::OPTIONS.timeout, Some(Duration::from_secs(30)));
-    assert_eq!(CustomBackoff::OPTIONS.backoff.delay(3), Duration::from_secs(10));
+    assert_eq!(
+        CustomBackoff::OPTIONS.backoff.delay(3),
+        Duration::from_secs(10)
+    );
     assert_eq!(Nightly::TASK_TYPE, "nightly");
     assert_eq!(TidyUp::TASK_TYPE, "tidy_up");
     let job = SendWelcome::new(1, "hi".into());
     assert_eq!((job.user_id, job.template.as_str()), (1, "hi"));
-    let _later = EveryFiveMinutes::new().with_priority(3).run_after(Duration::from_secs(1));
+    let _later = EveryFiveMinutes::new()
+        .with_priority(3)
+        .run_after(Duration::from_secs(1));
     // Clone and Debug (the payload as JSON), and every per-enqueue shortcut.
     let copy = job.clone();
-    assert_eq!(format!("{copy:?}"), r#"SendWelcome { user_id: 1, template: "hi" }"#);
+    assert_eq!(
+        format!("{copy:?}"),
+        r#"SendWelcome { user_id: 1, template: "hi" }"#
+    );
     let schema = sk_runtime::Schema::new("jobs", "sk_").unwrap();
     let _keyed = job.with_unique_key("welcome:1");
     let _small = copy.clone().with_max_payload(64);

@@ -34,7 +34,7 @@ async fn with_boxed(fail: bool) -> Result<(), Box<dyn std::error::Error + Send +
     Ok(())
 }
 
-fn main() {
+pub fn main() {
     // A payload from before: the argument was `uid`, there was no locale.
     let old: SendDigest = serde_json::from_str(r#"{"uid": 7, "n": 3}"#).unwrap();
     assert_eq!((old.user_id, old.locale.as_str(), old.count), (7, "en", 3));

@@ -26,7 +26,7 @@ async fn sum(parts: Inputs<Vec<String>>) -> Result<usize, JobError> {
 #[job]
 async fn notify() {}
 
-fn main() {
+pub fn main() {
     let _pipeline = Workflow::start(Fetch::new("https://example.com".into()))
         .then(Parse::new())
         .then(Store::new())
@@ -37,5 +37,6 @@ fn main() {
     let _sum = Workflow::start(Fetch::new("a".into()))
         .then_fan_out(vec![Parse::new(), Parse::new()])
         .then(Sum::new());
-    let _: fn() -> sk_runtime::Enqueue<Notify> = || Notify::new().after([sk_runtime::__private::Uuid::nil()]);
+    let _: fn() -> sk_runtime::Enqueue<Notify> =
+        || Notify::new().after([sk_runtime::__private::Uuid::nil()]);
 }
