@@ -1091,6 +1091,79 @@ async fn a_claim_that_comes_back_after_its_lease_ran_out_starts_nothing() {
     db.drop().await;
 }
 
+/// A handler's slot is free for the next job when the handler returns, not once its
+/// result is written; but the results waiting are bounded. With one slot and the results
+/// table locked (no result can be written), 1 + 256 jobs run and then the worker claims no
+/// more until the results are written. (PostgreSQL: the lock is a table lock.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_run_ahead_of_their_results_up_to_a_bound() {
+    const JOBS: usize = 300;
+    const BOUND: usize = 1 + 256;
+    let db = TestDb::new().await;
+    // Enqueued (which writes the results table too) before the lock, due only when the
+    // worker's clock says so.
+    let clock = ManualClock::new(Utc::now());
+    let due = clock.now() + chrono::Duration::seconds(10);
+    let ids = Record::enqueue_many(
+        &db.pool,
+        (0..JOBS).map(|i| Record::new(i.to_string()).run_at(due)),
+    )
+    .await
+    .unwrap();
+    let (probe, mut rx) = probe();
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE])
+            .concurrency(1)
+            .clock(clock.clone())
+            .data(probe),
+    );
+    // Started and idle: a job has run and been written.
+    let warm = Record::new("warm".into())
+        .run_at(clock.now())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    recv(&mut rx, "a first job", T).await;
+    db.wait_job(warm, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    let mut blocker = db.pool.begin().await.unwrap();
+    sqlx::query("LOCK TABLE sk_task_results_t IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(11));
+    for n in 0..BOUND {
+        recv(
+            &mut rx,
+            &format!("job {n} of {BOUND}, no result written"),
+            T,
+        )
+        .await;
+    }
+    // The worker is held at the bound: its leases are the bound's, and no other job runs
+    // while the producer polls (every 50 ms) for a while.
+    let held = "SELECT count(*) FROM sk_tasks_queue_t WHERE task_locked_by IS NOT NULL";
+    assert_eq!(db.scalar(held, None).await, Some(BOUND as i64));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(rx.try_recv().is_err(), "a job ran past the bound");
+    assert_eq!(db.scalar(held, None).await, Some(BOUND as i64));
+    blocker.rollback().await.unwrap();
+    for n in BOUND..JOBS {
+        recv(
+            &mut rx,
+            &format!("job {n}, once the results were written"),
+            T,
+        )
+        .await;
+    }
+    for id in ids {
+        db.wait_job(id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+    }
+    w.stop().await;
+    db.drop().await;
+}
+
 each_backend! {
     async fn heartbeats_keep_a_long_job_from_being_taken_over(db) {
         let (probe, mut rx) = probe();

@@ -29,7 +29,8 @@ pub(crate) enum Completion {
         millis: i64,
         /// The job's queue (a metrics label).
         queue: String,
-        /// The job's concurrency slot, freed once the outcome is written.
+        /// The job's hold on its lease (its handler's slot is free already), freed once
+        /// the outcome is written.
         slot: Slot,
     },
     GiveBack {
@@ -223,7 +224,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
             running.remove(&lease);
         }
     }
-    // Free the slots only now, and wake the producer if the last claim was full.
+    // Free the holds only now, and wake the producer if the last claim was full.
     drop(slots);
     if shared.maybe_more.load(Ordering::Relaxed) {
         shared.wake.notify_one();

@@ -22,18 +22,19 @@ pub(crate) fn spawn(
     job: ClaimedJob,
     completions: &UnboundedSender<Completion>,
 ) {
+    const CLAIMED: &str =
+        "the producer claims no more jobs than free slots, and only it takes slots";
     let permit = Slot {
-        _global: Arc::clone(&shared.slots)
-            .try_acquire_owned()
-            .expect("the producer claims no more jobs than free slots, and only it takes slots"),
-        _queue: shared
-            .queue_limits
-            .get(job.task_queue.as_str())
-            .map(|limit| {
-                Arc::clone(limit).try_acquire_owned().expect(
-                    "the producer claims no more jobs of a limited queue than its free slots",
-                )
-            }),
+        run: Some((
+            Arc::clone(&shared.slots)
+                .try_acquire_owned()
+                .expect(CLAIMED),
+            shared
+                .queue_limits
+                .get(job.task_queue.as_str())
+                .map(|limit| Arc::clone(limit).try_acquire_owned().expect(CLAIMED)),
+        )),
+        _held: Arc::clone(&shared.held).try_acquire_owned().expect(CLAIMED),
     };
     let lease = Lease {
         id: job.task_id,
@@ -83,7 +84,7 @@ async fn run_one(
     job: ClaimedJob,
     (cancel, stop): (CancellationToken, Arc<OnceLock<StopReason>>),
     completions: UnboundedSender<Completion>,
-    permit: Slot,
+    mut permit: Slot,
 ) {
     let lease = Lease {
         id: job.task_id,
@@ -180,8 +181,9 @@ async fn run_one(
         });
         return;
     }
-    // The slot goes with the outcome and is freed once the result is written, so a
-    // worker never holds more unfinished leases than its concurrency.
+    // The handler's slot is free for the next job; its hold on the lease goes with the
+    // outcome and is freed once the result is written.
+    permit.handler_done(&shared);
     if matches!(stopped.get(), Some(StopReason::Cancelled)) {
         crate::telemetry::finished(
             crate::telemetry::Outcome::Cancelled,

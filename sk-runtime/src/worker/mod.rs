@@ -78,10 +78,10 @@ pub(crate) struct Config {
 }
 
 impl WorkerBuilder {
-    /// Jobs held at once (default 10): a slot is taken at claim and freed once the job's
-    /// result is written, and each claim takes at most the free slots. For jobs that do
-    /// little work, a higher number lets claims and finalizations batch (the benchmark in
-    /// `docs/performance.md` uses 1,000).
+    /// Handlers run at once (default 10): a slot is taken at claim and freed when the
+    /// handler returns; each claim takes at most the free slots. Results are written in
+    /// batches behind the handlers: up to `max(concurrency, 256)` finished jobs may wait
+    /// for theirs, so a worker holds at most that many leases more than its concurrency.
     pub fn concurrency(mut self, n: usize) -> Self {
         self.config.concurrency = n;
         self
@@ -431,6 +431,9 @@ impl WorkerBuilder {
                 data: Arc::new(self.data),
                 clock: self.clock,
                 slots: Arc::new(Semaphore::new(config.concurrency)),
+                held: Arc::new(Semaphore::new(
+                    config.concurrency + config.concurrency.max(RESULTS_WAITING),
+                )),
                 config,
                 wake: Notify::new(),
                 maybe_more: AtomicBool::new(false),
@@ -461,7 +464,11 @@ pub(crate) struct Shared {
     pub(crate) data: Arc<DataMap>,
     pub(crate) clock: SharedClock,
     pub(crate) config: Config,
+    /// Handlers running (the concurrency), taken at claim and freed when the handler returns.
     pub(crate) slots: Arc<Semaphore>,
+    /// Jobs claimed and not yet written: the slots plus the results waiting for the
+    /// completer; taken at claim, freed once the outcome is written.
+    pub(crate) held: Arc<Semaphore>,
     /// The paused queues and those with a global limit, as last read
     /// (`producer::Controls`).
     pub(crate) controls: std::sync::RwLock<crate::store::QueueControls>,
@@ -486,11 +493,29 @@ pub(crate) struct Shared {
     pub(crate) metrics: Metrics,
 }
 
-/// A claimed job's hold on the worker's concurrency (and its queue's, if limited), freed
-/// once its outcome is written.
+/// Finished jobs that may wait for their results to be written, beyond the concurrency
+/// (at least; a larger concurrency allows as many).
+const RESULTS_WAITING: usize = 256;
+
+/// A claimed job's hold on the worker: on its concurrency (and its queue's, if limited)
+/// until the handler returns, and on the leases it holds until its outcome is written.
 pub(crate) struct Slot {
-    pub(crate) _global: tokio::sync::OwnedSemaphorePermit,
-    pub(crate) _queue: Option<tokio::sync::OwnedSemaphorePermit>,
+    pub(crate) run: Option<(
+        tokio::sync::OwnedSemaphorePermit,
+        Option<tokio::sync::OwnedSemaphorePermit>,
+    )>,
+    pub(crate) _held: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Slot {
+    /// The handler returned: frees its concurrency slot, and wakes the producer if the
+    /// last claim was full (more jobs may be waiting).
+    pub(crate) fn handler_done(&mut self, shared: &Shared) {
+        self.run = None;
+        if shared.maybe_more.load(std::sync::atomic::Ordering::Relaxed) {
+            shared.wake.notify_one();
+        }
+    }
 }
 
 /// One claimed job's state; decisions about it are taken under the `running` lock so a

@@ -175,6 +175,7 @@ async fn claim(
     let free = shared
         .slots
         .available_permits()
+        .min(shared.held.available_permits())
         .min(cap)
         .min(MAX_CLAIM_BATCH);
     if free == 0 {
