@@ -15,12 +15,9 @@ mod support;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::rss_kb;
+use support::{fresh_schema, rss_kb};
 
-use sk_runtime::{
-    job, Client, Enqueue, JobError, JobStatus, Schema, Worker, DEFAULT_MAX_PAYLOAD_BYTES,
-};
-use sqlx::postgres::PgPoolOptions;
+use sk_runtime::{job, Client, Enqueue, JobError, JobStatus, Worker, DEFAULT_MAX_PAYLOAD_BYTES};
 use sqlx::PgPool;
 
 const SCHEMA: &str = "sk_limits";
@@ -94,17 +91,7 @@ async fn main() {
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = args()?;
-    let url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let pool = PgPoolOptions::new()
-        .max_connections(20)
-        .connect(&url)
-        .await?;
-    sqlx::query(&format!("DROP SCHEMA IF EXISTS {SCHEMA} CASCADE"))
-        .execute(&pool)
-        .await?;
-    let schema = Schema::new(SCHEMA, "sk_")?;
-    sk_runtime::migrate(&pool, &schema).await?;
+    let (pool, schema) = fresh_schema(SCHEMA, 20).await?;
     let client = Client::new(pool.clone()).schema(schema.clone());
 
     // 1. The backlog, enqueued before any worker runs.

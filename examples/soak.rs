@@ -13,10 +13,9 @@
 mod support;
 
 use std::time::{Duration, Instant};
-use support::rss_kb;
+use support::{fresh_schema, rss_kb};
 
 use sk_runtime::{job, Enqueue, Schema, Worker};
-use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
 #[job]
@@ -68,17 +67,7 @@ async fn main() {
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let args = args()?;
-    let url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let pool = PgPoolOptions::new()
-        .max_connections(10)
-        .connect(&url)
-        .await?;
-    sqlx::query("DROP SCHEMA IF EXISTS sk_soak CASCADE")
-        .execute(&pool)
-        .await?;
-    let schema = Schema::new("sk_soak", "sk_")?;
-    sk_runtime::migrate(&pool, &schema).await?;
+    let (pool, schema) = fresh_schema("sk_soak", 10).await?;
     println!(
         "soak: {} min at {} jobs/s, concurrency {}, results kept {:?}",
         args.minutes, args.rate, args.concurrency, args.retention
