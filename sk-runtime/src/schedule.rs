@@ -46,12 +46,115 @@ pub(crate) struct Cron {
 }
 
 impl Cron {
-    /// The ticks after `t`, in order; from the back (`next_back`), the ticks at or before
-    /// `t`, latest first.
-    fn after(&self, t: DateTime<Utc>) -> impl DoubleEndedIterator<Item = DateTime<Utc>> + '_ {
-        self.schedule
+    /// The ticks after `t`, in order.
+    fn after(&self, t: DateTime<Utc>) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+        InOrder {
+            cron: self,
+            inner: self
+                .schedule
+                .after(&t.with_timezone(&self.tz))
+                .filter(|tick| self.once(tick))
+                .map(|tick| tick.with_timezone(&Utc)),
+            held: std::collections::BinaryHeap::new(),
+            reach: t,
+            last: None,
+            done: false,
+        }
+    }
+
+    /// The latest tick at or before `t`.
+    fn at_or_before(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let mut back = self
+            .schedule
             .after(&t.with_timezone(&self.tz))
-            .map(|tick| tick.with_timezone(&Utc))
+            .rev()
+            .filter(|tick| self.once(tick))
+            .map(|tick| tick.with_timezone(&Utc));
+        let first = back.next()?;
+        if first <= t && self.calm(first) {
+            return Some(first);
+        }
+        // Near a switch, a tick further back in local time may be later in time, and one
+        // the crate gives may be after `t`.
+        let mut latest = (first <= t).then_some(first);
+        for tick in back {
+            if latest.is_some_and(|latest| tick + SWITCH < latest) {
+                break;
+            }
+            if tick <= t {
+                latest = latest.max(Some(tick));
+            }
+        }
+        latest
+    }
+
+    /// Whether a tick is one this schedule runs: when clocks go back and a local time
+    /// shows twice, a schedule with fixed hours runs at the first only (as Vixie cron
+    /// does: a job at 2:30 every day runs once that day); one that runs every hour runs
+    /// at both.
+    fn once(&self, tick: &DateTime<chrono_tz::Tz>) -> bool {
+        use chrono::TimeZone;
+        use cron::TimeUnitSpec;
+        if self.schedule.hours().is_all() {
+            return true;
+        }
+        match self.tz.from_local_datetime(&tick.naive_local()) {
+            chrono::LocalResult::Ambiguous(first, _) => first == *tick,
+            _ => true,
+        }
+    }
+
+    /// Whether the zone's offset is the same [`SWITCH`] either side of `tick`: no clock
+    /// change near, so local order is time order there.
+    fn calm(&self, tick: DateTime<Utc>) -> bool {
+        use chrono::Offset;
+        let offset = |t: DateTime<Utc>| t.with_timezone(&self.tz).offset().fix();
+        offset(tick - SWITCH) == offset(tick + SWITCH)
+    }
+}
+
+/// Longer than any clock change (the largest in use is 2 hours).
+const SWITCH: chrono::Duration = chrono::Duration::hours(3);
+
+/// A schedule's ticks in time order. The cron crate walks local time, and when clocks go
+/// back it gives a time that shows twice at both instants before it goes on, so an
+/// instant may come after a later one (2:00 CEST, 2:00 CET, 2:30 CEST; found by the cron
+/// fuzzer). Near a clock change ticks are held until one more than [`SWITCH`] later has
+/// come; elsewhere each goes out as it comes.
+struct InOrder<'a, I> {
+    cron: &'a Cron,
+    inner: I,
+    held: std::collections::BinaryHeap<std::cmp::Reverse<DateTime<Utc>>>,
+    /// The latest tick taken from `inner`.
+    reach: DateTime<Utc>,
+    last: Option<DateTime<Utc>>,
+    done: bool,
+}
+
+impl<I: Iterator<Item = DateTime<Utc>>> Iterator for InOrder<'_, I> {
+    type Item = DateTime<Utc>;
+
+    fn next(&mut self) -> Option<DateTime<Utc>> {
+        loop {
+            if let Some(&std::cmp::Reverse(earliest)) = self.held.peek() {
+                if self.done || self.reach > earliest + SWITCH || self.cron.calm(earliest) {
+                    self.held.pop();
+                    if self.last.is_some_and(|last| earliest <= last) {
+                        continue;
+                    }
+                    self.last = Some(earliest);
+                    return Some(earliest);
+                }
+            }
+            match self.inner.next() {
+                Some(tick) => {
+                    self.reach = self.reach.max(tick);
+                    self.held.push(std::cmp::Reverse(tick));
+                }
+                None if self.held.is_empty() => return None,
+                None => self.done = true,
+            }
+        }
     }
 }
 
@@ -186,8 +289,7 @@ fn latest_due(schedule: &Cron, after: DateTime<Utc>, now: DateTime<Utc>) -> Opti
         if n >= MAX_CATCH_UP {
             // Far behind (a clock jump): take the last tick before now directly.
             return schedule
-                .after(now)
-                .next_back()
+                .at_or_before(now)
                 .filter(|t| *t > after)
                 .or(Some(tick));
         }
@@ -287,7 +389,7 @@ pub(crate) async fn run(shared: Arc<Shared>, start: DateTime<Utc>) {
         .map(|entry| {
             let latest = entry
                 .run_missed
-                .then(|| entry.schedule.after(start).next_back())
+                .then(|| entry.schedule.at_or_before(start))
                 .flatten();
             let last = latest.map_or(start, |tick| tick - chrono::Duration::milliseconds(1));
             (entry.clone(), last)
@@ -582,6 +684,57 @@ mod tests {
     }
 
     #[test]
+    fn ticks_go_forward_when_clocks_go_back() {
+        // Found by the cron fuzzer: on 25 October 2026 Paris sets its clocks back from
+        // 3:00 CEST (1:00 UTC) to 2:00 CET, so 2:00 to 2:59 show twice.
+        let utc = |d: u32, h: u32, m: u32| Utc.with_ymd_and_hms(2026, 10, d, h, m, 0).unwrap();
+        let from = utc(23, 12, 0);
+        // Fixed hours: the first 2:00 and 2:03 only, as on any other day.
+        let daily = parse("TZ=Europe/Paris 3,0 2 * * *").expect("valid");
+        let ticks: Vec<_> = daily.after(from).take(6).collect();
+        assert_eq!(
+            ticks,
+            [
+                utc(24, 0, 0),
+                utc(24, 0, 3),
+                utc(25, 0, 0),
+                utc(25, 0, 3),
+                utc(26, 1, 0),
+                utc(26, 1, 3)
+            ]
+        );
+        assert_eq!(daily.at_or_before(utc(25, 1, 30)), Some(utc(25, 0, 3)));
+        // Every hour: both times the clock shows 2:00 and 2:30, in time order.
+        let half_hourly = parse("TZ=Europe/Paris 0,30 * * * *").expect("valid");
+        let ticks: Vec<_> = half_hourly.after(utc(24, 23, 45)).take(5).collect();
+        assert_eq!(
+            ticks,
+            [
+                utc(25, 0, 0),
+                utc(25, 0, 30),
+                utc(25, 1, 0),
+                utc(25, 1, 30),
+                utc(25, 2, 0)
+            ]
+        );
+        assert_eq!(
+            half_hourly.at_or_before(utc(25, 1, 10)),
+            Some(utc(25, 1, 0))
+        );
+        assert_eq!(
+            half_hourly.at_or_before(utc(25, 0, 50)),
+            Some(utc(25, 0, 30))
+        );
+        // Away from a switch, ticks go out as they come (an every-second schedule does
+        // not look hours ahead).
+        let every_second = parse("* * * * * *").expect("valid");
+        assert_eq!(
+            every_second.after(from).nth(2),
+            Some(from + chrono::Duration::seconds(3))
+        );
+    }
+
+    #[test]
     fn a_time_zone_keeps_local_time_across_daylight_saving() {
         let paris = parse("CRON_TZ=Europe/Paris 0 8 * * *").expect("valid");
         let day = |m: u32, d: u32, h: u32| Utc.with_ymd_and_hms(2026, m, d, h, 0, 0).unwrap();
@@ -591,7 +744,7 @@ mod tests {
         // Across the switch on 29 March 2026.
         let ticks: Vec<_> = paris.after(day(3, 28, 0)).take(2).collect();
         assert_eq!(ticks, [day(3, 28, 7), day(3, 29, 6)]);
-        assert_eq!(paris.after(day(1, 10, 12)).next_back(), Some(day(1, 10, 7)));
+        assert_eq!(paris.at_or_before(day(1, 10, 12)), Some(day(1, 10, 7)));
         let tokyo = parse("TZ=Asia/Tokyo 0 0 9 * * *").expect("valid");
         assert_eq!(tokyo.after(day(1, 10, 1)).next(), Some(day(1, 11, 0)));
         assert!(parse("CRON_TZ=Mars/Olympus 0 8 * * *")
@@ -643,7 +796,7 @@ mod tests {
     #[test]
     fn the_tick_before_a_time_is_found_backwards() {
         let hourly = parse("0 0 * * * *").expect("valid");
-        assert_eq!(hourly.after(at(10, 30, 0)).next_back(), Some(at(10, 0, 0)));
+        assert_eq!(hourly.at_or_before(at(10, 30, 0)), Some(at(10, 0, 0)));
         assert_eq!(
             latest_due(
                 &hourly,
