@@ -1094,7 +1094,8 @@ async fn a_claim_that_comes_back_after_its_lease_ran_out_starts_nothing() {
 /// A handler's slot is free for the next job when the handler returns, not once its
 /// result is written; but the results waiting are bounded. With one slot and the results
 /// table locked (no result can be written), 1 + 256 jobs run and then the worker claims no
-/// more until the results are written. (PostgreSQL: the lock is a table lock.)
+/// more until the results are written (no prefetch, so the leases held are exactly
+/// those). (PostgreSQL: the lock is a table lock.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_ahead_of_their_results_up_to_a_bound() {
     const JOBS: usize = 300;
@@ -1114,6 +1115,7 @@ async fn jobs_run_ahead_of_their_results_up_to_a_bound() {
     let w = RunningWorker::start(
         worker(&db, &[Record::TASK_TYPE])
             .concurrency(1)
+            .prefetch(0)
             .clock(clock.clone())
             .data(probe),
     );
@@ -1162,6 +1164,82 @@ async fn jobs_run_ahead_of_their_results_up_to_a_bound() {
     }
     w.stop().await;
     db.drop().await;
+}
+
+each_backend! {
+    /// With short jobs a worker claims beyond its free slots: the jobs wait in the worker,
+    /// leased, and start in claim order as slots free; a stop hands the waiting ones back
+    /// at once, unstarted and with their attempts intact.
+    async fn a_small_concurrency_claims_ahead_and_gives_back_what_waits(db) {
+        const JOBS: usize = 20;
+        let (probe, mut rx) = probe();
+        let (_closed_forever, closed) = gate(false);
+        let w = RunningWorker::start(
+            worker(&db, &[Record::TASK_TYPE, Gated::TASK_TYPE])
+                .concurrency(1)
+                .grace_period(Duration::from_millis(200))
+                .data(probe.clone())
+                .data(closed),
+        );
+        // A short job first, so the worker knows its jobs are short; then one that holds
+        // the only slot.
+        Record::new("warm".into()).enqueue(&db.pool).await.unwrap();
+        assert_eq!(recv(&mut rx, "the short job", T).await.label, "warm");
+        let held = Gated::new("held".into()).enqueue(&db.pool).await.unwrap();
+        assert_eq!(recv(&mut rx, "the job holding the slot", T).await.label, "held");
+        // Lower numbers first: the last enqueued run first.
+        let ids = Record::enqueue_many(
+            &db.pool,
+            (0..JOBS).map(|i| Record::new(i.to_string()).with_priority(-(i as i32))),
+        )
+        .await
+        .unwrap();
+        let locked = format!(
+            "SELECT count(*) FROM sk_tasks_queue_t WHERE task_locked_by = '{}'",
+            w.id
+        );
+        wait_until("the worker to claim the jobs ahead of its slot", T, || async {
+            (db.scalar(&locked, None).await == Some(JOBS as i64 + 1)).then_some(())
+        })
+        .await;
+        assert!(rx.try_recv().is_err(), "a waiting job ran without a slot");
+        let stop = std::time::Instant::now();
+        w.stop().await;
+        assert!(stop.elapsed() < Duration::from_secs(5), "{:?}", stop.elapsed());
+        assert!(rx.try_recv().is_err(), "a waiting job ran during the stop");
+        for id in ids.iter().copied().chain([held]) {
+            let r = db.job(id).await;
+            assert_eq!(
+                (r.status(), r.attempt, r.error_count, r.locked_by.as_deref()),
+                (JobStatus::Unprocessed, Some(0), 0, None),
+                "given back unstarted: {r:?}"
+            );
+            assert!(r.locked_until.unwrap() <= Utc::now(), "claimable at once");
+        }
+
+        // Another worker, one slot, its jobs short from the start: all run once, in
+        // claim order (priority).
+        let (_open_tx, open) = gate(true);
+        let w = RunningWorker::start(
+            worker(&db, &[Record::TASK_TYPE, Gated::TASK_TYPE])
+                .concurrency(1)
+                .data(probe)
+                .data(open),
+        );
+        let mut labels = Vec::new();
+        for _ in 0..=JOBS {
+            labels.push(recv(&mut rx, "a job given back", T).await.label);
+        }
+        w.stop().await;
+        labels.retain(|l| l != "held");
+        let expected: Vec<String> = (0..JOBS).rev().map(|i| i.to_string()).collect();
+        assert_eq!(labels, expected, "the short jobs in priority order");
+        for id in ids {
+            assert_eq!(db.job(id).await.status(), JobStatus::Processed);
+        }
+        assert!(rx.try_recv().is_err(), "each ran once");
+        db.drop().await;
+    }
 }
 
 each_backend! {

@@ -224,9 +224,10 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
             running.remove(&lease);
         }
     }
-    // Free the holds only now, and wake the producer if the last claim was full.
+    // Free the holds only now, and wake the producer if the last claim was full or jobs
+    // wait for room that the written results leave.
     drop(slots);
-    if shared.maybe_more.load(Ordering::Relaxed) {
+    if shared.maybe_more.load(Ordering::Relaxed) || !shared.waiting().is_empty() {
         shared.wake.notify_one();
     }
 }

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use futures_util::FutureExt;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::completer::Completion;
@@ -17,40 +18,170 @@ use crate::registry::{HandlerInput, JobOutcome, Registration};
 use crate::store::{ClaimedJob, Lease};
 use crate::transaction::TxSource;
 
-pub(crate) fn spawn(
-    shared: &Arc<Shared>,
+/// Claimed jobs waiting for a handler slot, taken by priority, then post time, then
+/// claim order. (A claim returns its rows in no particular order, and a later claim may
+/// bring a more urgent job than those waiting.)
+#[derive(Default)]
+pub(crate) struct LocalQueue {
+    jobs: std::collections::BinaryHeap<Waiting>,
+    claimed: u64,
+}
+
+impl LocalQueue {
+    pub(crate) fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    fn push(&mut self, job: ClaimedJob, queue: Option<OwnedSemaphorePermit>) {
+        self.claimed += 1;
+        self.jobs.push(Waiting {
+            job,
+            queue,
+            seq: self.claimed,
+        });
+    }
+
+    fn pop(&mut self) -> Option<Waiting> {
+        self.jobs.pop()
+    }
+}
+
+/// A claimed job waiting in the local queue.
+struct Waiting {
     job: ClaimedJob,
+    /// Its queue's slot, for a queue limited in this worker (taken at claim).
+    queue: Option<OwnedSemaphorePermit>,
+    seq: u64,
+}
+
+impl Waiting {
+    /// The heap's greatest goes first: the lowest priority number, earliest post, first claimed.
+    fn key(&self) -> impl Ord + '_ {
+        std::cmp::Reverse((self.job.task_priority, self.job.task_posted_at_ts, self.seq))
+    }
+}
+
+impl PartialEq for Waiting {
+    fn eq(&self, other: &Self) -> bool {
+        self.seq == other.seq
+    }
+}
+
+impl Eq for Waiting {}
+
+impl PartialOrd for Waiting {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Waiting {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+/// Takes claimed jobs (each with its queue's slot, if its queue is limited in this
+/// worker) into the local queue, behind those waiting already, and starts what the free
+/// slots allow. Their leases join the running map first, so heartbeats keep them and a
+/// stop gives them back.
+pub(crate) fn admit(
+    shared: &Arc<Shared>,
+    jobs: Vec<(ClaimedJob, Option<OwnedSemaphorePermit>)>,
     completions: &UnboundedSender<Completion>,
 ) {
-    const CLAIMED: &str =
-        "the producer claims no more jobs than free slots, and only it takes slots";
-    let permit = Slot {
-        run: Some((
-            Arc::clone(&shared.slots)
-                .try_acquire_owned()
-                .expect(CLAIMED),
-            shared
-                .queue_limits
-                .get(job.task_queue.as_str())
-                .map(|limit| Arc::clone(limit).try_acquire_owned().expect(CLAIMED)),
-        )),
-        _held: Arc::clone(&shared.held).try_acquire_owned().expect(CLAIMED),
-    };
+    {
+        let mut running = shared.running();
+        for (job, _) in &jobs {
+            running.insert(
+                Lease {
+                    id: job.task_id,
+                    attempt: job.task_attempt,
+                },
+                Running {
+                    cancel: shared.jobs_cancel.child_token(),
+                    stop: Arc::default(),
+                    state: RunState::Claimed,
+                    abort: None,
+                },
+            );
+        }
+    }
+    {
+        let mut waiting = shared.waiting();
+        for (job, queue) in jobs {
+            waiting.push(job, queue);
+        }
+    }
+    dispatch(shared, completions);
+}
+
+/// Starts waiting jobs by priority while a handler slot and room for one more
+/// result are free. Called by whoever may have freed either: a claim, a handler that
+/// returned, the producer after results were written.
+pub(crate) fn dispatch(shared: &Arc<Shared>, completions: &UnboundedSender<Completion>) {
+    let mut waiting = shared.waiting();
+    while !waiting.is_empty() {
+        let Ok(held) = Arc::clone(&shared.held).try_acquire_owned() else {
+            return;
+        };
+        let Ok(slot) = Arc::clone(&shared.slots).try_acquire_owned() else {
+            return;
+        };
+        let Waiting { job, queue, .. } = waiting.pop().expect("the queue is not empty");
+        start(
+            shared,
+            job,
+            Slot {
+                run: Some((slot, queue)),
+                _held: held,
+            },
+            completions,
+        );
+    }
+}
+
+/// The stop: jobs still waiting for a slot are handed back at once, unstarted.
+fn give_back_waiting(shared: &Shared, completions: &UnboundedSender<Completion>) {
+    let queued = std::mem::take(&mut shared.waiting().jobs);
+    if queued.is_empty() {
+        return;
+    }
+    let mut running = shared.running();
+    for Waiting { job, .. } in queued {
+        let lease = Lease {
+            id: job.task_id,
+            attempt: job.task_attempt,
+        };
+        if let Some(entry) = running.get_mut(&lease) {
+            entry.state = RunState::GivenBack;
+        }
+        let _ = completions.send(Completion::GiveBack { lease, slot: None });
+    }
+}
+
+/// Runs a job in its own task, holding `slot`.
+fn start(
+    shared: &Arc<Shared>,
+    job: ClaimedJob,
+    slot: Slot,
+    completions: &UnboundedSender<Completion>,
+) {
     let lease = Lease {
         id: job.task_id,
         attempt: job.task_attempt,
     };
-    let cancel = shared.jobs_cancel.child_token();
-    let stop = Arc::default();
-    shared.running().insert(
-        lease,
-        Running {
-            cancel: cancel.clone(),
-            stop: Arc::clone(&stop),
-            state: RunState::Claimed,
-            abort: None,
-        },
-    );
+    let Some((cancel, stop)) = shared
+        .running()
+        .get(&lease)
+        .map(|entry| (entry.cancel.clone(), Arc::clone(&entry.stop)))
+    else {
+        return;
+    };
     // The handler's own log lines carry the job's id, type, queue, attempt, tenant and
     // correlation id.
     let span = tracing::info_span!(
@@ -70,7 +201,7 @@ pub(crate) fn spawn(
             job,
             (cancel, stop),
             completions.clone(),
-            permit,
+            slot,
         ),
         span,
     ));
@@ -101,6 +232,17 @@ async fn run_one(
         }
         if shared.stopping.is_cancelled() {
             // Claimed but not started when the stop began: hand it back untouched.
+            entry.state = RunState::GivenBack;
+            drop(running);
+            let _ = completions.send(Completion::GiveBack {
+                lease,
+                slot: Some(permit),
+            });
+            return;
+        }
+        if stop.get().is_some() {
+            // Its lease was lost or it was cancelled while it waited for a slot: it does
+            // not run (the give back is fenced, so it changes nothing another holds).
             entry.state = RunState::GivenBack;
             drop(running);
             let _ = completions.send(Completion::GiveBack {
@@ -148,6 +290,7 @@ async fn run_one(
         execute(&shared, registration, job, cancel.clone(), stop).await
     };
     let (result, committed) = result;
+    shared.ran(started.elapsed());
     let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
     let result = match result {
         Err(e) if e.interrupted && !cancel.is_cancelled() => Err(JobError::new(
@@ -183,7 +326,7 @@ async fn run_one(
     }
     // The handler's slot is free for the next job; its hold on the lease goes with the
     // outcome and is freed once the result is written.
-    permit.handler_done(&shared);
+    permit.handler_done(&shared, &completions);
     if matches!(stopped.get(), Some(StopReason::Cancelled)) {
         crate::telemetry::finished(
             crate::telemetry::Outcome::Cancelled,
@@ -343,6 +486,7 @@ pub(super) async fn drain(
     completions: &UnboundedSender<Completion>,
     force: impl std::future::Future<Output = ()>,
 ) {
+    give_back_waiting(shared, completions);
     let all = u32::try_from(shared.config.concurrency).unwrap_or(u32::MAX);
     let grace = tokio::time::timeout(shared.config.grace_period, shared.slots.acquire_many(all));
     tokio::select! {

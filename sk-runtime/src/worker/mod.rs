@@ -75,15 +75,29 @@ pub(crate) struct Config {
     pub(crate) default_timeout: Option<Duration>,
     pub(crate) retry_jitter: f64,
     pub(crate) queue_depth_every: Option<Duration>,
+    pub(crate) prefetch: usize,
 }
 
 impl WorkerBuilder {
-    /// Handlers run at once (default 10): a slot is taken at claim and freed when the
-    /// handler returns; each claim takes at most the free slots. Results are written in
-    /// batches behind the handlers: up to `max(concurrency, 256)` finished jobs may wait
-    /// for theirs, so a worker holds at most that many leases more than its concurrency.
+    /// Handlers run at once (default 10): a slot is taken when a job starts and freed
+    /// when its handler returns. Results are written in batches behind the handlers: up
+    /// to `max(concurrency, 256)` finished jobs may wait for theirs; the jobs claimed
+    /// ahead of a slot are bounded by [`prefetch`](Self::prefetch).
     pub fn concurrency(mut self, n: usize) -> Self {
         self.config.concurrency = n;
+        self
+    }
+
+    /// Jobs a claim may take beyond the free slots, to wait in this worker for one
+    /// (default 1000; 0 claims for free slots only). With short jobs a small concurrency
+    /// then still claims in large batches, one round trip for hundreds of jobs. The bound
+    /// follows the handlers' mean run time: no more jobs wait than the handlers get
+    /// through in about 25 ms, so jobs of a second or more are never held back from
+    /// other workers, and no more than `max`. Waiting jobs start by priority, then post
+    /// time (a later claim's more urgent job goes first); their leases are kept by the
+    /// heartbeat and handed back, attempts intact, when the worker stops.
+    pub fn prefetch(mut self, max: usize) -> Self {
+        self.config.prefetch = max;
         self
     }
 
@@ -434,6 +448,8 @@ impl WorkerBuilder {
                 held: Arc::new(Semaphore::new(
                     config.concurrency + config.concurrency.max(RESULTS_WAITING),
                 )),
+                waiting: Mutex::default(),
+                run_nanos: AtomicU64::new(u64::MAX),
                 config,
                 wake: Notify::new(),
                 maybe_more: AtomicBool::new(false),
@@ -464,11 +480,17 @@ pub(crate) struct Shared {
     pub(crate) data: Arc<DataMap>,
     pub(crate) clock: SharedClock,
     pub(crate) config: Config,
-    /// Handlers running (the concurrency), taken at claim and freed when the handler returns.
+    /// Handlers running (the concurrency), taken when a job starts and freed when its
+    /// handler returns.
     pub(crate) slots: Arc<Semaphore>,
-    /// Jobs claimed and not yet written: the slots plus the results waiting for the
-    /// completer; taken at claim, freed once the outcome is written.
+    /// Jobs started and not yet written: the slots plus the results waiting for the
+    /// completer; taken when a job starts, freed once its outcome is written.
     pub(crate) held: Arc<Semaphore>,
+    /// Claimed jobs waiting for a slot (`WorkerBuilder::prefetch`).
+    pub(crate) waiting: Mutex<executor::LocalQueue>,
+    /// The handlers' mean run time in nanoseconds (a moving average; `u64::MAX` until
+    /// one ran), which bounds the prefetch.
+    pub(crate) run_nanos: AtomicU64,
     /// The paused queues and those with a global limit, as last read
     /// (`producer::Controls`).
     pub(crate) controls: std::sync::RwLock<crate::store::QueueControls>,
@@ -497,6 +519,9 @@ pub(crate) struct Shared {
 /// (at least; a larger concurrency allows as many).
 const RESULTS_WAITING: usize = 256;
 
+/// The work, at the handlers' mean run time, that may wait in a worker for a slot.
+const PREFETCH_HORIZON: Duration = Duration::from_millis(25);
+
 /// A claimed job's hold on the worker: on its concurrency (and its queue's, if limited)
 /// until the handler returns, and on the leases it holds until its outcome is written.
 pub(crate) struct Slot {
@@ -508,11 +533,19 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
-    /// The handler returned: frees its concurrency slot, and wakes the producer if the
-    /// last claim was full (more jobs may be waiting).
-    pub(crate) fn handler_done(&mut self, shared: &Shared) {
+    /// The handler returned: its concurrency slot goes to the next waiting job, and the
+    /// producer is woken if the last claim was full (more jobs may be due) and the local
+    /// queue is down to half its bound.
+    pub(crate) fn handler_done(
+        &mut self,
+        shared: &Arc<Shared>,
+        completions: &mpsc::UnboundedSender<completer::Completion>,
+    ) {
         self.run = None;
-        if shared.maybe_more.load(std::sync::atomic::Ordering::Relaxed) {
+        executor::dispatch(shared, completions);
+        if shared.maybe_more.load(Ordering::Relaxed)
+            && shared.waiting().len() <= shared.prefetch() / 2
+        {
             shared.wake.notify_one();
         }
     }
@@ -541,6 +574,40 @@ pub(crate) enum RunState {
 impl Shared {
     pub(crate) fn now(&self) -> chrono::DateTime<chrono::Utc> {
         self.clock.now()
+    }
+
+    /// The local queue (lock order: `waiting` before `running`).
+    pub(crate) fn waiting(&self) -> MutexGuard<'_, executor::LocalQueue> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How many claimed jobs may wait for a slot now: what the handlers get through in
+    /// [`PREFETCH_HORIZON`] at their mean run time, at most the configured prefetch; none
+    /// before a first job ran.
+    pub(crate) fn prefetch(&self) -> usize {
+        let nanos = self.run_nanos.load(Ordering::Relaxed);
+        if nanos == u64::MAX {
+            return 0;
+        }
+        let through = PREFETCH_HORIZON.as_nanos() * self.config.concurrency as u128
+            / u128::from(nanos.max(1_000));
+        usize::try_from(through).map_or(self.config.prefetch, |n| n.min(self.config.prefetch))
+    }
+
+    /// Adds a handler's run time to the mean the prefetch follows.
+    pub(crate) fn ran(&self, took: Duration) {
+        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX - 1);
+        let mean = self.run_nanos.load(Ordering::Relaxed);
+        // An exponential moving average over about the last 8 runs; a lost update
+        // between two handlers ending at once only drops one sample.
+        let next = if mean == u64::MAX {
+            took
+        } else {
+            mean - mean / 8 + took / 8
+        };
+        self.run_nanos.store(next, Ordering::Relaxed);
     }
 
     pub(crate) fn running(&self) -> MutexGuard<'_, HashMap<Lease, Running>> {
@@ -691,6 +758,7 @@ impl Worker {
                 default_timeout: None,
                 retry_jitter: 0.1,
                 queue_depth_every: None,
+                prefetch: 1000,
             },
             queues: None,
             queue_limits: Vec::new(),
@@ -866,7 +934,7 @@ pub(crate) async fn run_one_due(shared: &Arc<Shared>) -> Result<Option<crate::te
     };
     let (id, task_type, attempt) = (job.task_id, job.task_type.clone(), job.task_attempt);
     let (tx, mut rx) = mpsc::unbounded_channel();
-    executor::spawn(shared, job, &tx);
+    executor::admit(shared, vec![(job, None)], &tx);
     drop(tx);
     let completion = rx
         .recv()

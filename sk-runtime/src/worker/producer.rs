@@ -1,4 +1,5 @@
-//! Claims up to the free slots whenever woken (notification, poll tick, freed slot).
+//! Claims up to the free slots and the prefetch whenever woken (notification, poll tick,
+//! freed slot).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -30,6 +31,8 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
         if shared.stopping.is_cancelled() {
             return;
         }
+        // Results written since may leave room for waiting jobs to start.
+        executor::dispatch(&shared, &completions);
         let known = controls.refresh(&shared).await;
         // `more`: claim again at once; `later`: claim again when a slot frees.
         let (mut more, mut later) = (false, false);
@@ -172,10 +175,20 @@ async fn claim(
     cap: usize,
     completions: &UnboundedSender<Completion>,
 ) -> crate::Result<Claimed> {
-    let free = shared
+    // The free slots plus the prefetch, less the jobs waiting already; with every slot
+    // busy, nothing until the local queue is down to half its bound, so claims stay large.
+    // (A slot is free to start a job only with room for its result, `held`.)
+    let slots = shared
         .slots
         .available_permits()
-        .min(shared.held.available_permits())
+        .min(shared.held.available_permits());
+    let prefetch = shared.prefetch();
+    let waiting = shared.waiting().len();
+    if slots == 0 && waiting > prefetch / 2 {
+        return Ok(Claimed::NoSlot);
+    }
+    let free = (slots + prefetch)
+        .saturating_sub(waiting)
         .min(cap)
         .min(MAX_CLAIM_BATCH);
     if free == 0 {
@@ -211,10 +224,24 @@ async fn claim(
         // Their rows are claimable again: claim afresh, with a lease from now.
         return Ok(Claimed::Full);
     }
-    for mut job in jobs {
-        job.claimed_at = Some(now);
-        executor::spawn(shared, job, completions);
-    }
+    // A queue limited in this worker: each job takes one of the queue's slots (the
+    // claim took no more than were free) and keeps it while it waits.
+    let limit = queues
+        .and_then(|q| q.first())
+        .and_then(|q| shared.queue_limits.get(q));
+    let jobs = jobs
+        .into_iter()
+        .map(|mut job| {
+            job.claimed_at = Some(now);
+            let queue_slot = limit.map(|limit| {
+                Arc::clone(limit)
+                    .try_acquire_owned()
+                    .expect("the claim takes no more jobs than the queue's free slots")
+            });
+            (job, queue_slot)
+        })
+        .collect();
+    executor::admit(shared, jobs, completions);
     Ok(match (full, capped) {
         (true, _) => Claimed::Full,
         (false, true) => Claimed::Capped,
