@@ -23,6 +23,9 @@
 //! - `burn_down_global_limit`: `burn_down` with a concurrency limit across workers on
 //!   the jobs' queue, as high as the worker's concurrency (so it never binds): what each
 //!   claim's row lock and count of running jobs cost; beside `raw_burn_down` too.
+//! - `failure_storm`: `burn_down` of jobs whose first run fails and whose retry (at once)
+//!   succeeds, every job run twice; beside `burn_down` of no-op jobs, its ratio says what
+//!   a storm of failures costs against the same number of successes.
 //! - `pickup_latency_p50/p95/p99/max`: with the worker idle, jobs enqueued one at a time at
 //!   random 5-50 ms gaps; from just before `enqueue` to the handler's first line.
 //! - `slow_jobs`: handlers that sleep 100 ms, at concurrency 256.
@@ -41,7 +44,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sk_runtime::{job, Client, Data, Enqueue, Schema, Worker};
+use sk_runtime::{job, Client, Data, Enqueue, JobContext, JobError, Schema, Worker};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
@@ -60,6 +63,26 @@ async fn bench_noop(n: u64) {
 async fn bench_sleep(n: u64) {
     let _ = n;
     tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+/// Fails its first run and succeeds when retried, at once: a failure storm's work.
+#[job(max_attempts = 2, backoff = "constant", backoff_base = "0s")]
+async fn bench_flaky(n: u64, ctx: JobContext) -> Result<(), JobError> {
+    let _ = n;
+    if ctx.attempt() == 1 {
+        return Err(JobError::new("the first run fails"));
+    }
+    Ok(())
+}
+
+/// What a burn-down's jobs do.
+#[derive(Clone, Copy, PartialEq)]
+enum Load {
+    Noop,
+    /// Sleep 100 ms.
+    Sleep,
+    /// Fail, then succeed on the retry.
+    Flaky,
 }
 
 /// Reports the enqueue-to-start latency of each run.
@@ -143,7 +166,7 @@ struct Bench {
     args: Args,
     results: Vec<(String, f64, &'static str)>,
     /// Per sk measure, the median of its ratios to the raw baseline run beside it.
-    ratios: Vec<(&'static str, f64)>,
+    ratios: Vec<(&'static str, &'static str, f64)>,
 }
 
 /// A measure's name, unit and run.
@@ -222,9 +245,21 @@ async fn run() -> Result<(), BoxError> {
         let (n, c) = (b.args.jobs, b.args.concurrency);
         b.measure_pair(
             ("burn_down", "jobs/s", &|b| {
-                Box::pin(b.burn_down(n, c, false))
+                Box::pin(b.burn_down(n, c, Load::Noop))
             }),
             ("raw_burn_down", "jobs/s", &|b| Box::pin(b.raw_burn_down(n))),
+        )
+        .await?;
+    }
+    if b.wants("failure_storm") {
+        let (n, c) = (b.args.jobs, b.args.concurrency);
+        b.measure_pair(
+            ("failure_storm", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, c, Load::Flaky))
+            }),
+            ("burn_down", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, c, Load::Noop))
+            }),
         )
         .await?;
     }
@@ -250,15 +285,20 @@ async fn run() -> Result<(), BoxError> {
     if b.wants("slow_jobs") {
         let n = b.args.slow_jobs;
         b.measure("slow_jobs", "jobs/s", |b| {
-            Box::pin(b.burn_down(n, 256, true))
+            Box::pin(b.burn_down(n, 256, Load::Sleep))
         })
         .await?;
     }
     for (name, value, unit) in &b.results {
         println!("{name} {value:.1} {unit}");
     }
-    for (name, ratio) in &b.ratios {
-        println!("{name}_ratio {ratio:.2} of_raw");
+    for (name, baseline, ratio) in &b.ratios {
+        let of = if baseline.starts_with("raw_") {
+            "raw"
+        } else {
+            baseline
+        };
+        println!("{name}_ratio {ratio:.2} of_{of}");
     }
     Ok(())
 }
@@ -332,8 +372,11 @@ impl Bench {
             let value = median(pairs.iter().map(|p| p[slot]).collect());
             self.results.push((name.to_owned(), value, unit));
         }
-        self.ratios
-            .push((sk.0, median(pairs.iter().map(|p| p[0] / p[1]).collect())));
+        self.ratios.push((
+            sk.0,
+            raw.0,
+            median(pairs.iter().map(|p| p[0] / p[1]).collect()),
+        ));
         Ok(())
     }
 
@@ -484,29 +527,38 @@ impl Bench {
         client
             .set_global_limit("default", Some(u32::try_from(concurrency)?))
             .await?;
-        let result = self.burn_down(n, concurrency, false).await;
+        let result = self.burn_down(n, concurrency, Load::Noop).await;
         client.set_global_limit("default", None).await?;
         result
     }
 
-    async fn burn_down(&self, n: u64, concurrency: usize, slow: bool) -> Result<f64, BoxError> {
+    async fn burn_down(&self, n: u64, concurrency: usize, load: Load) -> Result<f64, BoxError> {
         let mut i = 0;
         while i < n {
             let end = (i + 10_000).min(n);
-            if slow {
-                let chunk: Vec<_> = (i..end)
-                    .map(|k| Enqueue::new(BenchSleep::new(k)).with_schema(&self.schema))
-                    .collect();
-                BenchSleep::enqueue_many(&self.pool, chunk).await?;
-            } else {
-                let chunk: Vec<_> = (i..end)
-                    .map(|k| Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema))
-                    .collect();
-                BenchNoop::enqueue_many(&self.pool, chunk).await?;
+            match load {
+                Load::Sleep => {
+                    let chunk: Vec<_> = (i..end)
+                        .map(|k| Enqueue::new(BenchSleep::new(k)).with_schema(&self.schema))
+                        .collect();
+                    BenchSleep::enqueue_many(&self.pool, chunk).await?;
+                }
+                Load::Noop => {
+                    let chunk: Vec<_> = (i..end)
+                        .map(|k| Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema))
+                        .collect();
+                    BenchNoop::enqueue_many(&self.pool, chunk).await?;
+                }
+                Load::Flaky => {
+                    let chunk: Vec<_> = (i..end)
+                        .map(|k| Enqueue::new(BenchFlaky::new(k)).with_schema(&self.schema))
+                        .collect();
+                    BenchFlaky::enqueue_many(&self.pool, chunk).await?;
+                }
             }
             i = end;
         }
-        if self.args.old_results > 0 && !slow {
+        if self.args.old_results > 0 && load == Load::Noop {
             // History: finished jobs of earlier days, as a long-running system keeps them.
             sqlx::query(
                 "INSERT INTO sk_bench.sk_task_results_t (task_id, task_type, task_source, task_queue, task_status,
@@ -527,7 +579,11 @@ impl Bench {
         sqlx::query("VACUUM ANALYZE sk_bench.sk_task_results_t")
             .execute(&self.pool)
             .await?;
-        let task_type = if slow { "bench_sleep" } else { "bench_noop" };
+        let task_type = match load {
+            Load::Noop => "bench_noop",
+            Load::Sleep => "bench_sleep",
+            Load::Flaky => "bench_flaky",
+        };
         let worker = Worker::builder(self.pool.clone())
             .schema(self.schema.clone())
             .task_types([task_type])

@@ -89,7 +89,7 @@ async fn main() {
     }
 }
 
-async fn run() -> Result<(), Box<dyn std::error::Error>> {
+async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let args = args()?;
     let (pool, schema) = fresh_schema(SCHEMA, 20).await?;
     let client = Client::new(pool.clone()).schema(schema.clone());

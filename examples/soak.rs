@@ -65,7 +65,7 @@ async fn main() {
     }
 }
 
-async fn run() -> Result<(), Box<dyn std::error::Error>> {
+async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let args = args()?;
     let (pool, schema) = fresh_schema("sk_soak", 10).await?;
     println!(

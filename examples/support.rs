@@ -12,7 +12,7 @@ pub(crate) fn rss_kb() -> Option<i64> {
 pub(crate) async fn fresh_schema(
     schema: &str,
     max_connections: u32,
-) -> Result<(sqlx::PgPool, sk_runtime::Schema), Box<dyn std::error::Error>> {
+) -> Result<(sqlx::PgPool, sk_runtime::Schema), Box<dyn std::error::Error + Send + Sync>> {
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let pool = sqlx::postgres::PgPoolOptions::new()

@@ -93,6 +93,28 @@ async fn refuses(ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
     Err(JobError::fatal("invalid account: retrying cannot help"))
 }
 
+/// Waits for the gate, then fails its first run: for good when `fatal`, else to be retried
+/// at once (and succeed).
+#[job(max_attempts = 2, backoff = "constant", backoff_base = "1ms")]
+async fn fails_together(
+    fatal: bool,
+    ctx: JobContext,
+    probe: Data<Probe>,
+    gate: Data<Gate>,
+) -> Result<(), JobError> {
+    probe.saw(&ctx, "fails_together");
+    if ctx.attempt() > 1 {
+        return Ok(());
+    }
+    let mut open = gate.0.clone();
+    let _ = open.wait_for(|open| *open).await;
+    Err(if fatal {
+        JobError::fatal("failed for good")
+    } else {
+        JobError::new("failed, to retry")
+    })
+}
+
 #[job(backoff = "constant", backoff_base = "10ms")]
 async fn panics_once(ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
     probe.saw(&ctx, "panics_once");
@@ -452,6 +474,65 @@ each_backend! {
             r.last_error_message.as_deref(),
             Some("invalid account: retrying cannot help")
         );
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn failures_finishing_together_are_recorded_each(db) {
+        // Twenty runs held at a gate fail at once, half for good and half to retry: the
+        // completer records them together (one transaction), each with its own outcome.
+        const JOBS: usize = 20;
+        let (probe, mut rx) = probe();
+        let mut ids = Vec::new();
+        for i in 0..JOBS {
+            ids.push((i % 2 == 0, FailsTogether::new(i % 2 == 0).enqueue(&db.pool).await.unwrap()));
+        }
+        let (open_tx, closed) = gate(false);
+        let w = RunningWorker::start(
+            worker(&db, &[FailsTogether::TASK_TYPE])
+                .concurrency(JOBS)
+                .data(probe)
+                .data(closed),
+        );
+        for _ in 0..JOBS {
+            assert_eq!(recv(&mut rx, "a first run", T).await.attempt, 1);
+        }
+        open_tx.send(true).unwrap();
+        for &(fatal, id) in &ids {
+            let r = if fatal {
+                db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await
+            } else {
+                db.wait_job(id, T, |r| r.status() == JobStatus::Processed).await
+            };
+            assert_eq!(r.error_count, 1, "{r:?}");
+            assert_eq!(r.last_error_recoverable, Some(!fatal), "{r:?}");
+            assert_eq!(r.payload.is_some(), fatal, "a job failed for good keeps its payload: {r:?}");
+        }
+        let w_id = w.id.clone();
+        w.stop().await;
+        let metric = |name: &'static str| {
+            let (db, w_id) = (&db, &w_id);
+            async move {
+                db.scalar(
+                    &format!("SELECT metric_value FROM sk_metrics_t WHERE metric_owner_process_id = $1 AND metric_id = '{name}'"),
+                    Some(w_id),
+                )
+                .await
+            }
+        };
+        let half = Some(JOBS as i64 / 2);
+        assert_eq!(
+            (metric("jobs_failed").await, metric("jobs_retried").await, metric("jobs_succeeded").await),
+            (half, half, half)
+        );
+        let runs = db
+            .scalar(
+                "SELECT CAST(sum(et_n_execution_cycles) AS BIGINT) FROM sk_task_execution_time_stats_t WHERE et_payload_type = 'fails_together'",
+                None,
+            )
+            .await;
+        assert_eq!(runs, Some(JOBS as i64 * 3 / 2), "every run in the statistics, once");
         db.drop().await;
     }
 }

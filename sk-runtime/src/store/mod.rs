@@ -1273,8 +1273,9 @@ delegate! {
     /// The outputs of a waiting job's dependencies, in order (`None`: one that has not
     /// succeeded, which a retry of the job can meet).
     fn inputs(&self, id: Uuid) -> Result<Vec<Option<Option<String>>>>;
-    /// Records a failed run, to retry or final (fenced); false when the lease was lost.
-    fn fail(&self, failure: &Failure, now: DateTime<Utc>) -> Result<bool>;
+    /// Records failed runs, to retry or final (fenced), in one transaction; per failure,
+    /// false when its lease was lost.
+    fn fail(&self, failures: &[Failure], now: DateTime<Utc>) -> Result<Vec<bool>>;
     /// Hands jobs back without using an attempt (a graceful stop, or a snooze until `at`).
     fn give_back(&self, leases: &[Lease], at: DateTime<Utc>) -> Result<u64>;
     /// Extends the leases still held; the ids of those.

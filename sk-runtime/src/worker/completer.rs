@@ -1,5 +1,6 @@
 //! Finalizes runs in batches: one statement for all successes of a batch (results and
-//! stats included), one per failure, one for all given-back leases.
+//! stats included), one transaction for its failures, one statement for all given-back
+//! leases.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -168,9 +169,12 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         }
         leases.extend(successes.iter().map(|s| s.lease));
     }
-    for f in &failures {
-        if let Some(held) = persist(shared, "record a failure", || shared.store.fail(f, now)).await
-        {
+    if !failures.is_empty() {
+        let recorded = persist(shared, "record failures", || {
+            shared.store.fail(&failures, now)
+        })
+        .await;
+        for (f, held) in failures.iter().zip(recorded.into_iter().flatten()) {
             if !held {
                 Metrics::add(&shared.metrics.fenced, 1);
                 refused(shared, &f.lease, "failure");
@@ -191,7 +195,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 crate::store::jobs_finished();
             }
         }
-        leases.push(f.lease);
+        leases.extend(failures.iter().map(|f| f.lease));
     }
     if !give_back.is_empty() {
         if let Some(n) = persist(shared, "give leases back", || {

@@ -1268,104 +1268,115 @@ impl MySqlStore {
         flow::inputs(&mut conn, &self.schema, id).await
     }
 
-    /// Records a failed run (retry or final); false when the lease was lost (fenced).
-    pub(crate) async fn fail(&self, f: &Failure, now: DateTime<Utc>) -> Result<bool> {
-        let recorded = retrying!(self, "a failure", |conn| {
+    /// Records failed runs (retry or final) in one transaction; per failure, false when
+    /// its lease was lost (fenced).
+    pub(crate) async fn fail(&self, failures: &[Failure], now: DateTime<Utc>) -> Result<Vec<bool>> {
+        // Rows locked in id order, as the other batched statements do.
+        let mut order: Vec<usize> = (0..failures.len()).collect();
+        order.sort_unstable_by_key(|&i| failures[i].lease.id);
+        let recorded = retrying!(self, "failures", |conn| {
             let mut tx = conn.begin_with(BEGIN).await?;
-            let Some(row) = self.held(&mut tx, &[f.lease]).await?.pop() else {
-                tx.commit().await?;
-                return Ok(false);
-            };
-            let last_run = f.retry_at.is_none();
-            match f.retry_at {
-                None => self.delete(&mut tx, std::slice::from_ref(&row)).await?,
-                Some(retry_at) => {
-                    // The row waits again; its lost attempts move to the results row.
-                    sqlx::query(&format!(
-                        "UPDATE {} SET task_locked_until_ts = ?, task_locked_by = NULL,
-                                    task_lost_attempts = NULL, task_has_result = 1
-                                 WHERE task_lock_handle_id = ?",
-                        self.sql().queue
-                    ))
-                    .bind(retry_at)
-                    .bind(row.task_lock_handle_id)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-            }
-            let mut attempts = row.lost();
-            let first = row.first_started(&attempts);
-            let failed = 1 + attempts.len() as i64;
-            attempts.push(serde_json::json!({
-                "attempt": f.lease.attempt,
-                "worker": self.worker_id,
-                "started_at": row.task_claimed_at_ts.map(ts),
-                "ended_at": ts(now),
-                "outcome": if last_run { "fatal" } else { "retried" },
-                "kind": f.kind,
-                "message": f.message,
-                "detail": f.detail,
-                "recoverable": f.recoverable,
-            }));
-            let errors = errors_with(&mut tx, &self.schema, row.task_id, attempts).await?;
-            sqlx::query(&self.sql().failure)
-                .bind(row.task_id)
-                .bind(&row.task_type)
-                .bind(&row.task_source)
-                .bind(&row.task_queue)
-                .bind(row.task_priority)
-                .bind(row.task_posted_at_ts)
-                .bind(&row.task_tenant)
-                .bind(&row.task_correlation_id)
-                .bind(&row.task_metadata)
-                .bind(f.status as i32)
-                .bind(failed)
-                .bind(&f.kind)
-                .bind(&f.message)
-                .bind(&f.detail)
-                .bind(f.seed_error())
-                .bind(f.recoverable)
-                .bind(f.millis)
-                .bind(last_run.then_some(now))
-                // A job that failed for good keeps its payload, to inspect or re-post.
-                .bind(if last_run {
-                    row.task_payload.as_deref()
-                } else {
-                    None
-                })
-                .bind(&self.worker_id)
-                .bind(errors)
-                .bind(first)
-                .bind(row.task_claimed_at_ts)
-                .bind(row.task_max_attempts)
-                .bind(row.task_timeout_ms)
-                .execute(&mut *tx)
-                .await?;
-            if last_run {
-                self.again(&mut tx, &row, now).await?;
-                if row.task_dependants {
-                    let message =
-                        super::dependency_message(row.task_id, &row.task_type, false, &f.message);
-                    flow::propagate(
-                        &mut tx,
-                        &self.schema,
-                        vec![(row.task_id, message)],
-                        false,
-                        now,
-                    )
-                    .await?;
-                }
-            }
+            let mut recorded = vec![false; failures.len()];
             let mut stats = Stats::default();
-            stats.add(&row.task_type, f.millis);
+            for &i in &order {
+                recorded[i] = self.fail_in(&mut tx, &failures[i], &mut stats, now).await?;
+            }
             self.write_stats(&mut tx, stats, now).await?;
             tx.commit().await?;
-            Ok(true)
+            Ok(recorded)
         })?;
-        if recorded {
+        if recorded.contains(&true) {
             wake();
         }
         Ok(recorded)
+    }
+
+    /// One failure of `fail`, its run added to `stats`.
+    async fn fail_in(
+        &self,
+        tx: &mut MySqlConnection,
+        f: &Failure,
+        stats: &mut Stats,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let Some(row) = self.held(tx, &[f.lease]).await?.pop() else {
+            return Ok(false);
+        };
+        let last_run = f.retry_at.is_none();
+        match f.retry_at {
+            None => self.delete(tx, std::slice::from_ref(&row)).await?,
+            Some(retry_at) => {
+                // The row waits again; its lost attempts move to the results row.
+                sqlx::query(&format!(
+                    "UPDATE {} SET task_locked_until_ts = ?, task_locked_by = NULL,
+                                task_lost_attempts = NULL, task_has_result = 1
+                             WHERE task_lock_handle_id = ?",
+                    self.sql().queue
+                ))
+                .bind(retry_at)
+                .bind(row.task_lock_handle_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        let mut attempts = row.lost();
+        let first = row.first_started(&attempts);
+        let failed = 1 + attempts.len() as i64;
+        attempts.push(serde_json::json!({
+            "attempt": f.lease.attempt,
+            "worker": self.worker_id,
+            "started_at": row.task_claimed_at_ts.map(ts),
+            "ended_at": ts(now),
+            "outcome": if last_run { "fatal" } else { "retried" },
+            "kind": f.kind,
+            "message": f.message,
+            "detail": f.detail,
+            "recoverable": f.recoverable,
+        }));
+        let errors = errors_with(tx, &self.schema, row.task_id, attempts).await?;
+        sqlx::query(&self.sql().failure)
+            .bind(row.task_id)
+            .bind(&row.task_type)
+            .bind(&row.task_source)
+            .bind(&row.task_queue)
+            .bind(row.task_priority)
+            .bind(row.task_posted_at_ts)
+            .bind(&row.task_tenant)
+            .bind(&row.task_correlation_id)
+            .bind(&row.task_metadata)
+            .bind(f.status as i32)
+            .bind(failed)
+            .bind(&f.kind)
+            .bind(&f.message)
+            .bind(&f.detail)
+            .bind(f.seed_error())
+            .bind(f.recoverable)
+            .bind(f.millis)
+            .bind(last_run.then_some(now))
+            // A job that failed for good keeps its payload, to inspect or re-post.
+            .bind(if last_run {
+                row.task_payload.as_deref()
+            } else {
+                None
+            })
+            .bind(&self.worker_id)
+            .bind(errors)
+            .bind(first)
+            .bind(row.task_claimed_at_ts)
+            .bind(row.task_max_attempts)
+            .bind(row.task_timeout_ms)
+            .execute(&mut *tx)
+            .await?;
+        if last_run {
+            self.again(tx, &row, now).await?;
+            if row.task_dependants {
+                let message =
+                    super::dependency_message(row.task_id, &row.task_type, false, &f.message);
+                flow::propagate(tx, &self.schema, vec![(row.task_id, message)], false, now).await?;
+            }
+        }
+        stats.add(&row.task_type, f.millis);
+        Ok(true)
     }
 
     /// Releases leases at once (graceful stop), without using up an attempt.

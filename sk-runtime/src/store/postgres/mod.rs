@@ -1302,15 +1302,19 @@ impl PgStore {
         flow::inputs(&mut conn, &self.schema, id).await
     }
 
-    /// Records a failed run (retry or final); false when the lease was lost (fenced).
-    pub(crate) async fn fail(&self, f: &Failure, now: DateTime<Utc>) -> Result<bool> {
+    /// Records failed runs (retry or final) in one transaction; per failure, false when
+    /// its lease was lost (fenced).
+    pub(crate) async fn fail(&self, failures: &[Failure], now: DateTime<Utc>) -> Result<Vec<bool>> {
         let mut conn = self.acquire().await?;
-        if f.retry_at.is_some() {
-            return self.fail_on(&mut conn, f, now).await;
-        }
-        // A failure for good may end the jobs waiting on this one: in one transaction.
+        // One transaction and one commit for the batch (a failure for good may end the
+        // jobs waiting on it in the same one), its rows locked in id order.
+        let mut order: Vec<usize> = (0..failures.len()).collect();
+        order.sort_unstable_by_key(|&i| failures[i].lease.id);
         let mut tx = conn.begin().await.map_err(|e| self.lost(e))?;
-        let recorded = self.fail_on(&mut tx, f, now).await?;
+        let mut recorded = vec![false; failures.len()];
+        for i in order {
+            recorded[i] = self.fail_on(&mut tx, &failures[i], now).await?;
+        }
         tx.commit().await.map_err(|e| self.lost(e))?;
         Ok(recorded)
     }

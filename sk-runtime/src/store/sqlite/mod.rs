@@ -1076,10 +1076,32 @@ impl SqliteStore {
         flow::inputs(&mut conn, &self.schema, id).await
     }
 
-    /// Records a failed run (retry or final); false when the lease was lost (fenced).
-    pub(crate) async fn fail(&self, f: &Failure, now: DateTime<Utc>) -> Result<bool> {
+    /// Records failed runs (retry or final) in one transaction; per failure, false when
+    /// its lease was lost (fenced).
+    pub(crate) async fn fail(&self, failures: &[Failure], now: DateTime<Utc>) -> Result<Vec<bool>> {
         let (_turn, mut conn) = self.writing().await?;
         let mut tx = Self::write(&mut conn).await?;
+        let mut recorded = Vec::with_capacity(failures.len());
+        let mut stats = Stats::default();
+        for f in failures {
+            recorded.push(self.fail_in(&mut tx, f, &mut stats, now).await?);
+        }
+        self.write_stats(&mut tx, stats, now).await?;
+        tx.commit().await?;
+        if recorded.contains(&true) {
+            wake();
+        }
+        Ok(recorded)
+    }
+
+    /// One failure of `fail`, its run added to `stats`.
+    async fn fail_in(
+        &self,
+        tx: &mut SqliteConnection,
+        f: &Failure,
+        stats: &mut Stats,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
         let row: Option<Row> = match f.retry_at {
             None => {
                 sqlx::query_as(&self.sql().take)
@@ -1128,7 +1150,7 @@ impl SqliteStore {
             "detail": f.detail,
             "recoverable": f.recoverable,
         }));
-        let errors = errors_with(&mut tx, &self.schema, row.task_id, attempts).await?;
+        let errors = errors_with(tx, &self.schema, row.task_id, attempts).await?;
         let last_run = f.retry_at.is_none();
         sqlx::query(&self.sql().failure)
             .bind(row.task_id)
@@ -1164,25 +1186,14 @@ impl SqliteStore {
             .execute(&mut *tx)
             .await?;
         if last_run {
-            self.again(&mut tx, &row, now).await?;
+            self.again(tx, &row, now).await?;
             if row.task_dependants {
                 let message =
                     super::dependency_message(row.task_id, &row.task_type, false, &f.message);
-                flow::propagate(
-                    &mut tx,
-                    &self.schema,
-                    vec![(row.task_id, message)],
-                    false,
-                    now,
-                )
-                .await?;
+                flow::propagate(tx, &self.schema, vec![(row.task_id, message)], false, now).await?;
             }
         }
-        let mut stats = Stats::default();
         stats.add(&row.task_type, f.millis);
-        self.write_stats(&mut tx, stats, now).await?;
-        tx.commit().await?;
-        wake();
         Ok(true)
     }
 
