@@ -159,7 +159,11 @@ async fn run() -> Result<(), BoxError> {
         args.delay.as_micros(),
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    println!("# SELECT 1 round trip, direct: {:.3} ms", direct * 1e3);
+    println!(
+        "# SELECT 1 round trip, direct: {:.3} ms through a pool, {:.3} ms on a held connection",
+        direct.0 * 1e3,
+        direct.1 * 1e3
+    );
     let mut first = None;
     // The hosts are made once for the largest N (a relay's listener lives as long as the
     // process); each N uses the first N.
@@ -171,6 +175,14 @@ async fn run() -> Result<(), BoxError> {
             .connect(&net.url(0))
             .await?;
         let relayed = round_trip(&via).await?;
+        via.close().await;
+        // The same pool without its ping before each acquire.
+        let via = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .test_before_acquire(false)
+            .connect(&net.url(0))
+            .await?;
+        let untested = round_trip(&via).await?.0;
         via.close().await;
         let mut i = 0;
         while i < args.jobs {
@@ -241,7 +253,8 @@ async fn run() -> Result<(), BoxError> {
             "hosts {n}: {rate:.0} jobs/s ({:.2}x of 1 host, {:.0} per host); pickup p50 {:.2} p95 {:.2} p99 {:.2} ms; \
              lock waits {lock_waits:.1} % of active sessions; {twice} run twice; \
              cores busy: postgres {:.2}, workers {:.2}, relays {:.2}, machine {:.2} (iowait {:.2}); \
-             largest worker {rss_mb:.0} MB resident; relayed SELECT 1 {:.3} ms",
+             largest worker {rss_mb:.0} MB resident; relayed SELECT 1 {:.3} ms through a pool \
+             ({:.3} ms without the ping before acquire), {:.3} ms on a held connection",
             rate / base,
             rate / n as f64,
             latency[0],
@@ -252,7 +265,9 @@ async fn run() -> Result<(), BoxError> {
             cpu.relay,
             cpu.busy,
             cpu.iowait,
-            relayed * 1e3,
+            relayed.0 * 1e3,
+            untested * 1e3,
+            relayed.1 * 1e3,
         );
         let mut waits: Vec<_> = waits.into_iter().collect();
         waits.sort_by_key(|w| std::cmp::Reverse(w.1));
@@ -277,16 +292,28 @@ async fn run() -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Median of 200 `SELECT 1`, in seconds.
-async fn round_trip(pool: &sqlx::PgPool) -> Result<f64, BoxError> {
+/// Median of 200 `SELECT 1`, in seconds: through the pool (each takes a connection from
+/// it), and on one connection held throughout.
+async fn round_trip(pool: &sqlx::PgPool) -> Result<(f64, f64), BoxError> {
+    let median = |mut t: Vec<f64>| {
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
     let mut t = Vec::new();
     for _ in 0..200 {
         let start = Instant::now();
         sqlx::query("SELECT 1").execute(pool).await?;
         t.push(start.elapsed().as_secs_f64());
     }
-    t.sort_by(f64::total_cmp);
-    Ok(t[t.len() / 2])
+    let through_pool = median(t);
+    let mut conn = pool.acquire().await?;
+    let mut t = Vec::new();
+    for _ in 0..200 {
+        let start = Instant::now();
+        sqlx::query("SELECT 1").execute(&mut *conn).await?;
+        t.push(start.elapsed().as_secs_f64());
+    }
+    Ok((through_pool, median(t)))
 }
 
 /// Jobs enqueued one at a time at random gaps to idle workers; p50, p95, p99 in ms of

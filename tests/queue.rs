@@ -1100,6 +1100,90 @@ each_backend! {
     }
 }
 
+/// Only the completion of a job someone waits on (`Client::wait`) notifies the done
+/// channel: with a notice in every completion, PostgreSQL's one-at-a-time commit of
+/// notifying transactions held up workers on many hosts (docs/scaling.md). PostgreSQL
+/// only: the others have no notifications.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_job_waited_on_notifies_the_done_channel() {
+    const JOBS: i64 = 200;
+    let db = TestDb::new().await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&db.pool)
+        .await
+        .unwrap();
+    listener.listen("sk_task_done").await.unwrap();
+    for i in 0..JOBS {
+        Record::new(format!("job {i}"))
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+    }
+    let (open_tx, closed) = gate(false);
+    let waited = Gated::new("waited on".into())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let (probe, mut rx) = probe();
+    // One job at a time, a completion each; the gated one holds its slot until the wait
+    // has begun, so every other job finishes first.
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE, Gated::TASK_TYPE])
+            .concurrency(2)
+            .data(probe)
+            .data(closed),
+    );
+    wait_until("the other jobs to finish", T, || async {
+        let done = db
+            .scalar(
+                "SELECT count(*) FROM sk_task_results_t WHERE task_status = 3",
+                None,
+            )
+            .await;
+        (done == Some(JOBS)).then_some(())
+    })
+    .await;
+    while recv(&mut rx, "a run", T).await.label != "waited on" {}
+    // Notices arrive in commit order: had any of those completions notified, its notice
+    // would come before this one.
+    sqlx::query("SELECT pg_notify('sk_task_done', 'sentinel')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(T, listener.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        first.payload(),
+        "sentinel",
+        "a completion nobody waited on notified"
+    );
+    let client = sk_runtime::Client::new(db.pool.clone());
+    let waiting = tokio::spawn(async move { client.wait(waited, T).await });
+    wait_until("the wait to mark its job", T, || async {
+        let marked = db
+            .scalar(
+                "SELECT count(*) FROM sk_tasks_queue_t WHERE task_waited",
+                None,
+            )
+            .await;
+        (marked == Some(1)).then_some(())
+    })
+    .await;
+    open_tx.send(true).unwrap();
+    assert_eq!(
+        waiting.await.unwrap().unwrap().status(),
+        JobStatus::Processed
+    );
+    let notice = tokio::time::timeout(T, listener.recv())
+        .await
+        .expect("the waited job's completion notifies")
+        .unwrap();
+    assert_eq!(notice.payload(), "");
+    w.stop().await;
+    db.drop().await;
+}
+
 /// A claim held up past its lease (a partition, a stopped process, a stalled database)
 /// comes back holding jobs whose leases have run out, which another worker may claim at
 /// once: the worker hands them back unstarted, with their attempts intact, and claims
@@ -1721,7 +1805,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
             .fetch_all(&db.pool)
             .await
             .unwrap();
-    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     // The old results table became the default partition (migration 5), options and all.
     let options: Vec<String> = sqlx::query_scalar(
         "SELECT unnest(reloptions) FROM pg_class WHERE oid = 'old.sk_task_results_default'::regclass ORDER BY 1",
@@ -1750,7 +1834,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
     let error = worker.run_until(std::future::pending()).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "the database schema is at version 99, newer than this sk (9); upgrade sk"
+        "the database schema is at version 99, newer than this sk (10); upgrade sk"
     );
     db.drop().await;
 }

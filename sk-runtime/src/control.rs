@@ -486,7 +486,8 @@ impl Client {
     /// record; read its typed output with [`JobRecord::output`]. Looks again when a
     /// worker of this process records outcomes and, on PostgreSQL, when any worker does
     /// (a notification on the done channel, `sk_task_done`, over a connection of its
-    /// own); else it polls, from 10 ms backing off to 1 s.
+    /// own: the wait marks the job, and only the completion of a marked job notifies);
+    /// else it polls, from 10 ms backing off to 1 s.
     ///
     /// # Errors
     /// [`Error::JobNotFound`] when no such job exists, [`Error::WaitTimedOut`] when it
@@ -495,6 +496,7 @@ impl Client {
         let started = std::time::Instant::now();
         let mut pause = Duration::from_millis(10);
         let mut finished = crate::store::Finished::new(&self.pool, &self.schema).await;
+        finished.mark(&self.pool, &self.schema, id).await;
         loop {
             match self.job(id).await? {
                 None => return Err(Error::JobNotFound(id)),

@@ -295,6 +295,27 @@ impl Finished {
         }
     }
 
+    /// Marks job `id` as waited on, so that its completion notifies the done channel
+    /// (PostgreSQL; the others have no notifications). Without the mark (the job is
+    /// finished already, or the database fails) the waiter still looks after each poll.
+    pub(crate) async fn mark(&self, pool: &Pool, schema: &Schema, id: uuid::Uuid) {
+        #[cfg(feature = "postgres")]
+        if let (Pool::Postgres(pool), Some(_)) = (pool, &self.remote) {
+            let marked = sqlx::query(&format!(
+                "UPDATE {} SET task_waited = true WHERE task_id = $1 AND NOT task_waited",
+                schema.table("tasks_queue_t")
+            ))
+            .bind(id)
+            .execute(pool)
+            .await;
+            if let Err(e) = marked {
+                tracing::debug!("sk: wait polls, cannot mark job {id} as waited on: {e}");
+            }
+        }
+        #[cfg(not(feature = "postgres"))]
+        let _ = (pool, schema, id);
+    }
+
     /// Returns when jobs finished somewhere, or after `at_most`.
     pub(crate) async fn next(&mut self, at_most: std::time::Duration) {
         let local = &mut self.local;

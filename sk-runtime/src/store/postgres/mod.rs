@@ -72,6 +72,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "workflows: jobs that wait on other jobs",
         include_str!("../../../../migrations/postgres/0009_workflows.sql"),
     ),
+    (
+        10,
+        "only jobs waited on notify the done channel",
+        include_str!("../../../../migrations/postgres/0010_waited.sql"),
+    ),
 ];
 
 /// The statements of one schema, formatted once and then reused, so sqlx's per-connection
@@ -484,7 +489,8 @@ impl Statements {
                     RETURNING {job_columns_q}, input.ms, input.output,
                         CASE WHEN q.task_rerun OR q.task_every_ms IS NOT NULL THEN q.task_payload END AS task_payload,
                         q.task_max_attempts, q.task_unique_key, q.task_unique_mode, q.task_rerun, q.task_every_ms,
-                        q.task_has_result, q.task_dependants, q.task_waiting_on IS NOT NULL AS task_fed
+                        q.task_has_result, q.task_dependants, q.task_waiting_on IS NOT NULL AS task_fed,
+                        q.task_waited
                 ), res AS (
                     UPDATE {r} r SET task_status = 3, task_processing_time_milliseconds = done.ms,
                         task_processing_finalized_at_ts = $5,
@@ -511,9 +517,12 @@ impl Statements {
                 ),
                 {},
                 {}
-                -- Wakes `Client::wait` in other processes (`$7`: the done channel).
+                -- Wakes `Client::wait` in other processes (`$7`: the done channel), only
+                -- for jobs one waits on (migration 10).
                 -- Jobs others wait on, and jobs that waited, go on to `flow::settle`.
-                SELECT task_id, task_dependants, task_fed FROM done, (SELECT pg_notify($7, '')) AS notify",
+                SELECT task_id, task_dependants, task_fed
+                FROM done, (SELECT CASE WHEN EXISTS (SELECT 1 FROM done WHERE task_waited)
+                    THEN pg_notify($7, '') END) AS notify",
                 rerun("$5::timestamptz"),
                 stats.replace("$now", "$5").replace("$owner", "$4")
             )
