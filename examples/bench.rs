@@ -22,7 +22,9 @@
 //!   statement.
 //! - `burn_down_global_limit`: `burn_down` with a concurrency limit across workers on
 //!   the jobs' queue, as high as the worker's concurrency (so it never binds): what each
-//!   claim's row lock and count of running jobs cost; beside `raw_burn_down` too.
+//!   claim's row lock and count of running jobs cost, and (a limited queue is claimed for
+//!   free slots only, without the prefetch) what the prefetch brings; beside
+//!   `raw_burn_down` too.
 //! - `failure_storm`: `burn_down` of jobs whose first run fails and whose retry (at once)
 //!   succeeds, every job run twice; beside `burn_down` of no-op jobs, its ratio says what
 //!   a storm of failures costs against the same number of successes.

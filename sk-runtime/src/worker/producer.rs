@@ -182,7 +182,10 @@ async fn claim(
         .slots
         .available_permits()
         .min(shared.held.available_permits());
-    let prefetch = shared.prefetch();
+    // A queue with a global limit is claimed for free slots only: every lease counts
+    // against the limit, so jobs waiting here would hold room another worker's idle
+    // handler could use.
+    let prefetch = if capped { 0 } else { shared.prefetch() };
     let waiting = shared.waiting().len();
     if slots == 0 && waiting > prefetch / 2 {
         return Ok(Claimed::NoSlot);
