@@ -460,7 +460,9 @@ impl Client {
     ///
     /// Each claim of a limited queue takes the queue's row lock and counts its running
     /// jobs, so claims of that queue take turns (docs/operations.md gives the cost);
-    /// other queues' claims are untouched.
+    /// other queues' claims are untouched. A limited queue is claimed for free handler
+    /// slots only, without the worker's prefetch (`WorkerBuilder::prefetch`): a job
+    /// waiting in one worker would hold room under the limit.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a bad queue name or a limit of 0 or over `i32::MAX`; the

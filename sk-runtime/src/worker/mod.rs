@@ -95,7 +95,8 @@ impl WorkerBuilder {
     /// through in about 25 ms, so jobs of a second or more are never held back from
     /// other workers, and no more than `max`. Waiting jobs start by priority, then post
     /// time (a later claim's more urgent job goes first); their leases are kept by the
-    /// heartbeat and handed back, attempts intact, when the worker stops.
+    /// heartbeat and handed back, attempts intact, when the worker stops. A queue with a
+    /// global limit (`Client::set_global_limit`) is never prefetched.
     pub fn prefetch(mut self, max: usize) -> Self {
         self.config.prefetch = max;
         self
