@@ -1101,7 +1101,7 @@ each_backend! {
 }
 
 /// Only the completion of a job someone waits on (`Client::wait`) notifies the done
-/// channel: with a notice in every completion, PostgreSQL's one-at-a-time commit of
+/// channel, whether it succeeded or failed for good: with a notice in every completion, PostgreSQL's one-at-a-time commit of
 /// notifying transactions held up workers on many hosts (docs/scaling.md). PostgreSQL
 /// only: the others have no notifications.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1118,6 +1118,10 @@ async fn only_a_job_waited_on_notifies_the_done_channel() {
             .await
             .unwrap();
     }
+    // And some that fail for good.
+    for _ in 0..5 {
+        Refuses::new().enqueue(&db.pool).await.unwrap();
+    }
     let (open_tx, closed) = gate(false);
     let waited = Gated::new("waited on".into())
         .enqueue(&db.pool)
@@ -1127,19 +1131,22 @@ async fn only_a_job_waited_on_notifies_the_done_channel() {
     // One job at a time, a completion each; the gated one holds its slot until the wait
     // has begun, so every other job finishes first.
     let w = RunningWorker::start(
-        worker(&db, &[Record::TASK_TYPE, Gated::TASK_TYPE])
-            .concurrency(2)
-            .data(probe)
-            .data(closed),
+        worker(
+            &db,
+            &[Record::TASK_TYPE, Refuses::TASK_TYPE, Gated::TASK_TYPE],
+        )
+        .concurrency(2)
+        .data(probe)
+        .data(closed),
     );
     wait_until("the other jobs to finish", T, || async {
         let done = db
             .scalar(
-                "SELECT count(*) FROM sk_task_results_t WHERE task_status = 3",
+                "SELECT count(*) FROM sk_task_results_t WHERE task_status IN (3, 6)",
                 None,
             )
             .await;
-        (done == Some(JOBS)).then_some(())
+        (done == Some(JOBS + 5)).then_some(())
     })
     .await;
     while recv(&mut rx, "a run", T).await.label != "waited on" {}

@@ -251,12 +251,12 @@ impl Statements {
                   AND $4::timestamptz IS NOT NULL
                 RETURNING {job_columns_q_noloss}, old.task_lost_attempts, NULL::text AS task_payload,
                     q.task_max_attempts, q.task_unique_key, q.task_unique_mode, false AS task_rerun,
-                    NULL::int8 AS task_every_ms, false AS task_dependants
+                    NULL::int8 AS task_every_ms, false AS task_dependants, false AS task_waited
             ), gone AS (
                 DELETE FROM {q}
                 WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3 AND $4::timestamptz IS NULL
                 RETURNING {job_columns}, task_lost_attempts, task_payload, task_max_attempts, task_unique_key,
-                    task_unique_mode, task_rerun, task_every_ms, task_dependants
+                    task_unique_mode, task_rerun, task_every_ms, task_dependants, task_waited
             ), done AS (
                 SELECT *, $10::int8 AS ms FROM kept UNION ALL SELECT *, $10::int8 FROM gone
             ), res AS (
@@ -282,8 +282,10 @@ impl Statements {
             ),
             {},
             {}
-            -- A job others wait on that failed for good goes on to `flow::propagate`.
-            SELECT count(*), coalesce(bool_or(task_dependants), false), min(task_type) FROM done",
+            -- A job others wait on that failed for good goes on to `flow::propagate`; one
+            -- a `Client::wait` waits on notifies the done channel (migration 10).
+            SELECT count(*), coalesce(bool_or(task_dependants), false), min(task_type),
+                coalesce(bool_or(task_waited), false) FROM done",
             rerun("$11::timestamptz"),
             stats.replace("$now", "$11").replace("$owner", "$3")
         );
@@ -1335,7 +1337,7 @@ impl PgStore {
         f: &Failure,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        let (n, dependants, task_type): (i64, bool, Option<String>) =
+        let (n, dependants, task_type, waited): (i64, bool, Option<String>, bool) =
             sqlx::query_as(&self.schema.sql.fail)
                 .bind(f.lease.id)
                 .bind(f.lease.attempt)
@@ -1364,12 +1366,14 @@ impl PgStore {
                     .await
                     .map_err(|e| self.lost_in(e))?;
             }
-            // It failed for good: `Client::wait` in other processes wakes.
-            sqlx::query("SELECT pg_notify($1, '')")
-                .bind(self.schema.done_channel())
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| self.lost(e))?;
+            // It failed for good: a `Client::wait` on it in another process wakes.
+            if waited {
+                sqlx::query("SELECT pg_notify($1, '')")
+                    .bind(self.schema.done_channel())
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(|e| self.lost(e))?;
+            }
         }
         Ok(n == 1)
     }
