@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use chrono::{Timelike, Utc};
 use sk_runtime::{
-    job, Clock, Data, Error, Job, JobContext, JobError, JobStatus, ManualClock, Worker,
-    WorkerBuilder,
+    job, AttemptOutcome, Clock, Data, Error, Job, JobContext, JobError, JobStatus, ManualClock,
+    Worker, WorkerBuilder,
 };
 use sk_tests::{each_backend, recv, wait_until, Db, RunningWorker, TestBackend, TestDb};
 use tokio::sync::{mpsc, watch};
@@ -481,7 +481,8 @@ each_backend! {
 each_backend! {
     async fn failures_finishing_together_are_recorded_each(db) {
         // Twenty runs held at a gate fail at once, half for good and half to retry: the
-        // completer records them together (one transaction), each with its own outcome.
+        // completer records them together (one statement on PostgreSQL, one transaction on
+        // the others), each with its own outcome, message and attempt history.
         const JOBS: usize = 20;
         let (probe, mut rx) = probe();
         let mut ids = Vec::new();
@@ -508,6 +509,11 @@ each_backend! {
             assert_eq!(r.error_count, 1, "{r:?}");
             assert_eq!(r.last_error_recoverable, Some(!fatal), "{r:?}");
             assert_eq!(r.payload.is_some(), fatal, "a job failed for good keeps its payload: {r:?}");
+            let message = if fatal { "failed for good" } else { "failed, to retry" };
+            assert_eq!(r.last_error_message.as_deref(), Some(message), "{r:?}");
+            let outcome = if fatal { AttemptOutcome::Fatal } else { AttemptOutcome::Retried };
+            let failed: Vec<_> = r.failed_attempts.iter().map(|a| (a.attempt, a.outcome, a.message.as_deref())).collect();
+            assert_eq!(failed, [(1, outcome, Some(message))], "{r:?}");
         }
         let w_id = w.id.clone();
         w.stop().await;
@@ -1370,8 +1376,10 @@ each_backend! {
             "SELECT count(*) FROM sk_tasks_queue_t WHERE task_locked_by = '{}'",
             w.id
         );
-        wait_until("the worker to claim the jobs ahead of its slot", T, || async {
-            (db.scalar(&locked, None).await == Some(JOBS as i64 + 1)).then_some(())
+        // How many it claims ahead follows the short job's measured run time (a loaded
+        // machine may see more than a millisecond, and then fewer than all twenty).
+        wait_until("the worker to claim jobs ahead of its slot", T, || async {
+            (db.scalar(&locked, None).await > Some(1)).then_some(())
         })
         .await;
         assert!(rx.try_recv().is_err(), "a waiting job ran without a slot");

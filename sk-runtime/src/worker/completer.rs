@@ -1,6 +1,6 @@
 //! Finalizes runs in batches: one statement for all successes of a batch (results and
-//! stats included), one transaction for its failures, one statement for all given-back
-//! leases.
+//! stats included), one for its failures on PostgreSQL (one transaction on the other
+//! backends), one for all given-back leases and one per distinct snooze time.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,6 +44,60 @@ pub(super) async fn run(shared: Arc<Shared>, mut completions: UnboundedReceiver<
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while completions.recv_many(&mut batch, MAX_BATCH).await > 0 {
         finalize(&shared, std::mem::take(&mut batch)).await;
+    }
+    shared.failure_log().count_quiet();
+}
+
+/// How many failed runs a worker logs one by one each second, at WARN (to retry) or
+/// ERROR (for good). Past it, each goes to DEBUG and their count follows at WARN once the
+/// second is over: a storm of failures (a downstream outage) neither floods the log nor
+/// slows the worker (formatting a line per failure cost a third of its throughput).
+const FAILURES_LOGGED_PER_SECOND: u32 = 20;
+
+/// The failures logged in the current second, and those logged at DEBUG only.
+#[derive(Default)]
+pub(crate) struct FailureLog {
+    since: Option<Instant>,
+    logged: u32,
+    quiet: u64,
+}
+
+impl FailureLog {
+    /// Whether the next failure is logged at its own level (else at DEBUG).
+    fn admit(&mut self) -> bool {
+        self.next_second();
+        if self.logged < FAILURES_LOGGED_PER_SECOND {
+            self.logged += 1;
+            true
+        } else {
+            self.quiet += 1;
+            false
+        }
+    }
+
+    /// Starts a new second once the current one is over, counting its quiet failures.
+    fn next_second(&mut self) {
+        let now = Instant::now();
+        if self
+            .since
+            .is_none_or(|since| now.duration_since(since) >= Duration::from_secs(1))
+        {
+            self.count_quiet();
+            self.since = Some(now);
+            self.logged = 0;
+        }
+    }
+
+    /// Logs the count of failures logged at DEBUG only, if any.
+    fn count_quiet(&mut self) {
+        if self.quiet > 0 {
+            tracing::warn!(
+                failures = self.quiet,
+                "sk: {} more jobs failed, logged at DEBUG only (each second the first {FAILURES_LOGGED_PER_SECOND} are logged one by one); every failure is in its job's record",
+                self.quiet
+            );
+            self.quiet = 0;
+        }
     }
 }
 
@@ -125,6 +179,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                     error,
                     millis,
                     (now, shared.config.retry_jitter),
+                    shared.failure_log().admit(),
                 ));
             }
             Completion::GiveBack { lease, slot } => {
@@ -133,6 +188,8 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
             }
         }
     }
+    // A second with quiet failures is counted even when no failure follows it.
+    shared.failure_log().next_second();
     let mut leases: Vec<Lease> = Vec::new();
     if !committed.is_empty() {
         for (lease, task_type, millis, queue) in &committed {
@@ -208,19 +265,21 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         }
         leases.extend(give_back);
     }
-    // A snooze hands the job back like a stop does, with a later not-before time.
-    for (lease, at) in snoozed {
-        if let Some(n) = persist(shared, "snooze a job", || {
-            shared.store.give_back(std::slice::from_ref(&lease), at)
-        })
-        .await
+    // A snooze hands the job back like a stop does, with a later not-before time: one
+    // statement per distinct time (a storm of snoozes with one delay is one statement).
+    snoozed.sort_unstable_by_key(|(_, at)| *at);
+    for group in snoozed.chunk_by(|a, b| a.1 == b.1) {
+        let at = group[0].1;
+        let group: Vec<Lease> = group.iter().map(|(lease, _)| *lease).collect();
+        if let Some(n) = persist(shared, "snooze jobs", || shared.store.give_back(&group, at)).await
         {
             Metrics::add(&shared.metrics.snoozed, n);
-            if n == 0 {
-                refused(shared, &lease, "snooze");
+            let refused_n = group.len().saturating_sub(n as usize);
+            if refused_n > 0 {
+                refused_among(shared, &group, refused_n, "snooze");
             }
         }
-        leases.push(lease);
+        leases.extend(group);
     }
     {
         let mut running = shared.running();
@@ -245,6 +304,33 @@ fn refused(shared: &Shared, lease: &Lease, what: &str) {
         _ => {
             tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: {what} refused: this worker lost the job's lease (to another worker, or the job was cancelled)")
         }
+    }
+}
+
+/// Logs `n` outcomes of `leases` the store refused, not knowing which (a statement that
+/// counts the rows it changed): the cancelled ones as `refused` does, the rest as lost.
+fn refused_among(shared: &Shared, leases: &[Lease], n: usize, what: &str) {
+    if leases.len() == 1 {
+        return refused(shared, &leases[0], what);
+    }
+    let cancelled: Vec<&Lease> = leases
+        .iter()
+        .filter(|l| matches!(shared.stop_reason(l), Some(StopReason::Cancelled)))
+        .collect();
+    for lease in &cancelled {
+        tracing::info!(id = %lease.id, attempt = lease.attempt, "sk: {what} not recorded: the job was cancelled while it ran");
+    }
+    if n > cancelled.len() {
+        let ids: Vec<String> = leases
+            .iter()
+            .filter(|l| !matches!(shared.stop_reason(l), Some(StopReason::Cancelled)))
+            .map(|l| l.id.to_string())
+            .collect();
+        tracing::warn!(
+            "sk: {} of these {what}s refused: this worker lost those jobs' leases (to another worker, or the jobs were cancelled): {}",
+            n - cancelled.len(),
+            ids.join(", ")
+        );
     }
 }
 
@@ -291,6 +377,7 @@ fn failure(
     error: JobError,
     millis: i64,
     (now, jitter): (chrono::DateTime<chrono::Utc>, f64),
+    logged: bool,
 ) -> Failure {
     let (status, retry_at) = if !retries(&error, lease.attempt, max_attempts) {
         (JobStatus::Fatal, None)
@@ -309,12 +396,20 @@ fn failure(
         };
         (status, Some(crate::clock::add(now, delay)))
     };
-    match retry_at {
-        Some(at) => tracing::warn!(
+    match (retry_at, logged) {
+        (Some(at), true) => tracing::warn!(
             id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, max_attempts,
             retry_at = %at, kind = %error.kind, "sk: job failed, will retry: {}", error.message
         ),
-        None => tracing::error!(
+        (Some(at), false) => tracing::debug!(
+            id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, max_attempts,
+            retry_at = %at, kind = %error.kind, "sk: job failed, will retry: {}", error.message
+        ),
+        (None, true) => tracing::error!(
+            id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, max_attempts,
+            fatal = error.fatal, kind = %error.kind, "sk: job failed for good: {}", error.message
+        ),
+        (None, false) => tracing::debug!(
             id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, max_attempts,
             fatal = error.fatal, kind = %error.kind, "sk: job failed for good: {}", error.message
         ),
@@ -398,7 +493,21 @@ where
 mod tests {
     use std::time::Duration;
 
-    use super::{clip, jittered};
+    use super::{clip, jittered, FailureLog, FAILURES_LOGGED_PER_SECOND};
+
+    #[test]
+    fn failures_past_the_budget_of_a_second_are_counted_not_logged() {
+        let mut log = FailureLog::default();
+        let admitted = (0..FAILURES_LOGGED_PER_SECOND + 5)
+            .filter(|_| log.admit())
+            .count();
+        assert_eq!(admitted, FAILURES_LOGGED_PER_SECOND as usize);
+        assert_eq!(log.quiet, 5);
+        // A second later the budget is whole again and the quiet ones were counted.
+        log.since = log.since.map(|s| s - Duration::from_secs(1));
+        assert!(log.admit());
+        assert_eq!((log.logged, log.quiet), (1, 0));
+    }
 
     #[test]
     fn clip_cuts_at_a_character_boundary_and_says_how_much_is_left_out() {

@@ -455,6 +455,7 @@ impl WorkerBuilder {
                 wake: Notify::new(),
                 maybe_more: AtomicBool::new(false),
                 running: Mutex::new(HashMap::new()),
+                failure_log: Mutex::default(),
                 stopping: CancellationToken::new(),
                 jobs_cancel: CancellationToken::new(),
                 metrics: Metrics::default(),
@@ -509,6 +510,8 @@ pub(crate) struct Shared {
     pub(crate) maybe_more: AtomicBool,
     /// Jobs claimed and not yet finalized, by id.
     pub(crate) running: Mutex<HashMap<Lease, Running>>,
+    /// The failures logged one by one this second (`completer::FailureLog`).
+    pub(crate) failure_log: Mutex<completer::FailureLog>,
     /// Cancelled when a graceful stop begins.
     pub(crate) stopping: CancellationToken,
     /// Parent of every job's cancellation token.
@@ -575,6 +578,12 @@ pub(crate) enum RunState {
 impl Shared {
     pub(crate) fn now(&self) -> chrono::DateTime<chrono::Utc> {
         self.clock.now()
+    }
+
+    pub(crate) fn failure_log(&self) -> MutexGuard<'_, completer::FailureLog> {
+        self.failure_log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The local queue (lock order: `waiting` before `running`).

@@ -20,7 +20,7 @@ pub(crate) use control::{
     worker_seen, worker_up, workers, write_job_stats,
 };
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -154,6 +154,25 @@ const QUEUE_ROW: &str = "task_lock_handle_id, task_id, CAST(task_type AS CHAR) A
     task_timeout_ms, task_dependants, task_waiting_on IS NOT NULL AS task_fed";
 /// The upsert of a success into a results row (left to right: MySQL's assignments see the
 /// values set before them, so nothing here reads a column set earlier in the list).
+/// How a failure updates a results row that exists (`failure` rows, multi-row).
+const FAILURE_UPDATE: &str = "task_status = VALUES(task_status),
+    task_error_count = task_error_count + VALUES(task_error_count),
+    task_last_error_type = VALUES(task_last_error_type),
+    task_last_error_message = VALUES(task_last_error_message),
+    task_last_error_detail = VALUES(task_last_error_detail),
+    task_last_error = VALUES(task_last_error),
+    task_last_error_is_recoverable = VALUES(task_last_error_is_recoverable),
+    task_processing_time_milliseconds = VALUES(task_processing_time_milliseconds),
+    task_processing_finalized_at_ts = VALUES(task_processing_finalized_at_ts),
+    task_payload = VALUES(task_payload),
+    task_last_locked_by = VALUES(task_last_locked_by),
+    task_errors = VALUES(task_errors),
+    task_output = NULL,
+    task_max_attempts = VALUES(task_max_attempts),
+    task_timeout_ms = VALUES(task_timeout_ms),
+    task_first_processing_attempted_at_ts =
+        coalesce(task_first_processing_attempted_at_ts, VALUES(task_first_processing_attempted_at_ts)),
+    task_last_processing_attempted_at_ts = VALUES(task_last_processing_attempted_at_ts)";
 const SUCCESS_UPDATE: &str = "task_status = 3,
     task_processing_time_milliseconds = VALUES(task_processing_time_milliseconds),
     task_processing_finalized_at_ts = VALUES(task_processing_finalized_at_ts),
@@ -208,26 +227,7 @@ impl Statements {
                     task_last_error_message, task_last_error_detail, task_last_error, task_last_error_is_recoverable,
                     task_processing_time_milliseconds, task_processing_finalized_at_ts, task_payload,
                     task_last_locked_by, task_errors, task_output, task_first_processing_attempted_at_ts,
-                    task_last_processing_attempted_at_ts, task_max_attempts, task_timeout_ms)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)
-                 ON DUPLICATE KEY UPDATE task_status = VALUES(task_status),
-                    task_error_count = task_error_count + VALUES(task_error_count),
-                    task_last_error_type = VALUES(task_last_error_type),
-                    task_last_error_message = VALUES(task_last_error_message),
-                    task_last_error_detail = VALUES(task_last_error_detail),
-                    task_last_error = VALUES(task_last_error),
-                    task_last_error_is_recoverable = VALUES(task_last_error_is_recoverable),
-                    task_processing_time_milliseconds = VALUES(task_processing_time_milliseconds),
-                    task_processing_finalized_at_ts = VALUES(task_processing_finalized_at_ts),
-                    task_payload = VALUES(task_payload),
-                    task_last_locked_by = VALUES(task_last_locked_by),
-                    task_errors = VALUES(task_errors),
-                    task_output = NULL,
-                    task_max_attempts = VALUES(task_max_attempts),
-                    task_timeout_ms = VALUES(task_timeout_ms),
-                    task_first_processing_attempted_at_ts =
-                        coalesce(task_first_processing_attempted_at_ts, VALUES(task_first_processing_attempted_at_ts)),
-                    task_last_processing_attempted_at_ts = VALUES(task_last_processing_attempted_at_ts)"
+                    task_last_processing_attempted_at_ts, task_max_attempts, task_timeout_ms)"
             ),
             // The average first: it reads the totals before they are added to.
             stats: format!(
@@ -1107,18 +1107,23 @@ impl MySqlStore {
     /// The queue rows this worker holds under these claims, locked (fenced: a row whose
     /// attempt moved on is not this claim's).
     async fn held(&self, tx: &mut MySqlConnection, leases: &[Lease]) -> Result<Vec<Row>> {
+        // Through the job-id index, in id order, as the client's single-job statements
+        // (`WHERE task_id = ?`) do: a scan of the primary key would lock it before the
+        // id index, the other order, and a retry or cancel of a job in the batch would
+        // deadlock with it.
         let mut query = QueryBuilder::<MySql>::new(format!(
-            "SELECT {QUEUE_ROW} FROM {} WHERE task_locked_by = ",
-            self.sql().queue
+            "SELECT {QUEUE_ROW} FROM {} FORCE INDEX ({}tasks_queue_task_id) WHERE task_locked_by = ",
+            self.sql().queue,
+            self.schema.flat_prefix()
         ));
         query.push_bind(&self.worker_id).push(" AND ");
         push_leases(&mut query, leases);
-        query.push(" FOR UPDATE");
+        query.push(" ORDER BY task_id FOR UPDATE");
         Ok(query.build_query_as().fetch_all(&mut *tx).await?)
     }
 
     /// Deletes queue rows by lock handle.
-    async fn delete(&self, tx: &mut MySqlConnection, rows: &[Row]) -> Result<()> {
+    async fn delete(&self, tx: &mut MySqlConnection, rows: &[&Row]) -> Result<()> {
         let mut query = QueryBuilder::<MySql>::new(format!(
             "DELETE FROM {} WHERE task_lock_handle_id IN (",
             self.sql().queue
@@ -1178,7 +1183,8 @@ impl MySqlStore {
         if rows.is_empty() {
             return Ok((Vec::new(), false));
         }
-        self.delete(&mut *tx, &rows).await?;
+        self.delete(&mut *tx, &rows.iter().collect::<Vec<_>>())
+            .await?;
         // Rows with lost attempts need their whole list of failed attempts written;
         // the rest go in one statement.
         let (lost, common): (Vec<&Row>, Vec<&Row>) =
@@ -1268,115 +1274,179 @@ impl MySqlStore {
         flow::inputs(&mut conn, &self.schema, id).await
     }
 
-    /// Records failed runs (retry or final) in one transaction; per failure, false when
-    /// its lease was lost (fenced).
+    /// Records failed runs (retry or final) in one transaction, a few statements for the
+    /// whole batch; per failure, false when its lease was lost (fenced).
     pub(crate) async fn fail(&self, failures: &[Failure], now: DateTime<Utc>) -> Result<Vec<bool>> {
-        // Rows locked in id order, as the other batched statements do.
-        let mut order: Vec<usize> = (0..failures.len()).collect();
-        order.sort_unstable_by_key(|&i| failures[i].lease.id);
-        let recorded = retrying!(self, "failures", |conn| {
+        if failures.is_empty() {
+            return Ok(Vec::new());
+        }
+        let held: HashSet<Uuid> = retrying!(self, "failures", |conn| {
             let mut tx = conn.begin_with(BEGIN).await?;
-            let mut recorded = vec![false; failures.len()];
-            let mut stats = Stats::default();
-            for &i in &order {
-                recorded[i] = self.fail_in(&mut tx, &failures[i], &mut stats, now).await?;
-            }
-            self.write_stats(&mut tx, stats, now).await?;
+            let held = self.fail_on(&mut tx, failures, now).await?;
             tx.commit().await?;
-            Ok(recorded)
+            Ok(held)
         })?;
-        if recorded.contains(&true) {
+        if !held.is_empty() {
             wake();
         }
-        Ok(recorded)
+        Ok(failures
+            .iter()
+            .map(|f| held.contains(&f.lease.id))
+            .collect())
     }
 
-    /// One failure of `fail`, its run added to `stats`.
-    async fn fail_in(
+    /// The statements of `fail`, in a transaction: the ids whose lease was held.
+    async fn fail_on(
         &self,
         tx: &mut MySqlConnection,
-        f: &Failure,
-        stats: &mut Stats,
+        failures: &[Failure],
         now: DateTime<Utc>,
-    ) -> Result<bool> {
-        let Some(row) = self.held(tx, &[f.lease]).await?.pop() else {
-            return Ok(false);
-        };
-        let last_run = f.retry_at.is_none();
-        match f.retry_at {
-            None => self.delete(tx, std::slice::from_ref(&row)).await?,
-            Some(retry_at) => {
-                // The row waits again; its lost attempts move to the results row.
-                sqlx::query(&format!(
-                    "UPDATE {} SET task_locked_until_ts = ?, task_locked_by = NULL,
-                                task_lost_attempts = NULL, task_has_result = 1
-                             WHERE task_lock_handle_id = ?",
-                    self.sql().queue
-                ))
-                .bind(retry_at)
-                .bind(row.task_lock_handle_id)
-                .execute(&mut *tx)
-                .await?;
-            }
+    ) -> Result<HashSet<Uuid>> {
+        let leases: Vec<Lease> = failures.iter().map(|f| f.lease).collect();
+        let by_id: HashMap<Uuid, &Failure> = failures.iter().map(|f| (f.lease.id, f)).collect();
+        let rows = self.held(&mut *tx, &leases).await?;
+        if rows.is_empty() {
+            return Ok(HashSet::new());
         }
-        let mut attempts = row.lost();
-        let first = row.first_started(&attempts);
-        let failed = 1 + attempts.len() as i64;
-        attempts.push(serde_json::json!({
-            "attempt": f.lease.attempt,
-            "worker": self.worker_id,
-            "started_at": row.task_claimed_at_ts.map(ts),
-            "ended_at": ts(now),
-            "outcome": if last_run { "fatal" } else { "retried" },
-            "kind": f.kind,
-            "message": f.message,
-            "detail": f.detail,
-            "recoverable": f.recoverable,
-        }));
-        let errors = errors_with(tx, &self.schema, row.task_id, attempts).await?;
-        sqlx::query(&self.sql().failure)
-            .bind(row.task_id)
-            .bind(&row.task_type)
-            .bind(&row.task_source)
-            .bind(&row.task_queue)
-            .bind(row.task_priority)
-            .bind(row.task_posted_at_ts)
-            .bind(&row.task_tenant)
-            .bind(&row.task_correlation_id)
-            .bind(&row.task_metadata)
-            .bind(f.status as i32)
-            .bind(failed)
-            .bind(&f.kind)
-            .bind(&f.message)
-            .bind(&f.detail)
-            .bind(f.seed_error())
-            .bind(f.recoverable)
-            .bind(f.millis)
-            .bind(last_run.then_some(now))
-            // A job that failed for good keeps its payload, to inspect or re-post.
-            .bind(if last_run {
-                row.task_payload.as_deref()
-            } else {
-                None
-            })
-            .bind(&self.worker_id)
-            .bind(errors)
-            .bind(first)
-            .bind(row.task_claimed_at_ts)
-            .bind(row.task_max_attempts)
-            .bind(row.task_timeout_ms)
-            .execute(&mut *tx)
-            .await?;
-        if last_run {
-            self.again(tx, &row, now).await?;
+        let (retried, last): (Vec<&Row>, Vec<&Row>) = rows
+            .iter()
+            .partition(|r| by_id[&r.task_id].retry_at.is_some());
+        if !last.is_empty() {
+            self.delete(&mut *tx, &last).await?;
+        }
+        if !retried.is_empty() {
+            // The rows wait again, each until its retry time; their lost attempts move to
+            // the results rows.
+            let mut query = QueryBuilder::<MySql>::new(format!(
+                "UPDATE {} SET task_locked_until_ts = CASE task_lock_handle_id",
+                self.sql().queue
+            ));
+            for row in &retried {
+                query
+                    .push(" WHEN ")
+                    .push_bind(row.task_lock_handle_id)
+                    .push(" THEN ")
+                    .push_bind(by_id[&row.task_id].retry_at);
+            }
+            query.push(
+                " END, task_locked_by = NULL, task_lost_attempts = NULL, task_has_result = 1
+                 WHERE task_lock_handle_id IN (",
+            );
+            let mut list = query.separated(", ");
+            for row in &retried {
+                list.push_bind(row.task_lock_handle_id);
+            }
+            query.push(")");
+            query.build().execute(&mut *tx).await?;
+        }
+        // Each results row's list of failed attempts gets this one (and the lost ones).
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "SELECT task_id, task_errors FROM {} WHERE task_id IN (",
+            self.schema.mysql.results
+        ));
+        let mut list = query.separated(", ");
+        for row in &rows {
+            list.push_bind(row.task_id);
+        }
+        query.push(")");
+        let recorded: HashMap<Uuid, Option<String>> = query
+            .build_query_as::<(Uuid, Option<String>)>()
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect();
+        let mut values = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let f = by_id[&row.task_id];
+            let mut attempts = row.lost();
+            let first = row.first_started(&attempts);
+            let failed = 1 + attempts.len() as i64;
+            attempts.push(serde_json::json!({
+                "attempt": f.lease.attempt,
+                "worker": self.worker_id,
+                "started_at": row.task_claimed_at_ts.map(ts),
+                "ended_at": ts(now),
+                "outcome": if f.retry_at.is_none() { "fatal" } else { "retried" },
+                "kind": f.kind,
+                "message": f.message,
+                "detail": f.detail,
+                "recoverable": f.recoverable,
+            }));
+            let mut errors: Vec<serde_json::Value> = recorded
+                .get(&row.task_id)
+                .and_then(|r| r.as_deref())
+                .and_then(|r| serde_json::from_str(r).ok())
+                .unwrap_or_default();
+            errors.extend(attempts);
+            values.push((
+                row,
+                f,
+                first,
+                failed,
+                serde_json::Value::Array(errors).to_string(),
+            ));
+        }
+        let mut query = QueryBuilder::<MySql>::new(&self.sql().failure);
+        query.push(" ");
+        query.push_values(&values, |mut v, (row, f, first, failed, errors)| {
+            let last_run = f.retry_at.is_none();
+            v.push_bind(row.task_id)
+                .push_bind(&row.task_type)
+                .push_bind(&row.task_source)
+                .push_bind(&row.task_queue)
+                .push_bind(row.task_priority)
+                .push_bind(row.task_posted_at_ts)
+                .push_bind(&row.task_tenant)
+                .push_bind(&row.task_correlation_id)
+                .push_bind(&row.task_metadata)
+                .push_bind(f.status as i32)
+                .push_bind(*failed)
+                .push_bind(&f.kind)
+                .push_bind(&f.message)
+                .push_bind(&f.detail)
+                .push_bind(f.seed_error())
+                .push_bind(f.recoverable)
+                .push_bind(f.millis)
+                .push_bind(last_run.then_some(now))
+                // A job that failed for good keeps its payload, to inspect or re-post.
+                .push_bind(if last_run {
+                    row.task_payload.as_deref()
+                } else {
+                    None
+                })
+                .push_bind(&self.worker_id)
+                .push_bind(errors.as_str())
+                .push("NULL")
+                .push_bind(*first)
+                .push_bind(row.task_claimed_at_ts)
+                .push_bind(row.task_max_attempts)
+                .push_bind(row.task_timeout_ms);
+        });
+        query.push(format!(" ON DUPLICATE KEY UPDATE {FAILURE_UPDATE}"));
+        query.build().execute(&mut *tx).await?;
+        // Periodic jobs' next runs, and jobs others wait on, which end with this one.
+        let mut roots = Vec::new();
+        for row in &last {
+            self.again(&mut *tx, row, now).await?;
             if row.task_dependants {
-                let message =
-                    super::dependency_message(row.task_id, &row.task_type, false, &f.message);
-                flow::propagate(tx, &self.schema, vec![(row.task_id, message)], false, now).await?;
+                let message = super::dependency_message(
+                    row.task_id,
+                    &row.task_type,
+                    false,
+                    &by_id[&row.task_id].message,
+                );
+                roots.push((row.task_id, message));
             }
         }
-        stats.add(&row.task_type, f.millis);
-        Ok(true)
+        if !roots.is_empty() {
+            flow::propagate(&mut *tx, &self.schema, roots, false, now).await?;
+        }
+        let mut stats = Stats::default();
+        for row in &rows {
+            stats.add(&row.task_type, by_id[&row.task_id].millis);
+        }
+        self.write_stats(&mut *tx, stats, now).await?;
+        Ok(rows.iter().map(|r| r.task_id).collect())
     }
 
     /// Releases leases at once (graceful stop), without using up an attempt.

@@ -173,14 +173,11 @@ impl Statements {
         );
         let lost_message = "'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)'";
         // The columns of a queue row that a results row repeats.
-        let job_columns =
-            "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
-            task_claimed_at_ts, task_tenant, task_correlation_id, task_metadata, task_timeout_ms";
         let job_columns_q_noloss = "q.task_id, q.task_type, q.task_source, q.task_queue, q.task_priority,
             q.task_posted_at_ts, q.task_claimed_at_ts, q.task_tenant, q.task_correlation_id, q.task_metadata,
             q.task_timeout_ms";
         let job_columns_q = format!("{job_columns_q_noloss}, q.task_lost_attempts");
-        // Writes the outcome of the runs in CTE `done` (`job_columns` and `ms`) into their
+        // Writes the outcome of the runs in CTE `done` (`job_columns_q` and `ms`) into their
         // results rows. sk's enqueue wrote those rows; a job posted by another producer (a
         // plain INSERT into the queue, as seed producers do) gets its row here, so every
         // job's outcome is on record. Followed by the outcome's values, then the
@@ -237,38 +234,59 @@ impl Statements {
                 )"
             )
         };
-        // One statement for a failed run: with a retry time ($4) the row waits again,
-        // without one it leaves the queue; both fenced like `complete`.
+        // One statement for the failed runs of a batch (arrays, in id order, like
+        // `complete`): a run with a retry time waits again, one without leaves the queue;
+        // both fenced like `complete`.
+        // The outcome of each run, from `held`.
+        let outcome =
+            "held.attempt, held.retry_at, held.status, held.kind, held.message, held.detail,
+            held.recoverable, held.ms, held.seed_error";
         let fail = format!(
-            "WITH kept AS (
-                -- The lost attempts move to the results row; `old` reads them before the
-                -- update clears them (RETURNING shows new values only).
-                UPDATE {q} q SET task_locked_until_ts = $4, task_locked_by = NULL, task_lost_attempts = NULL,
+            "WITH input AS (
+                SELECT * FROM unnest($1::uuid[], $2::int4[], $4::timestamptz[], $5::int4[], $6::text[], $7::text[],
+                    $8::text[], $9::bool[], $10::int8[], $12::text[])
+                AS i(task_id, attempt, retry_at, status, kind, message, detail, recoverable, ms, seed_error)
+            ), held AS MATERIALIZED (
+                -- The runs whose lease this worker still holds, their rows locked in id
+                -- order, one primary-key probe each: the subquery is kept apart (OFFSET 0)
+                -- so that the planner cannot start from the small index of running jobs,
+                -- whose statistics say it is empty, and scan the batch once per row there.
+                -- The lost attempts move to the results row; `held` reads them before
+                -- `kept` clears them (RETURNING shows new values only).
+                SELECT input.*, q.task_lost_attempts
+                FROM input CROSS JOIN LATERAL (
+                    SELECT task_attempt, task_locked_by, task_lost_attempts FROM {q}
+                    WHERE task_id = input.task_id
+                    OFFSET 0 FOR UPDATE
+                ) q
+                WHERE q.task_attempt = input.attempt AND q.task_locked_by = $3
+            ), kept AS (
+                UPDATE {q} q SET task_locked_until_ts = held.retry_at, task_locked_by = NULL,
+                    task_lost_attempts = NULL,
                     -- The results row exists from here on, whoever posted the job.
                     task_has_result = true
-                FROM (SELECT task_lost_attempts FROM {q} WHERE task_id = $1 FOR UPDATE) old
-                WHERE q.task_id = $1 AND q.task_attempt = $2 AND q.task_locked_by = $3
-                  AND $4::timestamptz IS NOT NULL
-                RETURNING {job_columns_q_noloss}, old.task_lost_attempts, NULL::text AS task_payload,
+                FROM held
+                WHERE q.task_id = held.task_id AND held.retry_at IS NOT NULL
+                RETURNING {job_columns_q_noloss}, held.task_lost_attempts, NULL::text AS task_payload,
                     q.task_max_attempts, q.task_unique_key, q.task_unique_mode, false AS task_rerun,
-                    NULL::int8 AS task_every_ms, false AS task_dependants, false AS task_waited
+                    NULL::int8 AS task_every_ms, false AS task_dependants, false AS task_waited, {outcome}
             ), gone AS (
-                DELETE FROM {q}
-                WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3 AND $4::timestamptz IS NULL
-                RETURNING {job_columns}, task_lost_attempts, task_payload, task_max_attempts, task_unique_key,
-                    task_unique_mode, task_rerun, task_every_ms, task_dependants, task_waited
+                DELETE FROM {q} q USING held
+                WHERE q.task_id = held.task_id AND held.retry_at IS NULL
+                RETURNING {job_columns_q}, q.task_payload, q.task_max_attempts, q.task_unique_key,
+                    q.task_unique_mode, q.task_rerun, q.task_every_ms, q.task_dependants, q.task_waited, {outcome}
             ), done AS (
-                SELECT *, $10::int8 AS ms FROM kept UNION ALL SELECT *, $10::int8 FROM gone
+                SELECT * FROM kept UNION ALL SELECT * FROM gone
             ), res AS (
                 {record_results}
-                    $5, 1 + jsonb_array_length(coalesce(task_lost_attempts, '[]')), $6, $7, $8, $12, $9, $10,
-                    CASE WHEN $4::timestamptz IS NULL THEN $11::timestamptz END,
+                    status, 1 + jsonb_array_length(coalesce(task_lost_attempts, '[]')), kind, message, detail,
+                    seed_error, recoverable, ms, CASE WHEN retry_at IS NULL THEN $11::timestamptz END,
                     -- A job that failed for good keeps its payload, to inspect or re-post.
                     task_payload, $3,
-                    coalesce(task_lost_attempts, '[]') || jsonb_build_array(jsonb_build_object('attempt', $2::int4, 'worker', $3::text,
-                        'started_at', task_claimed_at_ts, 'ended_at', $11::timestamptz,
-                        'outcome', CASE WHEN $4::timestamptz IS NULL THEN 'fatal' ELSE 'retried' END,
-                        'kind', $6::text, 'message', $7::text, 'detail', $8::text, 'recoverable', $9::bool)),
+                    coalesce(task_lost_attempts, '[]') || jsonb_build_array(jsonb_build_object('attempt', attempt,
+                        'worker', $3::text, 'started_at', task_claimed_at_ts, 'ended_at', $11::timestamptz,
+                        'outcome', CASE WHEN retry_at IS NULL THEN 'fatal' ELSE 'retried' END,
+                        'kind', kind, 'message', message, 'detail', detail, 'recoverable', recoverable)),
                     NULL, task_tenant, task_correlation_id, task_metadata, task_max_attempts, task_timeout_ms
                 FROM done
                 ON CONFLICT (task_id) DO UPDATE SET task_status = EXCLUDED.task_status,
@@ -282,10 +300,12 @@ impl Statements {
             ),
             {},
             {}
-            -- A job others wait on that failed for good goes on to `flow::propagate`; one
-            -- a `Client::wait` waits on notifies the done channel (migration 10).
-            SELECT count(*), coalesce(bool_or(task_dependants), false), min(task_type),
-                coalesce(bool_or(task_waited), false) FROM done",
+            -- The runs recorded. A job others wait on that failed for good goes on to
+            -- `flow::propagate`; one a `Client::wait` waits on wakes it in another process
+            -- (`$13`: the done channel; migration 10).
+            SELECT task_id, retry_at IS NULL AND task_dependants, task_type
+            FROM done, (SELECT CASE WHEN EXISTS (SELECT 1 FROM done WHERE task_waited)
+                THEN pg_notify($13, '') END) AS notify",
             rerun("$11::timestamptz"),
             stats.replace("$now", "$11").replace("$owner", "$3")
         );
@@ -1313,69 +1333,65 @@ impl PgStore {
         flow::inputs(&mut conn, &self.schema, id).await
     }
 
-    /// Records failed runs (retry or final) in one transaction; per failure, false when
-    /// its lease was lost (fenced).
+    /// Records failed runs (retry or final) in one statement and one transaction, rows
+    /// locked in id order; per failure, false when its lease was lost (fenced).
     pub(crate) async fn fail(&self, failures: &[Failure], now: DateTime<Utc>) -> Result<Vec<bool>> {
+        let mut sorted: Vec<&Failure> = failures.iter().collect();
+        sorted.sort_unstable_by_key(|f| f.lease.id);
+        let ids: Vec<Uuid> = sorted.iter().map(|f| f.lease.id).collect();
+        let attempts: Vec<i32> = sorted.iter().map(|f| f.lease.attempt).collect();
+        let retry_at: Vec<Option<DateTime<Utc>>> = sorted.iter().map(|f| f.retry_at).collect();
+        let status: Vec<i32> = sorted.iter().map(|f| f.status as i32).collect();
+        let kinds: Vec<&str> = sorted.iter().map(|f| f.kind.as_str()).collect();
+        let messages: Vec<&str> = sorted.iter().map(|f| f.message.as_str()).collect();
+        let details: Vec<Option<&str>> = sorted.iter().map(|f| f.detail.as_deref()).collect();
+        let recoverable: Vec<bool> = sorted.iter().map(|f| f.recoverable).collect();
+        let millis: Vec<i64> = sorted.iter().map(|f| f.millis).collect();
+        let seed_errors: Vec<String> = sorted.iter().map(|f| f.seed_error()).collect();
         let mut conn = self.acquire().await?;
-        // One transaction and one commit for the batch (a failure for good may end the
-        // jobs waiting on it in the same one), its rows locked in id order.
-        let mut order: Vec<usize> = (0..failures.len()).collect();
-        order.sort_unstable_by_key(|&i| failures[i].lease.id);
-        let mut tx = conn.begin().await.map_err(|e| self.lost(e))?;
-        let mut recorded = vec![false; failures.len()];
-        for i in order {
-            recorded[i] = self.fail_on(&mut tx, &failures[i], now).await?;
+        let mut tx = Self::batched(&mut conn)
+            .await
+            .map_err(|e| self.lost_in(e))?;
+        let held: Vec<(Uuid, bool, String)> = sqlx::query_as(&self.schema.sql.fail)
+            .bind(&ids)
+            .bind(&attempts)
+            .bind(&self.worker_id)
+            .bind(&retry_at)
+            .bind(&status)
+            .bind(&kinds)
+            .bind(&messages)
+            .bind(&details)
+            .bind(&recoverable)
+            .bind(&millis)
+            .bind(now)
+            .bind(&seed_errors)
+            .bind(self.schema.done_channel())
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| self.lost(e))?;
+        // Jobs others wait on that failed for good end those jobs in the same transaction.
+        let roots: Vec<(Uuid, String)> = held
+            .iter()
+            .filter(|(_, dependants, _)| *dependants)
+            .filter_map(|(id, _, task_type)| {
+                let f = sorted[sorted.binary_search_by_key(id, |f| f.lease.id).ok()?];
+                Some((
+                    *id,
+                    super::dependency_message(*id, task_type, false, &f.message),
+                ))
+            })
+            .collect();
+        if !roots.is_empty() {
+            flow::propagate(&mut tx, &self.schema, roots, false, now)
+                .await
+                .map_err(|e| self.lost_in(e))?;
         }
         tx.commit().await.map_err(|e| self.lost(e))?;
-        Ok(recorded)
-    }
-
-    /// The statements of `fail` on `conn`.
-    async fn fail_on(
-        &self,
-        conn: &mut PgConnection,
-        f: &Failure,
-        now: DateTime<Utc>,
-    ) -> Result<bool> {
-        let (n, dependants, task_type, waited): (i64, bool, Option<String>, bool) =
-            sqlx::query_as(&self.schema.sql.fail)
-                .bind(f.lease.id)
-                .bind(f.lease.attempt)
-                .bind(&self.worker_id)
-                .bind(f.retry_at)
-                .bind(f.status as i32)
-                .bind(&f.kind)
-                .bind(&f.message)
-                .bind(&f.detail)
-                .bind(f.recoverable)
-                .bind(f.millis)
-                .bind(now)
-                .bind(f.seed_error())
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(|e| self.lost(e))?;
-        if n == 1 && f.retry_at.is_none() {
-            if dependants {
-                let message = super::dependency_message(
-                    f.lease.id,
-                    task_type.as_deref().unwrap_or_default(),
-                    false,
-                    &f.message,
-                );
-                flow::propagate(conn, &self.schema, vec![(f.lease.id, message)], false, now)
-                    .await
-                    .map_err(|e| self.lost_in(e))?;
-            }
-            // It failed for good: a `Client::wait` on it in another process wakes.
-            if waited {
-                sqlx::query("SELECT pg_notify($1, '')")
-                    .bind(self.schema.done_channel())
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(|e| self.lost(e))?;
-            }
-        }
-        Ok(n == 1)
+        let held: std::collections::HashSet<Uuid> = held.into_iter().map(|(id, _, _)| id).collect();
+        Ok(failures
+            .iter()
+            .map(|f| held.contains(&f.lease.id))
+            .collect())
     }
 
     /// Releases leases at once (graceful stop), without using up an attempt.
