@@ -1271,13 +1271,13 @@ async fn a_claim_that_comes_back_after_its_lease_ran_out_starts_nothing() {
 
 /// A handler's slot is free for the next job when the handler returns, not once its
 /// result is written; but the results waiting are bounded. With one slot and the results
-/// table locked (no result can be written), 1 + 256 jobs run and then the worker claims no
+/// table locked (no result can be written), 1 + 1000 jobs run and then the worker claims no
 /// more until the results are written (no prefetch, so the leases held are exactly
 /// those). (PostgreSQL: the lock is a table lock.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_ahead_of_their_results_up_to_a_bound() {
-    const JOBS: usize = 300;
-    const BOUND: usize = 1 + 256;
+    const JOBS: usize = 1100;
+    const BOUND: usize = 1 + 1000;
     let db = TestDb::new().await;
     // Enqueued (which writes the results table too) before the lock, due only when the
     // worker's clock says so.
@@ -1895,6 +1895,94 @@ each_backend! {
             "priority, then the caller's order"
         );
         assert!(rx.try_recv().is_err(), "the duplicate key was skipped");
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    /// A large batch keeps every job's fields, text with tabs, newlines and backslashes
+    /// included, keeps the caller's order, and is stored with the caller's transaction
+    /// or not at all; so does a batch of jobs alike but for their payloads (which a store
+    /// may send apart).
+    async fn a_large_batch_keeps_its_fields_order_and_transaction(db) {
+        const JOBS: usize = 1500;
+        const ODD: &str = "tab\there, line\nbreak, back\\slash \\N, cr\r and ünïcödé";
+        let batch = |salt: &'static str| {
+            (0..JOBS).map(move |i| {
+                let job = sk_runtime::Enqueue::new(Record::new(format!("{i} {ODD} {salt}")));
+                if i % 2 == 1 {
+                    return job;
+                }
+                job.with_tenant(format!("tenant {ODD}"))
+                    .with_correlation_id(format!("corr\t{i}"))
+                    .with_metadata(serde_json::json!({ "k": ODD, "i": i }))
+                    .with_queue("other")
+            })
+        };
+        let counts = || async {
+            (
+                db.scalar("SELECT count(*) FROM sk_tasks_queue_t", None).await,
+                db.scalar("SELECT count(*) FROM sk_task_results_t", None).await,
+            )
+        };
+        let mut tx = db.pool.begin().await.unwrap();
+        Record::enqueue_many(&mut *tx, batch("rolled back")).await.unwrap();
+        tx.rollback().await.unwrap();
+        assert_eq!(counts().await, (Some(0), Some(0)), "rolled back with the caller's transaction");
+
+        let mut tx = db.pool.begin().await.unwrap();
+        let ids = Record::enqueue_many(&mut *tx, batch("kept")).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(ids.len(), JOBS);
+        let n = Some(JOBS as i64);
+        assert_eq!(counts().await, (n, n), "a queue row and a results row each");
+        let even = db.job(ids[0]).await;
+        let expected = format!("tenant {ODD}");
+        assert_eq!(
+            (even.queue.as_str(), even.tenant.as_deref(), even.correlation_id.as_deref()),
+            ("other", Some(expected.as_str()), Some("corr\t0"))
+        );
+        let metadata: serde_json::Value =
+            serde_json::from_str(even.metadata.as_deref().unwrap()).unwrap();
+        assert_eq!(metadata, serde_json::json!({ "k": ODD, "i": 0 }));
+        let odd = db.job(ids[1]).await;
+        assert_eq!(
+            (odd.queue.as_str(), odd.tenant, odd.correlation_id, odd.metadata),
+            ("default", None, None, None)
+        );
+        let alike = Record::enqueue_many(
+            &db.pool,
+            (0..JOBS).map(|i| {
+                sk_runtime::Enqueue::new(Record::new(format!("{i} {ODD} alike")))
+                    .with_tenant(format!("tenant {ODD}"))
+                    .with_metadata(serde_json::json!({ "k": ODD }))
+                    .with_priority(1)
+            }),
+        )
+        .await
+        .unwrap();
+        let last = db.job(alike[JOBS - 1]).await;
+        assert_eq!(
+            (last.priority, last.tenant.as_deref(), last.metadata.as_deref().map(|m| {
+                serde_json::from_str::<serde_json::Value>(m).unwrap()
+            })),
+            (1, Some(expected.as_str()), Some(serde_json::json!({ "k": ODD })))
+        );
+
+        // One job a claim: they start in the queue's own order, the caller's.
+        let (probe, mut rx) = probe();
+        let w = RunningWorker::start(
+            worker(&db, &[Record::TASK_TYPE]).concurrency(1).prefetch(0).data(probe),
+        );
+        for (i, id) in ids.iter().enumerate() {
+            let seen = recv(&mut rx, "a job of the batch", T).await;
+            assert_eq!((seen.id, seen.label), (*id, format!("{i} {ODD} kept")));
+        }
+        for (i, id) in alike.iter().enumerate() {
+            let seen = recv(&mut rx, "a job of the batch alike", T).await;
+            assert_eq!((seen.id, seen.label), (*id, format!("{i} {ODD} alike")));
+        }
+        w.stop().await;
         db.drop().await;
     }
 }

@@ -524,6 +524,28 @@ pub(crate) struct NewJob {
     pub(crate) timeout_ms: Option<i64>,
 }
 
+/// Whether the jobs of a batch differ in nothing but id and payload, none with a unique
+/// key (the usual `enqueue_many`): a store then sends those two per job and the rest once.
+pub(crate) fn uniform(jobs: &[NewJob]) -> bool {
+    let Some(first) = jobs.first() else {
+        return false;
+    };
+    jobs.iter().all(|j| {
+        j.unique_key.is_none()
+            && j.task_type == first.task_type
+            && j.source == first.source
+            && j.queue == first.queue
+            && j.priority == first.priority
+            && j.run_at == first.run_at
+            && j.max_attempts == first.max_attempts
+            && j.tenant == first.tenant
+            && j.correlation_id == first.correlation_id
+            && j.metadata == first.metadata
+            && j.every_ms == first.every_ms
+            && j.timeout_ms == first.timeout_ms
+    })
+}
+
 /// What a claim asks for: up to `limit` due jobs of these task types (and queues,
 /// tenants), none of the `paused` queues, leased until `lease_until`.
 #[derive(Clone, Copy)]
@@ -593,6 +615,36 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
+    /// The job's attempt log after this failure, as JSON text: the attempts its results
+    /// row holds (`recorded`), the lost ones since (`lost`), then this run's, which
+    /// `worker` started at `started_at`. (PostgreSQL builds it in SQL.)
+    #[cfg(any(feature = "sqlite", feature = "mysql"))]
+    pub(crate) fn attempt_log(
+        &self,
+        recorded: Option<&str>,
+        lost: Vec<serde_json::Value>,
+        worker: &str,
+        started_at: Option<String>,
+        ended_at: String,
+    ) -> String {
+        let mut log: Vec<serde_json::Value> = recorded
+            .and_then(|r| serde_json::from_str(r).ok())
+            .unwrap_or_default();
+        log.extend(lost);
+        log.push(serde_json::json!({
+            "attempt": self.lease.attempt,
+            "worker": worker,
+            "started_at": started_at,
+            "ended_at": ended_at,
+            "outcome": if self.retry_at.is_none() { "fatal" } else { "retried" },
+            "kind": self.kind,
+            "message": self.message,
+            "detail": self.detail,
+            "recoverable": self.recoverable,
+        }));
+        serde_json::Value::Array(log).to_string()
+    }
+
     /// The seed's one-column `task_last_error`: type, message and detail as text.
     pub(crate) fn seed_error(&self) -> String {
         match &self.detail {

@@ -71,6 +71,9 @@ pub(crate) const BEGIN: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; 
 
 /// Rows per multi-row statement: at most 65,535 placeholders, 16 to a queue row.
 const ROWS_PER_STATEMENT: usize = 2_000;
+/// Rows per statement of `enqueue_uniform`, which binds one JSON array, not a row's
+/// columns: only the payload bytes bound it.
+const JSON_ROWS_PER_STATEMENT: usize = 10_000;
 /// Payload bytes per multi-row statement, well under the 16 MiB `max_allowed_packet` of
 /// MariaDB's defaults (MySQL's is 64 MiB).
 const BYTES_PER_STATEMENT: usize = 4 << 20;
@@ -557,6 +560,9 @@ pub(crate) async fn enqueue_many(
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
+    if super::uniform(&jobs) {
+        return enqueue_uniform(conn, schema, &jobs, now).await;
+    }
     let keyed = jobs.iter().any(|j| j.unique_key.is_some());
     let mut tx = conn.begin().await?;
     // With keys, the queue rows first: a key a live job holds (mode skip) leaves that job
@@ -625,6 +631,71 @@ pub(crate) async fn enqueue_many(
     Ok(jobs.iter().map(id_of).collect())
 }
 
+/// `enqueue_many` of a batch whose jobs differ only in id and payload (`store::uniform`):
+/// per statement, the ids and payloads travel as one JSON array read by `JSON_TABLE`, in
+/// its order (so the lock handles follow the caller's), and the rest is bound once. Two
+/// statements per chunk where the multi-row inserts bound every column of every row.
+async fn enqueue_uniform(
+    conn: &mut MySqlConnection,
+    schema: &Schema,
+    jobs: &[NewJob],
+    now: DateTime<Utc>,
+) -> Result<Vec<Uuid>> {
+    let job = &jobs[0];
+    let mut tx = conn.begin().await?;
+    for chunk in chunks_up_to(jobs, JSON_ROWS_PER_STATEMENT) {
+        let rows: Vec<(String, &str)> = chunk
+            .iter()
+            .map(|j| (j.id.simple().to_string(), j.payload.as_str()))
+            .collect();
+        let rows = serde_json::to_string(&rows).expect("a list of string pairs serializes");
+        sqlx::query(&format!(
+            "INSERT INTO {} ({RESULT_COLUMNS})
+             SELECT UNHEX(j.id), ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?, 1
+             FROM JSON_TABLE(?, '$[*]' COLUMNS (ord FOR ORDINALITY, id CHAR(32) PATH '$[0]')) j
+             ORDER BY j.ord",
+            schema.mysql.results
+        ))
+        .bind(&*job.task_type)
+        .bind(&job.source)
+        .bind(&job.queue)
+        .bind(job.priority)
+        .bind(now)
+        .bind(&job.tenant)
+        .bind(&job.correlation_id)
+        .bind(&job.metadata)
+        .bind(&rows)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(&format!(
+            "INSERT INTO {} ({NEW_COLUMNS})
+             SELECT UNHEX(j.id), ?, ?, j.payload, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, 1
+             FROM JSON_TABLE(?, '$[*]' COLUMNS (ord FOR ORDINALITY, id CHAR(32) PATH '$[0]',
+                payload LONGTEXT PATH '$[1]')) j
+             ORDER BY j.ord",
+            schema.mysql.queue
+        ))
+        .bind(&*job.task_type)
+        .bind(&job.source)
+        .bind(job.priority)
+        .bind(now)
+        .bind(job.run_at)
+        .bind(&job.queue)
+        .bind(job.max_attempts)
+        .bind(&job.tenant)
+        .bind(&job.correlation_id)
+        .bind(&job.metadata)
+        .bind(job.every_ms)
+        .bind(job.timeout_ms)
+        .bind(&rows)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    wake();
+    Ok(jobs.iter().map(|j| j.id).collect())
+}
+
 /// A multi-row insert of queue rows; with `keyed`, a key a live job (or an earlier row)
 /// holds leaves that row out.
 fn queue_rows<'a>(
@@ -664,12 +735,15 @@ fn queue_rows<'a>(
 
 /// Splits a batch by row count and payload size (the limits above).
 fn chunks(jobs: &[NewJob]) -> Vec<&[NewJob]> {
+    chunks_up_to(jobs, ROWS_PER_STATEMENT)
+}
+
+/// `chunks` of at most `rows` rows.
+fn chunks_up_to(jobs: &[NewJob], rows: usize) -> Vec<&[NewJob]> {
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (i, job) in jobs.iter().enumerate() {
-        if i > start
-            && (i - start >= ROWS_PER_STATEMENT || bytes + job.payload.len() > BYTES_PER_STATEMENT)
-        {
+        if i > start && (i - start >= rows || bytes + job.payload.len() > BYTES_PER_STATEMENT) {
             out.push(&jobs[start..i]);
             (start, bytes) = (i, 0);
         }
@@ -1358,33 +1432,17 @@ impl MySqlStore {
         let mut values = Vec::with_capacity(rows.len());
         for row in &rows {
             let f = by_id[&row.task_id];
-            let mut attempts = row.lost();
-            let first = row.first_started(&attempts);
-            let failed = 1 + attempts.len() as i64;
-            attempts.push(serde_json::json!({
-                "attempt": f.lease.attempt,
-                "worker": self.worker_id,
-                "started_at": row.task_claimed_at_ts.map(ts),
-                "ended_at": ts(now),
-                "outcome": if f.retry_at.is_none() { "fatal" } else { "retried" },
-                "kind": f.kind,
-                "message": f.message,
-                "detail": f.detail,
-                "recoverable": f.recoverable,
-            }));
-            let mut errors: Vec<serde_json::Value> = recorded
-                .get(&row.task_id)
-                .and_then(|r| r.as_deref())
-                .and_then(|r| serde_json::from_str(r).ok())
-                .unwrap_or_default();
-            errors.extend(attempts);
-            values.push((
-                row,
-                f,
-                first,
-                failed,
-                serde_json::Value::Array(errors).to_string(),
-            ));
+            let lost = row.lost();
+            let first = row.first_started(&lost);
+            let failed = 1 + lost.len() as i64;
+            let log = f.attempt_log(
+                recorded.get(&row.task_id).and_then(|r| r.as_deref()),
+                lost,
+                &self.worker_id,
+                row.task_claimed_at_ts.map(ts),
+                ts(now),
+            );
+            values.push((row, f, first, failed, log));
         }
         let mut query = QueryBuilder::<MySql>::new(&self.sql().failure);
         query.push(" ");

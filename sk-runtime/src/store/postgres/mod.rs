@@ -816,20 +816,7 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
     let Some(first) = jobs.first() else {
         return Ok(Vec::new());
     };
-    let uniform = jobs.iter().all(|j| {
-        j.unique_key.is_none()
-            && j.task_type == first.task_type
-            && j.source == first.source
-            && j.queue == first.queue
-            && j.priority == first.priority
-            && j.run_at == first.run_at
-            && j.max_attempts == first.max_attempts
-            && j.tenant == first.tenant
-            && j.correlation_id == first.correlation_id
-            && j.metadata == first.metadata
-            && j.timeout_ms == first.timeout_ms
-    });
-    if uniform {
+    if super::uniform(&jobs) {
         let (task_type, source, queue) = (
             first.task_type.clone(),
             first.source.clone(),

@@ -21,7 +21,7 @@ pub(crate) use control::{
     worker_seen, worker_up, workers, write_job_stats,
 };
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -87,8 +87,8 @@ pub(crate) struct Statements {
     enqueue_many_uniform: String,
     claim: String,
     claim_capped: String,
-    take: String,
-    retry: String,
+    /// The columns of a queue row a finalization reads (`Row`).
+    queue_row: String,
     success: String,
     failure: String,
     again: String,
@@ -109,6 +109,26 @@ const NEW_COLUMNS: &str = "task_id, task_type, task_source, task_payload, task_p
     task_tenant, task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_every_ms,
     task_timeout_ms";
 const NEW_VALUES: &str = "$1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $10, $11, $12, $13, $14, $15, $16";
+
+/// How a failure updates a results row that exists (`failure` rows, multi-row).
+const FAILURE_UPDATE: &str = "task_status = excluded.task_status,
+    task_error_count = task_error_count + excluded.task_error_count,
+    task_last_error_type = excluded.task_last_error_type,
+    task_last_error_message = excluded.task_last_error_message,
+    task_last_error_detail = excluded.task_last_error_detail,
+    task_last_error = excluded.task_last_error,
+    task_last_error_is_recoverable = excluded.task_last_error_is_recoverable,
+    task_processing_time_milliseconds = excluded.task_processing_time_milliseconds,
+    task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,
+    task_payload = excluded.task_payload,
+    task_last_locked_by = excluded.task_last_locked_by,
+    task_errors = excluded.task_errors,
+    task_output = NULL,
+    task_max_attempts = excluded.task_max_attempts,
+    task_timeout_ms = excluded.task_timeout_ms,
+    task_first_processing_attempted_at_ts =
+        coalesce(task_first_processing_attempted_at_ts, excluded.task_first_processing_attempted_at_ts),
+    task_last_processing_attempted_at_ts = excluded.task_last_processing_attempted_at_ts";
 
 impl Statements {
     pub(crate) fn new(schema: &Schema) -> Self {
@@ -205,17 +225,7 @@ impl Statements {
             // running jobs. One statement under the write lock, so claims take turns.
             claim_capped: String::new(),
             // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
-            take: format!(
-                "DELETE FROM {q} WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3
-                 RETURNING {queue_row}"
-            ),
-            // A failed run to retry: the row waits again; its lost attempts move to the
-            // results row, read first (`read_row`).
-            retry: format!(
-                "UPDATE {q} SET task_locked_until_ts = $4, task_locked_by = NULL, task_lost_attempts = NULL,
-                    task_has_result = 1
-                 WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3"
-            ),
+            queue_row: queue_row.to_owned(),
             // A success, into the results row, or a new one for a job another producer
             // posted. `$16`: every failed attempt so far when lost ones are added, else NULL.
             success: format!(
@@ -240,27 +250,7 @@ impl Statements {
                     task_last_error_message, task_last_error_detail, task_last_error, task_last_error_is_recoverable,
                     task_processing_time_milliseconds, task_processing_finalized_at_ts, task_payload,
                     task_last_locked_by, task_errors, task_output, task_first_processing_attempted_at_ts,
-                    task_last_processing_attempted_at_ts, task_max_attempts, task_timeout_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19,
-                    $20, $21, NULL, $22, $23, $24, $25)
-                 ON CONFLICT (task_id) DO UPDATE SET task_status = excluded.task_status,
-                    task_error_count = task_error_count + excluded.task_error_count,
-                    task_last_error_type = excluded.task_last_error_type,
-                    task_last_error_message = excluded.task_last_error_message,
-                    task_last_error_detail = excluded.task_last_error_detail,
-                    task_last_error = excluded.task_last_error,
-                    task_last_error_is_recoverable = excluded.task_last_error_is_recoverable,
-                    task_processing_time_milliseconds = excluded.task_processing_time_milliseconds,
-                    task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,
-                    task_payload = excluded.task_payload,
-                    task_last_locked_by = excluded.task_last_locked_by,
-                    task_errors = excluded.task_errors,
-                    task_output = NULL,
-                    task_max_attempts = excluded.task_max_attempts,
-                    task_timeout_ms = excluded.task_timeout_ms,
-                    task_first_processing_attempted_at_ts =
-                        coalesce(task_first_processing_attempted_at_ts, excluded.task_first_processing_attempted_at_ts),
-                    task_last_processing_attempted_at_ts = excluded.task_last_processing_attempted_at_ts"
+                    task_last_processing_attempted_at_ts, task_max_attempts, task_timeout_ms)"
             ),
             // A restart asked for during the run, or a periodic job's next run.
             again: format!("INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES})"),
@@ -588,20 +578,7 @@ pub(crate) async fn enqueue_many<'e, E: sqlx::Executor<'e, Database = Sqlite>>(
         return Ok(Vec::new());
     }
     let first = &jobs[0];
-    let uniform = jobs.iter().all(|j| {
-        j.unique_key.is_none()
-            && j.task_type == first.task_type
-            && j.source == first.source
-            && j.queue == first.queue
-            && j.priority == first.priority
-            && j.run_at == first.run_at
-            && j.max_attempts == first.max_attempts
-            && j.tenant == first.tenant
-            && j.correlation_id == first.correlation_id
-            && j.metadata == first.metadata
-            && j.timeout_ms == first.timeout_ms
-    });
-    if uniform {
+    if super::uniform(&jobs) {
         let pairs: Vec<(String, &str)> = jobs
             .iter()
             .map(|j| (j.id.simple().to_string(), j.payload.as_str()))
@@ -678,7 +655,7 @@ pub(crate) async fn enqueue_many<'e, E: sqlx::Executor<'e, Database = Sqlite>>(
         .collect())
 }
 
-/// A queue row as it was when its run ended (`Statements::take`).
+/// A queue row as it was when its run ended (`Statements::queue_row`).
 #[derive(sqlx::FromRow)]
 struct Row {
     task_id: Uuid,
@@ -1076,125 +1053,181 @@ impl SqliteStore {
         flow::inputs(&mut conn, &self.schema, id).await
     }
 
-    /// Records failed runs (retry or final) in one transaction; per failure, false when
-    /// its lease was lost (fenced).
+    /// Records failed runs (retry or final) in one transaction, a few statements for the
+    /// whole batch; per failure, false when its lease was lost (fenced).
     pub(crate) async fn fail(&self, failures: &[Failure], now: DateTime<Utc>) -> Result<Vec<bool>> {
+        if failures.is_empty() {
+            return Ok(Vec::new());
+        }
         let (_turn, mut conn) = self.writing().await?;
         let mut tx = Self::write(&mut conn).await?;
-        let mut recorded = Vec::with_capacity(failures.len());
-        let mut stats = Stats::default();
-        for f in failures {
-            recorded.push(self.fail_in(&mut tx, f, &mut stats, now).await?);
-        }
-        self.write_stats(&mut tx, stats, now).await?;
+        let held = self.fail_on(&mut tx, failures, now).await?;
         tx.commit().await?;
-        if recorded.contains(&true) {
+        if !held.is_empty() {
             wake();
         }
-        Ok(recorded)
+        Ok(failures
+            .iter()
+            .map(|f| held.contains(&f.lease.id))
+            .collect())
     }
 
-    /// One failure of `fail`, its run added to `stats`.
-    async fn fail_in(
+    /// The statements of `fail`, in a write transaction: the ids whose lease was held.
+    async fn fail_on(
         &self,
         tx: &mut SqliteConnection,
-        f: &Failure,
-        stats: &mut Stats,
+        failures: &[Failure],
         now: DateTime<Utc>,
-    ) -> Result<bool> {
-        let row: Option<Row> = match f.retry_at {
-            None => {
-                sqlx::query_as(&self.sql().take)
-                    .bind(f.lease.id)
-                    .bind(f.lease.attempt)
-                    .bind(&self.worker_id)
-                    .fetch_optional(&mut *tx)
-                    .await?
-            }
-            Some(retry_at) => {
-                let row: Option<Row> = sqlx::query_as(&format!(
-                    "SELECT * FROM {} WHERE task_id = $1 AND task_attempt = $2 AND task_locked_by = $3",
-                    self.sql().queue
-                ))
-                .bind(f.lease.id)
-                .bind(f.lease.attempt)
-                .bind(&self.worker_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if row.is_some() {
-                    sqlx::query(&self.sql().retry)
-                        .bind(f.lease.id)
-                        .bind(f.lease.attempt)
-                        .bind(&self.worker_id)
-                        .bind(ts(retry_at))
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                row
-            }
-        };
-        let Some(row) = row else {
-            return Ok(false);
-        };
-        let mut attempts = row.lost();
-        let first = row.first_started(&attempts);
-        let failed = 1 + attempts.len() as i64;
-        attempts.push(serde_json::json!({
-            "attempt": f.lease.attempt,
-            "worker": self.worker_id,
-            "started_at": row.task_claimed_at_ts,
-            "ended_at": ts(now),
-            "outcome": if f.retry_at.is_none() { "fatal" } else { "retried" },
-            "kind": f.kind,
-            "message": f.message,
-            "detail": f.detail,
-            "recoverable": f.recoverable,
-        }));
-        let errors = errors_with(tx, &self.schema, row.task_id, attempts).await?;
-        let last_run = f.retry_at.is_none();
-        sqlx::query(&self.sql().failure)
-            .bind(row.task_id)
-            .bind(&row.task_type)
-            .bind(&row.task_source)
-            .bind(&row.task_queue)
-            .bind(row.task_priority)
-            .bind(&row.task_posted_at_ts)
-            .bind(&row.task_tenant)
-            .bind(&row.task_correlation_id)
-            .bind(&row.task_metadata)
-            .bind(f.status as i32)
-            .bind(failed)
-            .bind(&f.kind)
-            .bind(&f.message)
-            .bind(&f.detail)
-            .bind(f.seed_error())
-            .bind(f.recoverable)
-            .bind(f.millis)
-            .bind(last_run.then(|| ts(now)))
-            // A job that failed for good keeps its payload, to inspect or re-post.
-            .bind(if last_run {
-                row.task_payload.as_deref()
-            } else {
-                None
-            })
-            .bind(&self.worker_id)
-            .bind(errors)
-            .bind(first)
-            .bind(&row.task_claimed_at_ts)
-            .bind(row.task_max_attempts)
-            .bind(row.task_timeout_ms)
+    ) -> Result<HashSet<Uuid>> {
+        let by_id: HashMap<Uuid, &Failure> = failures.iter().map(|f| (f.lease.id, f)).collect();
+        let hex = |id: Uuid| id.simple().to_string();
+        let json = |value: serde_json::Value| value.to_string();
+        let leases = json(serde_json::json!(failures
+            .iter()
+            .map(|f| (hex(f.lease.id), f.lease.attempt))
+            .collect::<Vec<_>>()));
+        let rows: Vec<Row> = sqlx::query_as(&format!(
+            "SELECT {} FROM json_each($1) j JOIN {} q
+                ON q.task_id = unhex(j.value ->> 0) AND q.task_attempt = j.value ->> 1
+             WHERE q.task_locked_by = $2",
+            self.sql().queue_row,
+            self.sql().queue
+        ))
+        .bind(leases)
+        .bind(&self.worker_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        if rows.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let (retried, last): (Vec<&Row>, Vec<&Row>) = rows
+            .iter()
+            .partition(|r| by_id[&r.task_id].retry_at.is_some());
+        if !last.is_empty() {
+            let ids = json(serde_json::json!(last
+                .iter()
+                .map(|r| hex(r.task_id))
+                .collect::<Vec<_>>()));
+            sqlx::query(&format!(
+                "DELETE FROM {} WHERE task_id IN (SELECT unhex(value) FROM json_each($1))",
+                self.sql().queue
+            ))
+            .bind(ids)
             .execute(&mut *tx)
             .await?;
-        if last_run {
-            self.again(tx, &row, now).await?;
+        }
+        if !retried.is_empty() {
+            // The rows wait again, each until its retry time; their lost attempts move to
+            // the results rows.
+            let retry_at = json(serde_json::json!(retried
+                .iter()
+                .map(|r| (hex(r.task_id), by_id[&r.task_id].retry_at.map(ts)))
+                .collect::<Vec<_>>()));
+            sqlx::query(&format!(
+                "UPDATE {q} SET task_locked_until_ts = j.value ->> 1, task_locked_by = NULL,
+                    task_lost_attempts = NULL, task_has_result = 1
+                 FROM json_each($1) j WHERE {q}.task_id = unhex(j.value ->> 0)",
+                q = self.sql().queue
+            ))
+            .bind(retry_at)
+            .execute(&mut *tx)
+            .await?;
+        }
+        // Each results row's list of failed attempts gets this one (and the lost ones).
+        let ids = json(serde_json::json!(rows
+            .iter()
+            .map(|r| hex(r.task_id))
+            .collect::<Vec<_>>()));
+        let recorded: HashMap<Uuid, Option<String>> = sqlx::query_as(&format!(
+            "SELECT task_id, task_errors FROM {} WHERE task_id IN (SELECT unhex(value) FROM json_each($1))",
+            self.schema.sqlite.results
+        ))
+        .bind(ids)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
+        let mut values = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let f = by_id[&row.task_id];
+            let lost = row.lost();
+            let first = row.first_started(&lost);
+            let failed = 1 + lost.len() as i64;
+            let log = f.attempt_log(
+                recorded.get(&row.task_id).and_then(|r| r.as_deref()),
+                lost,
+                &self.worker_id,
+                row.task_claimed_at_ts.clone(),
+                ts(now),
+            );
+            values.push((row, f, first, failed, log));
+        }
+        // SQLite takes at most 32,766 bound values a statement: 25 a row.
+        for chunk in values.chunks(1000) {
+            let mut query = sqlx::QueryBuilder::<Sqlite>::new(&self.sql().failure);
+            query.push(" ");
+            query.push_values(chunk, |mut v, (row, f, first, failed, errors)| {
+                let last_run = f.retry_at.is_none();
+                v.push_bind(row.task_id)
+                    .push_bind(&row.task_type)
+                    .push_bind(&row.task_source)
+                    .push_bind(&row.task_queue)
+                    .push_bind(row.task_priority)
+                    .push_bind(&row.task_posted_at_ts)
+                    .push_bind(&row.task_tenant)
+                    .push_bind(&row.task_correlation_id)
+                    .push_bind(&row.task_metadata)
+                    .push_bind(f.status as i32)
+                    .push_bind(*failed)
+                    .push_bind(&f.kind)
+                    .push_bind(&f.message)
+                    .push_bind(&f.detail)
+                    .push_bind(f.seed_error())
+                    .push_bind(f.recoverable)
+                    .push_bind(f.millis)
+                    .push_bind(last_run.then(|| ts(now)))
+                    // A job that failed for good keeps its payload, to inspect or re-post.
+                    .push_bind(if last_run {
+                        row.task_payload.as_deref()
+                    } else {
+                        None
+                    })
+                    .push_bind(&self.worker_id)
+                    .push_bind(errors.as_str())
+                    .push("NULL")
+                    .push_bind(first.as_deref())
+                    .push_bind(&row.task_claimed_at_ts)
+                    .push_bind(row.task_max_attempts)
+                    .push_bind(row.task_timeout_ms);
+            });
+            query.push(format!(
+                " ON CONFLICT (task_id) DO UPDATE SET {FAILURE_UPDATE}"
+            ));
+            query.build().execute(&mut *tx).await?;
+        }
+        // Periodic jobs' next runs, and jobs others wait on, which end with this one.
+        let mut roots = Vec::new();
+        for row in &last {
+            self.again(&mut *tx, row, now).await?;
             if row.task_dependants {
-                let message =
-                    super::dependency_message(row.task_id, &row.task_type, false, &f.message);
-                flow::propagate(tx, &self.schema, vec![(row.task_id, message)], false, now).await?;
+                let message = super::dependency_message(
+                    row.task_id,
+                    &row.task_type,
+                    false,
+                    &by_id[&row.task_id].message,
+                );
+                roots.push((row.task_id, message));
             }
         }
-        stats.add(&row.task_type, f.millis);
-        Ok(true)
+        if !roots.is_empty() {
+            flow::propagate(&mut *tx, &self.schema, roots, false, now).await?;
+        }
+        let mut stats = Stats::default();
+        for row in &rows {
+            stats.add(&row.task_type, by_id[&row.task_id].millis);
+        }
+        self.write_stats(&mut *tx, stats, now).await?;
+        Ok(rows.iter().map(|r| r.task_id).collect())
     }
 
     /// Releases leases at once (graceful stop), without using up an attempt.
