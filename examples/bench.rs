@@ -13,8 +13,10 @@
 //! - `enqueue_single`: N jobs enqueued one at a time (one statement, one commit each), one
 //!   client; `raw_insert_single`: the same with one plain INSERT per transaction into a
 //!   plain table of the queue table's shape.
-//! - `enqueue_bulk`: N jobs through `enqueue_many` (10,000 per statement);
-//!   `raw_insert_bulk`: INSERT ... SELECT FROM unnest(...) into the plain table.
+//! - `enqueue_bulk`: N jobs through `enqueue_many` (10,000 per call); `raw_insert_bulk`:
+//!   INSERT ... SELECT FROM unnest(...) into the plain table; `raw_copy_bulk`: the same
+//!   rows through COPY (text format), 10,000 per statement. `enqueue_bulk` is measured
+//!   beside each.
 //! - `burn_down`: a backlog of N no-op jobs run by one worker at `--concurrency`, from the
 //!   first claim to the last result recorded; `--old-results M` first fills the results
 //!   table with M finished jobs, to show that history does not slow the claim; `raw_burn_down`: the same backlog in the plain
@@ -28,6 +30,16 @@
 //! - `failure_storm`: `burn_down` of jobs whose first run fails and whose retry (at once)
 //!   succeeds, every job run twice; beside `burn_down` of no-op jobs, its ratio says what
 //!   a storm of failures costs against the same number of successes.
+//! - `burn_down_traced`: `burn_down` with the job's `tracing` span enabled in the
+//!   installed subscriber (`sk_runtime=info`); beside `burn_down` with it filtered out,
+//!   its ratio is what the span costs per job.
+//! - `burn_down_history`: `burn_down` with 10,000,000 finished jobs of the three days
+//!   before in the results table (UUIDv7 ids in their time partitions) and 1,000,000 jobs
+//!   waiting behind the measured ones; beside `burn_down` on empty tables. Then a
+//!   worker's retention (one day) retires the history: `retention_dropped_partitions`,
+//!   `retention_seconds`, `retention_history_left` (rows of the history in partitions
+//!   still there) and `retention_dead_tuples_before` / `_after` (dead tuples in every
+//!   partition of the results table, by `pgstattuple`).
 //! - `pickup_latency_p50/p95/p99/max`: with the worker idle, jobs enqueued one at a time at
 //!   random 5-50 ms gaps; from just before `enqueue` to the handler's first line.
 //! - `slow_jobs`: handlers that sleep 100 ms, at concurrency 256.
@@ -44,12 +56,16 @@
 //! does the same on MySQL/MariaDB (`bench_mysql.rs`, server at `MYSQL_URL`).
 
 use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sk_runtime::{job, Client, Data, Enqueue, JobContext, JobError, Schema, Worker};
+use sk_runtime::{job, Client, Data, Enqueue, JobContext, JobError, ManualClock, Schema, Worker};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::EnvFilter;
 
 #[path = "bench_mysql.rs"]
 mod mysql;
@@ -162,6 +178,25 @@ fn args() -> Result<Args, String> {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Enqueues jobs `0..n`, each made by `job`, 10,000 per `enqueue_many` call (any backend).
+async fn enqueue_chunks<'e, J, E>(
+    executor: E,
+    n: u64,
+    job: impl Fn(u64) -> Enqueue<J>,
+) -> Result<(), BoxError>
+where
+    J: sk_runtime::Job,
+    E: sk_runtime::Executor<'e> + Copy,
+{
+    let mut i = 0;
+    while i < n {
+        let end = (i + 10_000).min(n);
+        Enqueue::enqueue_many(executor, (i..end).map(&job)).await?;
+        i = end;
+    }
+    Ok(())
+}
+
 struct Bench {
     pool: PgPool,
     schema: Schema,
@@ -169,6 +204,9 @@ struct Bench {
     results: Vec<(String, f64, &'static str)>,
     /// Per sk measure, the median of its ratios to the raw baseline run beside it.
     ratios: Vec<(&'static str, &'static str, f64)>,
+    /// Figures a measure finds along the way (name, value, unit; one per run, the median
+    /// is printed).
+    side: Mutex<Vec<(String, f64, &'static str)>>,
 }
 
 /// A measure's name, unit and run.
@@ -182,15 +220,25 @@ type Measure<'f> = (
     > + Sync),
 );
 
+/// The installed subscriber's filter, switched by `burn_down_traced`.
+static FILTER: std::sync::OnceLock<
+    tracing_subscriber::reload::Handle<EnvFilter, tracing_subscriber::Registry>,
+> = std::sync::OnceLock::new();
+
+/// The filter from `RUST_LOG`, or `warn`.
+fn env_filter() -> EnvFilter {
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into())
+}
+
 #[tokio::main]
 async fn main() {
     // RUST_LOG=sk_runtime=debug shows the worker's vacuums and every job.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(env_filter());
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
         .init();
+    let _ = FILTER.set(handle);
     if let Err(e) = run().await {
         eprintln!("bench: {e}");
         std::process::exit(1);
@@ -218,6 +266,7 @@ async fn run() -> Result<(), BoxError> {
         args,
         results: Vec::new(),
         ratios: Vec::new(),
+        side: Mutex::new(Vec::new()),
     };
     b.reset().await?;
 
@@ -242,6 +291,11 @@ async fn run() -> Result<(), BoxError> {
             }),
         )
         .await?;
+        b.measure_pair(
+            ("enqueue_bulk", "jobs/s", &|b| Box::pin(b.enqueue_bulk(n))),
+            ("raw_copy_bulk", "rows/s", &|b| Box::pin(b.raw_copy_bulk(n))),
+        )
+        .await?;
     }
     if b.wants("burn_down") {
         let (n, c) = (b.args.jobs, b.args.concurrency);
@@ -258,6 +312,30 @@ async fn run() -> Result<(), BoxError> {
         b.measure_pair(
             ("failure_storm", "jobs/s", &|b| {
                 Box::pin(b.burn_down(n, c, Load::Flaky))
+            }),
+            ("burn_down", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, c, Load::Noop))
+            }),
+        )
+        .await?;
+    }
+    if b.wants("burn_down_traced") {
+        let (n, c) = (b.args.jobs, b.args.concurrency);
+        b.measure_pair(
+            ("burn_down_traced", "jobs/s", &|b| {
+                Box::pin(b.burn_down_traced(n, c))
+            }),
+            ("burn_down", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, c, Load::Noop))
+            }),
+        )
+        .await?;
+    }
+    if b.wants("burn_down_history") {
+        let (n, c) = (b.args.jobs, b.args.concurrency);
+        b.measure_pair(
+            ("burn_down_history", "jobs/s", &|b| {
+                Box::pin(b.burn_down_history(n, c))
             }),
             ("burn_down", "jobs/s", &|b| {
                 Box::pin(b.burn_down(n, c, Load::Noop))
@@ -294,11 +372,28 @@ async fn run() -> Result<(), BoxError> {
     for (name, value, unit) in &b.results {
         println!("{name} {value:.1} {unit}");
     }
+    let side = std::mem::take(&mut *b.side.lock().unwrap_or_else(PoisonError::into_inner));
+    let mut names: Vec<&String> = Vec::new();
+    for (name, _, _) in &side {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    for name in names {
+        let mut runs: Vec<(f64, &str)> = side
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|(_, v, u)| (*v, *u))
+            .collect();
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (value, unit) = runs[runs.len() / 2];
+        println!("{name} {value:.1} {unit}");
+    }
     for (name, baseline, ratio) in &b.ratios {
-        let of = if baseline.starts_with("raw_") {
-            "raw"
-        } else {
-            baseline
+        let of = match *baseline {
+            "raw_copy_bulk" => "raw_copy",
+            b if b.starts_with("raw_") => "raw",
+            b => b,
         };
         println!("{name}_ratio {ratio:.2} of_{of}");
     }
@@ -430,14 +525,10 @@ impl Bench {
 
     async fn enqueue_bulk(&self, n: u64) -> Result<f64, BoxError> {
         let start = Instant::now();
-        let mut i = 0;
-        while i < n {
-            let chunk: Vec<_> = (i..(i + 10_000).min(n))
-                .map(|k| Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema))
-                .collect();
-            i += chunk.len() as u64;
-            BenchNoop::enqueue_many(&self.pool, chunk).await?;
-        }
+        enqueue_chunks(&self.pool, n, |k| {
+            Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema)
+        })
+        .await?;
         Ok(n as f64 / start.elapsed().as_secs_f64())
     }
 
@@ -464,17 +555,42 @@ impl Bench {
         Ok(n as f64 / start.elapsed().as_secs_f64())
     }
 
-    /// Fills the queue with `n` jobs (bulk, untimed), then times one worker burning them.
-    async fn backlog_start(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+    /// The rows of `raw_insert_bulk` through COPY (text format), 10,000 per statement.
+    async fn raw_copy_bulk(&self, n: u64) -> Result<f64, BoxError> {
+        use std::fmt::Write as _;
+        let start = Instant::now();
+        let mut conn = self.pool.acquire().await?;
         let mut i = 0;
         while i < n {
             let end = (i + 10_000).min(n);
-            let chunk: Vec<_> = (i..end)
-                .map(|k| Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema))
-                .collect();
-            BenchNoop::enqueue_many(&self.pool, chunk).await?;
+            let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+            let mut rows = String::with_capacity(10_000 * 128);
+            for k in i..end {
+                let _ = writeln!(
+                    rows,
+                    "{}\tbench_noop\tapp\t{{\"n\":{k}}}\t0\t{now}\t{now}\tdefault\t25",
+                    uuid::Uuid::now_v7()
+                );
+            }
+            let mut copy = conn
+                .copy_in_raw(
+                    "COPY sk_bench_raw.queue (task_id, task_type, task_source, task_payload, task_priority,
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts) FROM STDIN",
+                )
+                .await?;
+            copy.send(rows.into_bytes()).await?;
+            copy.finish().await?;
             i = end;
         }
+        Ok(n as f64 / start.elapsed().as_secs_f64())
+    }
+
+    /// Fills the queue with `n` jobs (bulk, untimed), then times one worker burning them.
+    async fn backlog_start(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+        enqueue_chunks(&self.pool, n, |k| {
+            Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema)
+        })
+        .await?;
         let worker = Worker::builder(self.pool.clone())
             .schema(self.schema.clone())
             .task_types(["bench_noop"])
@@ -534,31 +650,202 @@ impl Bench {
         result
     }
 
-    async fn burn_down(&self, n: u64, concurrency: usize, load: Load) -> Result<f64, BoxError> {
-        let mut i = 0;
-        while i < n {
-            let end = (i + 10_000).min(n);
-            match load {
-                Load::Sleep => {
-                    let chunk: Vec<_> = (i..end)
-                        .map(|k| Enqueue::new(BenchSleep::new(k)).with_schema(&self.schema))
-                        .collect();
-                    BenchSleep::enqueue_many(&self.pool, chunk).await?;
-                }
-                Load::Noop => {
-                    let chunk: Vec<_> = (i..end)
-                        .map(|k| Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema))
-                        .collect();
-                    BenchNoop::enqueue_many(&self.pool, chunk).await?;
-                }
-                Load::Flaky => {
-                    let chunk: Vec<_> = (i..end)
-                        .map(|k| Enqueue::new(BenchFlaky::new(k)).with_schema(&self.schema))
-                        .collect();
-                    BenchFlaky::enqueue_many(&self.pool, chunk).await?;
-                }
+    /// `burn_down` with the job's span enabled in the installed subscriber
+    /// (`sk_runtime=info` beside `RUST_LOG`'s directives, events printed to stderr as
+    /// an application's would be): what tracing costs per job when it is on.
+    async fn burn_down_traced(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+        let filter = FILTER.get().ok_or("no reloadable subscriber installed")?;
+        filter.reload(env_filter().add_directive("sk_runtime=info".parse()?))?;
+        let result = self.burn_down(n, concurrency, Load::Noop).await;
+        filter.reload(env_filter())?;
+        result
+    }
+
+    /// `burn_down` of `n` jobs on a database with a long history and a deep queue:
+    /// 10,000,000 finished jobs posted over the three days before, in the time partitions
+    /// a worker running then made, and 1,000,000 jobs waiting behind the measured ones
+    /// (priority 1 against their 0; the worker goes on into them, only the measured ones
+    /// count). Then a worker's retention retires the history's partitions; what it
+    /// leaves is recorded (`retention_*`).
+    async fn burn_down_history(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+        const HISTORY: i64 = 10_000_000;
+        const WAITING: u64 = 1_000_000;
+        let now = chrono::Utc::now();
+        let before = self.partitions().await?;
+        let from = now - chrono::Duration::days(3);
+        // A worker of three days ago makes that day's partition and two ahead.
+        let worker = Worker::builder(self.pool.clone())
+            .schema(self.schema.clone())
+            .task_types(["bench_sleep"])
+            .clock(ManualClock::new(from))
+            .build()?;
+        let (made, _) = self
+            .run_worker_until(worker, |b| async move {
+                Ok(b.partitions().await? >= before + 3)
+            })
+            .await?;
+        if !made {
+            return Err("the partitions of three days ago were not made within 60 s".into());
+        }
+        let started = Instant::now();
+        // UUIDv7 ids of the posting time (48 bits of milliseconds first), as sk's own.
+        sqlx::query(
+            "INSERT INTO sk_bench.sk_task_results_t (task_id, task_type, task_source, task_queue, task_status,
+                task_priority, task_processing_time_milliseconds, task_posted_at_ts,
+                task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts,
+                task_processing_finalized_at_ts)
+             SELECT (lpad(to_hex((extract(epoch FROM t) * 1000)::bigint), 12, '0') || '7'
+                        || substr(md5(g::text), 1, 19))::uuid,
+                    'old_job', 'app', 'default', 3, 0, 1, t, t, t, t
+             FROM generate_series(1, $1) g,
+                  LATERAL (SELECT $2::timestamptz + g * (interval '2 days' / $1) AS t) x",
+        )
+        .bind(HISTORY)
+        .bind(from)
+        .execute(&self.pool)
+        .await?;
+        enqueue_chunks(&self.pool, WAITING, |k| {
+            Enqueue::new(BenchNoop::new(k))
+                .with_schema(&self.schema)
+                .with_priority(1)
+        })
+        .await?;
+        // The setup's writes (some 3 GB of WAL with the first vacuum of the history) are
+        // flushed before the measure: else the checkpoint they force lands in it (ratios of
+        // 0.70 to 0.92 in one run), which is not what history costs the claim and finalize.
+        for statement in [
+            "VACUUM ANALYZE sk_bench.sk_task_results_t",
+            "VACUUM ANALYZE sk_bench.sk_tasks_queue_t",
+            "CHECKPOINT",
+        ] {
+            sqlx::query(statement).execute(&self.pool).await?;
+        }
+        eprintln!(
+            "bench: burn_down_history: {HISTORY} results and {WAITING} waiting jobs written, vacuumed and checkpointed in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        // The measured jobs, claimed first, then the worker as `burn_down` runs it.
+        let rate = self.burn_down(n, concurrency, Load::Noop).await?;
+        let partitions = self.partitions().await?;
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+            .execute(&self.pool)
+            .await?;
+        let dead_before = self.dead_results().await?;
+        // Retention of a day: the partitions of the history's first two days are past it.
+        let worker = Worker::builder(self.pool.clone())
+            .schema(self.schema.clone())
+            .task_types(["bench_sleep"])
+            .result_retention(Duration::from_secs(24 * 3600))
+            .build()?;
+        let (retired, seconds) = self
+            .run_worker_until(
+                worker,
+                |b| async move { Ok(b.partitions().await? < partitions) },
+            )
+            .await?;
+        if !retired {
+            return Err("the retention retired no partition within 60 s".into());
+        }
+        let dead_after = self.dead_results().await?;
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM sk_bench.sk_task_results_t WHERE task_type = 'old_job'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let dropped = partitions - self.partitions().await?;
+        let mut side = self.side.lock().unwrap_or_else(PoisonError::into_inner);
+        side.push((
+            "retention_dropped_partitions".into(),
+            dropped as f64,
+            "partitions",
+        ));
+        side.push(("retention_seconds".into(), seconds, "s"));
+        side.push(("retention_history_left".into(), left as f64, "rows"));
+        side.push((
+            "retention_dead_tuples_before".into(),
+            dead_before as f64,
+            "tuples",
+        ));
+        side.push((
+            "retention_dead_tuples_after".into(),
+            dead_after as f64,
+            "tuples",
+        ));
+        Ok(rate)
+    }
+
+    /// The dead tuples in every partition of the results table, read by `pgstattuple`
+    /// (exact, where the statistics lag).
+    async fn dead_results(&self) -> Result<i64, BoxError> {
+        Ok(sqlx::query_scalar(
+            "SELECT coalesce(sum(s.dead_tuple_count), 0)::int8
+             FROM pg_inherits i, LATERAL pgstattuple(i.inhrelid) s
+             WHERE i.inhparent = 'sk_bench.sk_task_results_t'::regclass",
+        )
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// The results table's partitions (the default one included).
+    async fn partitions(&self) -> Result<i64, BoxError> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'sk_bench.sk_task_results_t'::regclass",
+        )
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// Runs `worker` until `done` says so (checked every 50 ms, for at most 60 s), then
+    /// stops it: whether `done` came, and the seconds it took.
+    async fn run_worker_until<'a, F, Fut>(
+        &'a self,
+        worker: Worker,
+        done: F,
+    ) -> Result<(bool, f64), BoxError>
+    where
+        F: Fn(&'a Bench) -> Fut,
+        Fut: std::future::Future<Output = Result<bool, BoxError>>,
+    {
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let start = Instant::now();
+        let running = tokio::spawn(worker.run_until(async move {
+            let _ = stop_rx.await;
+        }));
+        let mut came = false;
+        while start.elapsed() < Duration::from_secs(60) {
+            if done(self).await? {
+                came = true;
+                break;
             }
-            i = end;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let seconds = start.elapsed().as_secs_f64();
+        let _ = stop_tx.send(());
+        running.await??;
+        Ok((came, seconds))
+    }
+
+    async fn burn_down(&self, n: u64, concurrency: usize, load: Load) -> Result<f64, BoxError> {
+        let schema = &self.schema;
+        match load {
+            Load::Sleep => {
+                enqueue_chunks(&self.pool, n, |k| {
+                    Enqueue::new(BenchSleep::new(k)).with_schema(schema)
+                })
+                .await?
+            }
+            Load::Noop => {
+                enqueue_chunks(&self.pool, n, |k| {
+                    Enqueue::new(BenchNoop::new(k)).with_schema(schema)
+                })
+                .await?
+            }
+            Load::Flaky => {
+                enqueue_chunks(&self.pool, n, |k| {
+                    Enqueue::new(BenchFlaky::new(k)).with_schema(schema)
+                })
+                .await?
+            }
         }
         if self.args.old_results > 0 && load == Load::Noop {
             // History: finished jobs of earlier days, as a long-running system keeps them.
@@ -597,10 +884,13 @@ impl Bench {
         }));
         loop {
             tokio::time::sleep(Duration::from_millis(20)).await;
-            let left: bool =
-                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sk_bench.sk_tasks_queue_t)")
-                    .fetch_one(&self.pool)
-                    .await?;
+            // The measured jobs are those of priority 0 (`burn_down_history` puts others
+            // behind them); the leading column of the dequeue index finds them.
+            let left: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM sk_bench.sk_tasks_queue_t WHERE task_priority = 0)",
+            )
+            .fetch_one(&self.pool)
+            .await?;
             if !left {
                 break;
             }
@@ -609,7 +899,8 @@ impl Bench {
         running.await??;
         let (done, seconds): (i64, f64) = sqlx::query_as(
             "SELECT count(*), extract(epoch FROM max(task_processing_finalized_at_ts) - min(task_first_processing_attempted_at_ts))::float8
-             FROM sk_bench.sk_task_results_t WHERE task_status = 3 AND task_type <> 'old_job'",
+             FROM sk_bench.sk_task_results_t
+             WHERE task_status = 3 AND task_type <> 'old_job' AND task_priority = 0",
         )
         .fetch_one(&self.pool)
         .await?;

@@ -10,6 +10,8 @@
 //!   the raw baseline is eight clients each claiming 100 rows (`SELECT … FOR UPDATE SKIP
 //!   LOCKED`, then `UPDATE`, in one READ COMMITTED transaction) and deleting them (one
 //!   `DELETE`), as sk's claim and completion do without sk.
+//! - `failure_storm` / `burn_down`: `burn_down` of jobs whose first run fails and whose
+//!   retry (at once) succeeds, beside `burn_down` of no-op jobs (as on PostgreSQL).
 //! - `pickup_latency_*`: an idle worker, jobs enqueued one at a time in the same process.
 //!
 //! The database is `sk_bench` on `MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`'s
@@ -22,7 +24,7 @@ use sk_runtime::{Enqueue, Schema, Worker};
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::{MySqlPool, QueryBuilder};
 
-use super::{Args, BenchNoop, BenchPing, BoxError, Latency};
+use super::{Args, BenchFlaky, BenchNoop, BenchPing, BoxError, Latency};
 
 const RAW_TABLE: &str = "CREATE TABLE raw_queue (
     task_lock_handle_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
@@ -79,7 +81,7 @@ use std::future::Future;
 
 pub(super) async fn run(args: Args) -> Result<(), BoxError> {
     let mut lines = Vec::new();
-    let pairs: [(&str, &str, Run, &str, Run); 3] = [
+    let pairs: [(&str, &str, Run, &str, Run); 4] = [
         (
             "enqueue_single",
             "jobs/s",
@@ -97,9 +99,16 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
         (
             "burn_down",
             "jobs/s",
-            |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency)),
+            |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, false)),
             "raw_burn_down",
             |p, a| Box::pin(raw_burn_down(p, a.jobs)),
+        ),
+        (
+            "failure_storm",
+            "jobs/s",
+            |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, true)),
+            "burn_down",
+            |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, false)),
         ),
     ];
     for (name, unit, sk, raw_name, raw) in pairs {
@@ -124,7 +133,8 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
         };
         lines.push(format!("{name} {:.1} {unit}", median(|r| r.0)));
         lines.push(format!("{raw_name} {:.1} {unit}", median(|r| r.1)));
-        lines.push(format!("{name}_ratio {:.2} of_raw", median(|r| r.2)));
+        let of = raw_name.strip_prefix("raw_").map_or(raw_name, |_| "raw");
+        lines.push(format!("{name}_ratio {:.2} of_{of}", median(|r| r.2)));
     }
     if args.wants("latency") {
         let pool = fresh().await?;
@@ -176,13 +186,7 @@ async fn enqueue_bulk(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
 }
 
 async fn fill(pool: &MySqlPool, n: u64) -> Result<(), BoxError> {
-    let mut i = 0;
-    while i < n {
-        let end = (i + 10_000).min(n);
-        BenchNoop::enqueue_many(pool, (i..end).map(|k| Enqueue::new(BenchNoop::new(k)))).await?;
-        i = end;
-    }
-    Ok(())
+    super::enqueue_chunks(pool, n, |k| Enqueue::new(BenchNoop::new(k))).await
 }
 
 async fn raw_insert_bulk(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
@@ -224,10 +228,20 @@ async fn raw_fill(pool: &MySqlPool, n: u64) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn burn_down(pool: MySqlPool, n: u64, concurrency: usize) -> Result<f64, BoxError> {
-    fill(&pool, n).await?;
+/// `flaky`: jobs whose first run fails and whose retry (at once) succeeds.
+async fn burn_down(
+    pool: MySqlPool,
+    n: u64,
+    concurrency: usize,
+    flaky: bool,
+) -> Result<f64, BoxError> {
+    if flaky {
+        super::enqueue_chunks(&pool, n, |k| Enqueue::new(BenchFlaky::new(k))).await?;
+    } else {
+        fill(&pool, n).await?;
+    }
     let worker = Worker::builder(pool.clone())
-        .task_types(["bench_noop"])
+        .task_types(["bench_noop", "bench_flaky"])
         .concurrency(concurrency)
         .build()?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
