@@ -195,14 +195,16 @@ fn start(
     );
     #[cfg(feature = "opentelemetry")]
     crate::telemetry::continue_trace(&span, job.task_metadata.as_deref());
+    // Boxed: the run's future is about 3 KB, which spawning would otherwise copy several
+    // times over on its way into the task.
     let task = tokio::spawn(tracing::Instrument::instrument(
-        run_one(
+        Box::pin(run_one(
             shared.clone(),
             job,
             (cancel, stop),
             completions.clone(),
             slot,
-        ),
+        )),
         span,
     ));
     if let Some(entry) = shared.running().get_mut(&lease) {
