@@ -22,6 +22,12 @@
 //!   table with M finished jobs, to show that history does not slow the claim; `raw_burn_down`: the same backlog in the plain
 //!   table, four clients each claiming 100 rows with SKIP LOCKED and deleting them in one
 //!   statement.
+//! - `burn_down_c16`: `burn_down` at concurrency 16, beside `raw_burn_down` and then
+//!   beside `burn_down` at `--concurrency`: its second ratio is what a small
+//!   concurrency keeps of a large one's throughput.
+//! - `burn_down_c1`: `burn_down` of `--single` jobs at concurrency 1;
+//!   `raw_one_per_round_trip`: the same backlog in the plain table taken by one client one
+//!   row per statement (claimed with SKIP LOCKED and deleted at once, one commit each).
 //! - `burn_down_global_limit`: `burn_down` with a concurrency limit across workers on
 //!   the jobs' queue, as high as the worker's concurrency (so it never binds): what each
 //!   claim's row lock and count of running jobs cost, and (a limited queue is claimed for
@@ -307,6 +313,37 @@ async fn run() -> Result<(), BoxError> {
         )
         .await?;
     }
+    if b.wants("burn_down_c16") {
+        let (n, c) = (b.args.jobs, b.args.concurrency);
+        b.measure_pair(
+            ("burn_down_c16", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, 16, Load::Noop))
+            }),
+            ("raw_burn_down", "jobs/s", &|b| Box::pin(b.raw_burn_down(n))),
+        )
+        .await?;
+        b.measure_pair(
+            ("burn_down_c16", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, 16, Load::Noop))
+            }),
+            ("burn_down", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, c, Load::Noop))
+            }),
+        )
+        .await?;
+    }
+    if b.wants("burn_down_c1") {
+        let n = b.args.single;
+        b.measure_pair(
+            ("burn_down_c1", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, 1, Load::Noop))
+            }),
+            ("raw_one_per_round_trip", "jobs/s", &|b| {
+                Box::pin(b.raw_one_per_round_trip(n))
+            }),
+        )
+        .await?;
+    }
     if b.wants("failure_storm") {
         let (n, c) = (b.args.jobs, b.args.concurrency);
         b.measure_pair(
@@ -392,6 +429,7 @@ async fn run() -> Result<(), BoxError> {
     for (name, baseline, ratio) in &b.ratios {
         let of = match *baseline {
             "raw_copy_bulk" => "raw_copy",
+            "raw_one_per_round_trip" => "one_per_round_trip",
             b if b.starts_with("raw_") => "raw",
             b => b,
         };
@@ -947,6 +985,38 @@ impl Bench {
         }
         if done != n {
             return Err(format!("raw burn-down finished {done} of {n}").into());
+        }
+        Ok(n as f64 / start.elapsed().as_secs_f64())
+    }
+
+    /// One job per round trip: a backlog of `n` rows in the plain table taken by one
+    /// client, one row per statement (claimed with SKIP LOCKED and deleted in one
+    /// statement, one commit each): what a worker that fetched one job at a time could at
+    /// best do.
+    async fn raw_one_per_round_trip(&self, n: u64) -> Result<f64, BoxError> {
+        self.raw_insert_bulk(n).await?;
+        sqlx::query("VACUUM ANALYZE sk_bench_raw.queue")
+            .execute(&self.pool)
+            .await?;
+        let start = Instant::now();
+        let mut done = 0u64;
+        loop {
+            let id: Option<uuid::Uuid> = sqlx::query_scalar(
+                "DELETE FROM sk_bench_raw.queue WHERE task_id = (
+                    SELECT task_id FROM sk_bench_raw.queue WHERE task_locked_until_ts <= now()
+                    ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
+                    LIMIT 1 FOR UPDATE SKIP LOCKED)
+                 RETURNING task_id",
+            )
+            .fetch_optional(&self.pool)
+            .await?;
+            if id.is_none() {
+                break;
+            }
+            done += 1;
+        }
+        if done != n {
+            return Err(format!("one-per-round-trip burn-down finished {done} of {n}").into());
         }
         Ok(n as f64 / start.elapsed().as_secs_f64())
     }
