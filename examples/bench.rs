@@ -948,11 +948,17 @@ impl Bench {
         Ok(n as f64 / seconds)
     }
 
-    async fn raw_burn_down(&self, n: u64) -> Result<f64, BoxError> {
+    /// A backlog of `n` rows in the plain table, vacuumed and analyzed.
+    async fn raw_backlog(&self, n: u64) -> Result<(), BoxError> {
         self.raw_insert_bulk(n).await?;
         sqlx::query("VACUUM ANALYZE sk_bench_raw.queue")
             .execute(&self.pool)
             .await?;
+        Ok(())
+    }
+
+    async fn raw_burn_down(&self, n: u64) -> Result<f64, BoxError> {
+        self.raw_backlog(n).await?;
         let start = Instant::now();
         let mut clients = Vec::new();
         for _ in 0..4 {
@@ -994,10 +1000,7 @@ impl Bench {
     /// statement, one commit each): what a worker that fetched one job at a time could at
     /// best do.
     async fn raw_one_per_round_trip(&self, n: u64) -> Result<f64, BoxError> {
-        self.raw_insert_bulk(n).await?;
-        sqlx::query("VACUUM ANALYZE sk_bench_raw.queue")
-            .execute(&self.pool)
-            .await?;
+        self.raw_backlog(n).await?;
         let start = Instant::now();
         let mut done = 0u64;
         loop {
