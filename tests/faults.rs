@@ -6,7 +6,9 @@
 //!
 //! The pauses between faults (`fault_pause`) and the kill points (`at_kill_point`) are the
 //! fault schedule itself, drawn from a seeded generator (`FAULT_SEED` replays a run); every
-//! wait for an outcome is a poll of the database under a timeout.
+//! wait for an outcome is a poll of the database under a timeout. The kill tests hold a
+//! tenth of their jobs back in a paused queue until the last kill (`hold_reserve`), so no
+//! burn-down can end before its kills.
 
 #![allow(clippy::unwrap_used)]
 
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use sk_runtime::{job, Job as _, JobStatus};
+use sk_runtime::{job, JobStatus};
 use sk_tests::chaos::{ChaosBackend, Rng};
 use sk_tests::{wait_until, Db, TestBackend};
 use tokio::net::{TcpListener, TcpStream};
@@ -161,27 +163,64 @@ async fn fault_pause(d: Duration) {
 
 /// Waits for the `k`th of `kills` kill points (`k` from 1) and returns the jobs left then.
 /// A kill point is a count of finalized jobs, drawn from the `k`th of `kills` equal
-/// stretches of the first 80 % of the burn-down (in its last three quarters, so that the
-/// process killed has run a while), so every kill lands while jobs are left however fast
-/// the workers go. Pauses drawn in milliseconds did not: once the workers got faster, a
-/// MariaDB run finished its 6,000 jobs before the fourth kill.
-async fn at_kill_point<B: TestBackend>(db: &Db<B>, rng: &mut Rng, k: u32, kills: u32) -> i64
+/// stretches of the first 80 % of the `due` jobs' burn-down (in its last three quarters,
+/// so that the process killed has run a while). The test's reserve ([`hold_reserve`])
+/// waits behind the due jobs, so jobs are left at every kill however fast the workers go
+/// and however late this poll comes: without it, a MariaDB run on CI finished its last
+/// 1,907 jobs between the third kill and the fourth kill point.
+async fn at_kill_point<B: TestBackend>(
+    db: &Db<B>,
+    rng: &mut Rng,
+    (k, kills): (u32, u32),
+    due: u32,
+) -> i64
 where
     sqlx::Pool<B>: Into<sk_runtime::Pool>,
 {
+    let stretch = u64::from(due) * 8 / 10 / u64::from(kills);
+    let point = stretch * u64::from(k - 1) + rng.range(stretch / 4, stretch);
+    wait_processed(db, point as usize, Duration::from_secs(120)).await;
     let jobs = db
         .scalar("SELECT count(*) FROM sk_task_results_t", None)
         .await
         .expect("a count");
-    let stretch = jobs as u64 * 8 / 10 / u64::from(kills);
-    let point = stretch * u64::from(k - 1) + rng.range(stretch / 4, stretch);
-    wait_processed(db, point as usize, Duration::from_secs(120)).await;
     let left = jobs - processed(db).await;
-    assert!(
-        left > 0,
-        "kill {k} came after the burn-down ended; the suite needs longer jobs"
-    );
+    assert!(left > 0, "kill {k} came after the burn-down ended");
     left
+}
+
+/// The queue of a kill test's reserve: paused while the kills land, resumed after the
+/// last one.
+const RESERVE: &str = "fault-reserve";
+
+/// Pauses [`RESERVE`] and stores `jobs` in it; returns their ids.
+async fn hold_reserve<B: TestBackend, J: sk_runtime::Job>(
+    db: &Db<B>,
+    jobs: impl IntoIterator<Item = J>,
+) -> Vec<Uuid>
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let client = sk_runtime::Client::new(db.pool.clone());
+    assert!(client.pause(RESERVE).await.unwrap(), "a new queue");
+    let jobs = jobs
+        .into_iter()
+        .map(|j| sk_runtime::Enqueue::new(j).with_queue(RESERVE));
+    sk_runtime::Enqueue::enqueue_many(&db.pool, jobs)
+        .await
+        .unwrap()
+}
+
+/// Resumes [`RESERVE`]: after the last kill, the workers burn the reserve down too.
+async fn release_reserve<B: TestBackend>(db: &Db<B>)
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let client = sk_runtime::Client::new(db.pool.clone());
+    assert!(
+        client.resume(RESERVE).await.unwrap(),
+        "the reserve was held"
+    );
 }
 
 async fn setup<B: TestBackend>(jobs: u32, millis: u64) -> (Db<B>, Vec<Uuid>)
@@ -293,8 +332,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 async fn kill_9_with_restarts_loses_nothing_and_finalizes_once() {
     let _serial = SERIAL.lock().await;
     const JOBS: u32 = 30_000;
+    const DUE: u32 = JOBS * 9 / 10;
     const LEASE_MS: u64 = 1000;
-    let (db, ids) = setup::<sqlx::Postgres>(JOBS, 20).await;
+    let (db, mut ids) = setup::<sqlx::Postgres>(DUE, 20).await;
+    ids.extend(hold_reserve(&db, (DUE..JOBS).map(|_| Burn::new(20))).await);
     let (mut rng, seed) = Rng::from_env();
     let args = [
         "--concurrency",
@@ -314,7 +355,7 @@ async fn kill_9_with_restarts_loses_nothing_and_finalizes_once() {
     let mut expiries: Vec<f64> = Vec::new();
     let mut held_at_kill = 0i64;
     for k in 1..=6 {
-        let left = at_kill_point(&db, &mut rng, k, 6).await;
+        let left = at_kill_point(&db, &mut rng, (k, 6), DUE).await;
         let victim = victims.last_mut().unwrap();
         assert!(victim.alive(), "the victim was running");
         victim.child.kill().unwrap(); // SIGKILL
@@ -338,6 +379,7 @@ async fn kill_9_with_restarts_loses_nothing_and_finalizes_once() {
         ));
         victims.push(Proc::spawn(&db.url, &format!("kill-victim-{k}"), &args));
     }
+    release_reserve(&db).await;
     wait_processed(&db, JOBS as usize, Duration::from_secs(300)).await;
     let elapsed = started.elapsed();
     for p in victims.iter_mut().rev().take(1).chain(steady.iter_mut()) {
@@ -1034,7 +1076,9 @@ where
 {
     let _serial = SERIAL.lock().await;
     const JOBS: u32 = 6_000;
-    let (db, ids) = setup::<B>(JOBS, 20).await;
+    const DUE: u32 = JOBS * 9 / 10;
+    let (db, mut ids) = setup::<B>(DUE, 20).await;
+    ids.extend(hold_reserve(&db, (DUE..JOBS).map(|_| Burn::new(20))).await);
     let (mut rng, seed) = Rng::from_env();
     let args = [
         "--concurrency",
@@ -1053,7 +1097,7 @@ where
     let mut held_at_kill = 0;
     let kills = 4;
     for k in 1..=kills {
-        let left = at_kill_point(&db, &mut rng, k, kills).await;
+        let left = at_kill_point(&db, &mut rng, (k, kills), DUE).await;
         let victim = victims.last_mut().unwrap();
         assert!(victim.alive(), "the victim was running");
         victim.child.kill().unwrap(); // SIGKILL
@@ -1071,6 +1115,7 @@ where
         ));
         victims.push(Proc::spawn(&db.url, &format!("{label}-victim-{k}"), &args));
     }
+    release_reserve(&db).await;
     wait_processed(&db, JOBS as usize, Duration::from_secs(300)).await;
     let elapsed = started.elapsed();
     for p in victims.iter_mut().rev().take(1).chain(steady.iter_mut()) {
@@ -1208,21 +1253,22 @@ where
 /// there exactly once, though the jobs cut short ran again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_leaves_each_transaction_jobs_write_exactly_once() {
-    kill_9_effects_on::<sqlx::Postgres>("postgres", EffectPg::TASK_TYPE).await;
+    kill_9_effects_on::<sqlx::Postgres, _>("postgres", EffectPg::new).await;
 }
 
 /// As `kill_9_leaves_each_transaction_jobs_write_exactly_once`, on MySQL/MariaDB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_kill_9_leaves_each_transaction_jobs_write_exactly_once() {
-    kill_9_effects_on::<sqlx::MySql>("mysql", EffectMysql::TASK_TYPE).await;
+    kill_9_effects_on::<sqlx::MySql, _>("mysql", EffectMysql::new).await;
 }
 
-async fn kill_9_effects_on<B: TestBackend>(label: &str, task_type: &str)
+async fn kill_9_effects_on<B: TestBackend, J: sk_runtime::Job>(label: &str, job: fn(u64) -> J)
 where
     sqlx::Pool<B>: Into<sk_runtime::Pool>,
 {
     let _serial = SERIAL.lock().await;
     const JOBS: u32 = 10_000;
+    const DUE: u32 = JOBS * 9 / 10;
     let (db, _) = setup::<B>(0, 0).await;
     db.execute(if B::BACKEND == "MySQL" {
         "CREATE TABLE fault_effects (task_id BINARY(16) NOT NULL, KEY (task_id))"
@@ -1230,16 +1276,10 @@ where
         "CREATE TABLE fault_effects (task_id uuid NOT NULL)"
     })
     .await;
-    let client = sk_runtime::Client::new(db.pool.clone());
-    let mut ids = Vec::new();
-    for _ in 0..JOBS {
-        ids.push(
-            client
-                .enqueue_json(task_type, serde_json::json!({"millis": 20}))
-                .await
-                .unwrap(),
-        );
-    }
+    let mut ids = sk_runtime::Enqueue::enqueue_many(&db.pool, (0..DUE).map(|_| job(20)))
+        .await
+        .unwrap();
+    ids.extend(hold_reserve(&db, (DUE..JOBS).map(|_| job(20))).await);
     let (mut rng, seed) = Rng::from_env();
     let args = [
         "--concurrency",
@@ -1261,7 +1301,7 @@ where
     let kills = 4;
     let mut in_flight = 0;
     for k in 1..=kills {
-        at_kill_point(&db, &mut rng, k, kills).await;
+        at_kill_point(&db, &mut rng, (k, kills), DUE).await;
         let victim = victims.last_mut().unwrap();
         assert!(victim.alive(), "the victim was running");
         victim.child.kill().unwrap(); // SIGKILL
@@ -1275,6 +1315,7 @@ where
             .expect("a count");
         victims.push(Proc::spawn(&db.url, &name(&format!("victim-{k}")), &args));
     }
+    release_reserve(&db).await;
     wait_processed(&db, JOBS as usize, Duration::from_secs(300)).await;
     let elapsed = started.elapsed();
     for p in victims.iter_mut().rev().take(1).chain(steady.iter_mut()) {
