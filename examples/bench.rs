@@ -35,7 +35,8 @@
 //!   `raw_burn_down` too.
 //! - `failure_storm`: `burn_down` of jobs whose first run fails and whose retry (at once)
 //!   succeeds, every job run twice; beside `burn_down` of no-op jobs, its ratio says what
-//!   a storm of failures costs against the same number of successes.
+//!   a storm of failures costs against the same number of successes, and
+//!   `failure_storm_runs_ratio` (twice that) compares runs finalized per second.
 //! - `burn_down_traced`: `burn_down` with the job's `tracing` span enabled in the
 //!   installed subscriber (`sk_runtime=info`); beside `burn_down` with it filtered out,
 //!   its ratio is what the span costs per job.
@@ -434,6 +435,13 @@ async fn run() -> Result<(), BoxError> {
             b => b,
         };
         println!("{name}_ratio {ratio:.2} of_{of}");
+        if *name == "failure_storm" {
+            // Each storm job runs twice (the failure, then the retry): per run.
+            println!(
+                "failure_storm_runs_ratio {:.2} of_burn_down_runs",
+                2.0 * ratio
+            );
+        }
     }
     Ok(())
 }

@@ -57,6 +57,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "workflows: jobs that wait on other jobs",
         include_str!("../../../../migrations/mysql/0004_workflows.sql"),
     ),
+    (
+        5,
+        "a single enqueue in one statement",
+        include_str!("../../../../migrations/mysql/0005_enqueue_trigger.sql"),
+    ),
 ];
 
 /// The longest table name sk makes after its prefix (a retired results partition held
@@ -121,6 +126,8 @@ pub(crate) struct Statements {
     queue: String,
     results: String,
     insert_queue: String,
+    /// `insert_queue` whose row writes its results row too (migration 5's trigger).
+    insert_both: String,
     insert_result: String,
     enqueue_unique: String,
     success: String,
@@ -133,13 +140,13 @@ pub(crate) struct Statements {
     job: String,
 }
 
-/// The columns of a new queue row, in the order `bind_new!` binds them (then
-/// `task_has_result`, always 1).
+/// The columns of a new queue row, in the order `bind_new!` binds them (`NEW_VALUES`),
+/// then `task_has_result`: 1, or 2 for a row that writes its results row (migration 5).
 const NEW_COLUMNS: &str = "task_id, task_type, task_source, task_payload, task_priority,
     task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_tenant,
     task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_every_ms, task_timeout_ms,
     task_has_result";
-const NEW_VALUES: &str = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1";
+const NEW_VALUES: &str = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?";
 /// The columns of a new results row, in the order `bind_result!` binds them.
 const RESULT_COLUMNS: &str = "task_id, task_type, task_source, task_queue, task_priority,
     task_unique_key, task_unique_mode, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata,
@@ -193,14 +200,17 @@ impl Statements {
         Statements {
             queue: q.clone(),
             results: r.clone(),
-            insert_queue: format!("INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES})"),
+            insert_queue: format!("INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES}, 1)"),
+            insert_both: format!(
+                "INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES}, 2)"
+            ),
             insert_result: format!(
                 "INSERT INTO {r} ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
             ),
             // A duplicate key changes the live job as its mode says (`UniqueMode`);
             // `enqueue_unique` then reads which job holds the key.
             enqueue_unique: format!(
-                "INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES})
+                "INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES}, 1)
                  ON DUPLICATE KEY UPDATE
                     task_rerun = task_rerun OR (VALUES(task_unique_mode) = 2 AND task_locked_by IS NOT NULL),
                     task_payload = CASE WHEN (VALUES(task_unique_mode) = 3 AND task_locked_by IS NULL)
@@ -467,43 +477,27 @@ async fn apply(conn: &mut MySqlConnection, schema: &Schema, target: i32) -> Resu
     Ok(())
 }
 
-/// Writes a new job's queue row and results row.
-async fn insert_new(
-    conn: &mut MySqlConnection,
-    schema: &Schema,
-    job: &NewJob,
-    now: DateTime<Utc>,
-) -> std::result::Result<(), sqlx::Error> {
-    let mode = job.unique_mode.map(|m| m as i16);
-    bind_result!(sqlx::query(&schema.mysql.insert_result), job, now, mode)
-        .execute(&mut *conn)
-        .await?;
-    bind_new!(sqlx::query(&schema.mysql.insert_queue), job, now, mode)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
-/// Inserts one job without a unique key; `None` when a job with its id exists. In a
-/// transaction of its own, or a savepoint of the caller's.
+/// Inserts one job without a unique key; `None` when a job with its id exists. One
+/// statement: its queue row's insert writes the results row (migration 5), and a failed
+/// statement is undone whole, in a transaction of its own or in the caller's.
 pub(crate) async fn enqueue_one(
     conn: &mut MySqlConnection,
     schema: &Schema,
     job: NewJob,
     now: DateTime<Utc>,
 ) -> Result<Option<Uuid>> {
-    let mut tx = conn.begin().await?;
-    match insert_new(&mut tx, schema, &job, now).await {
-        Ok(()) => {}
-        Err(e) if duplicate(&e) => {
-            tx.rollback().await?;
-            return Ok(None);
+    let mode = job.unique_mode.map(|m| m as i16);
+    match bind_new!(sqlx::query(&schema.mysql.insert_both), job, now, mode)
+        .execute(&mut *conn)
+        .await
+    {
+        Ok(_) => {
+            wake();
+            Ok(Some(job.id))
         }
-        Err(e) => return Err(e.into()),
+        Err(e) if duplicate(&e) => Ok(None),
+        Err(e) => Err(e.into()),
     }
-    tx.commit().await?;
-    wake();
-    Ok(Some(job.id))
 }
 
 /// Inserts one job with a unique key of mode skip, restart or replace; the id of the new
