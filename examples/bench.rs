@@ -39,7 +39,9 @@
 //!   `failure_storm_runs_ratio` (twice that) compares runs finalized per second.
 //! - `burn_down_traced`: `burn_down` with the job's `tracing` span enabled in the
 //!   installed subscriber (`sk_runtime=info`); beside `burn_down` with it filtered out,
-//!   its ratio is what the span costs per job.
+//!   its ratio is what the span costs per job; `burn_down_traced_cpu_ratio`, the
+//!   untraced runs' CPU time per job of this process over the traced runs', is the same
+//!   cost in the worker's CPU, steadier than throughput where the database is the limit.
 //! - `burn_down_history`: `burn_down` with 10,000,000 finished jobs of the three days
 //!   before in the results table (UUIDv7 ids in their time partitions) and 1,000,000 jobs
 //!   waiting behind the measured ones; beside `burn_down` on empty tables. Then a
@@ -204,6 +206,38 @@ where
     Ok(())
 }
 
+/// The median of the side figures named `name`.
+fn side_median(side: &[(String, f64, &'static str)], name: &str) -> Option<f64> {
+    let mut runs: Vec<f64> = side
+        .iter()
+        .filter(|(n, _, _)| n == name)
+        .map(|s| s.1)
+        .collect();
+    runs.sort_by(f64::total_cmp);
+    runs.get(runs.len() / 2).copied()
+}
+
+/// This process's CPU time so far, user and system, in seconds (`/proc/self/stat`, in
+/// clock ticks of 10 ms).
+fn cpu_seconds() -> Result<f64, BoxError> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // The fields after the command name (in parentheses, which may hold spaces): utime
+    // and stime are the 12th and 13th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .ok_or("no ')' in /proc/self/stat")?
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| -> Result<f64, BoxError> {
+        Ok(fields
+            .get(i)
+            .ok_or("a short /proc/self/stat")?
+            .parse::<f64>()?)
+    };
+    Ok((ticks(11)? + ticks(12)?) / 100.0)
+}
+
 struct Bench {
     pool: PgPool,
     schema: Schema,
@@ -364,7 +398,7 @@ async fn run() -> Result<(), BoxError> {
                 Box::pin(b.burn_down_traced(n, c))
             }),
             ("burn_down", "jobs/s", &|b| {
-                Box::pin(b.burn_down(n, c, Load::Noop))
+                Box::pin(b.burn_down_untraced(n, c))
             }),
         )
         .await?;
@@ -418,13 +452,8 @@ async fn run() -> Result<(), BoxError> {
         }
     }
     for name in names {
-        let mut runs: Vec<(f64, &str)> = side
-            .iter()
-            .filter(|(n, _, _)| n == name)
-            .map(|(_, v, u)| (*v, *u))
-            .collect();
-        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (value, unit) = runs[runs.len() / 2];
+        let unit = side.iter().find(|(n, _, _)| n == name).map_or("", |s| s.2);
+        let value = side_median(&side, name).unwrap_or(f64::NAN);
         println!("{name} {value:.1} {unit}");
     }
     for (name, baseline, ratio) in &b.ratios {
@@ -435,6 +464,16 @@ async fn run() -> Result<(), BoxError> {
             b => b,
         };
         println!("{name}_ratio {ratio:.2} of_{of}");
+        if *name == "burn_down_traced" {
+            // What the span costs in the worker's CPU: the untraced runs' CPU per job over
+            // the traced runs' (1.0: nothing).
+            if let (Some(on), Some(off)) = (
+                side_median(&side, "burn_down_traced_cpu_us_per_job"),
+                side_median(&side, "burn_down_untraced_cpu_us_per_job"),
+            ) {
+                println!("burn_down_traced_cpu_ratio {:.2} of_untraced", off / on);
+            }
+        }
         if *name == "failure_storm" {
             // Each storm job runs twice (the failure, then the retry): per run.
             println!(
@@ -702,9 +741,29 @@ impl Bench {
     async fn burn_down_traced(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
         let filter = FILTER.get().ok_or("no reloadable subscriber installed")?;
         filter.reload(env_filter().add_directive("sk_runtime=info".parse()?))?;
-        let result = self.burn_down(n, concurrency, Load::Noop).await;
+        let result = self.burn_down_cpu("burn_down_traced", n, concurrency).await;
         filter.reload(env_filter())?;
         result
+    }
+
+    /// `burn_down` beside `burn_down_traced`, with its CPU time too.
+    async fn burn_down_untraced(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+        self.burn_down_cpu("burn_down_untraced", n, concurrency)
+            .await
+    }
+
+    /// `burn_down` of no-op jobs, noting this process's CPU time per job (user and
+    /// system, all threads: the worker's share of the cost, which throughput shows only
+    /// where the worker, not the database, is the limit) as `{name}_cpu_us_per_job`.
+    async fn burn_down_cpu(&self, name: &str, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+        let before = cpu_seconds()?;
+        let rate = self.burn_down(n, concurrency, Load::Noop).await?;
+        let per_job = (cpu_seconds()? - before) / n as f64 * 1e6;
+        self.side
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((format!("{name}_cpu_us_per_job"), per_job, "us"));
+        Ok(rate)
     }
 
     /// `burn_down` of `n` jobs on a database with a long history and a deep queue:
