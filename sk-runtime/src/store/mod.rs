@@ -614,6 +614,84 @@ pub(crate) struct Failure {
     pub(crate) recoverable: bool,
 }
 
+/// A queue row read under a lease, as the SQLite and MySQL stores hold it (their times
+/// differ: text on SQLite, `DateTime` on MySQL): what a run's results row takes from it.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) trait LeasedRow {
+    /// A time as the backend binds it.
+    type Time;
+    fn task_id(&self) -> Uuid;
+    /// Attempts whose lease ran out, as the JSON array the claim noted.
+    fn lost_attempts(&self) -> Option<&str>;
+    /// When this run was claimed.
+    fn claimed_at(&self) -> Option<Self::Time>;
+    fn parse_time(text: &str) -> Option<Self::Time>;
+    fn time_text(time: Self::Time) -> String;
+
+    /// The attempts whose lease ran out since the last recorded outcome.
+    fn lost(&self) -> Vec<serde_json::Value> {
+        self.lost_attempts()
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or_default()
+    }
+
+    /// When the job first started: its first lost attempt, or this run.
+    fn first_started(&self, lost: &[serde_json::Value]) -> Option<Self::Time> {
+        lost.first()
+            .and_then(|a| a.get("started_at"))
+            .and_then(|s| s.as_str())
+            .and_then(Self::parse_time)
+            .or_else(|| self.claimed_at())
+    }
+}
+
+/// A failed run's values for its results row.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) struct FailedRun<'a, R: LeasedRow> {
+    pub(crate) row: &'a R,
+    pub(crate) failure: &'a Failure,
+    /// When the job first started.
+    pub(crate) first: Option<R::Time>,
+    /// The attempts that failed: this one and the lost ones.
+    pub(crate) failed: i64,
+    /// The attempt log after this run (`Failure::attempt_log`).
+    pub(crate) log: String,
+}
+
+/// The results-row values of the failed runs of `rows` (`by_id`: their failures;
+/// `recorded`: the attempt logs their results rows hold), ended at `now` by `worker`.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) fn failed_runs<'a, R: LeasedRow>(
+    rows: &'a [R],
+    by_id: &std::collections::HashMap<Uuid, &'a Failure>,
+    recorded: &std::collections::HashMap<Uuid, Option<String>>,
+    worker: &str,
+    now: String,
+) -> Vec<FailedRun<'a, R>> {
+    rows.iter()
+        .map(|row| {
+            let failure = by_id[&row.task_id()];
+            let lost = row.lost();
+            let first = row.first_started(&lost);
+            let failed = 1 + lost.len() as i64;
+            let log = failure.attempt_log(
+                recorded.get(&row.task_id()).and_then(|r| r.as_deref()),
+                lost,
+                worker,
+                row.claimed_at().map(R::time_text),
+                now.clone(),
+            );
+            FailedRun {
+                row,
+                failure,
+                first,
+                failed,
+                log,
+            }
+        })
+        .collect()
+}
+
 impl Failure {
     /// The job's attempt log after this failure, as JSON text: the attempts its results
     /// row holds (`recorded`), the lost ones since (`lost`), then this run's, which

@@ -30,7 +30,8 @@ use sqlx::{Connection as _, Executor as _, MySql, QueryBuilder, Row as _};
 use uuid::Uuid;
 
 use super::{
-    wake, ClaimedJob, Failure, Lease, NewJob, ProbeFailure, Retired, ScheduleRow, Schema, Success,
+    wake, ClaimedJob, Failure, Lease, LeasedRow, NewJob, ProbeFailure, Retired, ScheduleRow,
+    Schema, Success,
 };
 use crate::error::{Error, Result};
 use crate::info::{Attempt, JobRecord, QueueCounts, QueuedJob};
@@ -779,23 +780,26 @@ struct Row {
     task_fed: bool,
 }
 
+impl LeasedRow for Row {
+    type Time = DateTime<Utc>;
+    fn task_id(&self) -> Uuid {
+        self.task_id
+    }
+    fn lost_attempts(&self) -> Option<&str> {
+        self.task_lost_attempts.as_deref()
+    }
+    fn claimed_at(&self) -> Option<DateTime<Utc>> {
+        self.task_claimed_at_ts
+    }
+    fn parse_time(text: &str) -> Option<DateTime<Utc>> {
+        text.parse().ok()
+    }
+    fn time_text(time: DateTime<Utc>) -> String {
+        ts(time)
+    }
+}
+
 impl Row {
-    fn lost(&self) -> Vec<serde_json::Value> {
-        self.task_lost_attempts
-            .as_deref()
-            .and_then(|l| serde_json::from_str(l).ok())
-            .unwrap_or_default()
-    }
-
-    /// When the job first started: its first lost attempt, or this run.
-    fn first_started(&self, lost: &[serde_json::Value]) -> Option<DateTime<Utc>> {
-        lost.first()
-            .and_then(|a| a.get("started_at"))
-            .and_then(|s| s.as_str())
-            .and_then(|s| s.parse().ok())
-            .or(self.task_claimed_at_ts)
-    }
-
     /// Whether a job is posted after its outcome: a restart, or a periodic job's next run.
     fn posts_again(&self) -> bool {
         self.task_rerun || self.task_every_ms.is_some()
@@ -1423,24 +1427,11 @@ impl MySqlStore {
             .await?
             .into_iter()
             .collect();
-        let mut values = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let f = by_id[&row.task_id];
-            let lost = row.lost();
-            let first = row.first_started(&lost);
-            let failed = 1 + lost.len() as i64;
-            let log = f.attempt_log(
-                recorded.get(&row.task_id).and_then(|r| r.as_deref()),
-                lost,
-                &self.worker_id,
-                row.task_claimed_at_ts.map(ts),
-                ts(now),
-            );
-            values.push((row, f, first, failed, log));
-        }
+        let values = super::failed_runs(&rows, &by_id, &recorded, &self.worker_id, ts(now));
         let mut query = QueryBuilder::<MySql>::new(&self.sql().failure);
         query.push(" ");
-        query.push_values(&values, |mut v, (row, f, first, failed, errors)| {
+        query.push_values(&values, |mut v, run| {
+            let (row, f) = (run.row, run.failure);
             let last_run = f.retry_at.is_none();
             v.push_bind(row.task_id)
                 .push_bind(&row.task_type)
@@ -1452,7 +1443,7 @@ impl MySqlStore {
                 .push_bind(&row.task_correlation_id)
                 .push_bind(&row.task_metadata)
                 .push_bind(f.status as i32)
-                .push_bind(*failed)
+                .push_bind(run.failed)
                 .push_bind(&f.kind)
                 .push_bind(&f.message)
                 .push_bind(&f.detail)
@@ -1467,9 +1458,9 @@ impl MySqlStore {
                     None
                 })
                 .push_bind(&self.worker_id)
-                .push_bind(errors.as_str())
+                .push_bind(run.log.as_str())
                 .push("NULL")
-                .push_bind(*first)
+                .push_bind(run.first)
                 .push_bind(row.task_claimed_at_ts)
                 .push_bind(row.task_max_attempts)
                 .push_bind(row.task_timeout_ms);

@@ -30,7 +30,8 @@ use sqlx::{Connection as _, Executor as _, Row as _, Sqlite};
 use uuid::Uuid;
 
 use super::{
-    wake, ClaimedJob, Failure, Lease, NewJob, ProbeFailure, Retired, ScheduleRow, Schema, Success,
+    wake, ClaimedJob, Failure, Lease, LeasedRow, NewJob, ProbeFailure, Retired, ScheduleRow,
+    Schema, Success,
 };
 use crate::error::{Error, Result};
 use crate::info::{Attempt, JobRecord, QueueCounts, QueuedJob};
@@ -683,21 +684,22 @@ struct Row {
     task_fed: bool,
 }
 
-impl Row {
-    fn lost(&self) -> Vec<serde_json::Value> {
-        self.task_lost_attempts
-            .as_deref()
-            .and_then(|l| serde_json::from_str(l).ok())
-            .unwrap_or_default()
+impl LeasedRow for Row {
+    type Time = String;
+    fn task_id(&self) -> Uuid {
+        self.task_id
     }
-
-    /// When the job first started: its first lost attempt, or this run.
-    fn first_started(&self, lost: &[serde_json::Value]) -> Option<String> {
-        lost.first()
-            .and_then(|a| a.get("started_at"))
-            .and_then(|s| s.as_str())
-            .map(str::to_owned)
-            .or_else(|| self.task_claimed_at_ts.clone())
+    fn lost_attempts(&self) -> Option<&str> {
+        self.task_lost_attempts.as_deref()
+    }
+    fn claimed_at(&self) -> Option<String> {
+        self.task_claimed_at_ts.clone()
+    }
+    fn parse_time(text: &str) -> Option<String> {
+        Some(text.to_owned())
+    }
+    fn time_text(time: String) -> String {
+        time
     }
 }
 
@@ -1147,26 +1149,13 @@ impl SqliteStore {
         .await?
         .into_iter()
         .collect();
-        let mut values = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let f = by_id[&row.task_id];
-            let lost = row.lost();
-            let first = row.first_started(&lost);
-            let failed = 1 + lost.len() as i64;
-            let log = f.attempt_log(
-                recorded.get(&row.task_id).and_then(|r| r.as_deref()),
-                lost,
-                &self.worker_id,
-                row.task_claimed_at_ts.clone(),
-                ts(now),
-            );
-            values.push((row, f, first, failed, log));
-        }
+        let values = super::failed_runs(&rows, &by_id, &recorded, &self.worker_id, ts(now));
         // SQLite takes at most 32,766 bound values a statement: 25 a row.
         for chunk in values.chunks(1000) {
             let mut query = sqlx::QueryBuilder::<Sqlite>::new(&self.sql().failure);
             query.push(" ");
-            query.push_values(chunk, |mut v, (row, f, first, failed, errors)| {
+            query.push_values(chunk, |mut v, run| {
+                let (row, f) = (run.row, run.failure);
                 let last_run = f.retry_at.is_none();
                 v.push_bind(row.task_id)
                     .push_bind(&row.task_type)
@@ -1178,7 +1167,7 @@ impl SqliteStore {
                     .push_bind(&row.task_correlation_id)
                     .push_bind(&row.task_metadata)
                     .push_bind(f.status as i32)
-                    .push_bind(*failed)
+                    .push_bind(run.failed)
                     .push_bind(&f.kind)
                     .push_bind(&f.message)
                     .push_bind(&f.detail)
@@ -1193,9 +1182,9 @@ impl SqliteStore {
                         None
                     })
                     .push_bind(&self.worker_id)
-                    .push_bind(errors.as_str())
+                    .push_bind(run.log.as_str())
                     .push("NULL")
-                    .push_bind(first.as_deref())
+                    .push_bind(run.first.as_deref())
                     .push_bind(&row.task_claimed_at_ts)
                     .push_bind(row.task_max_attempts)
                     .push_bind(row.task_timeout_ms);
