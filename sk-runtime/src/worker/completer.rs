@@ -206,6 +206,9 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         })
         .await
         {
+            // A set: a batch holds up to MAX_BATCH ids, and a list's `contains` per success
+            // would scan it once per success.
+            let done: std::collections::HashSet<uuid::Uuid> = done.into_iter().collect();
             for s in successes.iter().filter(|s| done.contains(&s.lease.id)) {
                 if let Some((task_type, millis, queue)) = runs.get(&s.lease) {
                     shared.count_run(task_type, true, *millis);
