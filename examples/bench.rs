@@ -206,6 +206,15 @@ where
     Ok(())
 }
 
+/// The `failure_storm_runs_ratio` line of a failure storm's `ratio` per job: each storm
+/// job runs twice (the failure, then the retry), so per run it is twice that.
+fn storm_runs_line(ratio: f64) -> String {
+    format!(
+        "failure_storm_runs_ratio {:.2} of_burn_down_runs",
+        2.0 * ratio
+    )
+}
+
 /// The median of the side figures named `name`.
 fn side_median(side: &[(String, f64, &'static str)], name: &str) -> Option<f64> {
     let mut runs: Vec<f64> = side
@@ -398,7 +407,7 @@ async fn run() -> Result<(), BoxError> {
                 Box::pin(b.burn_down_traced(n, c))
             }),
             ("burn_down", "jobs/s", &|b| {
-                Box::pin(b.burn_down_untraced(n, c))
+                Box::pin(b.burn_down_cpu("burn_down_untraced", n, c))
             }),
         )
         .await?;
@@ -475,11 +484,7 @@ async fn run() -> Result<(), BoxError> {
             }
         }
         if *name == "failure_storm" {
-            // Each storm job runs twice (the failure, then the retry): per run.
-            println!(
-                "failure_storm_runs_ratio {:.2} of_burn_down_runs",
-                2.0 * ratio
-            );
+            println!("{}", storm_runs_line(*ratio));
         }
     }
     Ok(())
@@ -744,12 +749,6 @@ impl Bench {
         let result = self.burn_down_cpu("burn_down_traced", n, concurrency).await;
         filter.reload(env_filter())?;
         result
-    }
-
-    /// `burn_down` beside `burn_down_traced`, with its CPU time too.
-    async fn burn_down_untraced(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
-        self.burn_down_cpu("burn_down_untraced", n, concurrency)
-            .await
     }
 
     /// `burn_down` of no-op jobs, noting this process's CPU time per job (user and

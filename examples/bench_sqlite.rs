@@ -147,11 +147,7 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
         let of = raw_name.strip_prefix("raw_").map_or(raw_name, |_| "raw");
         lines.push(format!("{name}_ratio {:.2} of_{of}", median(|r| r.2)));
         if name == "failure_storm" {
-            // Each storm job runs twice (the failure, then the retry): per run.
-            let runs_ratio = 2.0 * median(|r| r.2);
-            lines.push(format!(
-                "failure_storm_runs_ratio {runs_ratio:.2} of_burn_down_runs"
-            ));
+            lines.push(super::storm_runs_line(median(|r| r.2)));
         }
     }
     if args.wants("latency") {
