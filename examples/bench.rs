@@ -21,7 +21,11 @@
 //!   first claim to the last result recorded; `--old-results M` first fills the results
 //!   table with M finished jobs, to show that history does not slow the claim; `raw_burn_down`: the same backlog in the plain
 //!   table, four clients each claiming 100 rows with SKIP LOCKED and deleting them in one
-//!   statement.
+//!   statement. Both note the PostgreSQL server's CPU time per job over the burn-down
+//!   (`*_server_cpu_us_per_job`, all `postgres` processes on this machine, from `/proc`);
+//!   `burn_down_server_cpu_ratio` is the raw baseline's over sk's: what sk asks of the
+//!   server beside the bare claim and delete, steadier than throughput on a machine whose
+//!   speed drifts.
 //! - `burn_down_c16`: `burn_down` at concurrency 16, beside `raw_burn_down` and then
 //!   beside `burn_down` at `--concurrency`: its second ratio is what a small
 //!   concurrency keeps of a large one's throughput.
@@ -230,21 +234,43 @@ fn side_median(side: &[(String, f64, &'static str)], name: &str) -> Option<f64> 
 /// clock ticks of 10 ms).
 fn cpu_seconds() -> Result<f64, BoxError> {
     let stat = std::fs::read_to_string("/proc/self/stat")?;
+    Ok(stat_ticks(&stat, false)?.1 / 100.0)
+}
+
+/// The command name in a `/proc/PID/stat` and its CPU ticks, user and system (with
+/// `children`, also those of its children it waited for).
+fn stat_ticks(stat: &str, children: bool) -> Result<(&str, f64), BoxError> {
     // The fields after the command name (in parentheses, which may hold spaces): utime
-    // and stime are the 12th and 13th.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .ok_or("no ')' in /proc/self/stat")?
-        .1
-        .split_whitespace()
-        .collect();
+    // and stime are the 12th and 13th, cutime and cstime the 14th and 15th.
+    let (head, tail) = stat.rsplit_once(')').ok_or("no ')' in a /proc stat")?;
+    let command = head.split_once('(').map_or("", |(_, c)| c);
+    let fields: Vec<&str> = tail.split_whitespace().collect();
     let ticks = |i: usize| -> Result<f64, BoxError> {
-        Ok(fields
-            .get(i)
-            .ok_or("a short /proc/self/stat")?
-            .parse::<f64>()?)
+        Ok(fields.get(i).ok_or("a short /proc stat")?.parse::<f64>()?)
     };
-    Ok((ticks(11)? + ticks(12)?) / 100.0)
+    let mut sum = ticks(11)? + ticks(12)?;
+    if children {
+        sum += ticks(13)? + ticks(14)?;
+    }
+    Ok((command, sum))
+}
+
+/// The CPU time so far of the PostgreSQL server's processes on this machine, in seconds
+/// (backends that exited count in the postmaster's children's time). The server's
+/// share of a burn-down's cost, steadier than throughput on a machine whose speed drifts.
+fn server_cpu_seconds() -> Result<f64, BoxError> {
+    let mut sum = 0.0;
+    for entry in std::fs::read_dir("/proc")? {
+        let path = entry?.path().join("stat");
+        // A process may end between the listing and the read.
+        let Ok(stat) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        if let Ok(("postgres", ticks)) = stat_ticks(&stat, true) {
+            sum += ticks;
+        }
+    }
+    Ok(sum / 100.0)
 }
 
 struct Bench {
@@ -485,6 +511,16 @@ async fn run() -> Result<(), BoxError> {
         }
         if *name == "failure_storm" {
             println!("{}", storm_runs_line(*ratio));
+        }
+        if *name == "burn_down" && *baseline == "raw_burn_down" {
+            // The server's CPU per job, the raw baseline's over sk's (1.0: sk costs the
+            // server no more than the bare claim and delete).
+            if let (Some(sk), Some(raw)) = (
+                side_median(&side, "burn_down_server_cpu_us_per_job"),
+                side_median(&side, "raw_burn_down_server_cpu_us_per_job"),
+            ) {
+                println!("burn_down_server_cpu_ratio {:.2} of_raw", raw / sk);
+            }
         }
     }
     Ok(())
@@ -977,6 +1013,7 @@ impl Bench {
             Load::Sleep => "bench_sleep",
             Load::Flaky => "bench_flaky",
         };
+        let server_before = server_cpu_seconds()?;
         let worker = Worker::builder(self.pool.clone())
             .schema(self.schema.clone())
             .task_types([task_type])
@@ -1001,6 +1038,16 @@ impl Bench {
         }
         let _ = stop_tx.send(());
         running.await??;
+        let label = match load {
+            Load::Noop if self.args.old_results > 0 => None,
+            Load::Noop if concurrency == self.args.concurrency => Some("burn_down".to_owned()),
+            Load::Noop => Some(format!("burn_down_c{concurrency}")),
+            Load::Flaky => Some("failure_storm".to_owned()),
+            Load::Sleep => None,
+        };
+        if let Some(label) = label {
+            self.note_server_cpu(&label, server_before, n)?;
+        }
         let (done, seconds): (i64, f64) = sqlx::query_as(
             "SELECT count(*), extract(epoch FROM max(task_processing_finalized_at_ts) - min(task_first_processing_attempted_at_ts))::float8
              FROM sk_bench.sk_task_results_t
@@ -1023,8 +1070,20 @@ impl Bench {
         Ok(())
     }
 
+    /// Notes the server's CPU time per job since `before` (`server_cpu_seconds`) as
+    /// `{label}_server_cpu_us_per_job`.
+    fn note_server_cpu(&self, label: &str, before: f64, n: u64) -> Result<(), BoxError> {
+        let per_job = (server_cpu_seconds()? - before) / n as f64 * 1e6;
+        self.side
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((format!("{label}_server_cpu_us_per_job"), per_job, "us"));
+        Ok(())
+    }
+
     async fn raw_burn_down(&self, n: u64) -> Result<f64, BoxError> {
         self.raw_backlog(n).await?;
+        let server_before = server_cpu_seconds()?;
         let start = Instant::now();
         let mut clients = Vec::new();
         for _ in 0..4 {
@@ -1058,7 +1117,9 @@ impl Bench {
         if done != n {
             return Err(format!("raw burn-down finished {done} of {n}").into());
         }
-        Ok(n as f64 / start.elapsed().as_secs_f64())
+        let rate = n as f64 / start.elapsed().as_secs_f64();
+        self.note_server_cpu("raw_burn_down", server_before, n)?;
+        Ok(rate)
     }
 
     /// One job per round trip: a backlog of `n` rows in the plain table taken by one
