@@ -1271,13 +1271,13 @@ async fn a_claim_that_comes_back_after_its_lease_ran_out_starts_nothing() {
 
 /// A handler's slot is free for the next job when the handler returns, not once its
 /// result is written; but the results waiting are bounded. With one slot and the results
-/// table locked (no result can be written), 1 + 1000 jobs run and then the worker claims no
+/// table locked (no result can be written), 1 + 2000 jobs run and then the worker claims no
 /// more until the results are written (no prefetch, so the leases held are exactly
 /// those). (PostgreSQL: the lock is a table lock.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_run_ahead_of_their_results_up_to_a_bound() {
-    const JOBS: usize = 1100;
-    const BOUND: usize = 1 + 1000;
+    const JOBS: usize = 2100;
+    const BOUND: usize = 1 + 2000;
     let db = TestDb::new().await;
     // Enqueued (which writes the results table too) before the lock, due only when the
     // worker's clock says so.

@@ -17,7 +17,8 @@ use crate::registry::Registration;
 use crate::store::{Failure, Lease, Success};
 use crate::telemetry::{self, Outcome};
 
-const MAX_BATCH: usize = 1000;
+/// The most outcomes one finalization writes.
+pub(super) const MAX_BATCH: usize = 1000;
 
 pub(crate) enum Completion {
     Finished {

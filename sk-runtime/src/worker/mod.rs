@@ -81,7 +81,7 @@ pub(crate) struct Config {
 impl WorkerBuilder {
     /// Handlers run at once (default 10): a slot is taken when a job starts and freed
     /// when its handler returns. Results are written in batches behind the handlers: up
-    /// to `max(concurrency, 1000)` finished jobs may wait for theirs; the jobs claimed
+    /// to `max(concurrency, 2000)` finished jobs may wait for theirs; the jobs claimed
     /// ahead of a slot are bounded by [`prefetch`](Self::prefetch).
     pub fn concurrency(mut self, n: usize) -> Self {
         self.config.concurrency = n;
@@ -520,11 +520,12 @@ pub(crate) struct Shared {
 }
 
 /// Finished jobs that may wait for their results to be written, beyond the concurrency
-/// (at least; a larger concurrency allows as many). As many as the completer writes in one
-/// statement: with 256, a worker of concurrency 16 and short jobs wrote batches of at
-/// most ~270 results, one commit each, and burned 0.61 of raw SQL against 0.69–0.79
-/// with 1,000 (docs/performance.md).
-const RESULTS_WAITING: usize = 1000;
+/// (at least; a larger concurrency allows as many): two of the completer's batches, one
+/// being written and the next filling meanwhile. With one batch (1,000), a worker of
+/// concurrency 16 and short jobs stopped its handlers while a batch was written, and
+/// burned 0.57–0.68 of raw SQL against 0.69–0.83 with two (docs/performance.md); with 256,
+/// 0.61.
+const RESULTS_WAITING: usize = 2 * completer::MAX_BATCH;
 
 /// The work, at the handlers' mean run time, that may wait in a worker for a slot.
 const PREFETCH_HORIZON: Duration = Duration::from_millis(25);
