@@ -45,21 +45,31 @@ fn browser_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("browser")
 }
 
-/// Chromium and playwright-core, installed by setup.sh where missing.
+/// Chromium and playwright-core, installed by setup.sh where missing. Once per test
+/// binary: the browser tests run at once, and two installs at once (apt's lock, npm's
+/// folder) made one of them fail on a fresh machine.
 fn browser_ready() {
-    let dir = browser_dir();
-    if Path::new("/usr/bin/chromium").exists() && dir.join("node_modules/playwright-core").exists()
-    {
+    static READY: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut ready = READY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *ready {
         return;
     }
-    let status = std::process::Command::new("bash")
-        .arg(dir.join("setup.sh"))
-        .status()
-        .expect("bash runs tests/browser/setup.sh");
-    assert!(
-        status.success(),
-        "tests/browser/setup.sh could not install Chromium and playwright-core; the browser test needs them"
-    );
+    let dir = browser_dir();
+    if !Path::new("/usr/bin/chromium").exists()
+        || !dir.join("node_modules/playwright-core").exists()
+    {
+        let status = std::process::Command::new("bash")
+            .arg(dir.join("setup.sh"))
+            .status()
+            .expect("bash runs tests/browser/setup.sh");
+        assert!(
+            status.success(),
+            "tests/browser/setup.sh could not install Chromium and playwright-core; the browser test needs them"
+        );
+    }
+    *ready = true;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
