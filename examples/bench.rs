@@ -22,7 +22,8 @@
 //!   table with M finished jobs, to show that history does not slow the claim; `raw_burn_down`: the same backlog in the plain
 //!   table, four clients each claiming 100 rows with SKIP LOCKED and deleting them in one
 //!   statement. Both note the PostgreSQL server's CPU time per job over the burn-down
-//!   (`*_server_cpu_us_per_job`, all `postgres` processes on this machine, from `/proc`);
+//!   (`{measure}_server_cpu_us_per_job` for every measure that burns a backlog down, all
+//!   `postgres` processes on this machine, from `/proc`);
 //!   `burn_down_server_cpu_ratio` is the raw baseline's over sk's: what sk asks of the
 //!   server beside the bare claim and delete, steadier than throughput on a machine whose
 //!   speed drifts.
@@ -283,6 +284,8 @@ struct Bench {
     /// Figures a measure finds along the way (name, value, unit; one per run, the median
     /// is printed).
     side: Mutex<Vec<(String, f64, &'static str)>>,
+    /// The name of the measure running, which names its side figures.
+    measuring: Mutex<String>,
 }
 
 /// A measure's name, unit and run.
@@ -343,6 +346,7 @@ async fn run() -> Result<(), BoxError> {
         results: Vec::new(),
         ratios: Vec::new(),
         side: Mutex::new(Vec::new()),
+        measuring: Mutex::new(String::new()),
     };
     b.reset().await?;
 
@@ -556,6 +560,7 @@ impl Bench {
         let mut runs = Vec::new();
         for i in 0..self.args.repeat {
             self.reset().await?;
+            self.start_measure(name);
             let v = f(self).await?;
             eprintln!("bench: {name} run {} = {v:.1} {unit}", i + 1);
             runs.push(v);
@@ -576,6 +581,7 @@ impl Bench {
             let mut pair = [0.0; 2];
             for (slot, (name, unit, f)) in [sk, raw].into_iter().enumerate() {
                 self.reset().await?;
+                self.start_measure(name);
                 pair[slot] = f(self).await?;
                 eprintln!("bench: {name} run {} = {:.1} {unit}", i + 1, pair[slot]);
             }
@@ -793,11 +799,7 @@ impl Bench {
     async fn burn_down_cpu(&self, name: &str, n: u64, concurrency: usize) -> Result<f64, BoxError> {
         let before = cpu_seconds()?;
         let rate = self.burn_down(n, concurrency, Load::Noop).await?;
-        let per_job = (cpu_seconds()? - before) / n as f64 * 1e6;
-        self.side
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((format!("{name}_cpu_us_per_job"), per_job, "us"));
+        self.note_us_per_job(format!("{name}_cpu_us_per_job"), cpu_seconds()? - before, n);
         Ok(rate)
     }
 
@@ -1038,16 +1040,7 @@ impl Bench {
         }
         let _ = stop_tx.send(());
         running.await??;
-        let label = match load {
-            Load::Noop if self.args.old_results > 0 => None,
-            Load::Noop if concurrency == self.args.concurrency => Some("burn_down".to_owned()),
-            Load::Noop => Some(format!("burn_down_c{concurrency}")),
-            Load::Flaky => Some("failure_storm".to_owned()),
-            Load::Sleep => None,
-        };
-        if let Some(label) = label {
-            self.note_server_cpu(&label, server_before, n)?;
-        }
+        self.note_server_cpu(server_before, n)?;
         let (done, seconds): (i64, f64) = sqlx::query_as(
             "SELECT count(*), extract(epoch FROM max(task_processing_finalized_at_ts) - min(task_first_processing_attempted_at_ts))::float8
              FROM sk_bench.sk_task_results_t
@@ -1070,15 +1063,38 @@ impl Bench {
         Ok(())
     }
 
+    /// Names the side figures of the measure `name`'s run that starts.
+    fn start_measure(&self, name: &str) {
+        name.clone_into(
+            &mut self
+                .measuring
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+    }
+
     /// Notes the server's CPU time per job since `before` (`server_cpu_seconds`) as
-    /// `{label}_server_cpu_us_per_job`.
-    fn note_server_cpu(&self, label: &str, before: f64, n: u64) -> Result<(), BoxError> {
-        let per_job = (server_cpu_seconds()? - before) / n as f64 * 1e6;
+    /// `{measure}_server_cpu_us_per_job`, after the measure running.
+    fn note_server_cpu(&self, before: f64, n: u64) -> Result<(), BoxError> {
+        let measure = self
+            .measuring
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        self.note_us_per_job(
+            format!("{measure}_server_cpu_us_per_job"),
+            server_cpu_seconds()? - before,
+            n,
+        );
+        Ok(())
+    }
+
+    /// Notes `seconds` of CPU time over `n` jobs as a side figure in µs per job.
+    fn note_us_per_job(&self, name: String, seconds: f64, n: u64) {
         self.side
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((format!("{label}_server_cpu_us_per_job"), per_job, "us"));
-        Ok(())
+            .push((name, seconds / n as f64 * 1e6, "us"));
     }
 
     async fn raw_burn_down(&self, n: u64) -> Result<f64, BoxError> {
@@ -1118,7 +1134,7 @@ impl Bench {
             return Err(format!("raw burn-down finished {done} of {n}").into());
         }
         let rate = n as f64 / start.elapsed().as_secs_f64();
-        self.note_server_cpu("raw_burn_down", server_before, n)?;
+        self.note_server_cpu(server_before, n)?;
         Ok(rate)
     }
 
