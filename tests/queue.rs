@@ -2100,6 +2100,178 @@ async fn a_jobs_own_log_lines_carry_its_id() {
     db.drop().await;
 }
 
+#[job(max_attempts = 3)]
+async fn fails_first_with(marker: String, ctx: JobContext) -> Result<(), JobError> {
+    if ctx.attempt() == 1 {
+        return Err(JobError::new(marker));
+    }
+    Ok(())
+}
+
+/// A log writer that panics, once, on the first line that holds its marker: the panic
+/// then happens in whichever of the worker's tasks logs that line.
+#[derive(Clone)]
+struct BreaksOnce {
+    marker: &'static str,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl std::io::Write for BreaksOnce {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if String::from_utf8_lossy(bytes).contains(self.marker)
+            && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            panic!("the log writer broke on {}", self.marker);
+        }
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A panic in the worker's completer (here in the log writer, while it logs a failure)
+/// stops the worker with an error naming it, instead of leaving the worker up with its
+/// jobs leased for ever; the lease runs out and another worker runs the job.
+#[tokio::test]
+async fn a_worker_whose_completer_panics_stops_and_its_jobs_run_elsewhere() {
+    let db = TestDb::new().await;
+    let writer = BreaksOnce {
+        marker: "the-completer-breaks-here",
+        armed: Arc::new(true.into()),
+    };
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    // The test's runtime runs every task on this thread, where the subscriber is set.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let id = FailsFirstWith::new("the-completer-breaks-here".into())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(1);
+    let first = worker(&db, &[FailsFirstWith::TASK_TYPE])
+        .lease(lease)
+        .build()
+        .unwrap();
+    let ended = tokio::time::timeout(T, first.run_until(std::future::pending()))
+        .await
+        .expect("the worker stops once its completer is gone");
+    let error = ended.expect_err("a worker without its completer ends with an error");
+    assert!(
+        matches!(&error, sk_runtime::Error::WorkerTask { task: "completer", cause } if cause.contains("the log writer broke")),
+        "{error}"
+    );
+    assert!(
+        error.to_string().starts_with("the worker's completer stopped unexpectedly (the log writer broke on the-completer-breaks-here)"),
+        "{error}"
+    );
+    // The first attempt's outcome was never written; its lease runs out, no heartbeat
+    // extends it, and a second worker runs the job again.
+    let second = RunningWorker::start(worker(&db, &[FailsFirstWith::TASK_TYPE]).lease(lease));
+    let record = db
+        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    second.stop().await;
+    let lost: Vec<(i32, AttemptOutcome)> = record
+        .failed_attempts
+        .iter()
+        .map(|a| (a.attempt, a.outcome))
+        .collect();
+    assert_eq!(lost, [(1, AttemptOutcome::Lost)], "{record:?}");
+    db.drop().await;
+}
+
+/// A metrics recorder whose first wait-time histogram panics, and which records
+/// nothing.
+struct BreaksOnWait(std::sync::atomic::AtomicBool);
+
+impl metrics::Recorder for BreaksOnWait {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(
+        &self,
+        key: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        if key.name() == "sk_job_queue_wait_seconds"
+            && self.0.swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            panic!("the recorder broke");
+        }
+        metrics::Histogram::noop()
+    }
+}
+
+/// A panic in a job's task outside its handler (here in the metrics recorder, as the
+/// job starts) does not leave the job leased for ever by a worker that still runs: its
+/// lease runs out and the job runs again, and the worker goes on. (Backend-independent:
+/// the executor's.)
+#[tokio::test]
+async fn a_panic_around_a_handler_loses_the_attempt_not_the_job() {
+    let db = TestDb::new().await;
+    let recorder = BreaksOnWait(true.into());
+    // The test's runtime runs every task on this thread, where the recorder is set.
+    let _recorder = metrics::set_default_local_recorder(&recorder);
+    let (probe, mut events) = probe();
+    let id = Record::new("once".into()).enqueue(&db.pool).await.unwrap();
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE])
+            .lease(Duration::from_secs(1))
+            .data(probe.clone()),
+    );
+    let record = db
+        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    let later = Record::new("later".into()).enqueue(&db.pool).await.unwrap();
+    db.wait_job(later, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    w.stop().await;
+    let lost: Vec<(i32, AttemptOutcome)> = record
+        .failed_attempts
+        .iter()
+        .map(|a| (a.attempt, a.outcome))
+        .collect();
+    assert_eq!(lost, [(1, AttemptOutcome::Lost)], "{record:?}");
+    let mut runs = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        runs.push((event.label, event.attempt));
+    }
+    assert_eq!(
+        runs,
+        [("once".to_owned(), 2), ("later".to_owned(), 1)],
+        "the first run never reached its handler"
+    );
+    db.drop().await;
+}
+
 #[job(max_attempts = 1)]
 async fn fails_at_length(bytes: usize) -> Result<(), JobError> {
     // Two-byte characters, so the cut has to find a character boundary.

@@ -83,6 +83,18 @@ pub enum Error {
     /// No job with this id was ever posted (or its result was pruned).
     #[error("no job with id {0}")]
     JobNotFound(uuid::Uuid),
+    /// One of the worker's own tasks (the producer that claims, the completer that records
+    /// outcomes, the heartbeat that keeps leases) ended while the worker ran: a panic in
+    /// it, or in code it called, such as a `tracing` layer or a metrics recorder. The
+    /// worker stops at once without giving leases back; its jobs run again elsewhere once
+    /// their leases run out.
+    #[error("the worker's {task} stopped unexpectedly ({cause}); the worker stopped, and its jobs run again once their leases run out")]
+    WorkerTask {
+        /// Which task: `producer`, `completer` or `heartbeat`.
+        task: &'static str,
+        /// The panic's message.
+        cause: String,
+    },
     /// The database holds a schema newer than this sk version knows.
     #[error("the database schema is at version {found}, newer than this sk ({known}); upgrade sk")]
     SchemaTooNew {

@@ -686,11 +686,13 @@ where
             least = left;
             progressed = Instant::now();
         }
-        assert!(
-            progressed.elapsed() < stall,
-            "the chaos jobs stopped ending: none in {stall:?}: {counts:?} (histories and logs in {})",
-            config.dir.display()
-        );
+        if progressed.elapsed() >= stall {
+            let holders = stalled_holders(db, &config.dir).await;
+            panic!(
+                "the chaos jobs stopped ending: none in {stall:?}: {counts:?} (histories and logs in {}){holders}",
+                config.dir.display()
+            );
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let mut exits = Vec::new();
@@ -723,6 +725,32 @@ where
     )
     .unwrap();
     summary
+}
+
+/// For a stalled run's message: which workers hold the jobs left, and the end of each
+/// one's log (the run's directory may be gone by the time anyone reads the output).
+async fn stalled_holders<B: TestBackend>(db: &Db<B>, dir: &Path) -> String
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let mut held: BTreeMap<String, usize> = BTreeMap::new();
+    for worker in db
+        .texts("SELECT task_locked_by FROM sk_tasks_queue_t WHERE task_locked_by IS NOT NULL")
+        .await
+    {
+        *held.entry(worker).or_default() += 1;
+    }
+    let mut out = String::new();
+    for (worker, jobs) in &held {
+        let log = std::fs::read_to_string(dir.join(format!("{worker}.log"))).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(15)..].join("\n    ");
+        let _ = write!(
+            out,
+            "\n  {worker} holds {jobs} jobs; the last lines of its log:\n    {tail}"
+        );
+    }
+    out
 }
 
 /// Calls `f` until it succeeds (the database may be restarting).

@@ -197,18 +197,31 @@ fn start(
     crate::telemetry::continue_trace(&span, job.task_metadata.as_deref());
     // Boxed: the run's future is about 3 KB, which spawning would otherwise copy several
     // times over on its way into the task.
+    let run = run_one(
+        shared.clone(),
+        job,
+        (cancel, stop),
+        completions.clone(),
+        slot,
+    );
     let task = tokio::spawn(tracing::Instrument::instrument(
-        Box::pin(run_one(
-            shared.clone(),
-            job,
-            (cancel, stop),
-            completions.clone(),
-            slot,
-        )),
+        Box::pin(guarded(shared.clone(), lease, run)),
         span,
     ));
     if let Some(entry) = shared.running().get_mut(&lease) {
         entry.abort = Some(task.abort_handle());
+    }
+}
+
+/// Runs a job's task; a panic in sk's code around the handler (the handler's own is
+/// caught as its failure), or in what that code calls (a metrics recorder, a `tracing`
+/// layer), drops the job from the running map, so no heartbeat keeps a lease that no
+/// outcome will end: it runs out, and the job runs again. Its slot is freed as the panic
+/// unwinds.
+async fn guarded(shared: Arc<Shared>, lease: Lease, run: impl std::future::Future<Output = ()>) {
+    if let Err(panic) = AssertUnwindSafe(run).catch_unwind().await {
+        shared.running().remove(&lease);
+        tracing::error!(id = %lease.id, attempt = lease.attempt, "sk: the job's run panicked outside its handler ({}); its outcome is not recorded, and it runs again once its lease runs out", panic_message(&*panic));
     }
 }
 
@@ -473,12 +486,16 @@ pub(crate) async fn run_handler(
 }
 
 fn panic_error(panic: &(dyn std::any::Any + Send)) -> JobError {
-    let message = panic
+    JobError::new(format!("panicked: {}", panic_message(panic))).with_kind("panic")
+}
+
+/// A panic's message, when it has one.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic payload".to_owned());
-    JobError::new(format!("panicked: {message}")).with_kind("panic")
+        .unwrap_or_else(|| "a non-string panic payload".to_owned())
 }
 
 /// The stop: running jobs get the grace period (cut short by `force`); what still runs

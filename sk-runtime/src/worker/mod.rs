@@ -841,10 +841,11 @@ impl Worker {
     /// get the grace period, the leases of the rest are given back at once.
     ///
     /// # Errors
-    /// Only at start: the migration fails, the database refuses the connection for good
+    /// At start: the migration fails, the database refuses the connection for good
     /// (authentication, unknown database), or it stays unreachable past
     /// [`WorkerBuilder::start_timeout`]. Once running, database errors are logged and
-    /// retried with backoff; the worker does not exit.
+    /// retried with backoff; the worker does not exit for them. It exits with
+    /// [`Error::WorkerTask`](crate::Error::WorkerTask) if one of its own tasks panics.
     pub async fn run_until<F: Future<Output = ()>>(self, stop: F) -> Result<()> {
         self.run_inner(stop, std::future::pending()).await
     }
@@ -888,14 +889,48 @@ impl Worker {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let background = CancellationToken::new();
-        let completer = tokio::spawn(completer::run(shared.clone(), rx));
-        let heartbeat = tokio::spawn(heartbeat::run(shared.clone(), background.clone()));
+        let mut completer = tokio::spawn(completer::run(shared.clone(), rx));
+        let mut heartbeat = tokio::spawn(heartbeat::run(shared.clone(), background.clone()));
         let listener = tokio::spawn(listener::run(shared.clone()));
         let scheduler = tokio::spawn(crate::schedule::run(shared.clone(), started));
         let maintenance = tokio::spawn(crate::maintenance::run(shared.clone()));
 
-        let producer = tokio::spawn(producer::run(shared.clone(), tx.clone()));
-        stop.await;
+        let mut producer = tokio::spawn(producer::run(shared.clone(), tx.clone()));
+        // None of the three ends before the stop: the producer returns once stopping, the
+        // completer once every sender is gone, the heartbeat once `background` is
+        // cancelled. One that ends sooner panicked; the worker cannot go on without it
+        // (a completer gone would leave its jobs leased for ever, kept by the heartbeat).
+        let ended = tokio::select! {
+            () = &mut stop => None,
+            ended = &mut producer => Some(("producer", ended)),
+            ended = &mut completer => Some(("completer", ended)),
+            ended = &mut heartbeat => Some(("heartbeat", ended)),
+        };
+        if let Some((task, ended)) = ended {
+            let cause = match ended {
+                Err(e) if e.is_panic() => executor::panic_message(&*e.into_panic()),
+                Err(e) => e.to_string(),
+                Ok(()) => "it returned".to_owned(),
+            };
+            tracing::error!(worker = %shared.store.worker_id(), "sk: the worker's {task} stopped unexpectedly ({cause}); stopping this worker at once: its jobs run again once their leases run out");
+            // No more claims, no more heartbeats, no handler left running: every lease
+            // this worker holds runs out on its own.
+            shared.stopping.cancel();
+            shared.jobs_cancel.cancel();
+            background.cancel();
+            for task in [&producer, &completer, &heartbeat] {
+                task.abort();
+            }
+            for task in [&listener, &scheduler, &maintenance] {
+                task.abort();
+            }
+            for entry in shared.running().values() {
+                if let Some(abort) = &entry.abort {
+                    abort.abort();
+                }
+            }
+            return Err(crate::Error::WorkerTask { task, cause });
+        }
         tracing::info!(worker = %shared.store.worker_id(), "sk: stopping; no more claims");
         shared.stopping.cancel();
         shared.jobs_cancel.cancel();
