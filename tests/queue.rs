@@ -1106,6 +1106,73 @@ each_backend! {
     }
 }
 
+/// One worker runs a job twice at once: its clock moves past its own lease, so it claims
+/// the job again while the first run still holds a slot. Both runs end together, in one
+/// batch of completions: the second run's success is recorded, the first one's is
+/// refused, and the worker goes on. (On SQLite the duplicate id failed the whole batch,
+/// retried for ever while heartbeats kept the jobs leased.) On a runtime of one thread,
+/// so the two ends reach the completer together.
+async fn a_job_claimed_again_by_its_own_worker_is_recorded_once<B: TestBackend>()
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let db = Db::<B>::new().await;
+    let (probe, mut rx) = probe();
+    let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+    let id = Gated::new("x".into()).enqueue(&db.pool).await.unwrap();
+    let (release, closed) = gate(false);
+    let w = RunningWorker::start(
+        worker(&db, &[Gated::TASK_TYPE])
+            .concurrency(2)
+            .lease(Duration::from_secs(3600))
+            .heartbeat_interval(Duration::from_secs(1800))
+            .clock(clock.clone())
+            .data(probe)
+            .data(closed),
+    );
+    assert_eq!(recv(&mut rx, "the first run", T).await.attempt, 1);
+    clock.advance(Duration::from_secs(7200));
+    assert_eq!(recv(&mut rx, "the second run", T).await.attempt, 2);
+    release.send(true).unwrap();
+    let r = db
+        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    let next = Gated::new("y".into()).enqueue(&db.pool).await.unwrap();
+    db.wait_job(next, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    let worker_id = w.id.clone();
+    w.stop().await;
+    let lost: Vec<(i32, AttemptOutcome)> = r
+        .failed_attempts
+        .iter()
+        .map(|a| (a.attempt, a.outcome))
+        .collect();
+    assert_eq!(lost, [(1, AttemptOutcome::Lost)], "{r:?}");
+    let fenced = db
+        .scalar(
+            "SELECT metric_value FROM sk_metrics_t WHERE metric_owner_process_id = $1 AND metric_id = 'jobs_fenced'",
+            Some(&worker_id),
+        )
+        .await;
+    assert_eq!(fenced, Some(1), "the first run's result was refused");
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn a_job_claimed_again_by_its_own_worker_is_recorded_once_on_postgres() {
+    a_job_claimed_again_by_its_own_worker_is_recorded_once::<sqlx::Postgres>().await;
+}
+
+#[tokio::test]
+async fn a_job_claimed_again_by_its_own_worker_is_recorded_once_on_mysql() {
+    a_job_claimed_again_by_its_own_worker_is_recorded_once::<sqlx::MySql>().await;
+}
+
+#[tokio::test]
+async fn a_job_claimed_again_by_its_own_worker_is_recorded_once_on_sqlite() {
+    a_job_claimed_again_by_its_own_worker_is_recorded_once::<sqlx::Sqlite>().await;
+}
+
 /// Only the completion of a job someone waits on (`Client::wait`) notifies the done
 /// channel, whether it succeeded or failed for good: with a notice in every completion, PostgreSQL's one-at-a-time commit of
 /// notifying transactions held up workers on many hosts (docs/scaling.md). PostgreSQL

@@ -113,8 +113,32 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     // (id, task type, millis) of each run, for the statistics of those recorded.
     let mut runs = std::collections::HashMap::new();
     let mut slots = Vec::with_capacity(batch.len());
+    // Runs of a job that this worker claimed again (its own lease ran out: it stalled, or
+    // its clock moved ahead) and that end in one batch: only the latest claim can hold
+    // the job, and the stores take a batch keyed by job id, so the older runs are
+    // refused here. (SQLite's completion failed on the duplicate id, and retried for
+    // ever while the heartbeat kept the batch's other leases.)
+    let mut stale = Vec::new();
+    let mut latest: std::collections::HashMap<uuid::Uuid, i32> =
+        std::collections::HashMap::with_capacity(batch.len());
+    for completion in &batch {
+        if let Completion::Finished { lease, .. } = completion {
+            let attempt = latest.entry(lease.id).or_insert(lease.attempt);
+            *attempt = (*attempt).max(lease.attempt);
+        }
+    }
     for completion in batch {
         match completion {
+            Completion::Finished {
+                lease,
+                slot,
+                result,
+                committed: false,
+                ..
+            } if latest.get(&lease.id).is_some_and(|a| *a > lease.attempt) => {
+                slots.push(slot);
+                stale.push((lease, if result.is_ok() { "result" } else { "failure" }));
+            }
             Completion::Finished {
                 lease,
                 result: Ok(_),
@@ -192,6 +216,13 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     // A second with quiet failures is counted even when no failure follows it.
     shared.failure_log().next_second();
     let mut leases: Vec<Lease> = Vec::new();
+    if !stale.is_empty() {
+        Metrics::add(&shared.metrics.fenced, stale.len() as u64);
+        for (lease, what) in stale {
+            refused(shared, &lease, what);
+            leases.push(lease);
+        }
+    }
     if !committed.is_empty() {
         for (lease, task_type, millis, queue) in &committed {
             shared.count_run(task_type, true, *millis);
