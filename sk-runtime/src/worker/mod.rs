@@ -918,10 +918,14 @@ impl Worker {
             shared.stopping.cancel();
             shared.jobs_cancel.cancel();
             background.cancel();
-            for task in [&producer, &completer, &heartbeat] {
-                task.abort();
-            }
-            for task in [&listener, &scheduler, &maintenance] {
+            for task in [
+                &producer,
+                &completer,
+                &heartbeat,
+                &listener,
+                &scheduler,
+                &maintenance,
+            ] {
                 task.abort();
             }
             for entry in shared.running().values() {
