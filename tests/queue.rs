@@ -1142,12 +1142,7 @@ where
         .await;
     let worker_id = w.id.clone();
     w.stop().await;
-    let lost: Vec<(i32, AttemptOutcome)> = r
-        .failed_attempts
-        .iter()
-        .map(|a| (a.attempt, a.outcome))
-        .collect();
-    assert_eq!(lost, [(1, AttemptOutcome::Lost)], "{r:?}");
+    assert_eq!(failed_attempts(&r), [(1, AttemptOutcome::Lost)], "{r:?}");
     let fenced = db
         .scalar(
             "SELECT metric_value FROM sk_metrics_t WHERE metric_owner_process_id = $1 AND metric_id = 'jobs_fenced'",
@@ -2128,6 +2123,29 @@ impl std::io::Write for Captured {
     }
 }
 
+/// Sends this thread's INFO lines (and, on a one-thread runtime, every task's) to
+/// `writer`, until the guard drops.
+fn log_to<W>(writer: W) -> tracing::subscriber::DefaultGuard
+where
+    W: std::io::Write + Clone + Send + Sync + 'static,
+{
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    tracing::subscriber::set_default(subscriber)
+}
+
+/// Each failed attempt of a job's record, with how it ended.
+fn failed_attempts(record: &sk_runtime::JobRecord) -> Vec<(i32, AttemptOutcome)> {
+    record
+        .failed_attempts
+        .iter()
+        .map(|a| (a.attempt, a.outcome))
+        .collect()
+}
+
 /// A handler's own log line carries its job's id, type, queue and attempt (the job's
 /// span). The test's runtime runs every task on this thread, where the subscriber is set.
 #[tokio::test]
@@ -2135,12 +2153,7 @@ async fn a_jobs_own_log_lines_carry_its_id() {
     let db = TestDb::new().await;
     let captured = Captured::default();
     let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = log_to(writer);
     let id = LogsInside::new("marmalade".into())
         .with_queue("logs")
         .enqueue(&db.pool)
@@ -2207,13 +2220,8 @@ async fn a_worker_whose_completer_panics_stops_and_its_jobs_run_elsewhere() {
         marker: "the-completer-breaks-here",
         armed: Arc::new(true.into()),
     };
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
     // The test's runtime runs every task on this thread, where the subscriber is set.
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = log_to(writer);
     let id = FailsFirstWith::new("the-completer-breaks-here".into())
         .enqueue(&db.pool)
         .await
@@ -2242,12 +2250,11 @@ async fn a_worker_whose_completer_panics_stops_and_its_jobs_run_elsewhere() {
         .wait_job(id, T, |r| r.status() == JobStatus::Processed)
         .await;
     second.stop().await;
-    let lost: Vec<(i32, AttemptOutcome)> = record
-        .failed_attempts
-        .iter()
-        .map(|a| (a.attempt, a.outcome))
-        .collect();
-    assert_eq!(lost, [(1, AttemptOutcome::Lost)], "{record:?}");
+    assert_eq!(
+        failed_attempts(&record),
+        [(1, AttemptOutcome::Lost)],
+        "{record:?}"
+    );
     db.drop().await;
 }
 
@@ -2321,12 +2328,11 @@ async fn a_panic_around_a_handler_loses_the_attempt_not_the_job() {
     db.wait_job(later, T, |r| r.status() == JobStatus::Processed)
         .await;
     w.stop().await;
-    let lost: Vec<(i32, AttemptOutcome)> = record
-        .failed_attempts
-        .iter()
-        .map(|a| (a.attempt, a.outcome))
-        .collect();
-    assert_eq!(lost, [(1, AttemptOutcome::Lost)], "{record:?}");
+    assert_eq!(
+        failed_attempts(&record),
+        [(1, AttemptOutcome::Lost)],
+        "{record:?}"
+    );
     let mut runs = Vec::new();
     while let Ok(event) = events.try_recv() {
         runs.push((event.label, event.attempt));
