@@ -2113,6 +2113,12 @@ async fn logs_inside(word: String) -> Result<(), JobError> {
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
 
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+    }
+}
+
 impl std::io::Write for Captured {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         self.0.lock().unwrap().extend_from_slice(bytes);
@@ -2163,7 +2169,7 @@ async fn a_jobs_own_log_lines_carry_its_id() {
     db.wait_job(id, T, |r| r.status() == JobStatus::Processed)
         .await;
     w.stop().await;
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let text = captured.text();
     let line = text
         .lines()
         .find(|l| l.contains("inside the handler"))
@@ -2411,4 +2417,197 @@ async fn an_anyhow_error_is_recorded_with_its_causes() {
     let detail = record.last_error_detail.unwrap_or_default();
     assert!(detail.contains("config.toml is missing"), "{detail}");
     db.drop().await;
+}
+
+#[job(max_attempts = 1)]
+async fn fails_with_nul() -> Result<(), JobError> {
+    Err(JobError::new("bad\0byte")
+        .with_kind("k\0")
+        .with_detail("d\0d"))
+}
+
+#[job]
+async fn outputs(word: String) -> Result<String, JobError> {
+    Ok(word)
+}
+
+each_backend! {
+    /// A NUL in a job's error is stored as U+FFFD on every backend (PostgreSQL's text
+    /// cannot hold one: it refused the whole batch, retried for ever, and the worker's
+    /// other jobs waited with it); a NUL in its output is JSON's `\u0000`, kept as it is.
+    async fn a_nul_in_an_error_or_an_output_is_stored(db) {
+        let failed = FailsWithNul::new().enqueue(&db.pool).await.unwrap();
+        let output = Outputs::new("out\0put".into()).enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(worker(&db, &[FailsWithNul::TASK_TYPE, Outputs::TASK_TYPE]));
+        let failed = db.wait_job(failed, T, |r| r.status() == JobStatus::Fatal).await;
+        let output = db.wait_job(output, T, |r| r.status() == JobStatus::Processed).await;
+        w.stop().await;
+        assert_eq!(failed.last_error_message.as_deref(), Some("bad\u{FFFD}byte"));
+        assert_eq!(failed.last_error_type.as_deref(), Some("k\u{FFFD}"));
+        assert_eq!(failed.last_error_detail.as_deref(), Some("d\u{FFFD}d"));
+        assert_eq!(failed_attempts(&failed), [(1, AttemptOutcome::Fatal)]);
+        assert_eq!(output.output_json.as_deref(), Some(r#""out\u0000put""#));
+        db.drop().await;
+    }
+}
+
+#[job(max_attempts = 1)]
+async fn fails_saying(word: String) -> Result<(), JobError> {
+    Err(JobError::new(word))
+}
+
+#[job]
+async fn never_recorded() {}
+
+/// A trigger on the results table that refuses rows as a database refuses a value it
+/// cannot store: an output or an error holding `xyzzy`, and any success of
+/// `never_recorded`.
+fn refusing_trigger(backend: &str) -> Vec<String> {
+    const WHEN: &str = "NEW.task_output LIKE '%xyzzy%' OR NEW.task_errors LIKE '%xyzzy%'
+        OR (NEW.task_type = 'never_recorded' AND NEW.task_status = 3)";
+    match backend {
+        "PostgreSQL" => vec![
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                IF NEW.task_output LIKE '%xyzzy%' OR NEW.task_errors::text LIKE '%xyzzy%'
+                    OR (NEW.task_type = 'never_recorded' AND NEW.task_status = 3) THEN
+                    RAISE EXCEPTION 'this row is refused' USING ERRCODE = '22023';
+                END IF;
+                RETURN NEW;
+            END $$"
+                .into(),
+            "CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON sk_task_results_t
+                FOR EACH ROW EXECUTE FUNCTION refuse()"
+                .into(),
+        ],
+        "MySQL" => ["INSERT", "UPDATE"]
+            .map(|event| {
+                format!(
+                    "CREATE TRIGGER refuse_{event} BEFORE {event} ON sk_task_results_t FOR EACH ROW
+                    BEGIN IF {WHEN} THEN SIGNAL SQLSTATE '22023' SET MESSAGE_TEXT = 'this row is refused'; END IF; END"
+                )
+            })
+            .to_vec(),
+        _ => ["INSERT", "UPDATE"]
+            .map(|event| {
+                format!(
+                    "CREATE TRIGGER refuse_{event} BEFORE {event} ON sk_task_results_t WHEN {WHEN}
+                    BEGIN SELECT RAISE(ABORT, 'this row is refused'); END"
+                )
+            })
+            .to_vec(),
+    }
+}
+
+/// The database refuses the rows of some outcomes in a batch for what they hold (here a
+/// trigger; in life a value its column cannot take). The batch is halved until each
+/// refused outcome is alone: the others are recorded as they are, a refused success
+/// without its output, a refused failure with a message saying its error was refused,
+/// and one refused even so is not recorded (its lease runs out). The worker goes on.
+/// Before, the batch was retried for ever and the worker held all its jobs. On a
+/// runtime of one thread, so the outcomes of a claim reach the completer together.
+async fn outcomes_the_database_refuses_are_recorded_without_what_it_refuses<B: TestBackend>()
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let db = Db::<B>::new().await;
+    for sql in refusing_trigger(B::BACKEND) {
+        db.execute(&sql).await;
+    }
+    let captured = Captured::default();
+    let _guard = log_to(captured.clone());
+    let mut fine = Vec::new();
+    for n in 0..5 {
+        fine.push(
+            Outputs::new(format!("fine {n}"))
+                .enqueue(&db.pool)
+                .await
+                .unwrap(),
+        );
+    }
+    let refused_output = Outputs::new("xyzzy".into())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let mut failed = Vec::new();
+    for n in 0..5 {
+        failed.push(
+            FailsSaying::new(format!("plain {n}"))
+                .enqueue(&db.pool)
+                .await
+                .unwrap(),
+        );
+    }
+    let refused_error = FailsSaying::new("xyzzy".into())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let never = NeverRecorded::new().enqueue(&db.pool).await.unwrap();
+    let types = [
+        Outputs::TASK_TYPE,
+        FailsSaying::TASK_TYPE,
+        NeverRecorded::TASK_TYPE,
+    ];
+    let w = RunningWorker::start(
+        worker(&db, &types)
+            .concurrency(20)
+            .lease(Duration::from_secs(3600)),
+    );
+    for (n, id) in fine.iter().enumerate() {
+        let r = db
+            .wait_job(*id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        assert_eq!(r.output_json, Some(format!("\"fine {n}\"")));
+    }
+    let r = db
+        .wait_job(refused_output, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    assert_eq!(r.output_json, None, "recorded without its output");
+    for (n, id) in failed.iter().enumerate() {
+        let r = db
+            .wait_job(*id, T, |r| r.status() == JobStatus::Fatal)
+            .await;
+        assert_eq!(r.last_error_message, Some(format!("plain {n}")));
+    }
+    let r = db
+        .wait_job(refused_error, T, |r| r.status() == JobStatus::Fatal)
+        .await;
+    let message = r.last_error_message.unwrap_or_default();
+    assert!(
+        message.starts_with("the database refused to store this run's error")
+            && message.contains("this row is refused"),
+        "{message}"
+    );
+    assert_eq!(r.last_error_type.as_deref(), Some("sk::unstorable"));
+    // The worker goes on.
+    let later = Outputs::new("later".into())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    db.wait_job(later, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    w.stop().await;
+    let r = db.job(never).await;
+    assert_ne!(r.status(), JobStatus::Processed, "{r:?}");
+    let log = captured.text();
+    assert!(log.contains("writing them in halves"), "{log}");
+    assert!(
+        log.contains("even without its output; not recorded"),
+        "{log}"
+    );
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn outcomes_the_database_refuses_are_recorded_without_what_it_refuses_on_postgres() {
+    outcomes_the_database_refuses_are_recorded_without_what_it_refuses::<sqlx::Postgres>().await;
+}
+
+#[tokio::test]
+async fn outcomes_the_database_refuses_are_recorded_without_what_it_refuses_on_mysql() {
+    outcomes_the_database_refuses_are_recorded_without_what_it_refuses::<sqlx::MySql>().await;
+}
+
+#[tokio::test]
+async fn outcomes_the_database_refuses_are_recorded_without_what_it_refuses_on_sqlite() {
+    outcomes_the_database_refuses_are_recorded_without_what_it_refuses::<sqlx::Sqlite>().await;
 }

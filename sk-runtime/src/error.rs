@@ -124,7 +124,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// What is stored is bounded: a kind over 255 bytes, a message over 8 KiB or a detail over
 /// 32 KiB is stored cut at a character boundary to that size, ending with how many bytes
 /// were left out (`… [57366 bytes more]` for a 64 KiB message), so a failing job cannot
-/// fill the tables with its errors.
+/// fill the tables with its errors. A NUL character in them is stored as U+FFFD (`�`) on
+/// every backend, as PostgreSQL's text cannot hold one.
 ///
 /// ```
 /// use sk_runtime::JobError;

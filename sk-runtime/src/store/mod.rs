@@ -593,6 +593,44 @@ pub(crate) struct Lease {
     pub(crate) attempt: i32,
 }
 
+/// Whether the database refused a write for the rows it holds (a data or constraint
+/// error: a value it cannot store, a trigger or check that rejects the row), not for its
+/// own state (unreachable, read-only, a deadlock or lock wait, out of space). Such a
+/// write fails the same way each time it is tried, so retrying it cannot help.
+pub(crate) fn refused_for_its_rows(e: &crate::Error) -> bool {
+    let crate::Error::Database(sqlx::Error::Database(db)) = e else {
+        return false;
+    };
+    if !matches!(db.kind(), sqlx::error::ErrorKind::Other) {
+        return true;
+    }
+    // SQLSTATE classes 22 (data exception), 23 (integrity constraint violation) and, on
+    // PostgreSQL, 54 (a program limit: a row or index entry too large).
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    let class = |state: &str| matches!(state.get(..2), Some("22" | "23"));
+    #[cfg(feature = "postgres")]
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        return class(pg.code()) || pg.code().starts_with("54");
+    }
+    #[cfg(feature = "mysql")]
+    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        // Incorrect value (1292, 1366), out of range (1264), truncated (1265), too long
+        // (1406) and invalid JSON (3140) carry SQLSTATE HY000 on MySQL.
+        return my.code().is_some_and(class)
+            || matches!(my.number(), 1264 | 1265 | 1292 | 1366 | 1406 | 3140);
+    }
+    #[cfg(feature = "sqlite")]
+    if let Some(lite) = db.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
+        // The primary result code of the extended one: SQLITE_TOOBIG, SQLITE_CONSTRAINT
+        // (a trigger's RAISE included), SQLITE_MISMATCH.
+        let code = sqlx::error::DatabaseError::code(lite)
+            .and_then(|c| c.parse::<i32>().ok())
+            .unwrap_or_default();
+        return matches!(code & 0xff, 18..=20);
+    }
+    false
+}
+
 /// A successful run to record.
 pub(crate) struct Success {
     pub(crate) lease: Lease,

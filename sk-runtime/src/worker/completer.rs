@@ -10,7 +10,9 @@ use std::sync::atomic::Ordering;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::{producer, Metrics, Shared, Slot};
-use crate::error::{JobError, Result};
+use std::collections::HashSet;
+
+use crate::error::{Error, JobError, Result};
 use crate::info::JobStatus;
 use crate::job::StopReason;
 use crate::registry::Registration;
@@ -232,44 +234,41 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         Metrics::add(&shared.metrics.succeeded, committed.len() as u64);
         crate::store::jobs_finished();
     }
+    // Outcomes not written at all (given up while stopping, or refused by the database
+    // even without their output or error text): their leases run out, they run again.
+    let mut unrecorded = HashSet::new();
     if !successes.is_empty() {
-        if let Some(done) = persist(shared, "record successes", || {
-            shared.store.complete(&successes, now)
-        })
-        .await
-        {
-            // A set: a batch holds up to MAX_BATCH ids, and a list's `contains` per success
-            // would scan it once per success.
-            let done: std::collections::HashSet<uuid::Uuid> = done.into_iter().collect();
-            for s in successes.iter().filter(|s| done.contains(&s.lease.id)) {
-                if let Some((task_type, millis, queue)) = runs.get(&s.lease) {
-                    shared.count_run(task_type, true, *millis);
-                    telemetry::finished(Outcome::Completed, task_type, queue, *millis);
-                }
+        let done = write_batch(shared, "record successes", &successes, now, &mut unrecorded).await;
+        // A set: a batch holds up to MAX_BATCH ids, and a list's `contains` per success
+        // would scan it once per success.
+        let done: HashSet<uuid::Uuid> = done.into_iter().collect();
+        for s in successes.iter().filter(|s| done.contains(&s.lease.id)) {
+            if let Some((task_type, millis, queue)) = runs.get(&s.lease) {
+                shared.count_run(task_type, true, *millis);
+                telemetry::finished(Outcome::Completed, task_type, queue, *millis);
             }
-            if !done.is_empty() {
-                crate::store::jobs_finished();
-            }
-            let fenced = successes.len() - done.len();
-            Metrics::add(&shared.metrics.succeeded, done.len() as u64);
-            if fenced > 0 {
-                Metrics::add(&shared.metrics.fenced, fenced as u64);
-                for s in successes.iter().filter(|s| !done.contains(&s.lease.id)) {
-                    refused(shared, &s.lease, "result");
-                }
+        }
+        if !done.is_empty() {
+            crate::store::jobs_finished();
+        }
+        Metrics::add(&shared.metrics.succeeded, done.len() as u64);
+        for s in &successes {
+            if !done.contains(&s.lease.id) && !unrecorded.contains(&s.lease) {
+                Metrics::add(&shared.metrics.fenced, 1);
+                refused(shared, &s.lease, "result");
             }
         }
         leases.extend(successes.iter().map(|s| s.lease));
     }
     if !failures.is_empty() {
-        let recorded = persist(shared, "record failures", || {
-            shared.store.fail(&failures, now)
-        })
-        .await;
-        for (f, held) in failures.iter().zip(recorded.into_iter().flatten()) {
+        let recorded =
+            write_batch(shared, "record failures", &failures, now, &mut unrecorded).await;
+        for (f, held) in failures.iter().zip(recorded) {
             if !held {
-                Metrics::add(&shared.metrics.fenced, 1);
-                refused(shared, &f.lease, "failure");
+                if !unrecorded.contains(&f.lease) {
+                    Metrics::add(&shared.metrics.fenced, 1);
+                    refused(shared, &f.lease, "failure");
+                }
             } else {
                 let outcome = if f.retry_at.is_some() {
                     Metrics::add(&shared.metrics.retried, 1);
@@ -455,9 +454,9 @@ fn failure(
         status,
         retry_at,
         recoverable: !error.fatal,
-        kind: clip(error.kind, MAX_KIND_BYTES),
-        message: clip(error.message, MAX_MESSAGE_BYTES),
-        detail: error.detail.map(|d| clip(d, MAX_DETAIL_BYTES)),
+        kind: storable(error.kind, MAX_KIND_BYTES),
+        message: storable(error.message, MAX_MESSAGE_BYTES),
+        detail: error.detail.map(|d| storable(d, MAX_DETAIL_BYTES)),
     }
 }
 
@@ -466,6 +465,18 @@ fn failure(
 const MAX_KIND_BYTES: usize = 255;
 const MAX_MESSAGE_BYTES: usize = 8 * 1024;
 const MAX_DETAIL_BYTES: usize = 32 * 1024;
+
+/// `text` as an error is stored (documented on [`JobError`]): a NUL as U+FFFD, which every
+/// backend's text holds (PostgreSQL refused the whole batch of failures for one NUL),
+/// then cut by `clip`.
+fn storable(text: String, limit: usize) -> String {
+    let text = if text.contains('\0') {
+        text.replace('\0', "\u{FFFD}")
+    } else {
+        text
+    };
+    clip(text, limit)
+}
 
 /// `text` cut to at most `limit` bytes, marker included: cut at a character boundary and
 /// followed by a marker saying how many bytes were left out.
@@ -489,10 +500,180 @@ fn marker(bytes: usize) -> String {
     format!("… [{bytes} bytes more]")
 }
 
+/// An outcome the completer writes in batches: a success or a failure.
+trait Record: Sized {
+    /// What the store answers for each outcome of a batch it wrote.
+    type Written;
+    /// What the outcome is called in the log, and what `degraded` leaves out.
+    const WHAT: &'static str;
+    const LEFT_OUT: &'static str;
+    fn lease(&self) -> Lease;
+    fn write<'a>(
+        store: &'a crate::store::Store,
+        batch: &'a [Self],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> impl std::future::Future<Output = Result<Vec<Self::Written>>> + Send + 'a;
+    /// What the store's answer holds for an outcome not written.
+    fn unwritten(answer: &mut Vec<Self::Written>);
+    /// The outcome without what the database may have refused in it.
+    fn degraded(&self, refusal: &Error) -> Self;
+}
+
+impl Record for Success {
+    /// The ids recorded (a fenced success is left out).
+    type Written = uuid::Uuid;
+    const WHAT: &'static str = "result";
+    const LEFT_OUT: &'static str = "its output";
+    fn lease(&self) -> Lease {
+        self.lease
+    }
+    fn write<'a>(
+        store: &'a crate::store::Store,
+        batch: &'a [Self],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> impl std::future::Future<Output = Result<Vec<uuid::Uuid>>> + Send + 'a {
+        store.complete(batch, now)
+    }
+    fn unwritten(_: &mut Vec<uuid::Uuid>) {}
+    fn degraded(&self, _: &Error) -> Self {
+        Success {
+            output: None,
+            ..*self
+        }
+    }
+}
+
+impl Record for Failure {
+    /// Per failure, whether its lease was held.
+    type Written = bool;
+    const WHAT: &'static str = "failure";
+    const LEFT_OUT: &'static str = "its error's text";
+    fn lease(&self) -> Lease {
+        self.lease
+    }
+    fn write<'a>(
+        store: &'a crate::store::Store,
+        batch: &'a [Self],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> impl std::future::Future<Output = Result<Vec<bool>>> + Send + 'a {
+        store.fail(batch, now)
+    }
+    fn unwritten(answer: &mut Vec<bool>) {
+        answer.push(false);
+    }
+    fn degraded(&self, refusal: &Error) -> Self {
+        Failure {
+            kind: "sk::unstorable".into(),
+            message: storable(
+                format!("the database refused to store this run's error: {refusal}"),
+                MAX_MESSAGE_BYTES,
+            ),
+            detail: None,
+            ..*self
+        }
+    }
+}
+
+/// Writes a batch of outcomes as `persist` does, except when the database refuses it for
+/// what its rows hold (`store::refused_for_its_rows`), which no retry mends: one outcome
+/// it cannot store would hold the whole batch, and every batch after it, for ever. The
+/// batch is then halved until the refused outcome is alone, and that one is written
+/// without its output or its error's text. An outcome refused even so is not recorded;
+/// its lease runs out and it runs again. The leases of outcomes not written (those, and
+/// all the rest when the worker gives up while stopping) go into `unrecorded`.
+async fn write_batch<R: Record>(
+    shared: &Shared,
+    what: &str,
+    batch: &[R],
+    now: chrono::DateTime<chrono::Utc>,
+    unrecorded: &mut HashSet<Lease>,
+) -> Vec<R::Written> {
+    let mut answer = Vec::with_capacity(batch.len());
+    // Parts still to write, the next on top: the answer comes in the batch's order.
+    let mut parts = Vec::with_capacity(2);
+    parts.push(0..batch.len());
+    while let Some(range) = parts.pop() {
+        let part = &batch[range.clone()];
+        let refusal = match attempt(shared, what, true, || R::write(&shared.store, part, now)).await
+        {
+            Written::Done(written) => {
+                answer.extend(written);
+                continue;
+            }
+            Written::Refused(refusal) => refusal,
+            Written::GaveUp => return gave_up(&batch[range.start..], unrecorded, answer),
+        };
+        if part.len() > 1 {
+            tracing::warn!(
+                "sk: the database refused to {what} for what some of these {} hold; writing them in halves to find those: {refusal}",
+                part.len()
+            );
+            let middle = range.start + part.len() / 2;
+            parts.push(middle..range.end);
+            parts.push(range.start..middle);
+            continue;
+        }
+        let one = &part[0];
+        let lease = one.lease();
+        tracing::error!(id = %lease.id, attempt = lease.attempt, "sk: the database refused this job's {}, recorded without {}: {refusal}", R::WHAT, R::LEFT_OUT);
+        let degraded = [one.degraded(&refusal)];
+        match attempt(shared, what, true, || {
+            R::write(&shared.store, &degraded, now)
+        })
+        .await
+        {
+            Written::Done(written) => answer.extend(written),
+            Written::Refused(again) => {
+                tracing::error!(id = %lease.id, attempt = lease.attempt, "sk: the database refused this job's {} even without {}; not recorded, the job runs again once its lease runs out: {again}", R::WHAT, R::LEFT_OUT);
+                unrecorded.insert(lease);
+                R::unwritten(&mut answer);
+            }
+            Written::GaveUp => return gave_up(&batch[range.start..], unrecorded, answer),
+        }
+    }
+    answer
+}
+
+/// The answer to a batch whose `rest` was not written, as the worker gave up while
+/// stopping.
+fn gave_up<R: Record>(
+    rest: &[R],
+    unrecorded: &mut HashSet<Lease>,
+    mut answer: Vec<R::Written>,
+) -> Vec<R::Written> {
+    for r in rest {
+        unrecorded.insert(r.lease());
+        R::unwritten(&mut answer);
+    }
+    answer
+}
+
+/// How a store call ended.
+enum Written<T> {
+    Done(T),
+    /// Refused for what its rows hold (only when asked to tell it apart).
+    Refused(Error),
+    /// Given up while stopping.
+    GaveUp,
+}
+
 /// Retries a store call until it succeeds. Once the worker is stopping it gives up after
 /// the grace period; the jobs' leases then run out and they run again elsewhere
 /// (at-least-once), which is the only safe outcome without a database.
-async fn persist<T, F, Fut>(shared: &Shared, what: &str, mut call: F) -> Option<T>
+async fn persist<T, F, Fut>(shared: &Shared, what: &str, call: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    match attempt(shared, what, false, call).await {
+        Written::Done(value) => Some(value),
+        Written::Refused(_) | Written::GaveUp => None,
+    }
+}
+
+/// `persist`, which returns at once an error that refuses the call for what its rows hold
+/// if `refusals` (else it retries that as any other).
+async fn attempt<T, F, Fut>(shared: &Shared, what: &str, refusals: bool, mut call: F) -> Written<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
@@ -505,7 +686,10 @@ where
                 if failures > 0 {
                     tracing::info!("sk: could {what} again after {failures} failed attempts");
                 }
-                return Some(value);
+                return Written::Done(value);
+            }
+            Err(e) if refusals && crate::store::refused_for_its_rows(&e) => {
+                return Written::Refused(e);
             }
             Err(e) => {
                 failures += 1;
@@ -515,7 +699,7 @@ where
                     let since = *stopping_since.get_or_insert_with(Instant::now);
                     if since.elapsed() > shared.config.grace_period {
                         tracing::error!("sk: giving up to {what} while stopping; those jobs run again once their lease runs out");
-                        return None;
+                        return Written::GaveUp;
                     }
                 }
                 tokio::time::sleep(wait).await;
