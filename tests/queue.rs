@@ -2611,3 +2611,46 @@ async fn outcomes_the_database_refuses_are_recorded_without_what_it_refuses_on_m
 async fn outcomes_the_database_refuses_are_recorded_without_what_it_refuses_on_sqlite() {
     outcomes_the_database_refuses_are_recorded_without_what_it_refuses::<sqlx::Sqlite>().await;
 }
+
+#[job]
+async fn repeats(bytes: usize) -> Result<String, JobError> {
+    Ok("x".repeat(bytes))
+}
+
+#[job(max_attempts = 1)]
+async fn fails_carrying(blob: String) -> Result<(), JobError> {
+    Err(JobError::new(format!("failed with {} bytes", blob.len())))
+}
+
+each_backend! {
+    /// Large outputs and large payloads of jobs that fail for good (kept to inspect or
+    /// re-post), all in one batch: each store call and statement stays within what the
+    /// database takes (MariaDB closed the connection on a statement over its 16 MiB
+    /// `max_allowed_packet`, and the batch was retried for ever), and an output over
+    /// 1 MiB is recorded without it.
+    async fn a_batch_of_large_outcomes_is_recorded(db) {
+        let mut outputs = Vec::new();
+        let mut failed = Vec::new();
+        for _ in 0..30 {
+            outputs.push(Repeats::new(1_000_000).enqueue(&db.pool).await.unwrap());
+            failed.push(FailsCarrying::new("y".repeat(1_000_000)).enqueue(&db.pool).await.unwrap());
+        }
+        let too_large = Repeats::new(1_100_000).enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(
+            worker(&db, &[Repeats::TASK_TYPE, FailsCarrying::TASK_TYPE]).concurrency(100),
+        );
+        for id in outputs {
+            let r = db.wait_job(id, T, |r| r.status() == JobStatus::Processed).await;
+            assert_eq!(r.output_json.map(|o| o.len()), Some(1_000_002));
+        }
+        for id in failed {
+            let r = db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await;
+            assert_eq!(r.last_error_message.as_deref(), Some("failed with 1000000 bytes"));
+            assert!(r.payload.is_some_and(|p| p.len() > 1_000_000));
+        }
+        let r = db.wait_job(too_large, T, |r| r.status() == JobStatus::Processed).await;
+        assert_eq!(r.output_json, None);
+        w.stop().await;
+        db.drop().await;
+    }
+}

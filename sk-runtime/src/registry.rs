@@ -188,8 +188,12 @@ impl<T: Send + Sync + 'static> Inject for Data<T> {
     }
 }
 
+/// The most bytes of JSON a job's output is stored with.
+pub(crate) const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+
 /// What a job fn may return: `()` or `Result<T, E>` with `T: Serialize` (stored as the
-/// job's output; `()` stores nothing) and `E: Into<JobError>` (every `std::error::Error`);
+/// job's output, up to 1 MiB of JSON: a larger one is not stored, with a warning in the
+/// log, nor is one that does not serialize; `()` stores nothing) and `E: Into<JobError>` (every `std::error::Error`);
 /// `#[job]` also takes an error that is only `Display + Debug`, such as `anyhow::Error` or
 /// `Box<dyn Error + Send + Sync>` ([`ResultTag`]).
 #[diagnostic::on_unimplemented(
@@ -234,6 +238,13 @@ impl<T: serde::Serialize, E: Into<JobError>> IntoJobResult for Result<T, E> {
         let value = self.map_err(Into::into)?;
         match serde_json::to_string(&value) {
             Ok(json) if json == "null" => Ok(None),
+            Ok(json) if json.len() > MAX_OUTPUT_BYTES => {
+                tracing::warn!(
+                    "sk: the job succeeded, but its output is {} bytes of JSON, over the limit of {MAX_OUTPUT_BYTES}; recorded without it (store large results elsewhere and return a reference)",
+                    json.len()
+                );
+                Ok(None)
+            }
             Ok(json) => Ok(Some(json)),
             // The work is done: running it again would repeat it. Record the success.
             Err(e) => {

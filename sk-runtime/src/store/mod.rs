@@ -593,6 +593,29 @@ pub(crate) struct Lease {
     pub(crate) attempt: i32,
 }
 
+/// `items` cut into consecutive parts of at most `budget` bytes each by `size`, or of one
+/// item where that alone is more; none for no items.
+pub(crate) fn by_bytes<T>(
+    items: &[T],
+    budget: usize,
+    size: impl Fn(&T) -> usize,
+) -> Vec<std::ops::Range<usize>> {
+    let mut parts = Vec::with_capacity(1);
+    let (mut start, mut bytes) = (0, 0);
+    for (i, item) in items.iter().enumerate() {
+        let n = size(item);
+        if i > start && bytes + n > budget {
+            parts.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += n;
+    }
+    if start < items.len() {
+        parts.push(start..items.len());
+    }
+    parts
+}
+
 /// Whether the database refused a write for the rows it holds (a data or constraint
 /// error: a value it cannot store, a trigger or check that rejects the row), not for its
 /// own state (unreachable, read-only, a deadlock or lock wait, out of space). Such a

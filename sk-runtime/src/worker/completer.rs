@@ -508,6 +508,8 @@ trait Record: Sized {
     const WHAT: &'static str;
     const LEFT_OUT: &'static str;
     fn lease(&self) -> Lease;
+    /// The bytes of its own it sends to the store (its output, or its error's text).
+    fn bytes(&self) -> usize;
     fn write<'a>(
         store: &'a crate::store::Store,
         batch: &'a [Self],
@@ -526,6 +528,9 @@ impl Record for Success {
     const LEFT_OUT: &'static str = "its output";
     fn lease(&self) -> Lease {
         self.lease
+    }
+    fn bytes(&self) -> usize {
+        self.output.as_ref().map_or(0, String::len)
     }
     fn write<'a>(
         store: &'a crate::store::Store,
@@ -550,6 +555,9 @@ impl Record for Failure {
     const LEFT_OUT: &'static str = "its error's text";
     fn lease(&self) -> Lease {
         self.lease
+    }
+    fn bytes(&self) -> usize {
+        self.kind.len() + self.message.len() + self.detail.as_ref().map_or(0, String::len)
     }
     fn write<'a>(
         store: &'a crate::store::Store,
@@ -590,8 +598,8 @@ async fn write_batch<R: Record>(
 ) -> Vec<R::Written> {
     let mut answer = Vec::with_capacity(batch.len());
     // Parts still to write, the next on top: the answer comes in the batch's order.
-    let mut parts = Vec::with_capacity(2);
-    parts.push(0..batch.len());
+    let mut parts = crate::store::by_bytes(batch, MAX_CALL_BYTES, R::bytes);
+    parts.reverse();
     while let Some(range) = parts.pop() {
         let part = &batch[range.clone()];
         let refusal = match attempt(shared, what, true, || R::write(&shared.store, part, now)).await
@@ -633,6 +641,12 @@ async fn write_batch<R: Record>(
     }
     answer
 }
+
+/// The most bytes of outputs and error texts sent to the store in one call: a batch of
+/// large ones is written in several. PostgreSQL takes at most 1 GiB in one parameter, and
+/// MySQL at most `max_allowed_packet` (16 MiB on MariaDB) in one statement; beyond that
+/// the call failed each time it was tried, holding its batch for ever.
+const MAX_CALL_BYTES: usize = 8 * 1024 * 1024;
 
 /// The answer to a batch whose `rest` was not written, as the worker gave up while
 /// stopping.
@@ -744,6 +758,23 @@ mod tests {
             let more: usize = more.strip_suffix(" bytes more]").unwrap().parse().unwrap();
             assert_eq!(kept.len() + more, 20_000, "{limit}");
         }
+    }
+
+    #[test]
+    fn a_batch_is_cut_into_parts_of_at_most_the_budget() {
+        let by_bytes = |sizes: &[usize], budget: usize| -> Vec<(usize, usize)> {
+            crate::store::by_bytes(sizes, budget, |n| *n)
+                .into_iter()
+                .map(|r| (r.start, r.end))
+                .collect()
+        };
+        assert!(by_bytes(&[], 10).is_empty());
+        assert_eq!(by_bytes(&[3, 3, 3], 10), [(0, 3)]);
+        assert_eq!(by_bytes(&[3, 3, 3, 3], 10), [(0, 3), (3, 4)]);
+        assert_eq!(by_bytes(&[4, 6, 1], 10), [(0, 2), (2, 3)]);
+        // One over the budget is a part of its own.
+        assert_eq!(by_bytes(&[1, 20, 1, 1], 10), [(0, 1), (1, 2), (2, 4)]);
+        assert_eq!(by_bytes(&[20], 10), [(0, 1)]);
     }
 
     #[test]

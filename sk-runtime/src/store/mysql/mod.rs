@@ -80,8 +80,10 @@ const ROWS_PER_STATEMENT: usize = 2_000;
 /// Rows per statement of `enqueue_uniform`, which binds one JSON array, not a row's
 /// columns: only the payload bytes bound it.
 const JSON_ROWS_PER_STATEMENT: usize = 10_000;
-/// Payload bytes per multi-row statement, well under the 16 MiB `max_allowed_packet` of
-/// MariaDB's defaults (MySQL's is 64 MiB).
+/// Bytes of payloads (of outputs and errors, in a completion) per multi-row statement,
+/// well under the 16 MiB `max_allowed_packet` of MariaDB's defaults (MySQL's is 64 MiB).
+/// A statement over it is refused and the connection closed, which looks like an outage:
+/// a completion's batch was retried for ever.
 const BYTES_PER_STATEMENT: usize = 4 << 20;
 
 /// Times in the JSON sk writes (attempts), as on SQLite: `2026-11-22T10:39:48.123456Z`.
@@ -800,6 +802,17 @@ impl LeasedRow for Row {
 }
 
 impl Row {
+    /// The bytes of text its results row takes from it (the payload aside).
+    fn bytes(&self) -> usize {
+        let len = |text: &Option<String>| text.as_ref().map_or(0, String::len);
+        self.task_type.len()
+            + self.task_source.len()
+            + self.task_queue.len()
+            + len(&self.task_tenant)
+            + len(&self.task_correlation_id)
+            + len(&self.task_metadata)
+    }
+
     /// Whether a job is posted after its outcome: a restart, or a periodic job's next run.
     fn posts_again(&self) -> bool {
         self.task_rerun || self.task_every_ms.is_some()
@@ -1262,10 +1275,12 @@ impl MySqlStore {
         let (lost, common): (Vec<&Row>, Vec<&Row>) =
             rows.iter().partition(|r| r.task_lost_attempts.is_some());
         let mut stats = Stats::default();
-        if !common.is_empty() {
+        let size =
+            |row: &&Row| by_id[&row.task_id].output.as_ref().map_or(0, String::len) + row.bytes();
+        for part in super::by_bytes(&common, BYTES_PER_STATEMENT, size) {
             let mut query = QueryBuilder::<MySql>::new(&self.sql().success);
             query.push(" ");
-            query.push_values(&common, |mut v, row| {
+            query.push_values(&common[part], |mut v, row| {
                 let s = by_id[&row.task_id];
                 v.push_bind(row.task_id)
                     .push_bind(&row.task_type)
@@ -1428,45 +1443,60 @@ impl MySqlStore {
             .into_iter()
             .collect();
         let values = super::failed_runs(&rows, &by_id, &recorded, &self.worker_id, ts(now));
-        let mut query = QueryBuilder::<MySql>::new(&self.sql().failure);
-        query.push(" ");
-        query.push_values(&values, |mut v, run| {
-            let (row, f) = (run.row, run.failure);
-            let last_run = f.retry_at.is_none();
-            v.push_bind(row.task_id)
-                .push_bind(&row.task_type)
-                .push_bind(&row.task_source)
-                .push_bind(&row.task_queue)
-                .push_bind(row.task_priority)
-                .push_bind(row.task_posted_at_ts)
-                .push_bind(&row.task_tenant)
-                .push_bind(&row.task_correlation_id)
-                .push_bind(&row.task_metadata)
-                .push_bind(f.status as i32)
-                .push_bind(run.failed)
-                .push_bind(&f.kind)
-                .push_bind(&f.message)
-                .push_bind(&f.detail)
-                .push_bind(f.seed_error())
-                .push_bind(f.recoverable)
-                .push_bind(f.millis)
-                .push_bind(last_run.then_some(now))
-                // A job that failed for good keeps its payload, to inspect or re-post.
-                .push_bind(if last_run {
-                    row.task_payload.as_deref()
-                } else {
-                    None
-                })
-                .push_bind(&self.worker_id)
-                .push_bind(run.log.as_str())
-                .push("NULL")
-                .push_bind(run.first)
-                .push_bind(row.task_claimed_at_ts)
-                .push_bind(row.task_max_attempts)
-                .push_bind(row.task_timeout_ms);
-        });
-        query.push(format!(" ON DUPLICATE KEY UPDATE {FAILURE_UPDATE}"));
-        query.build().execute(&mut *tx).await?;
+        let size = |run: &super::FailedRun<'_, Row>| {
+            let f = run.failure;
+            let payload = match f.retry_at {
+                None => run.row.task_payload.as_ref().map_or(0, String::len),
+                Some(_) => 0,
+            };
+            run.row.bytes()
+                + payload
+                + run.log.len()
+                + f.kind.len()
+                + f.message.len()
+                + f.detail.as_ref().map_or(0, String::len)
+        };
+        for part in super::by_bytes(&values, BYTES_PER_STATEMENT, size) {
+            let mut query = QueryBuilder::<MySql>::new(&self.sql().failure);
+            query.push(" ");
+            query.push_values(&values[part], |mut v, run| {
+                let (row, f) = (run.row, run.failure);
+                let last_run = f.retry_at.is_none();
+                v.push_bind(row.task_id)
+                    .push_bind(&row.task_type)
+                    .push_bind(&row.task_source)
+                    .push_bind(&row.task_queue)
+                    .push_bind(row.task_priority)
+                    .push_bind(row.task_posted_at_ts)
+                    .push_bind(&row.task_tenant)
+                    .push_bind(&row.task_correlation_id)
+                    .push_bind(&row.task_metadata)
+                    .push_bind(f.status as i32)
+                    .push_bind(run.failed)
+                    .push_bind(&f.kind)
+                    .push_bind(&f.message)
+                    .push_bind(&f.detail)
+                    .push_bind(f.seed_error())
+                    .push_bind(f.recoverable)
+                    .push_bind(f.millis)
+                    .push_bind(last_run.then_some(now))
+                    // A job that failed for good keeps its payload, to inspect or re-post.
+                    .push_bind(if last_run {
+                        row.task_payload.as_deref()
+                    } else {
+                        None
+                    })
+                    .push_bind(&self.worker_id)
+                    .push_bind(run.log.as_str())
+                    .push("NULL")
+                    .push_bind(run.first)
+                    .push_bind(row.task_claimed_at_ts)
+                    .push_bind(row.task_max_attempts)
+                    .push_bind(row.task_timeout_ms);
+            });
+            query.push(format!(" ON DUPLICATE KEY UPDATE {FAILURE_UPDATE}"));
+            query.build().execute(&mut *tx).await?;
+        }
         // Periodic jobs' next runs, and jobs others wait on, which end with this one.
         let mut roots = Vec::new();
         for row in &last {
