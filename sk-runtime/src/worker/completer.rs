@@ -1,7 +1,10 @@
 //! Finalizes runs in batches: one statement for all successes of a batch (results and
 //! stats included), one for its failures on PostgreSQL (one transaction on the other
-//! backends), one for all given-back leases and one per distinct snooze time.
+//! backends), one for all given-back leases and one per distinct snooze time. A batch
+//! of large outputs or errors is written in several calls, and one the database refuses
+//! for what a row holds in halves, down to the refused outcome (`write_batch`).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,8 +13,6 @@ use std::sync::atomic::Ordering;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::{producer, Metrics, Shared, Slot};
-use std::collections::HashSet;
-
 use crate::error::{Error, JobError, Result};
 use crate::info::JobStatus;
 use crate::job::StopReason;
