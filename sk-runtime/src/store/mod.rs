@@ -593,18 +593,19 @@ pub(crate) struct Lease {
     pub(crate) attempt: i32,
 }
 
-/// `items` cut into consecutive parts of at most `budget` bytes each by `size`, or of one
-/// item where that alone is more; none for no items.
-pub(crate) fn by_bytes<T>(
+/// `items` cut into consecutive parts of at most `max_items` items and `max_bytes` bytes
+/// by `size`, or of one item where that alone is more; none for no items.
+pub(crate) fn parts<T>(
     items: &[T],
-    budget: usize,
+    max_items: usize,
+    max_bytes: usize,
     size: impl Fn(&T) -> usize,
 ) -> Vec<std::ops::Range<usize>> {
     let mut parts = Vec::with_capacity(1);
     let (mut start, mut bytes) = (0, 0);
     for (i, item) in items.iter().enumerate() {
         let n = size(item);
-        if i > start && bytes + n > budget {
+        if i > start && (i - start >= max_items || bytes + n > max_bytes) {
             parts.push(start..i);
             (start, bytes) = (i, 0);
         }

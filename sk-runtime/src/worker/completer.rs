@@ -599,7 +599,7 @@ async fn write_batch<R: Record>(
 ) -> Vec<R::Written> {
     let mut answer = Vec::with_capacity(batch.len());
     // Parts still to write, the next on top: the answer comes in the batch's order.
-    let mut parts = crate::store::by_bytes(batch, MAX_CALL_BYTES, R::bytes);
+    let mut parts = crate::store::parts(batch, MAX_BATCH, MAX_CALL_BYTES, R::bytes);
     parts.reverse();
     while let Some(range) = parts.pop() {
         let part = &batch[range.clone()];
@@ -763,19 +763,21 @@ mod tests {
 
     #[test]
     fn a_batch_is_cut_into_parts_of_at_most_the_budget() {
-        let by_bytes = |sizes: &[usize], budget: usize| -> Vec<(usize, usize)> {
-            crate::store::by_bytes(sizes, budget, |n| *n)
+        let parts = |sizes: &[usize], max_items: usize, max_bytes: usize| -> Vec<(usize, usize)> {
+            crate::store::parts(sizes, max_items, max_bytes, |n| *n)
                 .into_iter()
                 .map(|r| (r.start, r.end))
                 .collect()
         };
-        assert!(by_bytes(&[], 10).is_empty());
-        assert_eq!(by_bytes(&[3, 3, 3], 10), [(0, 3)]);
-        assert_eq!(by_bytes(&[3, 3, 3, 3], 10), [(0, 3), (3, 4)]);
-        assert_eq!(by_bytes(&[4, 6, 1], 10), [(0, 2), (2, 3)]);
+        assert!(parts(&[], 5, 10).is_empty());
+        assert_eq!(parts(&[3, 3, 3], 5, 10), [(0, 3)]);
+        assert_eq!(parts(&[3, 3, 3, 3], 5, 10), [(0, 3), (3, 4)]);
+        assert_eq!(parts(&[4, 6, 1], 5, 10), [(0, 2), (2, 3)]);
         // One over the budget is a part of its own.
-        assert_eq!(by_bytes(&[1, 20, 1, 1], 10), [(0, 1), (1, 2), (2, 4)]);
-        assert_eq!(by_bytes(&[20], 10), [(0, 1)]);
+        assert_eq!(parts(&[1, 20, 1, 1], 5, 10), [(0, 1), (1, 2), (2, 4)]);
+        assert_eq!(parts(&[20], 5, 10), [(0, 1)]);
+        // At most `max_items` to a part, whatever their bytes.
+        assert_eq!(parts(&[0; 5], 2, 10), [(0, 2), (2, 4), (4, 5)]);
     }
 
     #[test]

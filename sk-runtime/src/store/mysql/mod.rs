@@ -737,17 +737,10 @@ fn chunks(jobs: &[NewJob]) -> Vec<&[NewJob]> {
 
 /// `chunks` of at most `rows` rows.
 fn chunks_up_to(jobs: &[NewJob], rows: usize) -> Vec<&[NewJob]> {
-    let mut out = Vec::new();
-    let (mut start, mut bytes) = (0, 0);
-    for (i, job) in jobs.iter().enumerate() {
-        if i > start && (i - start >= rows || bytes + job.payload.len() > BYTES_PER_STATEMENT) {
-            out.push(&jobs[start..i]);
-            (start, bytes) = (i, 0);
-        }
-        bytes += job.payload.len();
-    }
-    out.push(&jobs[start..]);
-    out
+    super::parts(jobs, rows, BYTES_PER_STATEMENT, |job| job.payload.len())
+        .into_iter()
+        .map(|part| &jobs[part])
+        .collect()
 }
 
 fn chunks_of<'a, 'b>(jobs: &'b [&'a NewJob]) -> impl Iterator<Item = &'b [&'a NewJob]> {
@@ -1277,7 +1270,7 @@ impl MySqlStore {
         let mut stats = Stats::default();
         let size =
             |row: &&Row| by_id[&row.task_id].output.as_ref().map_or(0, String::len) + row.bytes();
-        for part in super::by_bytes(&common, BYTES_PER_STATEMENT, size) {
+        for part in super::parts(&common, ROWS_PER_STATEMENT, BYTES_PER_STATEMENT, size) {
             let mut query = QueryBuilder::<MySql>::new(&self.sql().success);
             query.push(" ");
             query.push_values(&common[part], |mut v, row| {
@@ -1456,7 +1449,7 @@ impl MySqlStore {
                 + f.message.len()
                 + f.detail.as_ref().map_or(0, String::len)
         };
-        for part in super::by_bytes(&values, BYTES_PER_STATEMENT, size) {
+        for part in super::parts(&values, ROWS_PER_STATEMENT, BYTES_PER_STATEMENT, size) {
             let mut query = QueryBuilder::<MySql>::new(&self.sql().failure);
             query.push(" ");
             query.push_values(&values[part], |mut v, run| {
