@@ -1653,6 +1653,283 @@ async fn sqlite_schemas_are_name_prefixes_and_an_archive_is_refused() {
     db.drop().await;
 }
 
+/// A queue row as another producer writes it on SQLite, `$1` to `$5`: id, priority,
+/// posting time, not-before time, payload.
+const SQLITE_HAND_ROW: &str = "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_payload,
+    task_priority, task_posted_at_ts, task_locked_until_ts) VALUES ($1, 'record', $5, $2, $3, $4)";
+
+/// SQLite keeps any value in any column of an ordinary table: one waiting row with a text
+/// priority made every claim fail to decode it, for ever, and no job ran after it. The
+/// queue table refuses such rows, naming what is wrong, and the queue goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_row_sk_could_not_read_is_refused_on_sqlite() {
+    let db = Db::<sqlx::Sqlite>::new().await;
+    let (probe, mut rx) = probe();
+    let now = "2026-11-26T00:00:00.000000Z";
+    let payload = r#"{"label": "by hand"}"#;
+    let id = || Uuid::now_v7().as_bytes().to_vec();
+    // (A number for a text column is stored as its text, which sk can read.)
+    let bad: [(&str, sqlx::query::Query<'_, sqlx::Sqlite, _>, &str); 5] = [
+        (
+            "a text priority",
+            sqlx::query(SQLITE_HAND_ROW)
+                .bind(id())
+                .bind("high")
+                .bind(now)
+                .bind(now)
+                .bind(payload),
+            "cannot store TEXT value in INTEGER column sk_tasks_queue_t.task_priority",
+        ),
+        (
+            "an id of 15 bytes",
+            sqlx::query(SQLITE_HAND_ROW)
+                .bind(vec![7u8; 15])
+                .bind(0)
+                .bind(now)
+                .bind(now)
+                .bind(payload),
+            "CHECK constraint failed: task_id_is_a_uuid",
+        ),
+        (
+            "an id as text",
+            sqlx::query(SQLITE_HAND_ROW)
+                .bind(Uuid::now_v7().to_string())
+                .bind(0)
+                .bind(now)
+                .bind(now)
+                .bind(payload),
+            "cannot store TEXT value in BLOB column sk_tasks_queue_t.task_id",
+        ),
+        (
+            "a posting time that is not a time",
+            sqlx::query(SQLITE_HAND_ROW)
+                .bind(id())
+                .bind(0)
+                .bind("yesterday")
+                .bind(now)
+                .bind(payload),
+            "CHECK constraint failed: task_posted_at_ts_is_a_time",
+        ),
+        (
+            "a not-before time in another form",
+            sqlx::query(SQLITE_HAND_ROW)
+                .bind(id())
+                .bind(0)
+                .bind(now)
+                .bind("2026-11-26 23:00:00")
+                .bind(payload),
+            "CHECK constraint failed: task_locked_until_ts_is_a_time",
+        ),
+    ];
+    for (what, query, error) in bad {
+        let refused = query
+            .execute(&db.pool)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{what} was stored"));
+        assert!(refused.to_string().contains(error), "{what}: {refused}");
+    }
+    // A good row by hand, then one changed into a bad one in place: the change is refused.
+    let by_hand = Uuid::now_v7();
+    sqlx::query(SQLITE_HAND_ROW)
+        .bind(by_hand)
+        .bind(0)
+        .bind(now)
+        .bind(now)
+        .bind(payload)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let refused = sqlx::query("UPDATE sk_tasks_queue_t SET task_priority = 'high'")
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("task_priority"), "{refused}");
+    let enqueued = Record::new("enqueued".into())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
+    let mut ran = [
+        recv(&mut rx, "a job", T).await,
+        recv(&mut rx, "a job", T).await,
+    ]
+    .map(|e| (e.id, e.label));
+    ran.sort();
+    let mut want = [
+        (by_hand, "by hand".to_owned()),
+        (enqueued, "enqueued".to_owned()),
+    ];
+    want.sort();
+    assert_eq!(ran, want);
+    w.stop().await;
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM sk_tasks_queue_t", None)
+            .await,
+        Some(0)
+    );
+    db.drop().await;
+}
+
+/// A SQLite queue of version 4 is copied into the checked table with its waiting jobs, and
+/// its lock handles go on from its last; a row the new table would refuse fails the
+/// migration, which then changes nothing and names the column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_queue_of_version_4_is_brought_forward_with_its_rows() {
+    let db = Db::<sqlx::Sqlite>::new().await;
+    let (probe, mut rx) = probe();
+    let old = sk_runtime::Schema::new("old", "sk_").unwrap();
+    sk_runtime::__private::migrate_sqlite_to(&db.pool, &old, 4)
+        .await
+        .unwrap();
+    let enqueue = |label: &str| {
+        sk_runtime::Enqueue::new(Record::new(label.into()))
+            .with_schema(&old)
+            .enqueue(&db.pool)
+    };
+    let kept = enqueue("kept").await.unwrap();
+    let gone = enqueue("gone").await.unwrap();
+    db.execute(&format!(
+        "DELETE FROM old_sk_tasks_queue_t WHERE task_id = x'{}'",
+        gone.simple()
+    ))
+    .await;
+    let last = "SELECT seq FROM sqlite_sequence WHERE name = 'old_sk_tasks_queue_t'";
+    let last_handle = db.scalar(last, None).await.unwrap();
+
+    let bad = sk_runtime::Schema::new("bad", "sk_").unwrap();
+    sk_runtime::__private::migrate_sqlite_to(&db.pool, &bad, 4)
+        .await
+        .unwrap();
+    db.execute(&format!(
+        "INSERT INTO bad_sk_tasks_queue_t (task_id, task_type, task_priority) VALUES (x'{}', 'record', 'high')",
+        Uuid::now_v7().simple()
+    ))
+    .await;
+    let refused = sk_runtime::migrate(&db.pool, &bad).await.unwrap_err();
+    assert!(
+        matches!(refused, Error::Migration { version: 5, .. })
+            && refused.to_string().contains("task_priority"),
+        "{refused}"
+    );
+    let versions = "SELECT max(version) FROM bad_sk_schema_migrations_t";
+    assert_eq!(db.scalar(versions, None).await, Some(4));
+    let rows = "SELECT count(*) FROM bad_sk_tasks_queue_t";
+    assert_eq!(db.scalar(rows, None).await, Some(1), "the bad row is kept");
+
+    sk_runtime::migrate(&db.pool, &old).await.unwrap();
+    let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
+    assert_eq!(db.scalar(versions, None).await, Some(5));
+    assert_eq!(db.scalar(last, None).await, Some(last_handle));
+    let table = db
+        .texts("SELECT sql FROM sqlite_master WHERE name = 'old_sk_tasks_queue_t'")
+        .await;
+    assert!(table[0].ends_with("STRICT"), "{table:?}");
+    let indexes = "SELECT count(*) FROM sqlite_master WHERE tbl_name = 'old_sk_tasks_queue_t'
+        AND type IN ('index', 'trigger') AND sql IS NOT NULL";
+    assert_eq!(db.scalar(indexes, None).await, Some(4));
+    let new = enqueue("new").await.unwrap();
+    let handle = db
+        .scalar(
+            &format!(
+                "SELECT task_lock_handle_id FROM old_sk_tasks_queue_t WHERE task_id = x'{}'",
+                new.simple()
+            ),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(handle > last_handle, "{handle} after {last_handle}");
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE])
+            .schema(old.clone())
+            .data(probe),
+    );
+    let mut ran = [
+        recv(&mut rx, "a job", T).await,
+        recv(&mut rx, "a job", T).await,
+    ]
+    .map(|e| (e.id, e.label));
+    ran.sort();
+    let mut want = [(kept, "kept".to_owned()), (new, "new".to_owned())];
+    want.sort();
+    assert_eq!(ran, want);
+    w.stop().await;
+    db.drop().await;
+}
+
+/// MariaDB's default SQL mode takes a zero date into a DATETIME column: one waiting row
+/// with a zero posting time made every claim fail to decode it, for ever, and no job ran
+/// after it. The queue table refuses such rows, and a queue that holds one fails the
+/// migration that adds the check, which then changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_row_sk_could_not_read_is_refused_on_mysql() {
+    let db = Db::<sqlx::MySql>::new().await;
+    let (probe, mut rx) = probe();
+    let hand_row = |table: &str, posted_at: &str| {
+        format!(
+            "INSERT INTO {table} (task_id, task_type, task_payload, task_posted_at_ts)
+             VALUES (x'{}', 'record', '{{\"label\": \"by hand\"}}', '{posted_at}')",
+            Uuid::now_v7().simple()
+        )
+    };
+    for posted_at in [
+        "0000-00-00 00:00:00",
+        "2026-00-26 10:00:00",
+        "2026-11-00 10:00:00",
+    ] {
+        let refused = sqlx::query(&hand_row("sk_tasks_queue_t", posted_at))
+            .execute(&db.pool)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{posted_at} was stored"));
+        assert!(
+            refused.to_string().contains("sk_tasks_queue_posted_at"),
+            "{posted_at}: {refused}"
+        );
+    }
+    db.execute(&hand_row("sk_tasks_queue_t", "2026-11-26 10:00:00"))
+        .await;
+    let refused = sqlx::query("UPDATE sk_tasks_queue_t SET task_posted_at_ts = '0000-00-00'")
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("sk_tasks_queue_posted_at"),
+        "{refused}"
+    );
+    Record::new("enqueued".into())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
+    let mut ran = [
+        recv(&mut rx, "a job", T).await,
+        recv(&mut rx, "a job", T).await,
+    ]
+    .map(|e| e.label);
+    ran.sort();
+    assert_eq!(ran, ["by hand", "enqueued"]);
+    w.stop().await;
+
+    let older = sk_runtime::Schema::new("public", "older_").unwrap();
+    sk_runtime::__private::migrate_mysql_to(&db.pool, &older, 5)
+        .await
+        .unwrap();
+    db.execute(&hand_row("older_tasks_queue_t", "0000-00-00 00:00:00"))
+        .await;
+    let refused = sk_runtime::migrate(&db.pool, &older).await.unwrap_err();
+    assert!(
+        matches!(refused, Error::Migration { version: 6, .. }),
+        "{refused}"
+    );
+    let versions = "SELECT max(version) FROM older_schema_migrations_t";
+    assert_eq!(db.scalar(versions, None).await, Some(5));
+    let rows = "SELECT count(*) FROM older_tasks_queue_t";
+    assert_eq!(db.scalar(rows, None).await, Some(1), "the bad row is kept");
+    db.drop().await;
+}
+
 #[tokio::test]
 async fn worker_start_names_duplicate_task_types_and_missing_data() {
     let pool = sqlx::PgPool::connect_lazy(&sk_tests::database_url()).unwrap();

@@ -258,6 +258,32 @@ pub mod __private {
         crate::store::postgres::migrate_to(pool, schema, version).await
     }
 
+    /// [`migrate_to`] on SQLite.
+    ///
+    /// # Errors
+    /// As [`crate::migrate`].
+    #[cfg(feature = "sqlite")]
+    pub async fn migrate_sqlite_to(
+        pool: &sqlx::SqlitePool,
+        schema: &crate::Schema,
+        version: i32,
+    ) -> crate::Result<()> {
+        crate::store::sqlite::migrate_to(pool, schema, version).await
+    }
+
+    /// [`migrate_to`] on MySQL or MariaDB.
+    ///
+    /// # Errors
+    /// As [`crate::migrate`].
+    #[cfg(feature = "mysql")]
+    pub async fn migrate_mysql_to(
+        pool: &sqlx::MySqlPool,
+        schema: &crate::Schema,
+        version: i32,
+    ) -> crate::Result<()> {
+        crate::store::mysql::migrate_to(pool, schema, version).await
+    }
+
     /// Compiles only when `T` can be a payload field.
     pub fn assert_payload<T: serde::Serialize + serde::de::DeserializeOwned>() {}
 

@@ -63,6 +63,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "a single enqueue in one statement",
         include_str!("../../../../migrations/mysql/0005_enqueue_trigger.sql"),
     ),
+    (
+        6,
+        "the queue table refuses a posting time sk could not read",
+        include_str!("../../../../migrations/mysql/0006_readable_queue_rows.sql"),
+    ),
 ];
 
 /// The longest table name sk makes after its prefix (a retired results partition held

@@ -58,6 +58,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "workflows: jobs that wait on other jobs",
         include_str!("../../../../migrations/sqlite/0004_workflows.sql"),
     ),
+    (
+        5,
+        "the queue table refuses a row sk could not read",
+        include_str!("../../../../migrations/sqlite/0005_strict_queue.sql"),
+    ),
 ];
 
 /// A time as sk stores it on SQLite: `2026-11-22T10:39:48.123456Z`.
