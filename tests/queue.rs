@@ -1729,6 +1729,19 @@ async fn a_queue_row_sk_could_not_read_is_refused_on_sqlite() {
             .unwrap_or_else(|| panic!("{what} was stored"));
         assert!(refused.to_string().contains(error), "{what}: {refused}");
     }
+    let refused = sqlx::query(
+        "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_metadata) VALUES ($1, 'record', 'not json')",
+    )
+    .bind(Uuid::now_v7())
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("CHECK constraint failed: task_metadata_is_json"),
+        "{refused}"
+    );
     // A good row by hand, then one changed into a bad one in place: the change is refused.
     let by_hand = Uuid::now_v7();
     sqlx::query(SQLITE_HAND_ROW)

@@ -8,8 +8,10 @@
 -- UUID, the posting time is a time in sk's one form (version 1), and the not-before time,
 -- which the claim compares as text, has that form's shape (a time written as
 -- `2026-11-26 23:00:00` would compare as before the whole day and run early). A bad row is
--- refused at its INSERT or UPDATE, with an error, and the queue goes on. The not-before
--- time is checked with LIKE, not GLOB: it is written at every claim, and GLOB costs about
+-- refused at its INSERT or UPDATE, with an error, and the queue goes on. Metadata must be
+-- JSON, as the other backends' column types make it (the job list's metadata filter fails
+-- with "malformed JSON" on a results row whose metadata is not). The not-before time is
+-- checked with LIKE, not GLOB: it is written at every claim, and GLOB costs about
 -- 0.3 µs a row against LIKE's 0.1 (SQLite 3.40, 100,000 rows).
 --
 -- SQLite cannot make a table STRICT in place: the table is copied into a new one. A row
@@ -38,7 +40,8 @@ CREATE TABLE __PREFIX__tasks_queue_strict (
     task_lost_attempts TEXT NULL,
     task_tenant TEXT NULL,
     task_correlation_id TEXT NULL,
-    task_metadata TEXT NULL,
+    task_metadata TEXT NULL
+        CONSTRAINT task_metadata_is_json CHECK (task_metadata IS NULL OR json_valid(task_metadata)),
     task_unique_key TEXT NULL,
     task_unique_mode INTEGER NULL,
     task_rerun INTEGER NOT NULL DEFAULT 0,
