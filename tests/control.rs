@@ -575,9 +575,12 @@ async fn wait_wakes_on_a_notification_from_another_process() {
         "DELETE FROM sk_tasks_queue_t WHERE task_id = '{id}'"
     ))
     .await;
+    // A waiting job has no results row until its first outcome: a cancel writes it.
     db.execute(&format!(
-        "UPDATE sk_task_results_t SET task_status = 7, task_processing_finalized_at_ts = now()
-         WHERE task_id = '{id}'"
+        "INSERT INTO sk_task_results_t (task_id, task_type, task_source, task_queue, task_status,
+             task_priority, task_posted_at_ts, task_processing_finalized_at_ts)
+         VALUES ('{id}', 'record', 'app', 'default', 7, 0, now(), now())
+         ON CONFLICT (task_id) DO UPDATE SET task_status = 7, task_processing_finalized_at_ts = now()"
     ))
     .await;
     let sent = std::time::Instant::now();

@@ -181,7 +181,6 @@ async fn a_job_retrying_past_its_partition_is_not_lost() {
     let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
     let retrying = SlowRetry::new().enqueue(&db.pool).await.unwrap();
     let done = Record::new("done".into()).enqueue(&db.pool).await.unwrap();
-    let partition = partition_of(&db, retrying).await.unwrap();
     let (probe, _rx) = probe();
     let w = RunningWorker::start(
         worker_on(
@@ -196,6 +195,8 @@ async fn a_job_retrying_past_its_partition_is_not_lost() {
     db.wait_job(retrying, T, |r| r.error_count == 1).await;
     db.wait_job(done, T, |r| r.status() == JobStatus::Processed)
         .await;
+    // Its results row, written at its first outcome, is in its posting day's partition.
+    let partition = partition_of(&db, retrying).await.unwrap();
 
     // Past the retention, with the retry due: the partition stays for the live job, and
     // only the finished job's row goes.
@@ -238,7 +239,6 @@ async fn retired_partitions_can_be_archived() {
         .enqueue(&db.pool)
         .await
         .unwrap();
-    let partition = partition_of(&db, id).await.unwrap();
     let (probe, _rx) = probe();
     let w = RunningWorker::start(
         worker_on(&db, "sk-archive", &clock, &[Record::TASK_TYPE])
@@ -248,6 +248,7 @@ async fn retired_partitions_can_be_archived() {
     );
     db.wait_job(id, T, |r| r.status() == JobStatus::Processed)
         .await;
+    let partition = partition_of(&db, id).await.unwrap();
     clock.advance(DAY * 9);
     wait_upkeep(&db, &w.id, clock.now()).await;
     w.stop().await;

@@ -2287,7 +2287,25 @@ each_backend! {
         tx.commit().await.unwrap();
         assert_eq!(ids.len(), JOBS);
         let n = Some(JOBS as i64);
-        assert_eq!(counts().await, (n, n), "a queue row and a results row each");
+        // On PostgreSQL a job without a unique key has no results row until its first
+        // outcome (one row per job at enqueue); the other backends write both.
+        let results = if db.backend() == "PostgreSQL" { Some(0) } else { n };
+        assert_eq!(counts().await, (n, results), "a queue row each");
+        let by_status = db.info().counts().await.unwrap().by_status;
+        assert_eq!(by_status, [(JobStatus::Unprocessed, JOBS as i64)], "every job counted once");
+        let client = sk_runtime::Client::new(db.pool.clone());
+        let (mut listed, mut after) = (Vec::new(), None);
+        loop {
+            let page = client.jobs(&sk_runtime::JobFilter::new(), after, 1000).await.unwrap();
+            listed.extend(page.jobs.iter().map(|j| (j.id, j.status())));
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        let mut expected: Vec<_> = ids.iter().map(|id| (*id, JobStatus::Unprocessed)).collect();
+        expected.sort_unstable_by_key(|j| std::cmp::Reverse(j.0));
+        assert_eq!(listed, expected, "every job listed once, newest first");
         let even = db.job(ids[0]).await;
         let expected = format!("tenant {ODD}");
         assert_eq!(

@@ -63,7 +63,8 @@ impl JobStatus {
 #[derive(Debug, Clone, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct QueueCounts {
-    /// Results rows per recorded status. A running job keeps its last recorded status
+    /// Jobs per recorded status; a job waiting for its first outcome is unprocessed,
+    /// with or without its results row. A running job keeps its last recorded status
     /// here (unprocessed, or error when retrying); see `running` for jobs under a lease,
     /// and [`QueueInfo::job`], which reports a running job as processing.
     pub by_status: Vec<(JobStatus, i64)>,

@@ -134,8 +134,9 @@ impl Client {
 
     /// Lists the jobs `filter` takes, newest first (by id, that is posting time), `limit`
     /// at a time (at most [`MAX_PAGE`]): pass the page's `next` as `after` for the next
-    /// one. A job is listed once its results row exists: from its enqueue through sk, or
-    /// from its first recorded run for a job another producer posted.
+    /// one. On PostgreSQL every job is listed from its enqueue, whoever posted it; on
+    /// SQLite and MySQL a job another producer posted is listed from its first recorded
+    /// run.
     ///
     /// ```no_run
     /// # async fn f(client: sk_runtime::Client) -> sk_runtime::Result<()> {

@@ -396,29 +396,61 @@ pub(crate) async fn list_jobs(
     limit: i64,
     now: DateTime<Utc>,
 ) -> Result<Vec<crate::insight::JobSummary>> {
-    let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new(
-        "SELECT r.task_id, r.task_type, r.task_queue,
-            CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > ",
-    );
-    query.push_bind(now).push(format!(
-        " THEN 2 ELSE r.task_status END AS task_status,
-            coalesce(q.task_priority, r.task_priority) AS task_priority, q.task_attempt, r.task_tenant,
-            r.task_correlation_id, r.task_posted_at_ts, q.task_locked_until_ts,
-            r.task_processing_finalized_at_ts, r.task_error_count, r.task_last_error_type,
-            r.task_last_error_message
-         FROM {} r LEFT JOIN {} q ON q.task_id = r.task_id WHERE true",
-        schema.table("task_results_t"),
-        schema.table("tasks_queue_t")
-    ));
-    crate::insight::push_list_filter!(query, filter, after, now, |query, key, value| {
+    // Two branches under one filter, each newest first and limited, merged: the jobs with
+    // a results row, and the jobs still waiting for their first outcome without one (a
+    // job without a unique key, or one another producer posted), whose `r` the queue row
+    // stands in for.
+    let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new("SELECT * FROM (");
+    for (i, from) in [
+        format!(
+            "{} r LEFT JOIN {} q ON q.task_id = r.task_id WHERE true",
+            schema.table("task_results_t"),
+            schema.table("tasks_queue_t")
+        ),
+        format!(
+            "{q} q CROSS JOIN LATERAL (SELECT q.task_id, q.task_type, q.task_queue, 1 AS task_status,
+                q.task_priority, q.task_tenant, q.task_correlation_id, q.task_metadata, q.task_posted_at_ts,
+                NULL::timestamptz AS task_processing_finalized_at_ts,
+                jsonb_array_length(coalesce(q.task_lost_attempts, '[]')) AS task_error_count,
+                NULL::text AS task_last_error_type, NULL::text AS task_last_error_message) r
+             WHERE NOT q.task_has_result AND NOT EXISTS (SELECT 1 FROM {r} x WHERE x.task_id = q.task_id)",
+            q = schema.table("tasks_queue_t"),
+            r = schema.table("task_results_t")
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if i > 0 {
+            query.push(") b UNION ALL SELECT * FROM (");
+        }
         query
-            .push(" AND r.task_metadata ->> ")
-            .push_bind(key)
-            .push(" = ")
-            .push_bind(value);
-    });
+            .push(
+                "SELECT r.task_id, r.task_type, r.task_queue,
+                    CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > ",
+            )
+            .push_bind(now)
+            .push(format!(
+                " THEN 2 ELSE r.task_status END AS task_status,
+                    coalesce(q.task_priority, r.task_priority) AS task_priority, q.task_attempt, r.task_tenant,
+                    r.task_correlation_id, r.task_posted_at_ts, q.task_locked_until_ts,
+                    r.task_processing_finalized_at_ts, r.task_error_count, r.task_last_error_type,
+                    r.task_last_error_message
+                 FROM {from}"
+            ));
+        crate::insight::push_list_filter!(query, filter, after, now, |query, key, value| {
+            query
+                .push(" AND r.task_metadata ->> ")
+                .push_bind(key)
+                .push(" = ")
+                .push_bind(value);
+        });
+        query
+            .push(" ORDER BY r.task_id DESC LIMIT ")
+            .push_bind(limit);
+    }
     query
-        .push(" ORDER BY r.task_id DESC LIMIT ")
+        .push(") a ORDER BY task_id DESC LIMIT ")
         .push_bind(limit);
     Ok(query.build_query_as().fetch_all(pool).await?)
 }

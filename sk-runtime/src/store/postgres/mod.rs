@@ -84,6 +84,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
 #[derive(Default)]
 pub(crate) struct Statements {
     enqueue_one: String,
+    enqueue_one_plain: String,
     enqueue_many: String,
     enqueue_many_keyed: String,
     enqueue_unique: String,
@@ -335,8 +336,23 @@ impl Statements {
                 )
                 SELECT (SELECT task_id FROM q) FROM (SELECT pg_notify($11, '')) AS notify"
             ),
-            // Both inserts read the same input in array order, so the FIFO lock handles
-            // follow the caller's order. Used when no job carries a unique key.
+            // A job without a unique key is its queue row alone until its first outcome
+            // writes its results row (as for a job another producer posts): one row per
+            // job at enqueue, not two. The read paths find a waiting job in the queue.
+            // (`$7`, the unique key, is bound by `bind_job!` and not used.)
+            enqueue_one_plain: format!(
+                "WITH q AS (
+                    INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
+                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002},
+                        task_timeout_ms)
+                    VALUES ($1, $2, $3, $4, $6, $8, $9, $5, $10, false, $12, $13, $14::jsonb, $15)
+                    RETURNING task_id
+                )
+                SELECT (SELECT task_id FROM q) FROM (SELECT pg_notify($11, ''), $7::text) AS notify"
+            ),
+            // The input in array order, so the FIFO lock handles follow the caller's
+            // order. Used when no job carries a unique key: queue rows only, as
+            // `enqueue_one_plain`.
             enqueue_many: format!(
                 "WITH input AS (
                     SELECT * FROM unnest($1::uuid[], $2::varchar[], $3::varchar[], $4::text[], $5::varchar[],
@@ -344,16 +360,12 @@ impl Statements {
                         $14::int8[])
                     AS i(task_id, task_type, task_source, payload, task_queue, task_priority, run_at, max_attempts,
                         {seed002}, timeout_ms)
-                ), res AS (
-                    INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
-                        task_posted_at_ts, {seed002})
-                    SELECT task_id, task_type, task_source, task_queue, 1, task_priority, $9, {seed002} FROM input
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002},
                         task_timeout_ms)
                     SELECT task_id, task_type, task_source, payload, task_priority, $9, run_at, task_queue,
-                        max_attempts, true, {seed002}, timeout_ms
+                        max_attempts, false, {seed002}, timeout_ms
                     FROM input
                 )
                 SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
@@ -363,15 +375,11 @@ impl Statements {
             enqueue_many_uniform: format!(
                 "WITH input AS (
                     SELECT * FROM unnest($1::uuid[], $2::text[]) AS i(task_id, payload)
-                ), res AS (
-                    INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
-                        task_posted_at_ts, {seed002})
-                    SELECT task_id, $3, $4, $5, 1, $6, $9, $11, $12, $13::jsonb FROM input
                 ), q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002},
                         task_timeout_ms)
-                    SELECT task_id, $3, $4, payload, $6, $9, $7, $5, $8, true, $11, $12, $13::jsonb, $14 FROM input
+                    SELECT task_id, $3, $4, payload, $6, $9, $7, $5, $8, false, $11, $12, $13::jsonb, $14 FROM input
                 )
                 SELECT 1 FROM (SELECT pg_notify($10, '')) AS notify"
             ),
@@ -581,7 +589,13 @@ impl Statements {
                  WHERE id NOT IN (SELECT task_id FROM locked)
                    AND EXISTS (SELECT 1 FROM {q} b WHERE b.task_id = id)"
             ),
-            counts_by_status: format!("SELECT task_status, count(*) FROM {r} GROUP BY task_status"),
+            // Jobs without a results row yet (`enqueue_one_plain`) are unprocessed.
+            counts_by_status: format!(
+                "SELECT task_status, sum(n)::int8 FROM (
+                    SELECT task_status::int4 AS task_status, count(*) AS n FROM {r} GROUP BY task_status
+                    UNION ALL SELECT 1, count(*) FROM {q} WHERE NOT task_has_result
+                 ) c GROUP BY task_status HAVING sum(n) > 0"
+            ),
             counts_live: format!(
                 "SELECT
                     count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
@@ -795,7 +809,11 @@ pub(crate) async fn enqueue_one<'e, E: PgExecutor<'e>>(
     now: DateTime<Utc>,
 ) -> Result<Option<Uuid>> {
     let sql = &schema.sql;
-    let id: Option<Uuid> = bind_job!(sqlx::query_scalar(&sql.enqueue_one), job, now, sql)
+    let statement = match job.unique_key {
+        None => &sql.enqueue_one_plain,
+        Some(_) => &sql.enqueue_one,
+    };
+    let id: Option<Uuid> = bind_job!(sqlx::query_scalar(statement), job, now, sql)
         .bind(job.tenant)
         .bind(job.correlation_id)
         .bind(job.metadata)
