@@ -76,7 +76,9 @@ CREATE INDEX __PREFIX__tasks_queue_running_idx
     ON __PREFIX__tasks_queue_t (task_queue, task_locked_until_ts)
     WHERE task_locked_by IS NOT NULL;
 
--- As in version 1: sk's enqueue writes the results row through this trigger.
+-- As in version 1: sk's enqueue writes a job's results row through this trigger when it
+-- marks the queue row `task_has_result` (a job with a unique key; a job without one has
+-- its results row from its first outcome on).
 CREATE TRIGGER __PREFIX__tasks_queue_results_row AFTER INSERT ON __PREFIX__tasks_queue_t
 WHEN NEW.task_has_result
 BEGIN

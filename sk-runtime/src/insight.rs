@@ -134,9 +134,8 @@ impl Client {
 
     /// Lists the jobs `filter` takes, newest first (by id, that is posting time), `limit`
     /// at a time (at most [`MAX_PAGE`]): pass the page's `next` as `after` for the next
-    /// one. On PostgreSQL every job is listed from its enqueue, whoever posted it; on
-    /// SQLite and MySQL a job another producer posted is listed from its first recorded
-    /// run.
+    /// one. On PostgreSQL and SQLite every job is listed from its enqueue, whoever posted
+    /// it; on MySQL a job another producer posted is listed from its first recorded run.
     ///
     /// ```no_run
     /// # async fn f(client: sk_runtime::Client) -> sk_runtime::Result<()> {
@@ -277,6 +276,46 @@ macro_rules! push_list_filter {
     }};
 }
 pub(crate) use push_list_filter;
+
+/// Builds the job list on PostgreSQL or SQLite into `$query` (a `QueryBuilder` opened with
+/// `SELECT * FROM (`): one branch per `FROM` clause of `$branches` (each selecting `r`, the
+/// results row or what stands in for it, and `q`, the queue row, and ending in a `WHERE`),
+/// each filtered, newest first and limited, merged under the same order and limit.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+macro_rules! push_job_list {
+    ($query:expr, $branches:expr, $filter:expr, $after:expr, $limit:expr, $now:expr,
+     |$q:ident, $key:ident, $value:ident| $metadata:block) => {{
+        for (i, from) in $branches.into_iter().enumerate() {
+            if i > 0 {
+                $query.push(") a UNION ALL SELECT * FROM (");
+            }
+            $query
+                .push(
+                    "SELECT r.task_id, r.task_type, r.task_queue,
+                        CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > ",
+                )
+                .push_bind($now.clone())
+                .push(
+                    " THEN 2 ELSE r.task_status END AS task_status,
+                        coalesce(q.task_priority, r.task_priority) AS task_priority, q.task_attempt,
+                        r.task_tenant, r.task_correlation_id, r.task_posted_at_ts, q.task_locked_until_ts,
+                        r.task_processing_finalized_at_ts, r.task_error_count, r.task_last_error_type,
+                        r.task_last_error_message
+                     FROM ",
+                )
+                .push(from);
+            $crate::insight::push_list_filter!($query, $filter, $after, $now, |$q, $key, $value| $metadata);
+            $query
+                .push(" ORDER BY r.task_id DESC LIMIT ")
+                .push_bind($limit);
+        }
+        $query
+            .push(") b ORDER BY task_id DESC LIMIT ")
+            .push_bind($limit);
+    }};
+}
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use push_job_list;
 
 /// Jobs whose last run failed with one error ([`Client::error_groups`]).
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]

@@ -401,7 +401,7 @@ pub(crate) async fn list_jobs(
     // job without a unique key, or one another producer posted), whose `r` the queue row
     // stands in for.
     let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new("SELECT * FROM (");
-    for (i, from) in [
+    let branches = [
         format!(
             "{} r LEFT JOIN {} q ON q.task_id = r.task_id WHERE true",
             schema.table("task_results_t"),
@@ -417,41 +417,22 @@ pub(crate) async fn list_jobs(
             q = schema.table("tasks_queue_t"),
             r = schema.table("task_results_t")
         ),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        if i > 0 {
-            query.push(") b UNION ALL SELECT * FROM (");
-        }
-        query
-            .push(
-                "SELECT r.task_id, r.task_type, r.task_queue,
-                    CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > ",
-            )
-            .push_bind(now)
-            .push(format!(
-                " THEN 2 ELSE r.task_status END AS task_status,
-                    coalesce(q.task_priority, r.task_priority) AS task_priority, q.task_attempt, r.task_tenant,
-                    r.task_correlation_id, r.task_posted_at_ts, q.task_locked_until_ts,
-                    r.task_processing_finalized_at_ts, r.task_error_count, r.task_last_error_type,
-                    r.task_last_error_message
-                 FROM {from}"
-            ));
-        crate::insight::push_list_filter!(query, filter, after, now, |query, key, value| {
+    ];
+    crate::insight::push_job_list!(
+        query,
+        branches,
+        filter,
+        after,
+        limit,
+        now,
+        |query, key, value| {
             query
                 .push(" AND r.task_metadata ->> ")
                 .push_bind(key)
                 .push(" = ")
                 .push_bind(value);
-        });
-        query
-            .push(" ORDER BY r.task_id DESC LIMIT ")
-            .push_bind(limit);
-    }
-    query
-        .push(") a ORDER BY task_id DESC LIMIT ")
-        .push_bind(limit);
+        }
+    );
     Ok(query.build_query_as().fetch_all(pool).await?)
 }
 

@@ -430,34 +430,45 @@ pub(crate) async fn list_jobs(
     now: DateTime<Utc>,
 ) -> Result<Vec<crate::insight::JobSummary>> {
     let now = ts(now);
-    let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-        "SELECT r.task_id, r.task_type, r.task_queue,
-            CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > ",
-    );
-    query.push_bind(now.clone()).push(format!(
-        " THEN 2 ELSE r.task_status END AS task_status,
-            coalesce(q.task_priority, r.task_priority) AS task_priority, q.task_attempt, r.task_tenant,
-            r.task_correlation_id, r.task_posted_at_ts, q.task_locked_until_ts,
-            r.task_processing_finalized_at_ts, r.task_error_count, r.task_last_error_type,
-            r.task_last_error_message
-         FROM {} r LEFT JOIN {} q ON q.task_id = r.task_id WHERE true",
+    let (q, r) = (
+        schema.flat_table("tasks_queue_t"),
         schema.flat_table("task_results_t"),
-        schema.flat_table("tasks_queue_t")
-    ));
-    crate::insight::push_list_filter!(query, filter, after, now, |query, key, value| {
-        // As text, as PostgreSQL's `->>` gives it (booleans as true/false).
-        let path = json_path(&key);
-        query
+    );
+    // As on PostgreSQL: the jobs with a results row, and those waiting for their first
+    // outcome without one, whose `r` the queue row stands in for.
+    let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new("SELECT * FROM (");
+    let branches = [
+        format!("{r} r LEFT JOIN {q} q ON q.task_id = r.task_id WHERE true"),
+        format!(
+            "(SELECT task_id, task_type, task_queue, 1 AS task_status, task_priority, task_tenant,
+                task_correlation_id, task_metadata, task_posted_at_ts,
+                NULL AS task_processing_finalized_at_ts,
+                json_array_length(coalesce(task_lost_attempts, '[]')) AS task_error_count,
+                NULL AS task_last_error_type, NULL AS task_last_error_message
+              FROM {q} WHERE NOT task_has_result) r
+             JOIN {q} q ON q.task_id = r.task_id
+             WHERE NOT EXISTS (SELECT 1 FROM {r} x WHERE x.task_id = r.task_id)"
+        ),
+    ];
+    crate::insight::push_job_list!(
+        query,
+        branches,
+        filter,
+        after,
+        limit,
+        now,
+        |query, key, value| {
+            // As text, as PostgreSQL's `->>` gives it (booleans as true/false).
+            let path = json_path(&key);
+            query
             .push(" AND CASE json_type(r.task_metadata, ")
             .push_bind(path.clone())
             .push(") WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE CAST(json_extract(r.task_metadata, ")
             .push_bind(path)
             .push(") AS TEXT) END = ")
             .push_bind(value);
-    });
-    query
-        .push(" ORDER BY r.task_id DESC LIMIT ")
-        .push_bind(limit);
+        }
+    );
     Ok(query.build_query_as().fetch_all(pool).await?)
 }
 

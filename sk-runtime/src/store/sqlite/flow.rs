@@ -68,15 +68,24 @@ pub(crate) async fn enqueue_after(
     .execute(&mut *tx)
     .await?;
     sqlx::query(&format!(
-        "UPDATE {q} SET task_waiting_on = $2 WHERE task_id IN (SELECT unhex(value) FROM json_each($1))"
+        "UPDATE {q} SET task_waiting_on = $2, task_has_result = task_has_result OR $2 > 0
+         WHERE task_id IN (SELECT unhex(value) FROM json_each($1))"
     ))
     .bind(&ids_json)
     .bind(waiting)
     .execute(&mut *tx)
     .await?;
     if waiting > 0 {
+        // A waiting job's status (8) is kept in a results row, which a job without a
+        // unique key does not have yet (`NEW_VALUES`).
         sqlx::query(&format!(
-            "UPDATE {r} SET task_status = 8 WHERE task_id IN (SELECT unhex(value) FROM json_each($1))"
+            "INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
+                task_unique_key, task_unique_mode, task_posted_at_ts, task_tenant, task_correlation_id,
+                task_metadata)
+             SELECT task_id, task_type, task_source, task_queue, 8, task_priority, task_unique_key,
+                task_unique_mode, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata
+             FROM {q} WHERE task_id IN (SELECT unhex(value) FROM json_each($1)) AND true
+             ON CONFLICT (task_id) DO UPDATE SET task_status = 8"
         ))
         .bind(&ids_json)
         .execute(&mut *tx)

@@ -114,7 +114,12 @@ const NEW_COLUMNS: &str = "task_id, task_type, task_source, task_payload, task_p
     task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result,
     task_tenant, task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_every_ms,
     task_timeout_ms";
-const NEW_VALUES: &str = "$1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $10, $11, $12, $13, $14, $15, $16";
+/// A job without a unique key (`$13`) is its queue row alone until its first outcome
+/// writes its results row (as for a job another producer posts): one row per job at
+/// enqueue, not two. A keyed job (the scheduler's ticks: its results row makes a tick run
+/// once) gets its results row now, through the queue table's trigger.
+const NEW_VALUES: &str =
+    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $13 IS NOT NULL, $10, $11, $12, $13, $14, $15, $16";
 
 /// How a failure updates a results row that exists (`failure` rows, multi-row).
 const FAILURE_UPDATE: &str = "task_status = excluded.task_status,
@@ -148,7 +153,8 @@ impl Statements {
         // follow it). With unique keys (mode skip), a key a live job holds leaves that job
         // as it is, and the statement answers with its id (a no-op update returns the row).
         let many = "SELECT unhex(value ->> 'id'), value ->> 'type', value ->> 'source', value ->> 'payload',
-                value ->> 'priority', $1, value ->> 'run_at', value ->> 'queue', value ->> 'max_attempts', 1,
+                value ->> 'priority', $1, value ->> 'run_at', value ->> 'queue', value ->> 'max_attempts',
+                value ->> 'key' IS NOT NULL,
                 value ->> 'tenant', value ->> 'correlation_id', value ->> 'metadata', value ->> 'key',
                 CASE WHEN value ->> 'key' IS NOT NULL THEN 1 END, NULL, value ->> 'timeout_ms'
              FROM json_each($2) WHERE true ORDER BY key";
@@ -193,7 +199,7 @@ impl Statements {
             // JSON again: short rows are what makes this fast).
             enqueue_many_uniform: format!(
                 "INSERT INTO {q} ({NEW_COLUMNS})
-                 SELECT unhex(value ->> 0), $3, $4, value ->> 1, $5, $1, $6, $7, $8, 1, $9, $10, $11,
+                 SELECT unhex(value ->> 0), $3, $4, value ->> 1, $5, $1, $6, $7, $8, 0, $9, $10, $11,
                     NULL, NULL, NULL, $12
                  FROM json_each($2) ORDER BY key"
             ),
@@ -343,7 +349,13 @@ impl Statements {
                  WHERE q.task_id = l.id AND q.task_attempt = l.attempt AND q.task_locked_by = $3
                  RETURNING task_id"
             ),
-            counts_by_status: format!("SELECT task_status, count(*) FROM {r} GROUP BY task_status"),
+            // Jobs without a results row yet (`NEW_VALUES`) are unprocessed.
+            counts_by_status: format!(
+                "SELECT task_status, sum(n) FROM (
+                    SELECT task_status, count(*) AS n FROM {r} GROUP BY task_status
+                    UNION ALL SELECT 1, count(*) FROM {q} WHERE NOT task_has_result
+                 ) GROUP BY task_status HAVING sum(n) > 0"
+            ),
             counts_live: format!(
                 "SELECT
                     count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
