@@ -1653,6 +1653,13 @@ async fn sqlite_schemas_are_name_prefixes_and_an_archive_is_refused() {
     db.drop().await;
 }
 
+/// The next two jobs the probe saw run, as (id, label), sorted by id then label.
+async fn two_runs(rx: &mut mpsc::UnboundedReceiver<Event>) -> [(Uuid, String); 2] {
+    let mut ran = [recv(rx, "a job", T).await, recv(rx, "a job", T).await].map(|e| (e.id, e.label));
+    ran.sort();
+    ran
+}
+
 /// A queue row as another producer writes it on SQLite, `$1` to `$5`: id, priority,
 /// posting time, not-before time, payload.
 const SQLITE_HAND_ROW: &str = "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_payload,
@@ -1763,12 +1770,7 @@ async fn a_queue_row_sk_could_not_read_is_refused_on_sqlite() {
         .await
         .unwrap();
     let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
-    let mut ran = [
-        recv(&mut rx, "a job", T).await,
-        recv(&mut rx, "a job", T).await,
-    ]
-    .map(|e| (e.id, e.label));
-    ran.sort();
+    let ran = two_runs(&mut rx).await;
     let mut want = [
         (by_hand, "by hand".to_owned()),
         (enqueued, "enqueued".to_owned()),
@@ -1858,12 +1860,7 @@ async fn a_sqlite_queue_of_version_4_is_brought_forward_with_its_rows() {
             .schema(old.clone())
             .data(probe),
     );
-    let mut ran = [
-        recv(&mut rx, "a job", T).await,
-        recv(&mut rx, "a job", T).await,
-    ]
-    .map(|e| (e.id, e.label));
-    ran.sort();
+    let ran = two_runs(&mut rx).await;
     let mut want = [(kept, "kept".to_owned()), (new, "new".to_owned())];
     want.sort();
     assert_eq!(ran, want);
@@ -1916,11 +1913,7 @@ async fn a_queue_row_sk_could_not_read_is_refused_on_mysql() {
         .await
         .unwrap();
     let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
-    let mut ran = [
-        recv(&mut rx, "a job", T).await,
-        recv(&mut rx, "a job", T).await,
-    ]
-    .map(|e| e.label);
+    let mut ran = two_runs(&mut rx).await.map(|(_, label)| label);
     ran.sort();
     assert_eq!(ran, ["by hand", "enqueued"]);
     w.stop().await;
