@@ -134,8 +134,7 @@ impl Client {
 
     /// Lists the jobs `filter` takes, newest first (by id, that is posting time), `limit`
     /// at a time (at most [`MAX_PAGE`]): pass the page's `next` as `after` for the next
-    /// one. On PostgreSQL and SQLite every job is listed from its enqueue, whoever posted
-    /// it; on MySQL a job another producer posted is listed from its first recorded run.
+    /// one. Every job is listed from its enqueue, whoever posted it.
     ///
     /// ```no_run
     /// # async fn f(client: sk_runtime::Client) -> sk_runtime::Result<()> {
@@ -277,32 +276,40 @@ macro_rules! push_list_filter {
 }
 pub(crate) use push_list_filter;
 
-/// Builds the job list on PostgreSQL or SQLite into `$query` (a `QueryBuilder` opened with
-/// `SELECT * FROM (`): one branch per `FROM` clause of `$branches` (each selecting `r`, the
-/// results row or what stands in for it, and `q`, the queue row, and ending in a `WHERE`),
-/// each filtered, newest first and limited, merged under the same order and limit.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+/// Builds the job list into `$query` (a `QueryBuilder` opened with `SELECT * FROM (`): one
+/// branch per `FROM` clause of `$branches` (each selecting `r`, the results row or what
+/// stands in for it, and `q`, the queue row, and ending in a `WHERE`), each filtered,
+/// newest first and limited, merged under the same order and limit. `$text` wraps a text
+/// column for reading (MySQL reads its binary-collated names through `CAST(… AS CHAR)`,
+/// which also gives both branches one collation).
 macro_rules! push_job_list {
-    ($query:expr, $branches:expr, $filter:expr, $after:expr, $limit:expr, $now:expr,
+    ($query:expr, $branches:expr, $text:expr, $filter:expr, $after:expr, $limit:expr, $now:expr,
      |$q:ident, $key:ident, $value:ident| $metadata:block) => {{
+        let text: fn(&str) -> String = $text;
         for (i, from) in $branches.into_iter().enumerate() {
             if i > 0 {
                 $query.push(") a UNION ALL SELECT * FROM (");
             }
             $query
-                .push(
-                    "SELECT r.task_id, r.task_type, r.task_queue,
+                .push(format!(
+                    "SELECT r.task_id, {} AS task_type, {} AS task_queue,
                         CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > ",
-                )
+                    text("r.task_type"),
+                    text("r.task_queue")
+                ))
                 .push_bind($now.clone())
-                .push(
+                .push(format!(
                     " THEN 2 ELSE r.task_status END AS task_status,
                         coalesce(q.task_priority, r.task_priority) AS task_priority, q.task_attempt,
-                        r.task_tenant, r.task_correlation_id, r.task_posted_at_ts, q.task_locked_until_ts,
-                        r.task_processing_finalized_at_ts, r.task_error_count, r.task_last_error_type,
-                        r.task_last_error_message
+                        {} AS task_tenant, {} AS task_correlation_id, r.task_posted_at_ts, q.task_locked_until_ts,
+                        r.task_processing_finalized_at_ts, r.task_error_count,
+                        {} AS task_last_error_type, {} AS task_last_error_message
                      FROM ",
-                )
+                    text("r.task_tenant"),
+                    text("r.task_correlation_id"),
+                    text("r.task_last_error_type"),
+                    text("r.task_last_error_message")
+                ))
                 .push(from);
             $crate::insight::push_list_filter!($query, $filter, $after, $now, |$q, $key, $value| $metadata);
             $query
@@ -314,7 +321,6 @@ macro_rules! push_job_list {
             .push_bind($limit);
     }};
 }
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use push_job_list;
 
 /// Jobs whose last run failed with one error ([`Client::error_groups`]).

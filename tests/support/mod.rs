@@ -336,11 +336,6 @@ where
         B::create().await
     }
 
-    /// The backend's name ([`TestBackend::BACKEND`]).
-    pub fn backend(&self) -> &'static str {
-        B::BACKEND
-    }
-
     /// Queue info on this database.
     pub fn info(&self) -> QueueInfo {
         QueueInfo::new(self.pool.clone())

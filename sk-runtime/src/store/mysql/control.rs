@@ -528,30 +528,42 @@ pub(crate) async fn list_jobs(
     limit: i64,
     now: DateTime<Utc>,
 ) -> Result<Vec<crate::insight::JobSummary>> {
-    let mut query = QueryBuilder::<MySql>::new(
-        "SELECT r.task_id, CAST(r.task_type AS CHAR) AS task_type, CAST(r.task_queue AS CHAR) AS task_queue,
-            CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > ",
-    );
-    query.push_bind(now).push(format!(
-        " THEN 2 ELSE r.task_status END AS task_status,
-            coalesce(q.task_priority, r.task_priority) AS task_priority, q.task_attempt,
-            CAST(r.task_tenant AS CHAR) AS task_tenant, CAST(r.task_correlation_id AS CHAR) AS task_correlation_id,
-            r.task_posted_at_ts, q.task_locked_until_ts, r.task_processing_finalized_at_ts, r.task_error_count,
-            r.task_last_error_type, r.task_last_error_message
-         FROM {} r LEFT JOIN {} q ON q.task_id = r.task_id WHERE true",
+    let (q, r) = (
+        schema.flat_table("tasks_queue_t"),
         schema.flat_table("task_results_t"),
-        schema.flat_table("tasks_queue_t")
-    ));
-    crate::insight::push_list_filter!(query, filter, after, now, |query, key, value| {
-        query
-            .push(" AND JSON_UNQUOTE(JSON_EXTRACT(r.task_metadata, ")
-            .push_bind(format!("$.{}", serde_json::Value::String(key)))
-            .push(")) = ")
-            .push_bind(value);
-    });
-    query
-        .push(" ORDER BY r.task_id DESC LIMIT ")
-        .push_bind(limit);
+    );
+    // As on PostgreSQL: the jobs with a results row, and those waiting for their first
+    // outcome without one, whose `r` the queue row stands in for.
+    let mut query = QueryBuilder::<MySql>::new("SELECT * FROM (");
+    let branches = [
+        format!("{r} r LEFT JOIN {q} q ON q.task_id = r.task_id WHERE true"),
+        format!(
+            "(SELECT task_id, task_type, task_queue, 1 AS task_status, task_priority, task_tenant,
+                task_correlation_id, task_metadata, task_posted_at_ts,
+                CAST(NULL AS DATETIME(6)) AS task_processing_finalized_at_ts,
+                CAST(coalesce(JSON_LENGTH(task_lost_attempts), 0) AS SIGNED) AS task_error_count,
+                NULL AS task_last_error_type, NULL AS task_last_error_message
+              FROM {q} WHERE task_has_result = 0) r
+             JOIN {q} q ON q.task_id = r.task_id
+             WHERE NOT EXISTS (SELECT 1 FROM {r} x WHERE x.task_id = r.task_id)"
+        ),
+    ];
+    crate::insight::push_job_list!(
+        query,
+        branches,
+        |column| format!("CAST({column} AS CHAR)"),
+        filter,
+        after,
+        limit,
+        now,
+        |query, key, value| {
+            query
+                .push(" AND JSON_UNQUOTE(JSON_EXTRACT(r.task_metadata, ")
+                .push_bind(format!("$.{}", serde_json::Value::String(key)))
+                .push(")) = ")
+                .push_bind(value);
+        }
+    );
     Ok(query.build_query_as().fetch_all(pool).await?)
 }
 

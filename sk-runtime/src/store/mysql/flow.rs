@@ -94,16 +94,25 @@ pub(crate) async fn enqueue_after(
         query.push_bind(waiting);
         if waiting > 0 {
             query
-                .push(", task_locked_until_ts = ")
+                .push(", task_has_result = 1, task_locked_until_ts = ")
                 .push_bind(WAITING_UNTIL.naive_utc());
         }
         query.push(" WHERE ");
         push_ids(&mut query, "task_id", chunk);
         query.build().execute(&mut *tx).await?;
         if waiting > 0 {
-            let mut query =
-                QueryBuilder::<MySql>::new(format!("UPDATE {r} SET task_status = 8 WHERE "));
+            // A waiting job's status (8) is kept in a results row, which a job without a
+            // unique key does not have yet (`enqueue_one`).
+            let mut query = QueryBuilder::<MySql>::new(format!(
+                "INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
+                    task_unique_key, task_unique_mode, task_posted_at_ts, task_tenant, task_correlation_id,
+                    task_metadata)
+                 SELECT task_id, task_type, task_source, task_queue, 8, task_priority, task_unique_key,
+                    task_unique_mode, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata
+                 FROM {q} WHERE "
+            ));
             push_ids(&mut query, "task_id", chunk);
+            query.push(" ON DUPLICATE KEY UPDATE task_status = 8");
             query.build().execute(&mut *tx).await?;
         }
     }

@@ -68,6 +68,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "the queue table refuses a posting time sk could not read",
         include_str!("../../../../migrations/mysql/0006_readable_queue_rows.sql"),
     ),
+    (
+        7,
+        "less written per enqueued job: no enqueue trigger, no queue correlation index",
+        include_str!("../../../../migrations/mysql/0007_leaner_enqueue.sql"),
+    ),
 ];
 
 /// The longest table name sk makes after its prefix (a retired results partition held
@@ -134,8 +139,8 @@ pub(crate) struct Statements {
     queue: String,
     results: String,
     insert_queue: String,
-    /// `insert_queue` whose row writes its results row too (migration 5's trigger).
-    insert_both: String,
+    /// `insert_queue` of a job without a results row yet (`enqueue_one`).
+    insert_plain: String,
     insert_result: String,
     enqueue_unique: String,
     success: String,
@@ -149,7 +154,8 @@ pub(crate) struct Statements {
 }
 
 /// The columns of a new queue row, in the order `bind_new!` binds them (`NEW_VALUES`),
-/// then `task_has_result`: 1, or 2 for a row that writes its results row (migration 5).
+/// then `task_has_result`: 1 when the results row is written with it, 0 when the job's
+/// first outcome will write it.
 const NEW_COLUMNS: &str = "task_id, task_type, task_source, task_payload, task_priority,
     task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_tenant,
     task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_every_ms, task_timeout_ms,
@@ -209,9 +215,7 @@ impl Statements {
             queue: q.clone(),
             results: r.clone(),
             insert_queue: format!("INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES}, 1)"),
-            insert_both: format!(
-                "INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES}, 2)"
-            ),
+            insert_plain: format!("INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES}, 0)"),
             insert_result: format!(
                 "INSERT INTO {r} ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
             ),
@@ -266,7 +270,14 @@ impl Statements {
                     et_last_execution_time = VALUES(et_last_execution_time),
                     et_last_updated_ts = VALUES(et_last_updated_ts)"
             ),
-            counts_by_status: format!("SELECT task_status, count(*) FROM {r} GROUP BY task_status"),
+            // The jobs waiting for their first outcome without a results row count as
+            // unprocessed (as on PostgreSQL).
+            counts_by_status: format!(
+                "SELECT task_status, CAST(sum(n) AS SIGNED) FROM (
+                    SELECT task_status, count(*) AS n FROM {r} GROUP BY task_status
+                    UNION ALL SELECT 1, count(*) FROM {q} WHERE task_has_result = 0
+                 ) c GROUP BY task_status HAVING sum(n) > 0"
+            ),
             counts_live: format!(
                 "SELECT
                     count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts <= ? THEN 1 END),
@@ -486,8 +497,8 @@ async fn apply(conn: &mut MySqlConnection, schema: &Schema, target: i32) -> Resu
 }
 
 /// Inserts one job without a unique key; `None` when a job with its id exists. One
-/// statement: its queue row's insert writes the results row (migration 5), and a failed
-/// statement is undone whole, in a transaction of its own or in the caller's.
+/// statement and one row: as on PostgreSQL, the job is its queue row alone until its
+/// first outcome writes its results row (the job list and the counts read the queue).
 pub(crate) async fn enqueue_one(
     conn: &mut MySqlConnection,
     schema: &Schema,
@@ -495,7 +506,7 @@ pub(crate) async fn enqueue_one(
     now: DateTime<Utc>,
 ) -> Result<Option<Uuid>> {
     let mode = job.unique_mode.map(|m| m as i16);
-    match bind_new!(sqlx::query(&schema.mysql.insert_both), job, now, mode)
+    match bind_new!(sqlx::query(&schema.mysql.insert_plain), job, now, mode)
         .execute(&mut *conn)
         .await
     {
@@ -567,30 +578,40 @@ pub(crate) async fn enqueue_many(
     }
     let keyed = jobs.iter().any(|j| j.unique_key.is_some());
     let mut tx = conn.begin().await?;
-    // With keys, the queue rows first: a key a live job holds (mode skip) leaves that job
-    // as it is, and only the jobs that went in get a results row.
-    let mut stored: HashMap<String, Uuid> = HashMap::new();
-    if keyed {
+    if !keyed {
+        // Queue rows only, as `enqueue_one`.
         for chunk in chunks(&jobs) {
-            queue_rows(chunk, schema, now, true)
+            queue_rows(chunk, schema, now, false)
                 .build()
                 .execute(&mut *tx)
                 .await?;
         }
-        let keys: Vec<&String> = jobs.iter().filter_map(|j| j.unique_key.as_ref()).collect();
-        for keys in keys.chunks(ROWS_PER_STATEMENT) {
-            let mut query = QueryBuilder::<MySql>::new(format!(
-                "SELECT CAST(task_unique_key AS CHAR), task_id FROM {} WHERE task_unique_key IN (",
-                schema.mysql.queue
-            ));
-            let mut list = query.separated(", ");
-            for key in keys {
-                list.push_bind(*key);
-            }
-            query.push(")");
-            let rows: Vec<(String, Uuid)> = query.build_query_as().fetch_all(&mut *tx).await?;
-            stored.extend(rows);
+        tx.commit().await?;
+        wake();
+        return Ok(jobs.iter().map(|j| j.id).collect());
+    }
+    // With keys, the queue rows first: a key a live job holds (mode skip) leaves that job
+    // as it is, and only the jobs that went in get a results row.
+    for chunk in chunks(&jobs) {
+        queue_rows(chunk, schema, now, true)
+            .build()
+            .execute(&mut *tx)
+            .await?;
+    }
+    let mut stored: HashMap<String, Uuid> = HashMap::new();
+    let keys: Vec<&String> = jobs.iter().filter_map(|j| j.unique_key.as_ref()).collect();
+    for keys in keys.chunks(ROWS_PER_STATEMENT) {
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "SELECT CAST(task_unique_key AS CHAR), task_id FROM {} WHERE task_unique_key IN (",
+            schema.mysql.queue
+        ));
+        let mut list = query.separated(", ");
+        for key in keys {
+            list.push_bind(*key);
         }
+        query.push(")");
+        let rows: Vec<(String, Uuid)> = query.build_query_as().fetch_all(&mut *tx).await?;
+        stored.extend(rows);
     }
     let id_of = |j: &NewJob| {
         j.unique_key
@@ -620,14 +641,6 @@ pub(crate) async fn enqueue_many(
         });
         query.build().execute(&mut *tx).await?;
     }
-    if !keyed {
-        for chunk in chunks(&jobs) {
-            queue_rows(chunk, schema, now, false)
-                .build()
-                .execute(&mut *tx)
-                .await?;
-        }
-    }
     tx.commit().await?;
     wake();
     Ok(jobs.iter().map(id_of).collect())
@@ -635,8 +648,8 @@ pub(crate) async fn enqueue_many(
 
 /// `enqueue_many` of a batch whose jobs differ only in id and payload (`store::uniform`):
 /// per statement, the ids and payloads travel as one JSON array read by `JSON_TABLE`, in
-/// its order (so the lock handles follow the caller's), and the rest is bound once. Two
-/// statements per chunk where the multi-row inserts bound every column of every row.
+/// its order (so the lock handles follow the caller's), and the rest is bound once. Queue
+/// rows only, as `enqueue_one`.
 async fn enqueue_uniform(
     conn: &mut MySqlConnection,
     schema: &Schema,
@@ -652,26 +665,8 @@ async fn enqueue_uniform(
             .collect();
         let rows = serde_json::to_string(&rows).expect("a list of string pairs serializes");
         sqlx::query(&format!(
-            "INSERT INTO {} ({RESULT_COLUMNS})
-             SELECT UNHEX(j.id), ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?, 1
-             FROM JSON_TABLE(?, '$[*]' COLUMNS (ord FOR ORDINALITY, id CHAR(32) PATH '$[0]')) j
-             ORDER BY j.ord",
-            schema.mysql.results
-        ))
-        .bind(&*job.task_type)
-        .bind(&job.source)
-        .bind(&job.queue)
-        .bind(job.priority)
-        .bind(now)
-        .bind(&job.tenant)
-        .bind(&job.correlation_id)
-        .bind(&job.metadata)
-        .bind(&rows)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(&format!(
             "INSERT INTO {} ({NEW_COLUMNS})
-             SELECT UNHEX(j.id), ?, ?, j.payload, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, 1
+             SELECT UNHEX(j.id), ?, ?, j.payload, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, 0
              FROM JSON_TABLE(?, '$[*]' COLUMNS (ord FOR ORDINALITY, id CHAR(32) PATH '$[0]',
                 payload LONGTEXT PATH '$[1]')) j
              ORDER BY j.ord",
@@ -699,7 +694,8 @@ async fn enqueue_uniform(
 }
 
 /// A multi-row insert of queue rows; with `keyed`, a key a live job (or an earlier row)
-/// holds leaves that row out.
+/// holds leaves that row out, and the rows get their results rows in the same
+/// transaction (without, a job's first outcome writes it).
 fn queue_rows<'a>(
     jobs: &'a [NewJob],
     schema: &Schema,
@@ -727,7 +723,7 @@ fn queue_rows<'a>(
             .push_bind(job.unique_key.as_ref().map(|_| 1i16))
             .push_bind(job.every_ms)
             .push_bind(job.timeout_ms)
-            .push_unseparated(", 1");
+            .push_unseparated(if keyed { ", 1" } else { ", 0" });
     });
     if keyed {
         query.push(" ON DUPLICATE KEY UPDATE task_unique_key = task_unique_key");

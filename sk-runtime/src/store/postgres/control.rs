@@ -421,6 +421,7 @@ pub(crate) async fn list_jobs(
     crate::insight::push_job_list!(
         query,
         branches,
+        str::to_owned,
         filter,
         after,
         limit,
