@@ -1331,6 +1331,71 @@ async fn a_claim_that_comes_back_after_its_lease_ran_out_starts_nothing() {
     db.drop().await;
 }
 
+/// A job that waits in the local queue for a slot keeps its lease by heartbeats; when
+/// they cannot be written (a stalled database, SQLite's writer taken by others) the lease
+/// runs out, and another worker may claim the job. The worker does not start a job whose
+/// lease, by its own clock, has less than a heartbeat interval left: it hands it back
+/// unstarted and the job runs on a fresh claim (found by the chaos checker on SQLite: a
+/// prefetched job started 4.5 s after its claim, after another worker had claimed it). No
+/// heartbeat is due here (the lease is 30 s), so only the claim's lease is known.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetched_job_whose_lease_ran_out_is_handed_back_unstarted() {
+    let db = TestDb::new().await;
+    let start = Utc::now() + chrono::Duration::seconds(1);
+    let clock = ManualClock::new(start);
+    let lease = Duration::from_secs(30);
+    let (probe, mut rx) = probe();
+    let (open, gate) = gate(false);
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE, Gated::TASK_TYPE])
+            .data(probe)
+            .data(gate)
+            .clock(clock.clone())
+            .lease(lease)
+            .concurrency(1)
+            .prefetch(10),
+    );
+    // One job run first, so the worker prefetches (it does not before a first run).
+    Record::new("first".into()).enqueue(&db.pool).await.unwrap();
+    assert_eq!(recv(&mut rx, "the first job", T).await.label, "first");
+    Gated::new("holds the slot".into())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        recv(&mut rx, "the gated job", T).await.label,
+        "holds the slot"
+    );
+    let id = Record::new("waits".into()).enqueue(&db.pool).await.unwrap();
+    let sql = format!("SELECT count(*) FROM sk_tasks_queue_t WHERE task_id = '{id}' AND task_locked_by IS NOT NULL");
+    wait_until("the waiting job to be prefetched", T, || async {
+        (db.scalar(&sql, None).await == Some(1)).then_some(())
+    })
+    .await;
+    // Its lease ran out, by the worker's clock, while it waited for the slot.
+    clock.advance(lease + Duration::from_secs(1));
+    open.send(true).unwrap();
+    let ran = recv(&mut rx, "the waiting job", T).await;
+    db.wait_job(id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    let worker_id = w.id.clone();
+    w.stop().await;
+    assert_eq!(
+        (ran.id, ran.attempted_at),
+        (id, clock.now()),
+        "it ran on a fresh claim, made after its lease ran out"
+    );
+    assert!(rx.try_recv().is_err(), "it ran once");
+    let given_back = db
+        .scalar(
+            "SELECT metric_value FROM sk_metrics_t WHERE metric_owner_process_id = $1 AND metric_id = 'jobs_given_back'",
+            Some(&worker_id),
+        )
+        .await;
+    assert!(given_back >= Some(1), "handed back: {given_back:?}");
+    db.drop().await;
+}
+
 /// A handler's slot is free for the next job when the handler returns, not once its
 /// result is written; but the results waiting are bounded. With one slot and the results
 /// table locked (no result can be written), 1 + 2000 jobs run and then the worker claims no

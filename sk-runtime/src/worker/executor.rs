@@ -87,11 +87,12 @@ impl Ord for Waiting {
 
 /// Takes claimed jobs (each with its queue's slot, if its queue is limited in this
 /// worker) into the local queue, behind those waiting already, and starts what the free
-/// slots allow. Their leases join the running map first, so heartbeats keep them and a
-/// stop gives them back.
+/// slots allow. Their leases (held until `lease_until`) join the running map first, so
+/// heartbeats keep them and a stop gives them back.
 pub(crate) fn admit(
     shared: &Arc<Shared>,
     jobs: Vec<(ClaimedJob, Option<OwnedSemaphorePermit>)>,
+    lease_until: chrono::DateTime<chrono::Utc>,
     completions: &UnboundedSender<Completion>,
 ) {
     {
@@ -107,6 +108,7 @@ pub(crate) fn admit(
                     stop: Arc::default(),
                     state: RunState::Claimed,
                     abort: None,
+                    lease_until,
                 },
             );
         }
@@ -255,11 +257,17 @@ async fn run_one(
             });
             return;
         }
-        if stop.get().is_some() {
-            // Its lease was lost or it was cancelled while it waited for a slot: it does
-            // not run (the give back is fenced, so it changes nothing another holds).
+        let late = shared.late(entry.lease_until);
+        if stop.get().is_some() || late {
+            // Its lease was lost, or it was cancelled, while it waited for a slot; or the
+            // heartbeats that would have kept its lease could not be written meanwhile,
+            // so another worker may hold the job by now. It does not run (the give back
+            // is fenced, so it changes nothing another holds).
             entry.state = RunState::GivenBack;
             drop(running);
+            if late {
+                tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: a job waited for a slot past its last extended lease (heartbeats were not written); handed back unstarted");
+            }
             let _ = completions.send(Completion::GiveBack {
                 lease,
                 slot: Some(permit),

@@ -20,6 +20,9 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {}
         }
+        // The leases first: on a database whose writers take turns (SQLite), each of
+        // the other writes below may wait, and a lease that waits behind them may run out.
+        extend(&shared).await;
         if let Err(e) = shared.store.worker_seen(shared.now()).await {
             tracing::debug!("sk: cannot stamp this worker's row: {e}");
         }
@@ -37,30 +40,40 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
                 }
             }
         }
-        let leases: Vec<Lease> = shared.running().keys().copied().collect();
-        if leases.is_empty() {
-            continue;
-        }
-        let until = crate::clock::add(shared.now(), shared.config.lease);
-        match shared.store.extend(&leases, until).await {
-            Ok(held) if held.len() < leases.len() => {
-                let running = shared.running();
-                for lease in leases.iter().filter(|l| !held.contains(&l.id)) {
-                    // A finished job may have been finalized since the keys were read.
-                    if let Some(entry) = running.get(lease).filter(|e| e.state != RunState::Finished) {
-                        if entry.stop.set(StopReason::LeaseLost).is_ok() {
-                            tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: lease lost (to another worker, or the job was cancelled); asking the job to stop");
-                        }
-                        entry.cancel.cancel();
+    }
+}
+
+/// Extends the leases this worker holds; asks the jobs whose lease was lost to stop, and
+/// notes the new expiry of the others.
+async fn extend(shared: &Shared) {
+    let leases: Vec<Lease> = shared.running().keys().copied().collect();
+    if leases.is_empty() {
+        return;
+    }
+    let until = crate::clock::add(shared.now(), shared.config.lease);
+    match shared.store.extend(&leases, until).await {
+        Ok(held) => {
+            let held: std::collections::HashSet<uuid::Uuid> = held.into_iter().collect();
+            let mut running = shared.running();
+            for lease in &leases {
+                // A finished job may have been finalized since the keys were read.
+                let Some(entry) = running.get_mut(lease) else {
+                    continue;
+                };
+                if held.contains(&lease.id) {
+                    entry.lease_until = entry.lease_until.max(until);
+                } else if entry.state != RunState::Finished {
+                    if entry.stop.set(StopReason::LeaseLost).is_ok() {
+                        tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: lease lost (to another worker, or the job was cancelled); asking the job to stop");
                     }
+                    entry.cancel.cancel();
                 }
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(
-                jobs = leases.len(),
-                "sk: heartbeat failed; leases run out at the latest {:?} after the last success unless it recovers: {e}",
-                shared.config.lease
-            ),
         }
+        Err(e) => tracing::warn!(
+            jobs = leases.len(),
+            "sk: heartbeat failed; leases run out at the latest {:?} after the last success unless it recovers: {e}",
+            shared.config.lease
+        ),
     }
 }

@@ -567,6 +567,11 @@ pub(crate) struct Running {
     pub(crate) stop: Arc<std::sync::OnceLock<crate::job::StopReason>>,
     pub(crate) state: RunState,
     pub(crate) abort: Option<tokio::task::AbortHandle>,
+    /// Until when the lease is known to be held: the claim's lease, then each heartbeat's
+    /// that the store answered as held (by this worker's clock). A job whose lease has
+    /// less than a heartbeat interval left by the time a slot frees is not started
+    /// (`Shared::late`).
+    pub(crate) lease_until: chrono::DateTime<chrono::Utc>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -582,6 +587,20 @@ pub(crate) enum RunState {
 impl Shared {
     pub(crate) fn now(&self) -> chrono::DateTime<chrono::Utc> {
         self.clock.now()
+    }
+
+    /// Whether a job leased until `lease_until` is too late to start: with less of the
+    /// lease left than one heartbeat interval, the lease may run out before the next
+    /// heartbeat extends it, and another worker may then claim the job while it runs
+    /// here. A claim is held up that long by a partition, a stopped process or a database
+    /// that stalls, and a job waiting for a slot by heartbeats that could not be written;
+    /// the time is the worker's own clock, as the lease's was.
+    pub(crate) fn late(&self, lease_until: chrono::DateTime<chrono::Utc>) -> bool {
+        let heartbeat = self
+            .config
+            .heartbeat
+            .expect("build() sets the heartbeat interval");
+        self.now() + heartbeat > lease_until
     }
 
     pub(crate) fn failure_log(&self) -> MutexGuard<'_, completer::FailureLog> {
@@ -968,6 +987,7 @@ impl Worker {
 /// (`testing::drain`); `None` when no job is due.
 pub(crate) async fn run_one_due(shared: &Arc<Shared>) -> Result<Option<crate::testing::Run>> {
     let now = shared.now();
+    let lease_until = crate::clock::add(now, shared.config.lease);
     let controls = shared.store.queue_controls().await?;
     let mut jobs = shared
         .store
@@ -979,7 +999,7 @@ pub(crate) async fn run_one_due(shared: &Arc<Shared>) -> Result<Option<crate::te
             capped: false,
             limit: 1,
             now,
-            lease_until: crate::clock::add(now, shared.config.lease),
+            lease_until,
         })
         .await?;
     let Some(job) = jobs.pop() else {
@@ -987,7 +1007,7 @@ pub(crate) async fn run_one_due(shared: &Arc<Shared>) -> Result<Option<crate::te
     };
     let (id, task_type, attempt) = (job.task_id, job.task_type.clone(), job.task_attempt);
     let (tx, mut rx) = mpsc::unbounded_channel();
-    executor::admit(shared, vec![(job, None)], &tx);
+    executor::admit(shared, vec![(job, None)], lease_until, &tx);
     drop(tx);
     let completion = rx
         .recv()

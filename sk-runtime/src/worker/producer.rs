@@ -222,7 +222,7 @@ async fn claim(
         .await?;
     let full = jobs.len() == free;
     Metrics::add(&shared.metrics.claimed, jobs.len() as u64);
-    if late(shared, lease_until) && !jobs.is_empty() {
+    if shared.late(lease_until) && !jobs.is_empty() {
         give_back_late(shared, &jobs, lease_until).await;
         // Their rows are claimable again: claim afresh, with a lease from now.
         return Ok(Claimed::Full);
@@ -244,7 +244,7 @@ async fn claim(
             (job, queue_slot)
         })
         .collect();
-    executor::admit(shared, jobs, completions);
+    executor::admit(shared, jobs, lease_until, completions);
     Ok(match (full, capped) {
         (true, _) => Claimed::Full,
         (false, true) => Claimed::Capped,
@@ -252,21 +252,8 @@ async fn claim(
     })
 }
 
-/// Whether a claim that leased its jobs until `lease_until` came back too late to start
-/// them: with less of the lease left than one heartbeat interval, the lease may run out
-/// before the heartbeat extends it, and once it has run out another worker may hold the
-/// jobs already. A claim is held up that long by a partition, a stopped process or a
-/// database that stalls; the time is the worker's own clock, as the lease's was.
-fn late(shared: &Shared, lease_until: DateTime<Utc>) -> bool {
-    let heartbeat = shared
-        .config
-        .heartbeat
-        .expect("build() sets the heartbeat interval");
-    shared.now() + heartbeat > lease_until
-}
-
 /// Hands back, unstarted and with their attempts intact, the jobs of a claim that came
-/// back late ([`late`]); a job another worker claimed meanwhile is left to it (the give
+/// back late (`Shared::late`); a job another worker claimed meanwhile is left to it (the give
 /// back is fenced by attempt and worker). If the database refuses, the leases run out on
 /// their own.
 async fn give_back_late(shared: &Shared, jobs: &[ClaimedJob], lease_until: DateTime<Utc>) {
