@@ -257,7 +257,7 @@ async fn run_one(
             });
             return;
         }
-        let late = shared.late(entry.lease_until);
+        let late = shared.lapsing(entry.lease_until);
         if stop.get().is_some() || late {
             // Its lease was lost, or it was cancelled, while it waited for a slot; or the
             // heartbeats that would have kept its lease could not be written meanwhile,

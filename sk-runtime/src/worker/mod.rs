@@ -568,9 +568,8 @@ pub(crate) struct Running {
     pub(crate) state: RunState,
     pub(crate) abort: Option<tokio::task::AbortHandle>,
     /// Until when the lease is known to be held: the claim's lease, then each heartbeat's
-    /// that the store answered as held (by this worker's clock). A job whose lease has
-    /// less than a heartbeat interval left by the time a slot frees is not started
-    /// (`Shared::late`).
+    /// that the store answered as held (by this worker's clock). A job whose lease is
+    /// running out by the time a slot frees is not started (`Shared::lapsing`).
     pub(crate) lease_until: chrono::DateTime<chrono::Utc>,
 }
 
@@ -589,18 +588,32 @@ impl Shared {
         self.clock.now()
     }
 
-    /// Whether a job leased until `lease_until` is too late to start: with less of the
-    /// lease left than one heartbeat interval, the lease may run out before the next
-    /// heartbeat extends it, and another worker may then claim the job while it runs
-    /// here. A claim is held up that long by a partition, a stopped process or a database
-    /// that stalls, and a job waiting for a slot by heartbeats that could not be written;
-    /// the time is the worker's own clock, as the lease's was.
+    /// Whether a claim that leased its jobs until `lease_until` came back too late to
+    /// start them: with less of the lease left than one heartbeat interval, the lease may
+    /// run out before the heartbeat extends it, and another worker may then claim the
+    /// jobs while they run here. A claim is held up that long by a partition, a stopped
+    /// process or a database that stalls; the time is the worker's own clock, as the
+    /// lease's was.
     pub(crate) fn late(&self, lease_until: chrono::DateTime<chrono::Utc>) -> bool {
-        let heartbeat = self
-            .config
+        self.now() + self.heartbeat() > lease_until
+    }
+
+    /// Whether a job that waited for a slot, leased until `lease_until`, is too late to
+    /// start: the heartbeats that keep its lease could not be written (a stalled
+    /// database, SQLite's writer taken by others), so less is left than half of what a
+    /// heartbeat leaves before the next (`(lease - heartbeat) / 2`, one heartbeat interval
+    /// with the default third of the lease). A heartbeat interval close to the lease
+    /// leaves little, and `late`'s margin would then hand back jobs whose beats are on
+    /// time.
+    pub(crate) fn lapsing(&self, lease_until: chrono::DateTime<chrono::Utc>) -> bool {
+        let margin = self.config.lease.saturating_sub(self.heartbeat()) / 2;
+        self.now() + margin > lease_until
+    }
+
+    fn heartbeat(&self) -> Duration {
+        self.config
             .heartbeat
-            .expect("build() sets the heartbeat interval");
-        self.now() + heartbeat > lease_until
+            .expect("build() sets the heartbeat interval")
     }
 
     pub(crate) fn failure_log(&self) -> MutexGuard<'_, completer::FailureLog> {
