@@ -1725,6 +1725,28 @@ async fn two_runs(rx: &mut mpsc::UnboundedReceiver<Event>) -> [(Uuid, String); 2
     ran
 }
 
+/// A worker on `schema` runs exactly the two jobs `want` (id, label), in any order; then
+/// it stops and the database goes.
+async fn two_run_on<B: TestBackend>(
+    db: Db<B>,
+    schema: &sk_runtime::Schema,
+    (probe, mut rx): (Probe, mpsc::UnboundedReceiver<Event>),
+    want: [(Uuid, &str); 2],
+) where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let w = RunningWorker::start(
+        worker(&db, &[Record::TASK_TYPE])
+            .schema(schema.clone())
+            .data(probe),
+    );
+    let mut want = want.map(|(id, label)| (id, label.to_owned()));
+    want.sort();
+    assert_eq!(two_runs(&mut rx).await, want);
+    w.stop().await;
+    db.drop().await;
+}
+
 /// A queue row as another producer writes it on SQLite, `$1` to `$5`: id, priority,
 /// posting time, not-before time, payload.
 const SQLITE_HAND_ROW: &str = "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_payload,
@@ -1857,7 +1879,7 @@ async fn a_queue_row_sk_could_not_read_is_refused_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sqlite_queue_of_version_4_is_brought_forward_with_its_rows() {
     let db = Db::<sqlx::Sqlite>::new().await;
-    let (probe, mut rx) = probe();
+    let runs = probe();
     let old = sk_runtime::Schema::new("old", "sk_").unwrap();
     sk_runtime::__private::migrate_sqlite_to(&db.pool, &old, 4)
         .await
@@ -1920,17 +1942,7 @@ async fn a_sqlite_queue_of_version_4_is_brought_forward_with_its_rows() {
         .await
         .unwrap();
     assert!(handle > last_handle, "{handle} after {last_handle}");
-    let w = RunningWorker::start(
-        worker(&db, &[Record::TASK_TYPE])
-            .schema(old.clone())
-            .data(probe),
-    );
-    let ran = two_runs(&mut rx).await;
-    let mut want = [(kept, "kept".to_owned()), (new, "new".to_owned())];
-    want.sort();
-    assert_eq!(ran, want);
-    w.stop().await;
-    db.drop().await;
+    two_run_on(db, &old, runs, [(kept, "kept"), (new, "new")]).await;
 }
 
 /// MariaDB's default SQL mode takes a zero date into a DATETIME column: one waiting row
@@ -2008,7 +2020,7 @@ async fn a_queue_row_sk_could_not_read_is_refused_on_mysql() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
     let db = Db::<sqlx::MySql>::new().await;
-    let (probe, mut rx) = probe();
+    let runs = probe();
     let old = sk_runtime::Schema::new("old", "sk_").unwrap();
     sk_runtime::__private::migrate_mysql_to(&db.pool, &old, 6)
         .await
@@ -2071,18 +2083,7 @@ async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
         .await
         .unwrap();
     assert_eq!(counts.by_status, [(JobStatus::Unprocessed, 2)]);
-
-    let w = RunningWorker::start(
-        worker(&db, &[Record::TASK_TYPE])
-            .schema(old.clone())
-            .data(probe),
-    );
-    let ran = two_runs(&mut rx).await;
-    let mut want = [(posted, "posted".to_owned()), (new, "new".to_owned())];
-    want.sort();
-    assert_eq!(ran, want);
-    w.stop().await;
-    db.drop().await;
+    two_run_on(db, &old, runs, [(posted, "posted"), (new, "new")]).await;
 }
 
 #[tokio::test]
