@@ -480,6 +480,68 @@ each_backend! {
     }
 }
 
+/// Snoozes for longer than any time sk stores.
+#[job]
+async fn snoozes_for_ever(ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
+    probe.saw(&ctx, "snoozed");
+    Err(JobError::snooze(Duration::MAX))
+}
+
+each_backend! {
+    /// MySQL's DATETIME ends with the year 9999, and SQLite's text times sort as times only
+    /// up to then: a later year takes a `+` and sorted first, so a job snoozed or delayed
+    /// past it ran at once on SQLite. Such a delay now waits until the last microsecond of
+    /// 9999, and a time after it is refused. On MySQL every time past 2038-01-19 was
+    /// stored as NULL (sqlx sent it as a TIMESTAMP): a job due in 2040 was refused, and a
+    /// snooze past then was retried until the stop gave up.
+    async fn delays_past_the_year_9999_wait_until_its_end(db) {
+        let latest = chrono::DateTime::parse_from_rfc3339("9999-12-31T23:59:59.999999Z")
+            .unwrap()
+            .to_utc();
+        let later = latest + chrono::Duration::microseconds(1);
+        let refused = Record::new("later".into()).run_at(later).enqueue(&db.pool).await.unwrap_err();
+        assert!(
+            matches!(refused, Error::Invalid { what: "run at", .. })
+                && refused.to_string().contains("9999-12-31"),
+            "{refused}"
+        );
+        let in_2040 = chrono::DateTime::parse_from_rfc3339("2040-01-01T00:00:00Z")
+            .unwrap()
+            .to_utc();
+        let moved = Record::new("2040".into()).run_at(in_2040).enqueue(&db.pool).await.unwrap();
+        assert_eq!(db.job(moved).await.locked_until, Some(in_2040));
+        let client = client(&db);
+        assert_eq!(client.reschedule(moved, latest).await.unwrap(), RescheduleOutcome::Rescheduled);
+        let refused = client.reschedule(moved, later).await.unwrap_err();
+        assert!(matches!(refused, Error::Invalid { what: "reschedule time", .. }), "{refused}");
+        // First in the claim order, were it due.
+        let never = Record::new("never".into())
+            .run_after(Duration::MAX)
+            .with_priority(-1)
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let snoozed = SnoozesForEver::new().enqueue(&db.pool).await.unwrap();
+        let (probe, mut rx) = probe();
+        let w = RunningWorker::start(
+            worker(&db, &[Record::TASK_TYPE, SnoozesForEver::TASK_TYPE]).data(probe),
+        );
+        assert_eq!(recv(&mut rx, "the snooze", T).await.label, "snoozed");
+        // The stop writes every outcome it holds.
+        w.stop().await;
+        assert!(rx.try_recv().is_err(), "nothing else ran");
+        for id in [moved, never, snoozed] {
+            let record = db.job(id).await;
+            assert_eq!(
+                (record.status(), record.locked_until, record.locked_by),
+                (JobStatus::Unprocessed, Some(latest), None),
+                "{id}"
+            );
+        }
+        db.drop().await;
+    }
+}
+
 each_backend! {
     async fn per_enqueue_attempts_and_timeout(db) {
         let (probe, mut rx) = probe();

@@ -101,13 +101,15 @@ impl<J: Job> Enqueue<J> {
         self
     }
 
-    /// Runs no earlier than `at`.
+    /// Runs no earlier than `at`, which is at most 9999-12-31T23:59:59.999999Z (a later
+    /// time is refused at enqueue with [`Error::Invalid`]).
     pub fn run_at(mut self, at: DateTime<Utc>) -> Self {
         self.run_at = Some(at);
         self
     }
 
-    /// Runs no earlier than `delay` after enqueue.
+    /// Runs no earlier than `delay` after enqueue; a delay that ends after
+    /// 9999-12-31T23:59:59.999999Z, the latest time sk stores, waits until then.
     pub fn run_after(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
         self
@@ -421,7 +423,7 @@ impl<J: Job> Enqueue<J> {
             Some(limit) => Some(i64::try_from(limit.as_millis()).unwrap_or(i64::MAX).max(1)),
         };
         let run_at = match (self.run_at, self.delay) {
-            (Some(at), _) => at,
+            (Some(at), _) => crate::clock::storable("run at", at)?,
             (None, Some(delay)) => crate::clock::add(now, delay),
             (None, None) => now,
         };

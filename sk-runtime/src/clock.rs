@@ -74,10 +74,39 @@ impl Clock for ManualClock {
 
 pub(crate) type SharedClock = Arc<dyn Clock>;
 
-/// `at + d`, saturating instead of overflowing.
+/// The latest time sk stores, 9999-12-31T23:59:59.999999Z: where MySQL's `DATETIME`
+/// ends, and the last that SQLite's text times sort by (a later year takes a `+` and
+/// sorts before every other).
+pub(crate) const LATEST: DateTime<Utc> =
+    match DateTime::from_timestamp(253_402_300_799, 999_999_000) {
+        Some(at) => at,
+        None => DateTime::<Utc>::MAX_UTC,
+    };
+
+/// `at` if sk can store it; an `Error::Invalid` about `what` if it is after [`LATEST`].
+pub(crate) fn storable(what: &'static str, at: DateTime<Utc>) -> crate::Result<DateTime<Utc>> {
+    if at > LATEST {
+        return Err(crate::Error::invalid(
+            what,
+            format!(
+                "{at} is after {LATEST}, the latest time sk stores (where MySQL's DATETIME ends); a delay (run_after, a snooze) that ends later waits until then"
+            ),
+        ));
+    }
+    Ok(at)
+}
+
+/// `at + d`, held at [`LATEST`]: a delay past it (a snooze or a backoff of centuries, a
+/// `run_after(Duration::MAX)`) waits until then, which no claim reaches.
 pub(crate) fn add(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
     chrono::Duration::from_std(d)
         .ok()
         .and_then(|d| at.checked_add_signed(d))
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+        .map_or(LATEST, |t| t.min(LATEST))
+}
+
+/// `at` plus `ms` milliseconds (a stored period; a negative one counts as none), as [`add`].
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) fn add_millis(at: DateTime<Utc>, ms: i64) -> DateTime<Utc> {
+    add(at, Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
 }

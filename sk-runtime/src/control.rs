@@ -415,8 +415,10 @@ impl Client {
     /// Moves a waiting job's not-before time to `at`.
     ///
     /// # Errors
-    /// The database fails.
+    /// [`Error::Invalid`] for a time after 9999-12-31T23:59:59.999999Z, the latest sk
+    /// stores; the database fails.
     pub async fn reschedule(&self, id: Uuid, at: DateTime<Utc>) -> Result<RescheduleOutcome> {
+        let at = crate::clock::storable("reschedule time", at)?;
         if self.pool.reschedule(&self.schema, id, at).await? {
             return Ok(RescheduleOutcome::Rescheduled);
         }

@@ -165,6 +165,8 @@ impl JobError {
     /// Not a failure: run the job again after `delay`, without using an attempt and
     /// without recording an error ("the remote side is not ready yet, look again in 5
     /// minutes"). The job keeps its place in its queue's order by its new not-before time.
+    /// A delay that ends after 9999-12-31T23:59:59.999999Z, the latest time sk stores,
+    /// waits until then.
     ///
     /// ```
     /// use std::time::Duration;

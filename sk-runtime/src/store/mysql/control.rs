@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection as _, MySql, MySqlPool, QueryBuilder};
 use uuid::Uuid;
 
-use super::{ts, BEGIN};
+use super::{dt, ts, BEGIN};
 use crate::control::{JobFilter, QueueState};
 use crate::error::Result;
 use crate::store::{wake, CancelledRun, NewJob, QueueControls, Schema};
@@ -149,12 +149,12 @@ async fn cancel_once(
         .bind(&live.task_source)
         .bind(&live.task_queue)
         .bind(live.task_priority)
-        .bind(live.task_posted_at_ts)
+        .bind(dt(live.task_posted_at_ts))
         .bind(&live.task_tenant)
         .bind(&live.task_correlation_id)
         .bind(&live.task_metadata)
         .bind(failed)
-        .bind(now)
+        .bind(dt(now))
         .bind(&live.task_payload)
         .bind(live.task_max_attempts)
         .bind(live.task_timeout_ms)
@@ -162,8 +162,8 @@ async fn cancel_once(
         .bind(&live.task_locked_by)
         .bind(&live.task_unique_key)
         .bind(live.task_unique_mode)
-        .bind(first)
-        .bind(live.task_claimed_at_ts)
+        .bind(dt(first))
+        .bind(dt(live.task_claimed_at_ts))
         .execute(&mut *tx)
         .await?;
         done.push((live.task_id, running));
@@ -227,7 +227,7 @@ async fn retry_once(
          SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, "
     ));
     query
-        .push_bind(now)
+        .push_bind(dt(now))
         .push(format!(
             ", task_queue, JSON_LENGTH(task_errors),
                 JSON_LENGTH(task_errors) + coalesce(task_max_attempts, {}), 1, task_tenant, task_correlation_id,
@@ -289,7 +289,7 @@ pub(crate) async fn reschedule(
             "UPDATE {} SET task_locked_until_ts = ? WHERE task_lock_handle_id = ?",
             schema.flat_table("tasks_queue_t")
         ))
-        .bind(at)
+        .bind(dt(at))
         .bind(handle)
         .execute(&mut *tx)
         .await?;
@@ -316,8 +316,8 @@ pub(crate) async fn set_paused(
             "UPDATE {t} SET queue_paused_at_ts = ?, queue_updated_at_ts = ?
              WHERE queue_name = ? AND queue_paused_at_ts IS NULL"
         ))
-        .bind(now)
-        .bind(now)
+        .bind(dt(now))
+        .bind(dt(now))
         .bind(queue)
         .execute(pool)
         .await?
@@ -329,8 +329,8 @@ pub(crate) async fn set_paused(
                 "INSERT IGNORE INTO {t} (queue_name, queue_paused_at_ts, queue_updated_at_ts) VALUES (?, ?, ?)"
             ))
             .bind(queue)
-            .bind(now)
-            .bind(now)
+            .bind(dt(now))
+            .bind(dt(now))
             .execute(pool)
             .await?
             .rows_affected()
@@ -340,7 +340,7 @@ pub(crate) async fn set_paused(
             "UPDATE {t} SET queue_paused_at_ts = NULL, queue_updated_at_ts = ?
              WHERE queue_name = ? AND queue_paused_at_ts IS NOT NULL"
         ))
-        .bind(now)
+        .bind(dt(now))
         .bind(queue)
         .execute(pool)
         .await?
@@ -375,9 +375,9 @@ pub(crate) async fn set_global_limit(
     };
     let query = sqlx::query(&sql);
     let query = if limit.is_some() {
-        query.bind(queue).bind(limit).bind(now)
+        query.bind(queue).bind(limit).bind(dt(now))
     } else {
-        query.bind(now).bind(queue)
+        query.bind(dt(now)).bind(queue)
     };
     query.execute(pool).await?;
     crate::store::pauses_changed();
@@ -400,9 +400,9 @@ pub(crate) async fn queue_states(
          FROM {} GROUP BY task_queue",
         schema.flat_table("tasks_queue_t")
     ))
-    .bind(now)
-    .bind(now)
-    .bind(now)
+    .bind(dt(now))
+    .bind(dt(now))
+    .bind(dt(now))
     .fetch_all(pool)
     .await?;
     let controlled = sqlx::query_as(&format!(
@@ -504,8 +504,8 @@ pub(crate) async fn count_by(
          FROM {} GROUP BY {column}",
         schema.flat_table("tasks_queue_t")
     ))
-    .bind(now)
-    .bind(now)
+    .bind(dt(now))
+    .bind(dt(now))
     .fetch_all(pool)
     .await?;
     let ended = sqlx::query_as(&format!(
@@ -555,7 +555,7 @@ pub(crate) async fn list_jobs(
         filter,
         after,
         limit,
-        now,
+        dt(now),
         |query, key, value| {
             query
                 .push(" AND JSON_UNQUOTE(JSON_EXTRACT(r.task_metadata, ")
@@ -583,7 +583,7 @@ pub(crate) async fn error_groups(
          ORDER BY jobs DESC, last_seen DESC LIMIT ?",
         schema.flat_table("task_results_t")
     ))
-    .bind(since)
+    .bind(dt(since))
     .bind(limit)
     .fetch_all(pool)
     .await?)
@@ -603,7 +603,7 @@ pub(crate) async fn workers(
          WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > ? GROUP BY task_locked_by",
         schema.flat_table("tasks_queue_t")
     ))
-    .bind(now)
+    .bind(dt(now))
     .fetch_all(pool)
     .await?;
     Ok(crate::insight::workers_of(rows, running, now))
@@ -634,12 +634,12 @@ pub(crate) async fn worker_up(
     .bind(&up.task_types)
     .bind(up.concurrency)
     .bind(up.heartbeat_ms)
-    .bind(now)
-    .bind(now)
+    .bind(dt(now))
+    .bind(dt(now))
     .execute(pool)
     .await?;
     sqlx::query(&format!("DELETE FROM {table} WHERE worker_seen_at_ts < ?"))
-        .bind(now - chrono::Duration::days(1))
+        .bind(dt(now - chrono::Duration::days(1)))
         .execute(pool)
         .await?;
     // The metrics rows of workers gone for a day (a live worker writes its rows every
@@ -648,7 +648,7 @@ pub(crate) async fn worker_up(
         "DELETE FROM {} WHERE metric_last_updated < ?",
         schema.flat_table("metrics_t")
     ))
-    .bind(now - chrono::Duration::days(1))
+    .bind(dt(now - chrono::Duration::days(1)))
     .execute(pool)
     .await?;
     Ok(())
@@ -665,7 +665,7 @@ pub(crate) async fn worker_seen(
         "UPDATE {} SET worker_seen_at_ts = ? WHERE worker_id = ?",
         schema.flat_table("workers_t")
     ))
-    .bind(now)
+    .bind(dt(now))
     .bind(id)
     .execute(pool)
     .await?;
@@ -701,7 +701,7 @@ pub(crate) async fn job_stats(
          FROM {} WHERE stat_minute_ts >= ?{filter} ORDER BY stat_minute_ts",
         schema.flat_table("job_stats_t")
     );
-    let query = sqlx::query_as(&sql).bind(since);
+    let query = sqlx::query_as(&sql).bind(dt(since));
     let query = match task_type {
         Some(t) => query.bind(t),
         None => query,
@@ -725,7 +725,7 @@ pub(crate) async fn write_job_stats(
     let mut tx = pool.begin().await?;
     for (minute, task_type, bucket) in buckets {
         sqlx::query(&sql)
-            .bind(*minute)
+            .bind(dt(*minute))
             .bind(task_type)
             .bind(owner)
             .bind(bucket.processed)
@@ -749,7 +749,7 @@ pub(crate) async fn prune_job_stats(
         "DELETE FROM {} WHERE stat_minute_ts < ?",
         schema.flat_table("job_stats_t")
     ))
-    .bind(before)
+    .bind(dt(before))
     .execute(pool)
     .await?
     .rows_affected())

@@ -7,6 +7,7 @@ use sqlx::{Connection as _, MySql, MySqlConnection, QueryBuilder};
 use uuid::Uuid;
 
 use super::control::push_ids;
+use super::dt;
 use crate::error::Result;
 use crate::store::{dependency_kind, dependency_states, NewJob, Schema, WAITING_UNTIL};
 
@@ -95,7 +96,7 @@ pub(crate) async fn enqueue_after(
         if waiting > 0 {
             query
                 .push(", task_has_result = 1, task_locked_until_ts = ")
-                .push_bind(WAITING_UNTIL.naive_utc());
+                .push_bind(dt(WAITING_UNTIL));
         }
         query.push(" WHERE ");
         push_ids(&mut query, "task_id", chunk);
@@ -173,7 +174,7 @@ pub(crate) async fn settle(
             ))
             .bind(waiting - 1)
             .bind(due)
-            .bind(now)
+            .bind(dt(now))
             .bind(dependant)
             .execute(&mut *conn)
             .await?;
@@ -242,7 +243,7 @@ pub(crate) async fn propagate(
             .bind(&message)
             .bind(kind)
             .bind(&message)
-            .bind(now)
+            .bind(dt(now))
             .bind(payload)
             .bind(max_attempts)
             .bind(timeout_ms)

@@ -96,6 +96,34 @@ const JSON_ROWS_PER_STATEMENT: usize = 10_000;
 /// a completion's batch was retried for ever.
 const BYTES_PER_STATEMENT: usize = 4 << 20;
 
+/// A time as a MySQL statement takes it: UTC, as a `DATETIME`. sqlx sends a
+/// `DateTime<Utc>` as a `TIMESTAMP`, which MariaDB turns into NULL past that type's end
+/// (2038-01-19): a job due later, or snoozed past it, was refused. Every time sk binds on
+/// MySQL goes through this.
+pub(crate) fn dt<T: Datetime>(at: T) -> T::Naive {
+    at.naive()
+}
+
+/// What [`dt`] takes: a time, or an optional one.
+pub(crate) trait Datetime {
+    type Naive;
+    fn naive(self) -> Self::Naive;
+}
+
+impl Datetime for DateTime<Utc> {
+    type Naive = chrono::NaiveDateTime;
+    fn naive(self) -> chrono::NaiveDateTime {
+        self.naive_utc()
+    }
+}
+
+impl Datetime for Option<DateTime<Utc>> {
+    type Naive = Option<chrono::NaiveDateTime>;
+    fn naive(self) -> Option<chrono::NaiveDateTime> {
+        self.map(|at| at.naive_utc())
+    }
+}
+
 /// Times in the JSON sk writes (attempts), as on SQLite: `2026-11-22T10:39:48.123456Z`.
 fn ts(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
@@ -344,7 +372,7 @@ macro_rules! bind_new {
             .bind(&$job.payload)
             .bind($job.priority)
             .bind($now)
-            .bind($job.run_at)
+            .bind(dt($job.run_at))
             .bind(&$job.queue)
             .bind($job.max_attempts)
             .bind(&$job.tenant)
@@ -488,7 +516,7 @@ async fn apply(conn: &mut MySqlConnection, schema: &Schema, target: i32) -> Resu
         ))
         .bind(version)
         .bind(description)
-        .bind(Utc::now())
+        .bind(dt(Utc::now()))
         .execute(&mut *conn)
         .await?;
         tracing::info!(version, description, "sk: applied migration (MySQL)");
@@ -506,7 +534,7 @@ pub(crate) async fn enqueue_one(
     now: DateTime<Utc>,
 ) -> Result<Option<Uuid>> {
     let mode = job.unique_mode.map(|m| m as i16);
-    match bind_new!(sqlx::query(&schema.mysql.insert_plain), job, now, mode)
+    match bind_new!(sqlx::query(&schema.mysql.insert_plain), job, dt(now), mode)
         .execute(&mut *conn)
         .await
     {
@@ -532,7 +560,7 @@ pub(crate) async fn enqueue_unique(
     bind_new!(
         sqlx::query(&schema.mysql.enqueue_unique),
         job,
-        now,
+        dt(now),
         Some(mode as i16)
     )
     .execute(&mut *tx)
@@ -550,7 +578,7 @@ pub(crate) async fn enqueue_unique(
         bind_result!(
             sqlx::query(&schema.mysql.insert_result),
             job,
-            now,
+            dt(now),
             Some(mode as i16)
         )
         .execute(&mut *tx)
@@ -633,7 +661,7 @@ pub(crate) async fn enqueue_many(
                 .push_bind(job.priority)
                 .push_bind(&job.unique_key)
                 .push_bind(job.unique_key.as_ref().map(|_| 1i16))
-                .push_bind(now)
+                .push_bind(dt(now))
                 .push_bind(&job.tenant)
                 .push_bind(&job.correlation_id)
                 .push_bind(&job.metadata)
@@ -675,8 +703,8 @@ async fn enqueue_uniform(
         .bind(&*job.task_type)
         .bind(&job.source)
         .bind(job.priority)
-        .bind(now)
-        .bind(job.run_at)
+        .bind(dt(now))
+        .bind(dt(job.run_at))
         .bind(&job.queue)
         .bind(job.max_attempts)
         .bind(&job.tenant)
@@ -712,8 +740,8 @@ fn queue_rows<'a>(
             .push_bind(&job.source)
             .push_bind(&job.payload)
             .push_bind(job.priority)
-            .push_bind(now)
-            .push_bind(job.run_at)
+            .push_bind(dt(now))
+            .push_bind(dt(job.run_at))
             .push_bind(&job.queue)
             .push_bind(job.max_attempts)
             .push_bind(&job.tenant)
@@ -1012,7 +1040,7 @@ impl MySqlStore {
                                     AND task_locked_by IS NOT NULL AND task_locked_until_ts > ?"
                             ))
                             .bind(capped)
-                            .bind(now)
+                            .bind(dt(now))
                             .fetch_one(&mut *tx)
                             .await?;
                             limit.min(cap - running)
@@ -1034,7 +1062,7 @@ impl MySqlStore {
                         task_timeout_ms, task_waiting_on, task_locked_by IS NOT NULL AS held
                      FROM {queue} WHERE task_locked_until_ts <= "
                 ));
-            query.push_bind(now);
+            query.push_bind(dt(now));
             if !paused.is_empty() {
                 query.push(" AND task_queue NOT IN (");
                 let mut items = query.separated(", ");
@@ -1093,11 +1121,11 @@ impl MySqlStore {
             let mut update = QueryBuilder::<MySql>::new(format!("UPDATE {queue} SET {lost}"));
             update
                 .push("task_locked_until_ts = ")
-                .push_bind(lease_until)
+                .push_bind(dt(lease_until))
                 .push(", task_locked_by = ")
                 .push_bind(worker)
                 .push(", task_attempt = task_attempt + 1, task_claimed_at_ts = ")
-                .push_bind(now)
+                .push_bind(dt(now))
                 .push(" WHERE task_lock_handle_id IN (");
             let mut list = update.separated(", ");
             for handle in handles {
@@ -1117,7 +1145,7 @@ impl MySqlStore {
             return Ok(false);
         }
         let run_at = match row.task_every_ms {
-            Some(ms) if !row.task_rerun => now + chrono::Duration::milliseconds(ms),
+            Some(ms) if !row.task_rerun => crate::clock::add_millis(now, ms),
             _ => now,
         };
         let id = uuid_v7(now);
@@ -1129,7 +1157,7 @@ impl MySqlStore {
             .bind(row.task_priority)
             .bind(&row.task_unique_key)
             .bind(row.task_unique_mode)
-            .bind(now)
+            .bind(dt(now))
             .bind(&row.task_tenant)
             .bind(&row.task_correlation_id)
             .bind(&row.task_metadata)
@@ -1141,8 +1169,8 @@ impl MySqlStore {
             .bind(&row.task_source)
             .bind(&row.task_payload)
             .bind(row.task_priority)
-            .bind(now)
-            .bind(run_at)
+            .bind(dt(now))
+            .bind(dt(run_at))
             .bind(&row.task_queue)
             .bind(row.task_max_attempts)
             .bind(&row.task_tenant)
@@ -1176,7 +1204,7 @@ impl MySqlStore {
                 .bind(total)
                 .bind(n)
                 .bind(last)
-                .bind(now)
+                .bind(dt(now))
                 .execute(&mut *tx)
                 .await?;
         }
@@ -1281,17 +1309,17 @@ impl MySqlStore {
                     .push_bind(&row.task_source)
                     .push_bind(&row.task_queue)
                     .push_bind(row.task_priority)
-                    .push_bind(row.task_posted_at_ts)
+                    .push_bind(dt(row.task_posted_at_ts))
                     .push_bind(&row.task_tenant)
                     .push_bind(&row.task_correlation_id)
                     .push_bind(&row.task_metadata)
                     .push("3")
                     .push_bind(s.millis)
-                    .push_bind(now)
+                    .push_bind(dt(now))
                     .push_bind(&self.worker_id)
                     .push_bind(s.output.as_deref())
-                    .push_bind(row.task_claimed_at_ts)
-                    .push_bind(row.task_claimed_at_ts);
+                    .push_bind(dt(row.task_claimed_at_ts))
+                    .push_bind(dt(row.task_claimed_at_ts));
             });
             query.push(format!(" ON DUPLICATE KEY UPDATE {SUCCESS_UPDATE}"));
             query.build().execute(&mut *tx).await?;
@@ -1308,16 +1336,16 @@ impl MySqlStore {
                 .bind(&row.task_source)
                 .bind(&row.task_queue)
                 .bind(row.task_priority)
-                .bind(row.task_posted_at_ts)
+                .bind(dt(row.task_posted_at_ts))
                 .bind(&row.task_tenant)
                 .bind(&row.task_correlation_id)
                 .bind(&row.task_metadata)
                 .bind(s.millis)
-                .bind(now)
+                .bind(dt(now))
                 .bind(&self.worker_id)
                 .bind(s.output.as_deref())
-                .bind(first)
-                .bind(row.task_claimed_at_ts)
+                .bind(dt(first))
+                .bind(dt(row.task_claimed_at_ts))
                 .bind(lost_count)
                 .bind(errors)
                 .execute(&mut *tx)
@@ -1407,7 +1435,7 @@ impl MySqlStore {
                     .push(" WHEN ")
                     .push_bind(row.task_lock_handle_id)
                     .push(" THEN ")
-                    .push_bind(by_id[&row.task_id].retry_at);
+                    .push_bind(dt(by_id[&row.task_id].retry_at));
             }
             query.push(
                 " END, task_locked_by = NULL, task_lost_attempts = NULL, task_has_result = 1
@@ -1461,7 +1489,7 @@ impl MySqlStore {
                     .push_bind(&row.task_source)
                     .push_bind(&row.task_queue)
                     .push_bind(row.task_priority)
-                    .push_bind(row.task_posted_at_ts)
+                    .push_bind(dt(row.task_posted_at_ts))
                     .push_bind(&row.task_tenant)
                     .push_bind(&row.task_correlation_id)
                     .push_bind(&row.task_metadata)
@@ -1473,7 +1501,7 @@ impl MySqlStore {
                     .push_bind(f.seed_error())
                     .push_bind(f.recoverable)
                     .push_bind(f.millis)
-                    .push_bind(last_run.then_some(now))
+                    .push_bind(dt(last_run.then_some(now)))
                     // A job that failed for good keeps its payload, to inspect or re-post.
                     .push_bind(if last_run {
                         row.task_payload.as_deref()
@@ -1483,8 +1511,8 @@ impl MySqlStore {
                     .push_bind(&self.worker_id)
                     .push_bind(run.log.as_str())
                     .push("NULL")
-                    .push_bind(run.first)
-                    .push_bind(row.task_claimed_at_ts)
+                    .push_bind(dt(run.first))
+                    .push_bind(dt(row.task_claimed_at_ts))
                     .push_bind(row.task_max_attempts)
                     .push_bind(row.task_timeout_ms);
             });
@@ -1526,7 +1554,7 @@ impl MySqlStore {
             self.sql().queue
         ));
         query
-            .push_bind(now)
+            .push_bind(dt(now))
             .push(
                 ", task_locked_by = NULL, task_attempt = task_attempt - 1 WHERE task_locked_by = ",
             )
@@ -1556,7 +1584,7 @@ impl MySqlStore {
                     self.sql().queue
                 ));
                 query
-                    .push_bind(until)
+                    .push_bind(dt(until))
                     .push(" WHERE task_lock_handle_id IN (");
                 let mut list = query.separated(", ");
                 for row in &rows {
@@ -1599,7 +1627,7 @@ impl MySqlStore {
                 self.schema.flat_table("schedules_t")
             ))
             .bind(name)
-            .bind(updated_at)
+            .bind(dt(updated_at))
             .fetch_optional(&mut *tx)
             .await?;
             if exists.is_none() {
@@ -1624,7 +1652,7 @@ impl MySqlStore {
             bind_result!(
                 sqlx::query(&self.sql().insert_result),
                 job,
-                now,
+                dt(now),
                 None::<i16>
             )
             .execute(&mut *tx)
@@ -1632,7 +1660,7 @@ impl MySqlStore {
             let mut job = job;
             job.unique_key = live_key.map(str::to_owned);
             let mode = live_key.map(|_| crate::client::UniqueMode::Skip as i16);
-            bind_new!(sqlx::query(&self.sql().insert_queue), job, now, mode)
+            bind_new!(sqlx::query(&self.sql().insert_queue), job, dt(now), mode)
                 .execute(&mut *tx)
                 .await?;
             Ok::<_, sqlx::Error>(())
@@ -1703,7 +1731,7 @@ impl MySqlStore {
                 .push_bind(*id)
                 .push("'worker'")
                 .push_bind(*value)
-                .push_bind(now);
+                .push_bind(dt(now));
         });
         query.push(
             " ON DUPLICATE KEY UPDATE metric_value = VALUES(metric_value),
@@ -1731,10 +1759,10 @@ pub(crate) async fn counts(
             .push((crate::info::JobStatus::from_code(status), n));
     }
     let row = sqlx::query(&schema.mysql.counts_live)
-        .bind(now)
-        .bind(now)
-        .bind(now)
-        .bind(now)
+        .bind(dt(now))
+        .bind(dt(now))
+        .bind(dt(now))
+        .bind(dt(now))
         .fetch_one(pool)
         .await?;
     counts.available = row.try_get(0)?;
@@ -1759,7 +1787,7 @@ pub(crate) async fn job(
     now: DateTime<Utc>,
 ) -> Result<Option<JobRecord>> {
     let Some(row) = sqlx::query(&schema.mysql.job)
-        .bind(now)
+        .bind(dt(now))
         .bind(id)
         .fetch_optional(pool)
         .await?
@@ -1799,7 +1827,7 @@ pub(crate) async fn schedule_put(
     .bind(&row.task_payload)
     .bind(&row.schedule_cron)
     .bind(row.schedule_overlap)
-    .bind(row.schedule_updated_at_ts)
+    .bind(dt(row.schedule_updated_at_ts))
     .execute(pool)
     .await?;
     Ok(())

@@ -14,6 +14,8 @@ use sqlx::{Executor as _, MySql};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::dt;
+
 use crate::error::Result;
 use crate::store::{id_floor, millis_of, time_of, Retired, Schema};
 
@@ -279,7 +281,7 @@ async fn live(
     ))
     .bind(range.from)
     .bind(range.to)
-    .bind(cutoff)
+    .bind(dt(cutoff))
     .fetch_one(pool)
     .await?;
     Ok(live != 0)
@@ -377,7 +379,7 @@ async fn prune_rows(
         let n = sqlx::query(&statement)
             .bind(below)
             .bind(below)
-            .bind(cutoff)
+            .bind(dt(cutoff))
             .execute(pool)
             .await?
             .rows_affected();

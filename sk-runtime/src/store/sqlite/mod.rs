@@ -882,7 +882,7 @@ impl SqliteStore {
             return Ok(false);
         }
         let run_at = match row.task_every_ms {
-            Some(ms) if !row.task_rerun => now + chrono::Duration::milliseconds(ms),
+            Some(ms) if !row.task_rerun => crate::clock::add_millis(now, ms),
             _ => now,
         };
         sqlx::query(&self.sql().again)
