@@ -220,7 +220,9 @@ impl Statements {
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002},
                         task_unique_key, task_unique_mode, task_every_ms, task_timeout_ms)
                     SELECT {uuid_v7}({now}), task_type, task_source, task_payload, task_priority, {now},
-                        CASE WHEN task_rerun THEN {now} ELSE {now} + task_every_ms * interval '1 ms' END,
+                        -- A period of over 10,000 years waits until clock::LATEST, as on the other backends.
+                        CASE WHEN task_rerun THEN {now} ELSE least({now} + least(task_every_ms, 315569520000000) * interval '1 ms',
+                            '9999-12-31 23:59:59.999999+00') END,
                         task_queue, task_max_attempts, true, {seed002}, task_unique_key, task_unique_mode, task_every_ms,
                         task_timeout_ms
                     FROM done WHERE task_rerun OR task_every_ms IS NOT NULL
