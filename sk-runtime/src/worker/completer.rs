@@ -33,7 +33,7 @@ pub(crate) enum Completion {
         committed: bool,
         millis: i64,
         /// The job's queue (a metrics label).
-        queue: String,
+        queue: std::sync::Arc<str>,
         /// The job's hold on its lease (its handler's slot is free already), freed once
         /// the outcome is written.
         slot: Slot,
@@ -113,8 +113,10 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     let mut snoozed = Vec::new();
     // Successes recorded in their jobs' own transactions.
     let mut committed = Vec::new();
-    // (id, task type, millis) of each run, for the statistics of those recorded.
-    let mut runs = std::collections::HashMap::new();
+    // The task type, run time and queue of each of `successes` and `failures`, in their
+    // order, for the statistics and metrics of those recorded.
+    let mut success_runs = Vec::new();
+    let mut failure_runs = Vec::new();
     let mut slots = Vec::with_capacity(batch.len());
     // Runs of a job that this worker claimed again (its own lease ran out: it stalled, or
     // its clock moved ahead) and that end in one batch: only the latest claim can hold
@@ -166,7 +168,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 ..
             } => {
                 slots.push(slot);
-                runs.insert(lease, (registration.task_type, millis, queue));
+                success_runs.push((registration.task_type, millis, queue));
                 tracing::debug!(id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, millis, "sk: job succeeded");
                 successes.push(Success {
                     lease,
@@ -200,7 +202,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 ..
             } => {
                 slots.push(slot);
-                runs.insert(lease, (registration.task_type, millis, queue));
+                failure_runs.push((registration.task_type, millis, queue));
                 failures.push(failure(
                     (lease, max_attempts),
                     registration,
@@ -219,6 +221,8 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     // A second with quiet failures is counted even when no failure follows it.
     shared.failure_log().next_second();
     let mut leases: Vec<Lease> = Vec::new();
+    // (task type, success, millis) of each run recorded, for this minute's statistics.
+    let mut counted = Vec::new();
     if !stale.is_empty() {
         Metrics::add(&shared.metrics.fenced, stale.len() as u64);
         for (lease, what) in stale {
@@ -228,7 +232,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     }
     if !committed.is_empty() {
         for (lease, task_type, millis, queue) in &committed {
-            shared.count_run(task_type, true, *millis);
+            counted.push((*task_type, true, *millis));
             telemetry::finished(Outcome::Completed, task_type, queue, *millis);
             leases.push(*lease);
         }
@@ -243,9 +247,9 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         // A set: a batch holds up to MAX_BATCH ids, and a list's `contains` per success
         // would scan it once per success.
         let done: HashSet<uuid::Uuid> = done.into_iter().collect();
-        for s in successes.iter().filter(|s| done.contains(&s.lease.id)) {
-            if let Some((task_type, millis, queue)) = runs.get(&s.lease) {
-                shared.count_run(task_type, true, *millis);
+        for (s, (task_type, millis, queue)) in successes.iter().zip(&success_runs) {
+            if done.contains(&s.lease.id) {
+                counted.push((*task_type, true, *millis));
                 telemetry::finished(Outcome::Completed, task_type, queue, *millis);
             }
         }
@@ -264,7 +268,9 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     if !failures.is_empty() {
         let recorded =
             write_batch(shared, "record failures", &failures, now, &mut unrecorded).await;
-        for (f, held) in failures.iter().zip(recorded) {
+        for ((f, held), (task_type, millis, queue)) in
+            failures.iter().zip(recorded).zip(&failure_runs)
+        {
             if !held {
                 if !unrecorded.contains(&f.lease) {
                     Metrics::add(&shared.metrics.fenced, 1);
@@ -278,10 +284,8 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                     Metrics::add(&shared.metrics.failed, 1);
                     Outcome::Failed
                 };
-                if let Some((task_type, millis, queue)) = runs.get(&f.lease) {
-                    shared.count_run(task_type, false, *millis);
-                    telemetry::finished(outcome, task_type, queue, *millis);
-                }
+                counted.push((*task_type, false, *millis));
+                telemetry::finished(outcome, task_type, queue, *millis);
             }
             if held && f.retry_at.is_none() {
                 crate::store::jobs_finished();
@@ -289,6 +293,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         }
         leases.extend(failures.iter().map(|f| f.lease));
     }
+    shared.count_runs(&counted);
     if !give_back.is_empty() {
         if let Some(n) = persist(shared, "give leases back", || {
             shared.store.give_back(&give_back, now)

@@ -104,7 +104,7 @@ pub(crate) fn admit(
                     attempt: job.task_attempt,
                 },
                 Running {
-                    cancel: shared.jobs_cancel.child_token(),
+                    cancel: shared.job_token(),
                     stop: Arc::default(),
                     state: RunState::Claimed,
                     abort: None,
@@ -229,7 +229,7 @@ async fn guarded(shared: Arc<Shared>, lease: Lease, run: impl std::future::Futur
 
 async fn run_one(
     shared: Arc<Shared>,
-    job: ClaimedJob,
+    mut job: ClaimedJob,
     (cancel, stop): (CancellationToken, Arc<OnceLock<StopReason>>),
     completions: UnboundedSender<Completion>,
     mut permit: Slot,
@@ -283,7 +283,8 @@ async fn run_one(
         .copied()
         .expect("the claim selects only task types in the registry");
     let max_attempts = job.task_max_attempts;
-    let queue = job.task_queue.clone();
+    // Shared by the job's context and its outcome (its metrics' label).
+    let queue: Arc<str> = Arc::from(std::mem::take(&mut job.task_queue));
     let stopped = stop.clone();
     if job.task_attempt == 1 {
         let waited = (shared.now() - job.task_posted_at_ts).as_seconds_f64();
@@ -310,13 +311,14 @@ async fn run_one(
             false,
         )
     } else {
-        execute(&shared, registration, job, cancel.clone(), stop).await
+        execute(&shared, registration, job, queue.clone(), cancel, stop).await
     };
     let (result, committed) = result;
-    shared.ran(started.elapsed());
-    let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    let ran = started.elapsed();
+    shared.ran(ran);
+    let millis = i64::try_from(ran.as_millis()).unwrap_or(i64::MAX);
     let result = match result {
-        Err(e) if e.interrupted && !cancel.is_cancelled() => Err(JobError::new(
+        Err(e) if e.interrupted && !shared.asked_to_stop(&stopped) => Err(JobError::new(
             "the job returned JobError::interrupted() but the worker had not asked it to stop",
         )
         .with_kind("interrupted")),
@@ -375,6 +377,7 @@ async fn execute(
     shared: &Arc<Shared>,
     registration: &'static Registration,
     job: ClaimedJob,
+    queue: Arc<str>,
     cancel: CancellationToken,
     stop: Arc<OnceLock<StopReason>>,
 ) -> (JobOutcome, bool) {
@@ -389,7 +392,7 @@ async fn execute(
     let ctx = JobContext {
         id: job.task_id,
         task_type: job.task_type.into(),
-        queue: job.task_queue.into(),
+        queue,
         attempt: job.task_attempt,
         max_attempts: job.task_max_attempts,
         priority: job.task_priority,

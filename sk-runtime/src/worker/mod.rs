@@ -514,7 +514,9 @@ pub(crate) struct Shared {
     pub(crate) failure_log: Mutex<completer::FailureLog>,
     /// Cancelled when a graceful stop begins.
     pub(crate) stopping: CancellationToken,
-    /// Parent of every job's cancellation token.
+    /// Cancelled when the worker stops its jobs; then so is every job's own token
+    /// (`cancel_jobs`). Not their parent: a child token costs a lock of the parent's
+    /// list at its start and its end, per job.
     pub(crate) jobs_cancel: CancellationToken,
     pub(crate) metrics: Metrics,
 }
@@ -676,6 +678,31 @@ impl Shared {
         found
     }
 
+    /// A new job's cancellation token, cancelled already if the worker stopped its jobs.
+    /// Made under the running map's lock, which `cancel_jobs` takes after it cancels
+    /// `jobs_cancel`: a job admitted meanwhile is cancelled one way or the other.
+    pub(crate) fn job_token(&self) -> CancellationToken {
+        let token = CancellationToken::new();
+        if self.jobs_cancel.is_cancelled() {
+            token.cancel();
+        }
+        token
+    }
+
+    /// Asks every job to stop (their `JobContext::is_cancelled`): the worker is stopping.
+    pub(crate) fn cancel_jobs(&self) {
+        self.jobs_cancel.cancel();
+        for entry in self.running().values() {
+            entry.cancel.cancel();
+        }
+    }
+
+    /// Whether a job whose stop reason is `stop` was asked to stop: its token is
+    /// cancelled (read without a clone of it, which takes its lock).
+    pub(crate) fn asked_to_stop(&self, stop: &std::sync::OnceLock<crate::job::StopReason>) -> bool {
+        stop.get().is_some() || self.jobs_cancel.is_cancelled()
+    }
+
     /// Why the job under `lease` was asked to stop, if it was and not for a shutdown.
     pub(crate) fn stop_reason(&self, lease: &Lease) -> Option<crate::job::StopReason> {
         self.running()
@@ -683,19 +710,26 @@ impl Shared {
             .and_then(|entry| entry.stop.get().copied())
     }
 
-    /// Counts a finished run in this minute's statistics.
-    pub(crate) fn count_run(&self, task_type: &'static str, ok: bool, millis: i64) {
+    /// Counts finished runs, (task type, success, millis), in this minute's statistics.
+    pub(crate) fn count_runs(&self, runs: &[(&'static str, bool, i64)]) {
         use chrono::DurationRound;
+        if runs.is_empty() {
+            return;
+        }
         let now = self.now();
         let minute = now
             .duration_trunc(chrono::TimeDelta::minutes(1))
             .unwrap_or(now);
-        self.job_stats
+        let mut stats = self
+            .job_stats
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry((minute, task_type))
-            .or_default()
-            .add(ok, millis);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for &(task_type, ok, millis) in runs {
+            stats
+                .entry((minute, task_type))
+                .or_default()
+                .add(ok, millis);
+        }
     }
 
     /// Writes the run statistics (`Client::throughput`); minutes before this one are
@@ -948,7 +982,7 @@ impl Worker {
             // No more claims, no more heartbeats, no handler left running: every lease
             // this worker holds runs out on its own.
             shared.stopping.cancel();
-            shared.jobs_cancel.cancel();
+            shared.cancel_jobs();
             background.cancel();
             for task in [
                 &producer,
@@ -969,7 +1003,7 @@ impl Worker {
         }
         tracing::info!(worker = %shared.store.worker_id(), "sk: stopping; no more claims");
         shared.stopping.cancel();
-        shared.jobs_cancel.cancel();
+        shared.cancel_jobs();
         // The producer returns at its next idle point, never in the middle of a claim, so
         // every job it claimed is known to the running map below.
         let _ = producer.await;
