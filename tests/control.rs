@@ -489,11 +489,12 @@ async fn snoozes_for_ever(ctx: JobContext, probe: Data<Probe>) -> Result<(), Job
 
 each_backend! {
     /// MySQL's DATETIME ends with the year 9999, and SQLite's text times sort as times only
-    /// up to then: a later year takes a `+` and sorted first, so a job snoozed or delayed
-    /// past it ran at once on SQLite. Such a delay now waits until the last microsecond of
-    /// 9999, and a time after it is refused. On MySQL every time past 2038-01-19 was
-    /// stored as NULL (sqlx sent it as a TIMESTAMP): a job due in 2040 was refused, and a
-    /// snooze past then was retried until the stop gave up.
+    /// up to then (a later year takes a `+`), so SQLite's queue table refuses any other
+    /// shape: a delay past 9999 was refused at enqueue there and on MySQL, and a snooze
+    /// past it was retried by the completer until the stop gave up. Such a delay now waits
+    /// until the last microsecond of 9999, and a time after it is refused with
+    /// `Error::Invalid`. On MySQL every time past 2038-01-19 was stored as NULL (sqlx sent
+    /// it as a TIMESTAMP): a job due in 2040 was refused too.
     async fn delays_past_the_year_9999_wait_until_its_end(db) {
         let latest = chrono::DateTime::parse_from_rfc3339("9999-12-31T23:59:59.999999Z")
             .unwrap()
