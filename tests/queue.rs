@@ -2159,6 +2159,27 @@ async fn bad_enqueue_input_is_refused_with_a_clear_error() {
         .await
         .unwrap_err();
     assert_eq!(error.to_string(), "invalid queue name: must not be empty");
+    // PostgreSQL's jsonb refused it with its own error; SQLite and MySQL took it.
+    for metadata in [
+        serde_json::json!({"note": "a\u{0}b"}),
+        serde_json::json!({"deep": [{"a\u{0}": 1}]}),
+    ] {
+        let error = Record::new("x".into())
+            .with_metadata(metadata)
+            .enqueue(&pool)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                Error::Invalid {
+                    what: "metadata",
+                    ..
+                }
+            ) && error.to_string().contains("NUL character"),
+            "{error}"
+        );
+    }
     let error = Record::new("x".into())
         .with_queue("q".repeat(256))
         .enqueue(&pool)

@@ -159,7 +159,9 @@ impl<J: Job> Enqueue<J> {
     }
 
     /// Attaches user metadata (seed 002's user-defined fields): a JSON object, stored with
-    /// the job and shown in its context and record.
+    /// the job and shown in its context and record. Anything else, or one with a NUL
+    /// character in a string or key (PostgreSQL's `jsonb` cannot store it), is refused at
+    /// enqueue with [`Error::Invalid`].
     pub fn with_metadata(mut self, metadata: serde_json::Value) -> Self {
         self.metadata = Some(metadata);
         self
@@ -386,6 +388,12 @@ impl<J: Job> Enqueue<J> {
         if let Some(id) = &correlation_id {
             check_name("correlation id", id)?;
         }
+        if self.metadata.as_ref().is_some_and(has_nul) {
+            return Err(Error::invalid(
+                "metadata",
+                "holds a NUL character (\\u0000), which PostgreSQL's jsonb cannot store; sk refuses it on every backend",
+            ));
+        }
         let metadata = match self.metadata {
             #[cfg(not(feature = "opentelemetry"))]
             None => None,
@@ -488,6 +496,16 @@ pub struct Enqueued {
     pub outcome: EnqueueOutcome,
 }
 
+/// Whether a string or key anywhere in `value` holds a NUL character.
+fn has_nul(value: &serde_json::Value) -> bool {
+    match value {
+        serde_json::Value::String(s) => s.contains('\0'),
+        serde_json::Value::Array(items) => items.iter().any(has_nul),
+        serde_json::Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
 /// Queue names, sources and keys are stored as data (always bound, never spliced into
 /// SQL); this only keeps them within the columns and readable.
 pub(crate) fn check_name(what: &'static str, value: &str) -> Result<()> {
@@ -507,4 +525,15 @@ pub(crate) fn check_name(what: &'static str, value: &str) -> Result<()> {
         return Err(Error::invalid(what, "must not contain a NUL byte"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_nul_is_found_in_any_string_or_key_and_its_escape_as_text_is_not_one() {
+        use serde_json::json;
+        assert!(super::has_nul(&json!({"a": [1, {"b": "x\u{0}"}]})));
+        assert!(super::has_nul(&json!({"a\u{0}": null})));
+        assert!(!super::has_nul(&json!({"a": "\\u0000", "b": [0, "0"]})));
+    }
 }
