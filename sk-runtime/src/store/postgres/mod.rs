@@ -115,8 +115,10 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
-    /// `complete` with its update of sk's own results rows addressed to one partition
-    /// (the rows' partition, `partitions::Known`), not through the partitioned table.
+    /// `complete` with its update of sk's own results rows, and its insert of the others
+    /// (jobs without a results row yet: most, since enqueue writes none), addressed to one
+    /// partition (the rows' partition, `partitions::Known`), not through the partitioned
+    /// table. A rerun's or next run's new row still goes through it: its id is new.
     pub(crate) fn complete_in(&self, schema: &Schema, partition: &str) -> std::sync::Arc<str> {
         let mut cache = self
             .complete_in
@@ -125,14 +127,14 @@ impl Statements {
         if let Some(sql) = cache.get(partition) {
             return sql.clone();
         }
-        let target = |table: &str| format!("UPDATE {table} r SET task_status = 3,");
+        let results = schema.table("task_results_t");
+        let qualified = format!("{}.{partition}", schema.schema_name());
+        let update = |table: &str| format!("UPDATE {table} r SET task_status = 3,");
+        let insert = |table: &str| format!("INSERT INTO {table} AS r (");
         let sql: std::sync::Arc<str> = self
             .complete
-            .replacen(
-                &target(&schema.table("task_results_t")),
-                &target(&format!("{}.{partition}", schema.schema_name())),
-                1,
-            )
+            .replacen(&update(&results), &update(&qualified), 1)
+            .replacen(&insert(&results), &insert(&qualified), 1)
             .into();
         // One entry per partition the completions met: a few a day; old ones go.
         if cache.len() >= 16 {
