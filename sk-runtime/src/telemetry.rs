@@ -1,5 +1,6 @@
 //! Metrics through the [`metrics`] facade: sk records them, the application chooses where
-//! they go by installing a recorder (or none: then recording costs an atomic load).
+//! they go by installing a recorder (or none: then recording costs building the
+//! metric's key, a copy of the queue's name, and an atomic load).
 //! [`install_prometheus`] (cargo feature `prometheus`) is one such recorder, with an
 //! HTTP endpoint of its own.
 //!
