@@ -12,7 +12,7 @@
 //!   retry (at once) succeeds, beside `burn_down` of no-op jobs (as on PostgreSQL).
 //! - `pickup_latency_*`: an idle worker, jobs enqueued one at a time in the same process.
 //!
-//! The file is `sk-bench.sqlite` in the temp dir, recreated for every run, in WAL mode
+//! Each run has a file of its own in the temp dir (`sk-bench-<pid>-<n>.sqlite`), in WAL mode
 //! with `synchronous = NORMAL` (as docs/backends.md recommends).
 
 use std::time::{Duration, Instant};
@@ -44,28 +44,31 @@ fn ts(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
-/// The bench's file and its WAL and shared-memory files.
-fn files() -> Vec<std::path::PathBuf> {
-    let file = std::env::temp_dir().join("sk-bench.sqlite");
-    ["", "-wal", "-shm"]
-        .iter()
-        .map(|suffix| {
-            let mut name = file.clone().into_os_string();
-            name.push(suffix);
-            name.into()
-        })
-        .collect()
+/// A file of its own for each measure, removed after it with its WAL and shared-memory
+/// files. (One name for all measures made a run fail now and then with "disk I/O error
+/// (code 522)": SQLite removes a WAL file by name when its last connection closes, and a
+/// connection of the last measure closed late removed the next one's.)
+fn new_file() -> std::path::PathBuf {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("sk-bench-{}-{n}.sqlite", std::process::id()))
 }
 
-/// Runs one measure on a fresh file, then closes the pool before the file goes: a
-/// connection closed later would remove the next file's WAL (SQLite deletes it by name).
-async fn on_fresh(f: Run, args: &Args) -> Result<f64, BoxError> {
-    for file in files() {
-        let _ = std::fs::remove_file(file);
+fn remove(file: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = file.as_os_str().to_owned();
+        name.push(suffix);
+        let _ = std::fs::remove_file(name);
     }
-    let pool = fresh(&files()[0]).await?;
+}
+
+/// Runs one measure on a fresh file, closing the pool before the file goes.
+async fn on_fresh(f: Run, args: &Args) -> Result<f64, BoxError> {
+    let file = new_file();
+    let pool = fresh(&file).await?;
     let value = f(pool.clone(), args).await;
     pool.close().await;
+    remove(&file);
     value
 }
 
@@ -151,12 +154,12 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
         }
     }
     if args.wants("latency") {
-        for file in files() {
-            let _ = std::fs::remove_file(file);
-        }
-        let pool = fresh(&files()[0]).await?;
-        let mut samples = latency(pool.clone(), args.latency_jobs).await?;
+        let file = new_file();
+        let pool = fresh(&file).await?;
+        let samples = latency(pool.clone(), args.latency_jobs).await;
         pool.close().await;
+        remove(&file);
+        let mut samples = samples?;
         samples.sort_by(f64::total_cmp);
         let pick = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
         for (k, p) in [("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)] {

@@ -1873,6 +1873,91 @@ async fn a_queue_row_sk_could_not_read_is_refused_on_sqlite() {
     db.drop().await;
 }
 
+/// A SQLite claim picks the due rows, then leases those still due in one `UPDATE`: a row
+/// another writer leased between the two steps stays that writer's, and the claim goes on
+/// to the next due row in the same call, not at the next poll. The other writer is a
+/// trigger on the claim's temp table (sk's own name for it), which leases the first job
+/// to a thief as the claim picks it and notes when. Without the check the thief's job
+/// would run; without the claim's second round the other job would be claimed after the
+/// steal, at the next poll, a second later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_goes_past_rows_another_writer_took_on_sqlite() {
+    let db = Db::<sqlx::Sqlite>::new().await;
+    let (probe, mut rx) = probe();
+    let stolen = Record::new("stolen".into())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let taken = Record::new("taken".into()).enqueue(&db.pool).await.unwrap();
+    let handle = db
+        .scalar(
+            &format!(
+                "SELECT task_lock_handle_id FROM sk_tasks_queue_t WHERE hex(task_id) = '{}'",
+                stolen.simple().to_string().to_uppercase()
+            ),
+            None,
+        )
+        .await
+        .expect("the job's lock handle");
+    sqlx::query("CREATE TABLE thefts (at TEXT NOT NULL)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let thief = format!(
+        "CREATE TEMP TABLE IF NOT EXISTS sk_claim (handle INTEGER PRIMARY KEY);
+         CREATE TEMP TRIGGER IF NOT EXISTS thief AFTER INSERT ON sk_claim WHEN NEW.handle = {handle}
+         BEGIN
+            UPDATE sk_tasks_queue_t SET task_locked_by = 'thief',
+                task_locked_until_ts = '9999-12-31T23:59:59.999999Z'
+            WHERE task_lock_handle_id = NEW.handle;
+            INSERT INTO thefts VALUES (strftime('%Y-%m-%dT%H:%M:%f', 'now'));
+         END"
+    );
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(4)
+        .after_connect(move |conn, _| {
+            let thief = thief.clone();
+            Box::pin(async move {
+                sqlx::Executor::execute(conn, thief.as_str()).await?;
+                Ok(())
+            })
+        })
+        .connect_with((*db.pool.connect_options()).clone())
+        .await
+        .unwrap();
+    let w = RunningWorker::start(
+        Worker::builder(pool.clone())
+            .task_types([Record::TASK_TYPE])
+            .concurrency(1)
+            .prefetch(0)
+            .poll_interval(Duration::from_secs(3600))
+            .data(probe),
+    );
+    let ran = recv(&mut rx, "the job not stolen", T).await;
+    assert_eq!((ran.id, ran.label.as_str()), (taken, "taken"));
+    w.stop().await;
+    assert!(rx.try_recv().is_err(), "the stolen job did not run");
+    let thefts = db.texts("SELECT at FROM thefts").await;
+    assert_eq!(thefts.len(), 1, "one theft: {thefts:?}");
+    let stolen_at = chrono::NaiveDateTime::parse_from_str(&thefts[0], "%Y-%m-%dT%H:%M:%S%.f")
+        .unwrap()
+        .and_utc();
+    // The claim's time is read before its first step; the theft's is cut to milliseconds.
+    assert!(
+        ran.attempted_at < stolen_at + chrono::Duration::milliseconds(1),
+        "claimed in the same call as the theft: claimed at {}, stolen at {stolen_at}",
+        ran.attempted_at
+    );
+    let thief_holds = db
+        .texts(&format!(
+            "SELECT task_locked_by || ' ' || task_attempt FROM sk_tasks_queue_t WHERE task_lock_handle_id = {handle}"
+        ))
+        .await;
+    assert_eq!(thief_holds, ["thief 0"]);
+    pool.close().await;
+    db.drop().await;
+}
+
 /// A SQLite queue of version 4 is copied into the checked table with its waiting jobs, and
 /// its lock handles go on from its last; a row the new table would refuse fails the
 /// migration, which then changes nothing and names the column.

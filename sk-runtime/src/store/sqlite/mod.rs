@@ -1,10 +1,14 @@
 //! SQLite: migrations and every statement sk runs on an embedded database file.
 //!
 //! SQLite has one writer at a time per file, across processes, and no `SKIP LOCKED`:
-//! sk relies on that writer lock instead. A claim is one `UPDATE … RETURNING` statement,
-//! which takes the write lock before it reads, so two claims (of this process or another
-//! one on the same file) run one after the other and the second sees the first's leases:
-//! a job is never claimed twice under one lease. Every write that spans several
+//! sk relies on that writer lock instead. A claim picks the due rows, then leases those
+//! still due in one `UPDATE`, which takes the write lock before it reads and checks each
+//! row again: two claims (of this process or another one on the same file) lease one
+//! after the other and the second sees the first's leases, so a job is never claimed
+//! twice under one lease, and a claim that lost rows to another claim between its steps
+//! claims again at once. (A claim of a queue with a global limit is one
+//! `UPDATE … RETURNING`, so the count of its running jobs is taken under the write lock
+//! too.) Every write that spans several
 //! statements (a batch of completions, a failure, a tick) runs in a `BEGIN IMMEDIATE`
 //! transaction, which takes the lock first too; a writer that finds the lock taken waits
 //! for the connection's `busy_timeout`. Within a process, an enqueue wakes the workers at
@@ -147,6 +151,7 @@ impl Statements {
         let r = schema.flat_table("task_results_t");
         let s = schema.flat_table("task_execution_time_stats_t");
         let m = schema.flat_table("metrics_t");
+        let queues = schema.flat_table("queues_t");
         let lost_message = "'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)'";
         // The columns a results row repeats from its queue row, `$1` to `$9`.
         // The batch as one JSON array of rows, in the caller's order (so the lock handles
@@ -161,6 +166,27 @@ impl Statements {
         let job_columns =
             "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
             task_tenant, task_correlation_id, task_metadata";
+        // The due rows a claim takes, in its order, and what leasing one writes.
+        let due = format!(
+            "SELECT task_lock_handle_id FROM {q}
+             WHERE task_locked_until_ts <= $1
+               AND task_type IN (SELECT value FROM json_each($2))
+               AND ($3 IS NULL OR task_queue IN (SELECT value FROM json_each($3)))
+               AND ($7 IS NULL OR task_tenant IN (SELECT value FROM json_each($7)))
+               AND ($8 IS NULL OR task_queue NOT IN (SELECT value FROM json_each($8)))
+             ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
+             LIMIT $4"
+        );
+        let lease = format!(
+            "task_locked_until_ts = $5, task_locked_by = $6, task_attempt = task_attempt + 1,
+                task_claimed_at_ts = $1,
+                task_lost_attempts = CASE WHEN task_locked_by IS NULL THEN task_lost_attempts
+                    ELSE json_insert(coalesce(task_lost_attempts, '[]'), '$[#]', json_object(
+                        'attempt', task_attempt, 'worker', task_locked_by,
+                        'started_at', task_claimed_at_ts, 'ended_at', $1,
+                        'outcome', 'lost', 'kind', 'worker_lost', 'message', {lost_message},
+                        'recoverable', json('true'))) END"
+        );
         let queue_row =
             "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
             task_tenant, task_correlation_id, task_metadata, task_claimed_at_ts, task_lost_attempts,
@@ -209,33 +235,45 @@ impl Statements {
                     DO UPDATE SET task_unique_key = q.task_unique_key
                  RETURNING task_id, task_unique_key"
             ),
-            // One statement: it takes the write lock before it reads (module docs). A row
+            // Three steps in one call (module docs): the due rows in claim order into a temp
+            // table, then those still due leased in one `UPDATE`, which takes the write lock
+            // before it reads; then the leased rows as one JSON array, with the number of
+            // candidates (fewer leased: another writer took some between the steps). A row
             // still held by a worker had its lease run out: that attempt is noted as lost.
+            // (`CROSS JOIN` reads the temp table first: else SQLite may start from the
+            // running-jobs index, which `task_locked_by = $6` matches, and read every lease.)
             claim: format!(
-                "UPDATE {q} SET task_locked_until_ts = $5, task_locked_by = $6, task_attempt = task_attempt + 1,
-                    task_claimed_at_ts = $1,
-                    task_lost_attempts = CASE WHEN task_locked_by IS NULL THEN task_lost_attempts
-                        ELSE json_insert(coalesce(task_lost_attempts, '[]'), '$[#]', json_object(
-                            'attempt', task_attempt, 'worker', task_locked_by,
-                            'started_at', task_claimed_at_ts, 'ended_at', $1,
-                            'outcome', 'lost', 'kind', 'worker_lost', 'message', {lost_message},
-                            'recoverable', json('true'))) END
-                 WHERE task_lock_handle_id IN (
-                    SELECT task_lock_handle_id FROM {q}
-                    WHERE task_locked_until_ts <= $1
-                      AND task_type IN (SELECT value FROM json_each($2))
-                      AND ($3 IS NULL OR task_queue IN (SELECT value FROM json_each($3)))
-                      AND ($7 IS NULL OR task_tenant IN (SELECT value FROM json_each($7)))
-                      AND ($8 IS NULL OR task_queue NOT IN (SELECT value FROM json_each($8)))
-                    ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
-                    LIMIT $4)
-                 RETURNING task_id, task_type, task_payload, task_attempt, task_max_attempts, task_priority,
-                    task_queue, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata,
-                    task_lock_handle_id, task_timeout_ms, task_waiting_on"
+                "CREATE TEMP TABLE IF NOT EXISTS sk_claim (handle INTEGER PRIMARY KEY);
+                 DELETE FROM temp.sk_claim;
+                 INSERT INTO temp.sk_claim {due};
+                 UPDATE {q} SET {lease}
+                 WHERE task_lock_handle_id IN (SELECT handle FROM temp.sk_claim) AND task_locked_until_ts <= $1;
+                 SELECT (SELECT count(*) FROM temp.sk_claim), json_group_array(json_array(hex(q.task_id),
+                    q.task_type, q.task_payload, q.task_attempt, q.task_max_attempts, q.task_priority,
+                    q.task_queue, q.task_posted_at_ts, q.task_tenant, q.task_correlation_id, q.task_metadata,
+                    q.task_lock_handle_id, q.task_timeout_ms, q.task_waiting_on))
+                 FROM temp.sk_claim c CROSS JOIN {q} q ON q.task_lock_handle_id = c.handle
+                 WHERE q.task_locked_by = $6 AND q.task_locked_until_ts = $5"
             ),
             // `claim` of one queue with a global limit (`$9`): at most the limit less its
-            // running jobs. One statement under the write lock, so claims take turns.
-            claim_capped: String::new(),
+            // running jobs, counted in the one statement that leases them, under the write
+            // lock, so claims take turns. (A negative LIMIT is none in SQLite, hence
+            // `max(0, ...)`.)
+            claim_capped: format!(
+                "UPDATE {q} SET {lease}
+                 WHERE task_lock_handle_id IN ({})
+                 RETURNING task_id, task_type, task_payload, task_attempt, task_max_attempts, task_priority,
+                    task_queue, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata,
+                    task_lock_handle_id, task_timeout_ms, task_waiting_on",
+                due.replace(
+                    "LIMIT $4",
+                    &format!(
+                        "LIMIT max(0, min($4, coalesce((SELECT queue_global_limit FROM {queues} WHERE queue_name = $9)
+                            - (SELECT count(*) FROM {q} WHERE task_queue = $9 AND task_locked_by IS NOT NULL
+                                AND task_locked_until_ts > $1), $4)))"
+                    )
+                )
+            ),
             // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
             queue_row: queue_row.to_owned(),
             // A success, into the results row, or a new one for a job another producer
@@ -285,7 +323,8 @@ impl Statements {
             // rows, `$1`) into a temp table, the rows this worker still holds under those
             // claims (fenced) into another, then the queue rows deleted, the results rows
             // written for jobs without lost attempts (the rest, and reruns, are `complete`'s
-            // rare path), and the run times added to this worker's statistics (seed 001).
+            // rare path), and the run times added to this worker's statistics (seed 001);
+            // last, the ids it finalized and how many take the rare path, as one row.
             complete: format!(
                 "CREATE TEMP TABLE IF NOT EXISTS sk_done (task_id BLOB PRIMARY KEY, attempt INTEGER,
                     ms INTEGER, output TEXT);
@@ -333,7 +372,11 @@ impl Statements {
                     et_fastest_execution_time = min(et_fastest_execution_time, excluded.et_fastest_execution_time),
                     et_longest_execution_time = max(et_longest_execution_time, excluded.et_longest_execution_time),
                     et_last_execution_time = excluded.et_last_execution_time,
-                    et_last_updated_ts = excluded.et_last_updated_ts"
+                    et_last_updated_ts = excluded.et_last_updated_ts;
+                 SELECT coalesce(json_group_array(hex(task_id)), '[]'),
+                    count(*) FILTER (WHERE task_lost_attempts IS NOT NULL OR task_rerun OR task_every_ms IS NOT NULL
+                        OR task_dependants OR task_fed)
+                 FROM temp.sk_gone"
             ),
             // A given-back job did not use up an attempt, and is claimable at once.
             // `$2`: `[id, attempt]` rows; each is found by its id.
@@ -415,21 +458,6 @@ impl Statements {
                  SET metric_value = excluded.metric_value, metric_last_updated = excluded.metric_last_updated"
             ),
         }
-        .with_claim_capped(&schema.flat_table("queues_t"))
-    }
-
-    fn with_claim_capped(mut self, queues: &str) -> Self {
-        let q = &self.queue;
-        self.claim_capped = self.claim.replace(
-            "LIMIT $4)",
-            &format!(
-                // (A negative LIMIT is none in SQLite, hence `max(0, ...)`.)
-                "LIMIT max(0, min($4, coalesce((SELECT queue_global_limit FROM {queues} WHERE queue_name = $9)
-                    - (SELECT count(*) FROM {q} WHERE task_queue = $9 AND task_locked_by IS NOT NULL
-                        AND task_locked_until_ts > $1), $4))))"
-            ),
-        );
-        self
     }
 }
 
@@ -840,31 +868,52 @@ impl SqliteStore {
             _ => None,
         };
         let list = |l: &[String]| serde_json::to_string(l).unwrap_or_default();
-        let sql = if capped.is_some() {
-            &self.sql().claim_capped
+        let query = |sql, limit: i64| {
+            sqlx::query(sql)
+                .bind(ts(now))
+                .bind(list(task_types))
+                .bind(queues.map(list))
+                .bind(limit)
+                .bind(ts(lease_until))
+                .bind(&self.worker_id)
+                .bind(tenants.map(list))
+                .bind((!paused.is_empty()).then(|| list(paused)))
+        };
+        let mut jobs = Vec::new();
+        let (_turn, mut conn) = self.writing().await?;
+        if let Some(queue) = capped {
+            let rows = query(&self.sql().claim_capped, limit)
+                .bind(queue)
+                .fetch_all(&mut *conn)
+                .await?;
+            for row in rows {
+                let handle: i64 = row.try_get("task_lock_handle_id")?;
+                jobs.push((handle, <ClaimedJob as sqlx::FromRow<_>>::from_row(&row)?));
+            }
         } else {
-            &self.sql().claim
-        };
-        let query = sqlx::query(sql)
-            .bind(ts(now))
-            .bind(list(task_types))
-            .bind(queues.map(list))
-            .bind(limit)
-            .bind(ts(lease_until))
-            .bind(&self.worker_id)
-            .bind(tenants.map(list))
-            .bind((!paused.is_empty()).then(|| list(paused)));
-        let query = match capped {
-            Some(queue) => query.bind(queue),
-            None => query,
-        };
-        let rows = query.fetch_all(&mut *self.writing().await?.1).await?;
-        // RETURNING gives rows in no particular order: back to the claim's.
-        let mut jobs = Vec::with_capacity(rows.len());
-        for row in rows {
-            let handle: i64 = row.try_get("task_lock_handle_id")?;
-            jobs.push((handle, <ClaimedJob as sqlx::FromRow<_>>::from_row(&row)?));
+            // Candidates another writer leased between the claim's steps are claimed for
+            // again at once, until the claim has its limit or lost none.
+            let mut want = limit;
+            while want > 0 {
+                let rows = query(&self.sql().claim, want).fetch_all(&mut *conn).await?;
+                let Some(row) = rows.last() else {
+                    return Err(Error::Database(sqlx::Error::Decode(
+                        "the claim returned no row".into(),
+                    )));
+                };
+                let candidates: i64 = row.try_get(0)?;
+                let leased = claimed(row.try_get(1)?)?;
+                let n = leased.len() as i64;
+                jobs.extend(leased);
+                want -= n;
+                if n == candidates {
+                    break;
+                }
+            }
         }
+        drop((_turn, conn));
+        // Back to the claim's order (the rows come in lock-handle order, and a job of
+        // another claim round may come first).
         jobs.sort_by_key(|(handle, job)| (job.task_priority, *handle));
         Ok(jobs.into_iter().map(|(_, job)| job).collect())
     }
@@ -981,20 +1030,18 @@ impl SqliteStore {
             .map_err(|e| Error::invalid("job output", e.to_string()))?;
         // Set-based: a batch costs the same few statements however long it is (each
         // statement is a round trip to sqlx's SQLite thread, which is what a job costs).
-        sqlx::query(&self.sql().complete)
+        let rows = sqlx::query(&self.sql().complete)
             .bind(batch)
             .bind(&self.worker_id)
             .bind(ts(now))
-            .execute(&mut *tx)
+            .fetch_all(&mut *tx)
             .await?;
-        let (held, rare): (String, i64) = sqlx::query_as(
-            "SELECT coalesce(json_group_array(hex(task_id)), '[]'),
-                count(*) FILTER (WHERE task_lost_attempts IS NOT NULL OR task_rerun OR task_every_ms IS NOT NULL
-                    OR task_dependants OR task_fed)
-             FROM temp.sk_gone",
-        )
-        .fetch_one(&mut *tx)
-        .await?;
+        let Some(row) = rows.last() else {
+            return Err(Error::Database(sqlx::Error::Decode(
+                "the completion returned no row".into(),
+            )));
+        };
+        let (held, rare): (String, i64) = (row.try_get(0)?, row.try_get(1)?);
         let mut posted = false;
         if rare > 0 {
             // Lost attempts to move into the record, reruns and next runs to post, jobs
@@ -1431,6 +1478,61 @@ fn lease_list(leases: &[Lease]) -> String {
         .map(|l| (l.id.simple().to_string(), l.attempt))
         .collect();
     serde_json::to_string(&rows).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// A claimed row as the claim's last statement gives it, in one JSON array of them: the
+/// id in hex, then `ClaimedJob`'s columns in order with the lock handle before the
+/// timeout. One text value for the whole claim instead of a row per job: each row of a
+/// result crosses from sqlx's SQLite thread on its own, with its values copied, while the
+/// claim holds the write lock (about half of what a claim cost).
+type ClaimedRow = (
+    String,
+    String,
+    Option<String>,
+    i32,
+    i32,
+    i32,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    i64,
+    Option<i64>,
+    Option<i32>,
+);
+
+/// The jobs of a claim's JSON array (`ClaimedRow`), each with its lock handle.
+fn claimed(json: &str) -> Result<Vec<(i64, ClaimedJob)>> {
+    let decode = |what: String| Error::Database(sqlx::Error::Decode(what.into()));
+    let rows: Vec<ClaimedRow> =
+        serde_json::from_str(json).map_err(|e| decode(format!("claimed rows: {e}")))?;
+    rows.into_iter()
+        .map(|row| {
+            let (id, task_type, payload, attempt, max_attempts, priority, queue, posted) =
+                (row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7);
+            let job = ClaimedJob {
+                task_id: Uuid::parse_str(&id)
+                    .map_err(|e| decode(format!("claimed id {id}: {e}")))?,
+                task_type,
+                task_payload: payload,
+                task_attempt: attempt,
+                task_max_attempts: max_attempts,
+                task_priority: priority,
+                task_queue: queue,
+                task_posted_at_ts: DateTime::parse_from_rfc3339(&posted)
+                    .map_err(|e| decode(format!("claimed job {id}'s posting time {posted}: {e}")))?
+                    .with_timezone(&Utc),
+                task_tenant: row.8,
+                task_correlation_id: row.9,
+                task_metadata: row.10,
+                task_timeout_ms: row.12,
+                task_waiting_on: row.13,
+                claimed_at: None,
+            };
+            Ok((row.11, job))
+        })
+        .collect()
 }
 
 /// The database file of a connection's options.
