@@ -1958,6 +1958,77 @@ async fn a_claim_goes_past_rows_another_writer_took_on_sqlite() {
     db.drop().await;
 }
 
+/// A SQLite worker checkpoints the WAL itself after its completions, on another
+/// connection: the commit that takes the WAL past `wal_autocheckpoint` pages then has
+/// little left to copy back while it holds the worker's turn to write. With the automatic
+/// checkpoint off everywhere, any checkpoint is the worker's. The WAL index in the `-shm`
+/// file says whether one ran: its header's salt (byte 32) changes when the WAL starts
+/// over after a full checkpoint, and `nBackfill` (byte 96, after the header's two
+/// copies) counts the frames copied back since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_worker_checkpoints_the_wal_beside_its_writes() {
+    const JOBS: u32 = 5_000;
+    let db = Db::<sqlx::Sqlite>::new().await;
+    Counted::enqueue_many(&db.pool, (0..JOBS).map(Counted::new))
+        .await
+        .unwrap();
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let options = (*db.pool.connect_options()).clone();
+    let mut shm = options.get_filename().as_os_str().to_owned();
+    shm.push("-shm");
+    // (salt, frames copied back)
+    let index = || {
+        let index = std::fs::read(&shm).unwrap();
+        let word = |at: usize| u32::from_ne_bytes(index[at..at + 4].try_into().unwrap());
+        (word(32), word(96))
+    };
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(4)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::Executor::execute(conn, "PRAGMA wal_autocheckpoint = 0").await?;
+                Ok(())
+            })
+        })
+        .connect_with(options)
+        .await
+        .unwrap();
+    sqlx::query("CREATE TABLE probe (n INTEGER)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (salt, backfilled) = index();
+    assert_eq!(backfilled, 0);
+    let tally = Tally {
+        runs: Arc::default(),
+        mine: Arc::default(),
+    };
+    let w = RunningWorker::start(
+        Worker::builder(pool.clone())
+            .task_types([Counted::TASK_TYPE])
+            .data(tally.clone()),
+    );
+    wait_until("every job to finish", Duration::from_secs(60), || async {
+        let left = db
+            .scalar("SELECT count(*) FROM sk_tasks_queue_t", None)
+            .await;
+        (left == Some(0)).then_some(())
+    })
+    .await;
+    w.stop().await;
+    assert_eq!(tally.mine.load(Ordering::Relaxed), u64::from(JOBS));
+    wait_until("a checkpoint of the worker's", T, || async {
+        let (now, backfilled) = index();
+        (now != salt || backfilled > 0).then_some(())
+    })
+    .await;
+    pool.close().await;
+    db.drop().await;
+}
+
 /// A SQLite queue of version 4 is copied into the checked table with its waiting jobs, and
 /// its lock handles go on from its last; a row the new table would refuse fails the
 /// migration, which then changes nothing and names the column.

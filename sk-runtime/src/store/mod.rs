@@ -1147,6 +1147,7 @@ impl Pool {
                 schema,
                 worker_id,
                 writer: Default::default(),
+                checkpointing: Default::default(),
             }),
             #[cfg(feature = "mysql")]
             Pool::MySql(pool) => Store::MySql(mysql::MySqlStore {
