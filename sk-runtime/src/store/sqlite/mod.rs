@@ -97,8 +97,9 @@ pub(crate) struct Statements {
     enqueue_many_uniform: String,
     claim: String,
     claim_capped: String,
-    /// The columns of a queue row a finalization reads (`Row`).
-    queue_row: String,
+    /// The rows of a batch of failures this worker still holds, as one JSON array of
+    /// `Row` objects.
+    failed_rows: String,
     success: String,
     failure: String,
     again: String,
@@ -189,12 +190,6 @@ impl Statements {
                         'outcome', 'lost', 'kind', 'worker_lost', 'message', {lost_message},
                         'recoverable', json('true'))) END"
         );
-        let queue_row =
-            "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
-            task_tenant, task_correlation_id, task_metadata, task_claimed_at_ts, task_lost_attempts,
-            task_payload, task_max_attempts, task_unique_key, task_unique_mode, task_rerun,
-            task_every_ms, task_has_result, task_timeout_ms, task_dependants,
-            task_waiting_on IS NOT NULL AS task_fed";
         Statements {
             queue: q.clone(),
             results: r.clone(),
@@ -276,8 +271,24 @@ impl Statements {
                     )
                 )
             ),
-            // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
-            queue_row: queue_row.to_owned(),
+            // `$1`: `[id, attempt]` rows. Fenced: only the holder of this exact claim (id,
+            // attempt, worker) may finish it.
+            failed_rows: format!(
+                "SELECT json_group_array(json_object('task_id', hex(q.task_id), 'task_type', q.task_type,
+                    'task_source', q.task_source, 'task_queue', q.task_queue, 'task_priority', q.task_priority,
+                    'task_posted_at_ts', q.task_posted_at_ts, 'task_tenant', q.task_tenant,
+                    'task_correlation_id', q.task_correlation_id, 'task_metadata', q.task_metadata,
+                    'task_claimed_at_ts', q.task_claimed_at_ts, 'task_lost_attempts', q.task_lost_attempts,
+                    'task_payload', q.task_payload, 'task_max_attempts', q.task_max_attempts,
+                    'task_unique_key', q.task_unique_key, 'task_unique_mode', q.task_unique_mode,
+                    'task_rerun', json(CASE WHEN q.task_rerun THEN 'true' ELSE 'false' END),
+                    'task_every_ms', q.task_every_ms, 'task_timeout_ms', q.task_timeout_ms,
+                    'task_dependants', json(CASE WHEN q.task_dependants THEN 'true' ELSE 'false' END),
+                    'task_fed', json(CASE WHEN q.task_waiting_on IS NOT NULL THEN 'true' ELSE 'false' END)))
+                 FROM json_each($1) j CROSS JOIN {q} q
+                    ON q.task_id = unhex(j.value ->> 0) AND q.task_attempt = j.value ->> 1
+                 WHERE q.task_locked_by = $2"
+            ),
             // A success, into the results row, or a new one for a job another producer
             // posted. `$16`: every failed attempt so far when lost ones are added, else NULL.
             success: format!(
@@ -712,8 +723,10 @@ pub(crate) async fn enqueue_many<'e, E: sqlx::Executor<'e, Database = Sqlite>>(
         .collect())
 }
 
-/// A queue row as it was when its run ended (`Statements::queue_row`).
-#[derive(sqlx::FromRow)]
+/// A queue row as it was when its run ended: a JSON object of `Statements::failed_rows`
+/// (the id in hex), or a row of the completion's temp table of rows that take its rare
+/// path.
+#[derive(sqlx::FromRow, serde::Deserialize)]
 struct Row {
     task_id: Uuid,
     task_type: String,
@@ -737,6 +750,7 @@ struct Row {
     task_dependants: bool,
     /// It waited on others (their outputs are its inputs).
     #[sqlx(default)]
+    #[serde(default)]
     task_fed: bool,
 }
 
@@ -1190,17 +1204,15 @@ impl SqliteStore {
             .iter()
             .map(|f| (hex(f.lease.id), f.lease.attempt))
             .collect::<Vec<_>>()));
-        let rows: Vec<Row> = sqlx::query_as(&format!(
-            "SELECT {} FROM json_each($1) j JOIN {} q
-                ON q.task_id = unhex(j.value ->> 0) AND q.task_attempt = j.value ->> 1
-             WHERE q.task_locked_by = $2",
-            self.sql().queue_row,
-            self.sql().queue
-        ))
-        .bind(leases)
-        .bind(&self.worker_id)
-        .fetch_all(&mut *tx)
-        .await?;
+        // One JSON value for all rows, not a row each (as a claim's: `ClaimedRow`).
+        let rows: String = sqlx::query_scalar(&self.sql().failed_rows)
+            .bind(leases)
+            .bind(&self.worker_id)
+            .fetch_one(&mut *tx)
+            .await?;
+        let rows: Vec<Row> = serde_json::from_str(&rows).map_err(|e| {
+            Error::Database(sqlx::Error::Decode(format!("failed rows: {e}").into()))
+        })?;
         if rows.is_empty() {
             return Ok(HashSet::new());
         }
