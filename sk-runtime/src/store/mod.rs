@@ -1148,6 +1148,7 @@ impl Pool {
                 worker_id,
                 writer: Default::default(),
                 checkpointing: Default::default(),
+                since_checkpoint: Default::default(),
             }),
             #[cfg(feature = "mysql")]
             Pool::MySql(pool) => Store::MySql(mysql::MySqlStore {

@@ -823,7 +823,13 @@ pub(crate) struct SqliteStore {
     pub(crate) writer: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// A checkpoint of this worker's is running (`SqliteStore::checkpoint`).
     pub(crate) checkpointing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Jobs this worker finished since it last started a checkpoint.
+    pub(crate) since_checkpoint: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
+
+/// How many finished jobs a worker's WAL checkpoint waits for (`SqliteStore::checkpoint`):
+/// about a third of the WAL pages at which SQLite checkpoints by itself, in a burn-down.
+const CHECKPOINT_EVERY: u64 = 256;
 
 impl SqliteStore {
     fn sql(&self) -> &Statements {
@@ -850,19 +856,26 @@ impl SqliteStore {
         Ok((turn, self.pool.acquire().await?))
     }
 
-    /// Starts a passive checkpoint of the WAL on another connection, unless one of this
-    /// worker's is running: the pages its writes added to the WAL go back into the
-    /// database file beside its next writes instead of in one of them. Else the commit
-    /// that takes the WAL past `wal_autocheckpoint` pages (1,000 by default) checkpoints
-    /// in line, holding this worker's turn to write while it copies and syncs (about
-    /// 6 ms after every two or three batches of 1,000 jobs in a burn-down). The
-    /// automatic checkpoint stays, for when this one falls behind; a database not in WAL
-    /// mode takes the pragma as a no-op.
-    fn checkpoint(&self) {
+    /// After `jobs` more completions: once this worker has finished `CHECKPOINT_EVERY`
+    /// jobs since its last one, starts a passive checkpoint of the WAL on another
+    /// connection, unless one of its own is running. The pages its writes added to the
+    /// WAL then go back into the database file beside its next writes instead of in one
+    /// of them: else the commit that takes the WAL past `wal_autocheckpoint` pages (1,000
+    /// by default) checkpoints in line, holding this worker's turn to write while it
+    /// copies and syncs (about 6 ms after every two or three batches of 1,000 jobs in a
+    /// burn-down). Not after every completion: a trickle of jobs would sync the file once
+    /// a job. The automatic checkpoint stays, for when this one falls behind; a database
+    /// not in WAL mode takes the pragma as a no-op.
+    fn checkpoint(&self, jobs: usize) {
         use std::sync::atomic::Ordering;
-        if self.checkpointing.swap(true, Ordering::AcqRel) {
+        let since = self
+            .since_checkpoint
+            .fetch_add(jobs as u64, Ordering::Relaxed)
+            + jobs as u64;
+        if since < CHECKPOINT_EVERY || self.checkpointing.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.since_checkpoint.store(0, Ordering::Relaxed);
         let pool = self.pool.clone();
         let running = std::sync::Arc::clone(&self.checkpointing);
         tokio::spawn(async move {
@@ -1040,7 +1053,7 @@ impl SqliteStore {
         let (held, posted) = self.complete_on(&mut tx, done, now).await?;
         tx.commit().await?;
         drop((_turn, conn));
-        self.checkpoint();
+        self.checkpoint(held.len());
         if posted {
             wake();
         }
