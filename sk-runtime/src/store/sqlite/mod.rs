@@ -750,7 +750,6 @@ struct Row {
     task_dependants: bool,
     /// It waited on others (their outputs are its inputs).
     #[sqlx(default)]
-    #[serde(default)]
     task_fed: bool,
 }
 
@@ -962,11 +961,7 @@ impl SqliteStore {
             let mut want = limit;
             while want > 0 {
                 let rows = query(&self.sql().claim, want).fetch_all(&mut *conn).await?;
-                let Some(row) = rows.last() else {
-                    return Err(Error::Database(sqlx::Error::Decode(
-                        "the claim returned no row".into(),
-                    )));
-                };
+                let row = last_row(&rows, "the claim")?;
                 let candidates: i64 = row.try_get(0)?;
                 let leased = claimed(row.try_get(1)?)?;
                 let n = leased.len() as i64;
@@ -1104,11 +1099,7 @@ impl SqliteStore {
             .bind(ts(now))
             .fetch_all(&mut *tx)
             .await?;
-        let Some(row) = rows.last() else {
-            return Err(Error::Database(sqlx::Error::Decode(
-                "the completion returned no row".into(),
-            )));
-        };
+        let row = last_row(&rows, "the completion")?;
         let (held, rare): (String, i64) = (row.try_get(0)?, row.try_get(1)?);
         let mut posted = false;
         if rare > 0 {
@@ -1162,19 +1153,7 @@ impl SqliteStore {
                 outputs.iter().map(|(id, o)| (*id, o.as_deref())).collect();
             posted |= flow::settle(&mut *tx, &self.schema, &outputs, &fed, now).await?;
         }
-        let held: Vec<String> = serde_json::from_str(&held).map_err(|e| {
-            Error::Database(sqlx::Error::Decode(format!("completed ids: {e}").into()))
-        })?;
-        let held = held
-            .iter()
-            .map(|id| {
-                Uuid::parse_str(id).map_err(|e| {
-                    Error::Database(sqlx::Error::Decode(
-                        format!("completed id {id}: {e}").into(),
-                    ))
-                })
-            })
-            .collect::<Result<Vec<Uuid>>>()?;
+        let held: Vec<Uuid> = from_json(&held, "completed ids")?;
         Ok((held, posted))
     }
 
@@ -1223,9 +1202,7 @@ impl SqliteStore {
             .bind(&self.worker_id)
             .fetch_one(&mut *tx)
             .await?;
-        let rows: Vec<Row> = serde_json::from_str(&rows).map_err(|e| {
-            Error::Database(sqlx::Error::Decode(format!("failed rows: {e}").into()))
-        })?;
+        let rows: Vec<Row> = from_json(&rows, "failed rows")?;
         if rows.is_empty() {
             return Ok(HashSet::new());
         }
@@ -1567,35 +1544,69 @@ type ClaimedRow = (
 
 /// The jobs of a claim's JSON array (`ClaimedRow`), each with its lock handle.
 fn claimed(json: &str) -> Result<Vec<(i64, ClaimedJob)>> {
-    let decode = |what: String| Error::Database(sqlx::Error::Decode(what.into()));
-    let rows: Vec<ClaimedRow> =
-        serde_json::from_str(json).map_err(|e| decode(format!("claimed rows: {e}")))?;
+    let rows: Vec<ClaimedRow> = from_json(json, "claimed rows")?;
     rows.into_iter()
-        .map(|row| {
-            let (id, task_type, payload, attempt, max_attempts, priority, queue, posted) =
-                (row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7);
-            let job = ClaimedJob {
-                task_id: Uuid::parse_str(&id)
-                    .map_err(|e| decode(format!("claimed id {id}: {e}")))?,
+        .map(
+            |(
+                id,
                 task_type,
-                task_payload: payload,
-                task_attempt: attempt,
-                task_max_attempts: max_attempts,
-                task_priority: priority,
-                task_queue: queue,
-                task_posted_at_ts: DateTime::parse_from_rfc3339(&posted)
-                    .map_err(|e| decode(format!("claimed job {id}'s posting time {posted}: {e}")))?
-                    .with_timezone(&Utc),
-                task_tenant: row.8,
-                task_correlation_id: row.9,
-                task_metadata: row.10,
-                task_timeout_ms: row.12,
-                task_waiting_on: row.13,
-                claimed_at: None,
-            };
-            Ok((row.11, job))
-        })
+                task_payload,
+                task_attempt,
+                task_max_attempts,
+                task_priority,
+                task_queue,
+                posted,
+                task_tenant,
+                task_correlation_id,
+                task_metadata,
+                handle,
+                task_timeout_ms,
+                task_waiting_on,
+            )| {
+                let job = ClaimedJob {
+                    task_id: Uuid::parse_str(&id)
+                        .map_err(|e| undecodable(format!("claimed id {id}: {e}")))?,
+                    task_type,
+                    task_payload,
+                    task_attempt,
+                    task_max_attempts,
+                    task_priority,
+                    task_queue,
+                    task_posted_at_ts: DateTime::parse_from_rfc3339(&posted)
+                        .map_err(|e| {
+                            undecodable(format!("claimed job {id}'s posting time {posted}: {e}"))
+                        })?
+                        .with_timezone(&Utc),
+                    task_tenant,
+                    task_correlation_id,
+                    task_metadata,
+                    task_timeout_ms,
+                    task_waiting_on,
+                    claimed_at: None,
+                };
+                Ok((handle, job))
+            },
+        )
         .collect()
+}
+
+/// A value sk read back and cannot decode, as sqlx reports one.
+fn undecodable(what: String) -> Error {
+    Error::Database(sqlx::Error::Decode(what.into()))
+}
+
+/// A JSON value a statement built, decoded; `what` names it in the error.
+fn from_json<T: serde::de::DeserializeOwned>(json: &str, what: &str) -> Result<T> {
+    serde_json::from_str(json).map_err(|e| undecodable(format!("{what}: {e}")))
+}
+
+/// The row a batch of statements answers with, from its last statement.
+fn last_row<'r>(
+    rows: &'r [sqlx::sqlite::SqliteRow],
+    what: &str,
+) -> Result<&'r sqlx::sqlite::SqliteRow> {
+    rows.last()
+        .ok_or_else(|| undecodable(format!("{what} returned no row")))
 }
 
 /// The database file of a connection's options.
@@ -1655,11 +1666,7 @@ pub(crate) async fn job(
     let mut record = <JobRecord as sqlx::FromRow<_>>::from_row(&row)?;
     let lost: Option<String> = row.try_get("lost")?;
     if let Some(lost) = lost {
-        let lost: Vec<Attempt> = serde_json::from_str(&lost).map_err(|e| {
-            Error::Database(sqlx::Error::Decode(
-                format!("task_lost_attempts of job {id}: {e}").into(),
-            ))
-        })?;
+        let lost: Vec<Attempt> = from_json(&lost, &format!("task_lost_attempts of job {id}"))?;
         record.failed_attempts.extend(lost);
     }
     Ok(Some(record))
