@@ -1873,6 +1873,23 @@ async fn a_queue_row_sk_could_not_read_is_refused_on_sqlite() {
     db.drop().await;
 }
 
+/// Another pool on `db`'s SQLite file whose every connection runs `sql` when it opens
+/// (a temp trigger or a pragma lives with its connection).
+async fn sqlite_pool_running(db: &Db<sqlx::Sqlite>, sql: String) -> sqlx::SqlitePool {
+    sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(4)
+        .after_connect(move |conn, _| {
+            let sql = sql.clone();
+            Box::pin(async move {
+                sqlx::Executor::execute(conn, sql.as_str()).await?;
+                Ok(())
+            })
+        })
+        .connect_with((*db.pool.connect_options()).clone())
+        .await
+        .unwrap()
+}
+
 /// A SQLite claim picks the due rows, then leases those still due in one `UPDATE`: a row
 /// another writer leased between the two steps stays that writer's, and the claim goes on
 /// to the next due row in the same call, not at the next poll. The other writer is a
@@ -1899,10 +1916,7 @@ async fn a_claim_goes_past_rows_another_writer_took_on_sqlite() {
         )
         .await
         .expect("the job's lock handle");
-    sqlx::query("CREATE TABLE thefts (at TEXT NOT NULL)")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    db.execute("CREATE TABLE thefts (at TEXT NOT NULL)").await;
     let thief = format!(
         "CREATE TEMP TABLE IF NOT EXISTS sk_claim (handle INTEGER PRIMARY KEY);
          CREATE TEMP TRIGGER IF NOT EXISTS thief AFTER INSERT ON sk_claim WHEN NEW.handle = {handle}
@@ -1913,18 +1927,7 @@ async fn a_claim_goes_past_rows_another_writer_took_on_sqlite() {
             INSERT INTO thefts VALUES (strftime('%Y-%m-%dT%H:%M:%f', 'now'));
          END"
     );
-    let pool = sqlx::sqlite::SqlitePoolOptions::new()
-        .max_connections(4)
-        .after_connect(move |conn, _| {
-            let thief = thief.clone();
-            Box::pin(async move {
-                sqlx::Executor::execute(conn, thief.as_str()).await?;
-                Ok(())
-            })
-        })
-        .connect_with((*db.pool.connect_options()).clone())
-        .await
-        .unwrap();
+    let pool = sqlite_pool_running(&db, thief).await;
     let w = RunningWorker::start(
         Worker::builder(pool.clone())
             .task_types([Record::TASK_TYPE])
@@ -1972,12 +1975,13 @@ async fn a_sqlite_worker_checkpoints_the_wal_beside_its_writes() {
     Counted::enqueue_many(&db.pool, (0..JOBS).map(Counted::new))
         .await
         .unwrap();
-    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    let options = (*db.pool.connect_options()).clone();
-    let mut shm = options.get_filename().as_os_str().to_owned();
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)").await;
+    let mut shm = db
+        .pool
+        .connect_options()
+        .get_filename()
+        .as_os_str()
+        .to_owned();
     shm.push("-shm");
     // (salt, frames copied back)
     let index = || {
@@ -1985,17 +1989,7 @@ async fn a_sqlite_worker_checkpoints_the_wal_beside_its_writes() {
         let word = |at: usize| u32::from_ne_bytes(index[at..at + 4].try_into().unwrap());
         (word(32), word(96))
     };
-    let pool = sqlx::sqlite::SqlitePoolOptions::new()
-        .max_connections(4)
-        .after_connect(|conn, _| {
-            Box::pin(async move {
-                sqlx::Executor::execute(conn, "PRAGMA wal_autocheckpoint = 0").await?;
-                Ok(())
-            })
-        })
-        .connect_with(options)
-        .await
-        .unwrap();
+    let pool = sqlite_pool_running(&db, "PRAGMA wal_autocheckpoint = 0".into()).await;
     sqlx::query("CREATE TABLE probe (n INTEGER)")
         .execute(&pool)
         .await
