@@ -109,6 +109,52 @@ async fn a_seed_producer_is_served_and_its_outcomes_recorded() {
     db.drop().await;
 }
 
+/// A producer may post a job under the id of one already on record: its queue row says it
+/// has no results row, so the completion's plain insert meets the old row and the batch is
+/// written again as an upsert. The second outcome is recorded over the first, and the
+/// jobs finalized beside it are recorded too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_producer_reposting_a_finished_id_gets_its_new_outcome_recorded() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe.clone()));
+    let id = post_as_seed_producer(&db, "record", Some(r#"{"label":"first"}"#)).await;
+    assert_eq!(recv(&mut rx, "the first run", T).await.label, "first");
+    let first = db
+        .wait_job(id, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    assert_eq!(first.last_worker.as_deref(), Some(w.id.as_str()));
+    w.stop().await;
+
+    // The same id again, posted with others, so that one worker finalizes them together.
+    post_as_seed_producer_with_id(&db, id, "record", Some(r#"{"label":"again"}"#)).await;
+    let mut others = Vec::new();
+    for i in 0..20 {
+        let label = format!(r#"{{"label":"other {i}"}}"#);
+        others.push(post_as_seed_producer(&db, "record", Some(&label)).await);
+    }
+    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
+    for other in &others {
+        let r = db
+            .wait_job(*other, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        assert_eq!(r.last_worker.as_deref(), Some(w.id.as_str()));
+    }
+    let again = db
+        .wait_job(id, T, |r| r.last_worker.as_deref() == Some(w.id.as_str()))
+        .await;
+    assert_eq!(again.status(), JobStatus::Processed);
+    assert!(again.finalized_at > first.finalized_at, "{again:?}");
+    let mut labels: Vec<String> = Vec::new();
+    while let Ok(run) = rx.try_recv() {
+        labels.push(run.label);
+    }
+    assert_eq!(labels.len(), 21, "each job ran once: {labels:?}");
+    assert!(labels.contains(&"again".to_owned()), "{labels:?}");
+    w.stop().await;
+    db.drop().await;
+}
+
 /// What `sk_try_dequeue_task` returns: the seed's eight columns.
 #[derive(Debug, PartialEq, sqlx::FromRow)]
 struct Dequeued {

@@ -99,9 +99,19 @@ pub(crate) struct Statements {
     /// `claim` of one queue with a global limit (`$8`): at most the limit less the
     /// queue's running jobs (`queue_room`, migration 8).
     claim_capped: String,
+    /// Upserts the results rows of jobs enqueued without one: safe whatever the queue
+    /// row says, for a completion inside the job's own transaction and as the fallback of
+    /// `complete_plain`.
     complete: std::sync::Arc<str>,
-    /// `complete` per results partition (`complete_in`).
-    complete_in: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<str>>>,
+    /// `complete` with a plain insert of those rows. An upsert costs the server about 3 µs
+    /// a row more (a speculative insertion: an index probe, a lock on a token and a second
+    /// WAL record per row; docs/performance.md). A queue row says whether its job has a
+    /// results row (`task_has_result`); only a row another producer posted with the id of
+    /// a job already on record says no wrongly, and then the insert fails on the primary
+    /// key and the batch is written again with `complete`.
+    complete_plain: std::sync::Arc<str>,
+    /// `complete` and `complete_plain` per results partition (`complete_in`).
+    complete_in: std::sync::Mutex<std::collections::HashMap<(String, bool), std::sync::Arc<str>>>,
     fail: String,
     give_back: String,
     extend: String,
@@ -115,16 +125,23 @@ pub(crate) struct Statements {
 }
 
 impl Statements {
-    /// `complete` with its update of sk's own results rows, and its insert of the others
-    /// (jobs without a results row yet: most, since enqueue writes none), addressed to one
-    /// partition (the rows' partition, `partitions::Known`), not through the partitioned
-    /// table. A rerun's or next run's new row still goes through it: its id is new.
-    pub(crate) fn complete_in(&self, schema: &Schema, partition: &str) -> std::sync::Arc<str> {
+    /// `complete` (`plain`: `complete_plain`) with its update of sk's own results rows, and
+    /// its inserts of the others (jobs without a results row yet: most, since enqueue writes
+    /// none), addressed to one partition (the rows' partition, `partitions::Known`), not
+    /// through the partitioned table. A rerun's or next run's new row still goes through
+    /// it: its id is new.
+    pub(crate) fn complete_in(
+        &self,
+        schema: &Schema,
+        partition: &str,
+        plain: bool,
+    ) -> std::sync::Arc<str> {
         let mut cache = self
             .complete_in
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(sql) = cache.get(partition) {
+        let key = (partition.to_owned(), plain);
+        if let Some(sql) = cache.get(&key) {
             return sql.clone();
         }
         let results = schema.table("task_results_t");
@@ -132,16 +149,25 @@ impl Statements {
         let update = |table: &str| format!("UPDATE {table} r SET task_status = 3,");
         let insert = |table: &str| format!("INSERT INTO {table} AS r (");
         let sql: std::sync::Arc<str> = self
-            .complete
+            .completion(plain)
             .replacen(&update(&results), &update(&qualified), 1)
-            .replacen(&insert(&results), &insert(&qualified), 1)
+            .replace(&insert(&results), &insert(&qualified))
             .into();
         // One entry per partition the completions met: a few a day; old ones go.
         if cache.len() >= 16 {
             cache.clear();
         }
-        cache.insert(partition.to_owned(), sql.clone());
+        cache.insert(key, sql.clone());
         sql
+    }
+
+    /// `complete_plain` or `complete`.
+    pub(crate) fn completion(&self, plain: bool) -> &std::sync::Arc<str> {
+        if plain {
+            &self.complete_plain
+        } else {
+            &self.complete
+        }
     }
 
     pub(crate) fn new(schema: &Schema) -> Self {
@@ -314,6 +340,79 @@ impl Statements {
             rerun("$11::timestamptz"),
             stats.replace("$now", "$11").replace("$owner", "$3")
         );
+        // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
+        // Runs with sequential scans off (`PgStore::batched`): a primary-key probe per job,
+        // in the input's (task_id) order, as every batched statement (`in_lock_order`).
+        // The results rows of the jobs flagged without one: an upsert unless `plain`. A
+        // scheduler's tick is flagged so even when its enqueue wrote the row (it may have
+        // lost a race there; `enqueue_tick`), so keyed jobs always take the upsert.
+        let insert_new = |filter: &str, plain: bool| {
+            let conflict = if plain {
+                String::new()
+            } else {
+                format!("ON CONFLICT (task_id) DO UPDATE SET task_status = 3, {update_results}")
+            };
+            format!(
+                "{record_results}
+                        3, jsonb_array_length(coalesce(task_lost_attempts, '[]')), NULL, NULL, NULL, NULL, false, ms,
+                        $5::timestamptz, NULL, $4, coalesce(task_lost_attempts, '[]'), output,
+                        task_tenant, task_correlation_id, task_metadata, NULL::int4, NULL::int8
+                    FROM done WHERE NOT done.task_has_result AND {filter}
+                    {conflict}"
+            )
+        };
+        let complete_with = |plain: bool| -> std::sync::Arc<str> {
+            format!(
+                "WITH input AS (
+                    SELECT * FROM unnest($1::uuid[], $2::int4[], $3::int8[], $6::text[]) AS i(task_id, attempt, ms, output)
+                ), done AS (
+                    DELETE FROM {q} q USING input
+                    WHERE q.task_id = input.task_id AND q.task_attempt = input.attempt AND q.task_locked_by = $4
+                    -- The payload is needed only for a rerun; not copying it otherwise keeps
+                    -- the statement as fast as before restarts existed.
+                    RETURNING {job_columns_q}, input.ms, input.output,
+                        CASE WHEN q.task_rerun OR q.task_every_ms IS NOT NULL THEN q.task_payload END AS task_payload,
+                        q.task_max_attempts, q.task_unique_key, q.task_unique_mode, q.task_rerun, q.task_every_ms,
+                        q.task_has_result, q.task_dependants, q.task_waiting_on IS NOT NULL AS task_fed,
+                        q.task_waited
+                ), res AS (
+                    UPDATE {r} r SET task_status = 3, task_processing_time_milliseconds = done.ms,
+                        task_processing_finalized_at_ts = $5,
+                        task_first_processing_attempted_at_ts = coalesce(r.task_first_processing_attempted_at_ts,
+                            (done.task_lost_attempts -> 0 ->> 'started_at')::timestamptz, done.task_claimed_at_ts),
+                        task_last_processing_attempted_at_ts = done.task_claimed_at_ts,
+                        task_last_locked_by = $4, task_output = done.output,
+                        -- Attempts lost before this success (usually none).
+                        task_error_count = r.task_error_count
+                            + jsonb_array_length(coalesce(done.task_lost_attempts, '[]')),
+                        task_errors = CASE WHEN done.task_lost_attempts IS NULL THEN r.task_errors
+                            ELSE r.task_errors || done.task_lost_attempts END
+                    FROM done WHERE done.task_has_result AND r.task_id = done.task_id
+                ), res_new AS (
+                    -- Jobs without a results row yet (most: enqueue writes none; and those
+                    -- another producer posted): a plain UPDATE for the others (cheaper than
+                    -- an upsert), an insert for these, keyed ones apart.
+                    {}
+                ), res_keyed AS (
+                    {}
+                ),
+                {},
+                {}
+                -- Wakes `Client::wait` in other processes (`$7`: the done channel), only
+                -- for jobs one waits on (migration 10).
+                -- Jobs others wait on, and jobs that waited, go on to `flow::settle`.
+                SELECT task_id, task_dependants, task_fed
+                FROM done, (SELECT CASE WHEN EXISTS (SELECT 1 FROM done WHERE task_waited)
+                    THEN pg_notify($7, '') END) AS notify",
+                insert_new("done.task_unique_key IS NULL", plain),
+                insert_new("done.task_unique_key IS NOT NULL", false),
+                rerun("$5::timestamptz"),
+                stats.replace("$now", "$5").replace("$owner", "$4")
+            )
+            .into()
+        };
+        let complete = complete_with(false);
+        let complete_plain = complete_with(true);
         // Keys of mode "once" (the scheduler's ticks) are unique through the job's id, made
         // from the key (`schedule::tick_id`): the results table's primary key holds it in
         // every partition (migration 5). The other modes are unique among live jobs, in the
@@ -509,58 +608,8 @@ impl Statements {
                     q.task_priority, q.task_queue, q.task_posted_at_ts, q.task_tenant, q.task_correlation_id,
                     q.task_metadata::text AS task_metadata, q.task_timeout_ms, q.task_waiting_on"
             ),
-            // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
-            // Runs with sequential scans off (`PgStore::batched`): a primary-key probe per job,
-            // in the input's (task_id) order, as every batched statement (`in_lock_order`).
-            complete: format!(
-                "WITH input AS (
-                    SELECT * FROM unnest($1::uuid[], $2::int4[], $3::int8[], $6::text[]) AS i(task_id, attempt, ms, output)
-                ), done AS (
-                    DELETE FROM {q} q USING input
-                    WHERE q.task_id = input.task_id AND q.task_attempt = input.attempt AND q.task_locked_by = $4
-                    -- The payload is needed only for a rerun; not copying it otherwise keeps
-                    -- the statement as fast as before restarts existed.
-                    RETURNING {job_columns_q}, input.ms, input.output,
-                        CASE WHEN q.task_rerun OR q.task_every_ms IS NOT NULL THEN q.task_payload END AS task_payload,
-                        q.task_max_attempts, q.task_unique_key, q.task_unique_mode, q.task_rerun, q.task_every_ms,
-                        q.task_has_result, q.task_dependants, q.task_waiting_on IS NOT NULL AS task_fed,
-                        q.task_waited
-                ), res AS (
-                    UPDATE {r} r SET task_status = 3, task_processing_time_milliseconds = done.ms,
-                        task_processing_finalized_at_ts = $5,
-                        task_first_processing_attempted_at_ts = coalesce(r.task_first_processing_attempted_at_ts,
-                            (done.task_lost_attempts -> 0 ->> 'started_at')::timestamptz, done.task_claimed_at_ts),
-                        task_last_processing_attempted_at_ts = done.task_claimed_at_ts,
-                        task_last_locked_by = $4, task_output = done.output,
-                        -- Attempts lost before this success (usually none).
-                        task_error_count = r.task_error_count
-                            + jsonb_array_length(coalesce(done.task_lost_attempts, '[]')),
-                        task_errors = CASE WHEN done.task_lost_attempts IS NULL THEN r.task_errors
-                            ELSE r.task_errors || done.task_lost_attempts END
-                    FROM done WHERE done.task_has_result AND r.task_id = done.task_id
-                ), res_new AS (
-                    -- Jobs another producer posted have no results row yet: a plain UPDATE
-                    -- for sk's own (cheaper than an upsert), an insert for the others.
-                    {record_results}
-                        3, jsonb_array_length(coalesce(task_lost_attempts, '[]')), NULL, NULL, NULL, NULL, false, ms,
-                        $5::timestamptz, NULL, $4, coalesce(task_lost_attempts, '[]'), output,
-                        task_tenant, task_correlation_id, task_metadata, NULL::int4, NULL::int8
-                    FROM done WHERE NOT done.task_has_result
-                    ON CONFLICT (task_id) DO UPDATE SET task_status = 3,
-                        {update_results}
-                ),
-                {},
-                {}
-                -- Wakes `Client::wait` in other processes (`$7`: the done channel), only
-                -- for jobs one waits on (migration 10).
-                -- Jobs others wait on, and jobs that waited, go on to `flow::settle`.
-                SELECT task_id, task_dependants, task_fed
-                FROM done, (SELECT CASE WHEN EXISTS (SELECT 1 FROM done WHERE task_waited)
-                    THEN pg_notify($7, '') END) AS notify",
-                rerun("$5::timestamptz"),
-                stats.replace("$now", "$5").replace("$owner", "$4")
-            )
-            .into(),
+            complete,
+            complete_plain,
             complete_in: std::sync::Mutex::default(),
             claim_skipping: String::new(),
             claim_capped: String::new(),
@@ -1248,10 +1297,13 @@ impl PgStore {
         // partition is gone (42P01: maintenance retired it since it was read, which it
         // does only when none of its jobs is live, so these rows are not there).
         let mut partition = self.partitions.of(&ids);
+        // The plain insert of new results rows first; the upsert if one was there (23505:
+        // a row another producer posted with the id of a job on record; `complete_plain`).
+        let mut plain = true;
         loop {
             let statement = match &partition {
-                Some(name) => self.schema.sql.complete_in(&self.schema, name),
-                None => self.schema.sql.complete.clone(),
+                Some(name) => self.schema.sql.complete_in(&self.schema, name, plain),
+                None => self.schema.sql.completion(plain).clone(),
             };
             let mut conn = self.acquire().await?;
             let mut tx = Self::batched(&mut conn)
@@ -1272,6 +1324,9 @@ impl PgStore {
                     if partition.is_some() && e.code().as_deref() == Some("42P01") =>
                 {
                     partition = None;
+                }
+                Err(sqlx::Error::Database(e)) if plain && e.code().as_deref() == Some("23505") => {
+                    plain = false;
                 }
                 held => {
                     let held = held.map_err(|e| self.lost(e))?;

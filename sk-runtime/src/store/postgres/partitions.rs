@@ -423,9 +423,13 @@ mod tests {
         let schema = Schema::new("jobs", "app_").unwrap();
         let sql = schema
             .sql
-            .complete_in(&schema, "app_task_results_p20261122_0000");
+            .complete_in(&schema, "app_task_results_p20261122_0000", true);
         assert!(sql.contains("UPDATE jobs.app_task_results_p20261122_0000 r SET task_status = 3,"));
         assert!(!sql.contains("UPDATE jobs.app_task_results_t r"));
+        // Both inserts of new results rows: the plain one and the keyed jobs' upsert.
+        let into = "INSERT INTO jobs.app_task_results_p20261122_0000 AS r (";
+        assert_eq!(sql.matches(into).count(), 2);
+        assert!(!sql.contains("INSERT INTO jobs.app_task_results_t AS r"));
     }
 
     #[test]
