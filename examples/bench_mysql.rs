@@ -5,7 +5,9 @@
 //! medians of the pairs:
 //! - `enqueue_single` / `raw_insert_single`: one job per statement (one commit each).
 //! - `enqueue_bulk` / `raw_insert_bulk`: batches of 10,000 jobs (multi-row inserts of
-//!   2,000 rows, as sk's).
+//!   2,000 rows, as sk's); and beside `raw_insert_bulk_queue_table`, the same inserts into
+//!   a copy of sk's queue table (`CREATE TABLE … LIKE`: its six indexes, where the plain
+//!   table has three), which tells sk's statement from its schema's indexes.
 //! - `burn_down` / `raw_burn_down`: a backlog burned by one worker at `--concurrency`;
 //!   the raw baseline is eight clients each claiming 100 rows (`SELECT … FOR UPDATE SKIP
 //!   LOCKED`, then `UPDATE`, in one READ COMMITTED transaction) and deleting them (one
@@ -72,6 +74,9 @@ async fn fresh() -> Result<MySqlPool, BoxError> {
         .await?;
     sk_runtime::migrate(&pool, &Schema::default()).await?;
     sqlx::raw_sql(RAW_TABLE).execute(&pool).await?;
+    sqlx::raw_sql("CREATE TABLE raw_queue_copy LIKE sk_tasks_queue_t")
+        .execute(&pool)
+        .await?;
     Ok(pool)
 }
 
@@ -81,7 +86,7 @@ use std::future::Future;
 
 pub(super) async fn run(args: Args) -> Result<(), BoxError> {
     let mut lines = Vec::new();
-    let pairs: [(&str, &str, Run, &str, Run); 4] = [
+    let pairs: [(&str, &str, Run, &str, Run); 5] = [
         (
             "enqueue_single",
             "jobs/s",
@@ -94,7 +99,14 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
             "jobs/s",
             |p, a| Box::pin(enqueue_bulk(p, a.jobs)),
             "raw_insert_bulk",
-            |p, a| Box::pin(raw_insert_bulk(p, a.jobs)),
+            |p, a| Box::pin(raw_insert_bulk(p, a.jobs, "raw_queue")),
+        ),
+        (
+            "enqueue_bulk",
+            "jobs/s",
+            |p, a| Box::pin(enqueue_bulk(p, a.jobs)),
+            "raw_insert_bulk_queue_table",
+            |p, a| Box::pin(raw_insert_bulk(p, a.jobs, "raw_queue_copy")),
         ),
         (
             "burn_down",
@@ -133,7 +145,11 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
         };
         lines.push(format!("{name} {:.1} {unit}", median(|r| r.0)));
         lines.push(format!("{raw_name} {:.1} {unit}", median(|r| r.1)));
-        let of = raw_name.strip_prefix("raw_").map_or(raw_name, |_| "raw");
+        let of = match raw_name {
+            "raw_insert_bulk_queue_table" => "raw_on_queue_table",
+            raw if raw.starts_with("raw_") => "raw",
+            other => other,
+        };
         lines.push(format!("{name}_ratio {:.2} of_{of}", median(|r| r.2)));
         if name == "failure_storm" {
             lines.push(super::storm_runs_line(median(|r| r.2)));
@@ -192,13 +208,13 @@ async fn fill(pool: &MySqlPool, n: u64) -> Result<(), BoxError> {
     super::enqueue_chunks(pool, n, |k| Enqueue::new(BenchNoop::new(k))).await
 }
 
-async fn raw_insert_bulk(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
+async fn raw_insert_bulk(pool: MySqlPool, n: u64, table: &str) -> Result<f64, BoxError> {
     let start = Instant::now();
-    raw_fill(&pool, n).await?;
+    raw_fill(&pool, n, table).await?;
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
-async fn raw_fill(pool: &MySqlPool, n: u64) -> Result<(), BoxError> {
+async fn raw_fill(pool: &MySqlPool, n: u64, table: &str) -> Result<(), BoxError> {
     let mut i = 0;
     while i < n {
         let end = (i + 10_000).min(n);
@@ -207,10 +223,10 @@ async fn raw_fill(pool: &MySqlPool, n: u64) -> Result<(), BoxError> {
         let mut k = i;
         while k < end {
             let stop = (k + 2_000).min(end);
-            let mut query = QueryBuilder::new(
-                "INSERT INTO raw_queue (task_id, task_type, task_source, task_payload, task_priority,
-                    task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts) ",
-            );
+            let mut query = QueryBuilder::new(format!(
+                "INSERT INTO {table} (task_id, task_type, task_source, task_payload, task_priority,
+                    task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts) "
+            ));
             query.push_values(k..stop, |mut row, k| {
                 row.push_bind(uuid::Uuid::now_v7())
                     .push("'bench_noop'")
@@ -278,7 +294,7 @@ async fn burn_down(
 }
 
 async fn raw_burn_down(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
-    raw_fill(&pool, n).await?;
+    raw_fill(&pool, n, "raw_queue").await?;
     let start = Instant::now();
     let mut clients = Vec::new();
     for _ in 0..8 {
