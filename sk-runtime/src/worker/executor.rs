@@ -197,17 +197,18 @@ fn start(
     );
     #[cfg(feature = "opentelemetry")]
     crate::telemetry::continue_trace(&span, job.task_metadata.as_deref());
-    // Boxed: the run's future is about 3 KB, which spawning would otherwise copy several
-    // times over on its way into the task.
-    let run = run_one(
+    // Boxed as soon as it is made: the run's future is about 3 KB, which the guard's
+    // future and spawning would otherwise copy several times over on its way into the
+    // task (the guard's first poll moves it once more).
+    let run = Box::pin(run_one(
         shared.clone(),
         job,
         (cancel, stop),
         completions.clone(),
         slot,
-    );
+    ));
     let task = tokio::spawn(tracing::Instrument::instrument(
-        Box::pin(guarded(shared.clone(), lease, run)),
+        guarded(shared.clone(), lease, run),
         span,
     ));
     if let Some(entry) = shared.running().get_mut(&lease) {
