@@ -39,9 +39,11 @@ impl LocalQueue {
     fn push(&mut self, job: ClaimedJob, queue: Option<OwnedSemaphorePermit>) {
         self.claimed += 1;
         self.jobs.push(Waiting {
-            job,
-            queue,
+            priority: job.task_priority,
+            posted_at: job.task_posted_at_ts,
             seq: self.claimed,
+            job: Box::new(job),
+            queue,
         });
     }
 
@@ -50,18 +52,21 @@ impl LocalQueue {
     }
 }
 
-/// A claimed job waiting in the local queue.
+/// A claimed job waiting in the local queue: its order's key beside it, the job boxed,
+/// so the heap moves a few words, and the job's task gets the box as it is.
 struct Waiting {
-    job: ClaimedJob,
+    priority: i32,
+    posted_at: chrono::DateTime<chrono::Utc>,
+    seq: u64,
+    job: Box<ClaimedJob>,
     /// Its queue's slot, for a queue limited in this worker (taken at claim).
     queue: Option<OwnedSemaphorePermit>,
-    seq: u64,
 }
 
 impl Waiting {
     /// The heap's greatest goes first: the lowest priority number, earliest post, first claimed.
-    fn key(&self) -> impl Ord + '_ {
-        std::cmp::Reverse((self.job.task_priority, self.job.task_posted_at_ts, self.seq))
+    fn key(&self) -> impl Ord {
+        std::cmp::Reverse((self.priority, self.posted_at, self.seq))
     }
 }
 
@@ -169,7 +174,7 @@ fn give_back_waiting(shared: &Shared, completions: &UnboundedSender<Completion>)
 /// Runs a job in its own task, holding `slot`.
 fn start(
     shared: &Arc<Shared>,
-    job: ClaimedJob,
+    job: Box<ClaimedJob>,
     slot: Slot,
     completions: &UnboundedSender<Completion>,
 ) {
@@ -197,16 +202,13 @@ fn start(
     );
     #[cfg(feature = "opentelemetry")]
     crate::telemetry::continue_trace(&span, job.task_metadata.as_deref());
-    // Boxed as soon as it is made: the run's future is about 3 KB, which the guard's
-    // future and spawning would otherwise copy several times over on its way into the
-    // task (the guard's first poll moves it once more).
-    let run = Box::pin(run_one(
+    let run = run_one(
         shared.clone(),
         job,
         (cancel, stop),
         completions.clone(),
         slot,
-    ));
+    );
     let task = tokio::spawn(tracing::Instrument::instrument(
         guarded(shared.clone(), lease, run),
         span,
@@ -220,33 +222,91 @@ fn start(
 /// caught as its failure), or in what that code calls (a metrics recorder, a `tracing`
 /// layer), drops the job from the running map, so no heartbeat keeps a lease that no
 /// outcome will end: it runs out, and the job runs again. Its slot is freed as the panic
-/// unwinds.
-async fn guarded(shared: Arc<Shared>, lease: Lease, run: impl std::future::Future<Output = ()>) {
-    if let Err(panic) = AssertUnwindSafe(run).catch_unwind().await {
-        shared.running().remove(&lease);
-        tracing::error!(id = %lease.id, attempt = lease.attempt, "sk: the job's run panicked outside its handler ({}); its outcome is not recorded, and it runs again once its lease runs out", panic_message(&*panic));
-    }
+/// unwinds. (A combinator, not an `async fn`, which would hold `run` twice.)
+fn guarded(
+    shared: Arc<Shared>,
+    lease: Lease,
+    run: impl std::future::Future<Output = ()>,
+) -> impl std::future::Future<Output = ()> {
+    AssertUnwindSafe(run).catch_unwind().map(move |ended| {
+        if let Err(panic) = ended {
+            shared.running().remove(&lease);
+            tracing::error!(id = %lease.id, attempt = lease.attempt, "sk: the job's run panicked outside its handler ({}); its outcome is not recorded, and it runs again once its lease runs out", panic_message(&*panic));
+        }
+    })
 }
 
+/// A job's run. Everything around the handler is synchronous ([`begin`], [`Run::end`]),
+/// so what the task holds while the handler runs is the handler's future and the little
+/// its end needs: a few hundred bytes, which the allocator serves from its thread cache.
+/// (Written as nested `async fn`s, each keeping its own copy of the job, it was ~3 KB, and
+/// each such allocation also made glibc consolidate its fast bins.)
 async fn run_one(
     shared: Arc<Shared>,
-    mut job: ClaimedJob,
+    job: Box<ClaimedJob>,
     (cancel, stop): (CancellationToken, Arc<OnceLock<StopReason>>),
     completions: UnboundedSender<Completion>,
-    mut permit: Slot,
+    permit: Slot,
 ) {
+    let Some((run, body)) = begin(shared, job, cancel, stop, completions, permit) else {
+        return;
+    };
+    let result = match body {
+        Body::Decided(result) => result,
+        Body::Handler(future, limit) => await_handler(future, limit).await,
+        // Rare: its inputs are read first, in a future of its own.
+        Body::Inputs(input, limit) => Box::pin(with_inputs(&run, *input, limit)).await,
+    };
+    // A transaction job's success is returned only once it committed with its completion.
+    let committed = run.registration.transaction && result.is_ok();
+    run.end(result, committed);
+}
+
+/// What a job's end needs, from its start.
+struct Run {
+    shared: Arc<Shared>,
+    lease: Lease,
+    registration: &'static Registration,
+    max_attempts: i32,
+    /// Shared by the job's context and its outcome (its metrics' label).
+    queue: Arc<str>,
+    stopped: Arc<OnceLock<StopReason>>,
+    completions: UnboundedSender<Completion>,
+    permit: Slot,
+    started: Instant,
+}
+
+/// How a started job gets its outcome.
+enum Body {
+    /// Without running its handler.
+    Decided(JobOutcome),
+    /// Its handler's future, under the time limit.
+    Handler(HandlerRun, Option<std::time::Duration>),
+    /// A job that waited on others: its input, once their outputs are read.
+    Inputs(Box<HandlerInput>, Option<std::time::Duration>),
+}
+
+/// Starts a claimed job, or hands it back unstarted (`None`): one that the stop began
+/// with, whose lease was lost or cancelled while it waited for a slot, or whose lease is
+/// running out.
+fn begin(
+    shared: Arc<Shared>,
+    mut job: Box<ClaimedJob>,
+    cancel: CancellationToken,
+    stop: Arc<OnceLock<StopReason>>,
+    completions: UnboundedSender<Completion>,
+    permit: Slot,
+) -> Option<(Run, Body)> {
     let lease = Lease {
         id: job.task_id,
         attempt: job.task_attempt,
     };
     {
         let mut running = shared.running();
-        let Some(entry) = running.get_mut(&lease) else {
-            return;
-        };
+        let entry = running.get_mut(&lease)?;
         if entry.state != RunState::Claimed {
             // The stop already gave it back.
-            return;
+            return None;
         }
         if shared.stopping.is_cancelled() {
             // Claimed but not started when the stop began: hand it back untouched.
@@ -256,7 +316,7 @@ async fn run_one(
                 lease,
                 slot: Some(permit),
             });
-            return;
+            return None;
         }
         let late = shared.lapsing(entry.lease_until);
         if stop.get().is_some() || late {
@@ -273,7 +333,7 @@ async fn run_one(
                 lease,
                 slot: Some(permit),
             });
-            return;
+            return None;
         }
         entry.state = RunState::Started;
     }
@@ -284,108 +344,139 @@ async fn run_one(
         .copied()
         .expect("the claim selects only task types in the registry");
     let max_attempts = job.task_max_attempts;
-    // Shared by the job's context and its outcome (its metrics' label).
     let queue: Arc<str> = Arc::from(std::mem::take(&mut job.task_queue));
-    let stopped = stop.clone();
     if job.task_attempt == 1 {
         let waited = (shared.now() - job.task_posted_at_ts).as_seconds_f64();
         crate::telemetry::waited(registration.task_type, &queue, waited);
     }
     let started = Instant::now();
-    let result = if max_attempts < 1 {
+    let body = if max_attempts < 1 {
         // Only a producer outside sk can post this (`#[job]` refuses `max_attempts = 0`).
-        (
-            Err(JobError::fatal(format!(
-                "task_max_attempts is {max_attempts}, so the job may not run at all; post it with task_max_attempts of at least 1"
-            ))
-            .with_kind("max_attempts")),
-            false,
-        )
+        Body::Decided(Err(JobError::fatal(format!(
+            "task_max_attempts is {max_attempts}, so the job may not run at all; post it with task_max_attempts of at least 1"
+        ))
+        .with_kind("max_attempts")))
     } else if job.task_attempt > max_attempts {
         // Only a lease that ran out (a crashed or stalled worker) gets a job here.
-        (
-            Err(JobError::fatal(format!(
-                "attempt {} exceeds max_attempts {max_attempts}: earlier attempts lost their lease (worker crash or stall)",
-                job.task_attempt
-            ))
-            .with_kind("lease_expired")),
-            false,
-        )
+        Body::Decided(Err(JobError::fatal(format!(
+            "attempt {} exceeds max_attempts {max_attempts}: earlier attempts lost their lease (worker crash or stall)",
+            job.task_attempt
+        ))
+        .with_kind("lease_expired")))
     } else {
-        execute(&shared, registration, job, queue.clone(), cancel, stop).await
-    };
-    let (result, committed) = result;
-    let ran = started.elapsed();
-    shared.ran(ran);
-    let millis = i64::try_from(ran.as_millis()).unwrap_or(i64::MAX);
-    let result = match result {
-        Err(e) if e.interrupted && !shared.asked_to_stop(&stopped) => Err(JobError::new(
-            "the job returned JobError::interrupted() but the worker had not asked it to stop",
-        )
-        .with_kind("interrupted")),
-        other => other,
-    };
-    let give_back = matches!(&result, Err(e) if e.interrupted);
-    {
-        let mut running = shared.running();
-        match running.get_mut(&lease) {
-            Some(entry) if entry.state == RunState::Started => {
-                entry.state = if give_back {
-                    RunState::GivenBack
-                } else {
-                    RunState::Finished
-                };
-            }
-            // The stop interrupted it and gives its lease back.
-            _ => return,
-        }
-    }
-    if give_back {
-        // It stopped because it was asked to: handed back like a job the stop aborted,
-        // keeping its attempt.
-        tracing::debug!(id = %lease.id, attempt = lease.attempt, "sk: job stopped when asked; giving its lease back");
-        let _ = completions.send(Completion::GiveBack {
-            lease,
-            slot: Some(permit),
-        });
-        return;
-    }
-    // The handler's slot is free for the next job; its hold on the lease goes with the
-    // outcome and is freed once the result is written.
-    permit.handler_done(&shared, &completions);
-    if matches!(stopped.get(), Some(StopReason::Cancelled)) {
-        crate::telemetry::finished(
-            crate::telemetry::Outcome::Cancelled,
-            registration.task_type,
-            &queue,
-            millis,
+        let limit = job
+            .task_timeout_ms
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(std::time::Duration::from_millis)
+            .or(registration.options.timeout)
+            .or(shared.config.default_timeout);
+        let waited_on = job.task_waiting_on.is_some();
+        let input = handler_input(
+            &shared,
+            registration,
+            *job,
+            queue.clone(),
+            cancel,
+            stop.clone(),
         );
-    }
-    let _ = completions.send(Completion::Finished {
-        lease,
-        max_attempts,
-        registration,
-        result,
-        committed,
-        millis,
-        queue,
-        slot: permit,
-    });
+        if waited_on {
+            Body::Inputs(Box::new(input), limit)
+        } else {
+            match handler_run(registration, input, shared.clock.clone()) {
+                Ok(future) => Body::Handler(future, limit),
+                Err(error) => Body::Decided(Err(error)),
+            }
+        }
+    };
+    Some((
+        Run {
+            shared,
+            lease,
+            registration,
+            max_attempts,
+            queue,
+            stopped: stop,
+            completions,
+            permit,
+            started,
+        },
+        body,
+    ))
 }
 
-/// Runs the claimed job; whether its success was committed in its own transaction.
-async fn execute(
+impl Run {
+    /// Records the run's end and sends its outcome to be written (or its lease to be
+    /// given back, for a job that stopped when asked).
+    fn end(mut self, result: JobOutcome, committed: bool) {
+        let (shared, lease) = (&self.shared, self.lease);
+        let ran = self.started.elapsed();
+        shared.ran(ran);
+        let millis = i64::try_from(ran.as_millis()).unwrap_or(i64::MAX);
+        let result = match result {
+            Err(e) if e.interrupted && !shared.asked_to_stop(&self.stopped) => Err(JobError::new(
+                "the job returned JobError::interrupted() but the worker had not asked it to stop",
+            )
+            .with_kind("interrupted")),
+            other => other,
+        };
+        let give_back = matches!(&result, Err(e) if e.interrupted);
+        {
+            let mut running = shared.running();
+            match running.get_mut(&lease) {
+                Some(entry) if entry.state == RunState::Started => {
+                    entry.state = if give_back {
+                        RunState::GivenBack
+                    } else {
+                        RunState::Finished
+                    };
+                }
+                // The stop interrupted it and gives its lease back.
+                _ => return,
+            }
+        }
+        if give_back {
+            // It stopped because it was asked to: handed back like a job the stop aborted,
+            // keeping its attempt.
+            tracing::debug!(id = %lease.id, attempt = lease.attempt, "sk: job stopped when asked; giving its lease back");
+            let _ = self.completions.send(Completion::GiveBack {
+                lease,
+                slot: Some(self.permit),
+            });
+            return;
+        }
+        // The handler's slot is free for the next job; its hold on the lease goes with the
+        // outcome and is freed once the result is written.
+        self.permit.handler_done(&self.shared, &self.completions);
+        if matches!(self.stopped.get(), Some(StopReason::Cancelled)) {
+            crate::telemetry::finished(
+                crate::telemetry::Outcome::Cancelled,
+                self.registration.task_type,
+                &self.queue,
+                millis,
+            );
+        }
+        let _ = self.completions.send(Completion::Finished {
+            lease,
+            max_attempts: self.max_attempts,
+            registration: self.registration,
+            result,
+            committed,
+            millis,
+            queue: self.queue,
+            slot: self.permit,
+        });
+    }
+}
+
+/// The input of a claimed job's handler (without the outputs of the jobs it waited on).
+fn handler_input(
     shared: &Arc<Shared>,
     registration: &'static Registration,
     job: ClaimedJob,
     queue: Arc<str>,
     cancel: CancellationToken,
     stop: Arc<OnceLock<StopReason>>,
-) -> (JobOutcome, bool) {
-    let timeout = job
-        .task_timeout_ms
-        .and_then(|ms| u64::try_from(ms).ok())
-        .map(std::time::Duration::from_millis);
+) -> HandlerInput {
     let lease = Lease {
         id: job.task_id,
         attempt: job.task_attempt,
@@ -414,28 +505,23 @@ async fn execute(
     let transaction = registration
         .transaction
         .then(|| TxSource::worker(shared.clone(), shared.runtime.pool.clone(), lease));
-    // A job that waited on others gets their outputs.
-    let inputs = match job.task_waiting_on {
-        None => None,
-        Some(_) => match load_inputs(shared, job.task_id).await {
-            Ok(inputs) => Some(inputs),
-            Err(error) => return (Err(error), false),
-        },
-    };
-    let input = HandlerInput {
+    HandlerInput {
         payload: job.task_payload,
         ctx,
         data: shared.data.clone(),
         transaction,
-        inputs,
-    };
-    let limit = timeout
-        .or(registration.options.timeout)
-        .or(shared.config.default_timeout);
-    let outcome = run_handler(registration, input, limit, shared.clock.clone()).await;
-    // A transaction job's success is returned only once it committed with its completion.
-    let committed = registration.transaction && outcome.is_ok();
-    (outcome, committed)
+        inputs: None,
+    }
+}
+
+/// Runs a job that waited on others, with their outputs as its inputs.
+async fn with_inputs(
+    run: &Run,
+    mut input: HandlerInput,
+    limit: Option<std::time::Duration>,
+) -> JobOutcome {
+    input.inputs = Some(load_inputs(&run.shared, run.lease.id).await?);
+    run_handler(run.registration, input, limit, run.shared.clock.clone()).await
 }
 
 /// The outputs of the jobs job `id` waited on: a fatal error if one has not succeeded
@@ -462,14 +548,20 @@ async fn load_inputs(shared: &Shared, id: uuid::Uuid) -> Result<Vec<Option<Strin
         .collect()
 }
 
-/// Runs a job's handler under its time limit, catching panics, with the job's scope set
-/// for the enqueues it makes: the one way both a worker and a test runner run a job.
-pub(crate) async fn run_handler(
+/// A handler's future with the job's scope set (for the enqueues it makes), catching
+/// its panics.
+pub(crate) type HandlerRun = tokio::task::futures::TaskLocalFuture<
+    Scope,
+    futures_util::future::CatchUnwind<AssertUnwindSafe<crate::registry::HandlerFuture>>,
+>;
+
+/// Builds a job's handler future from its input: a bad payload (or a panic building
+/// it) is the run's error.
+fn handler_run(
     registration: &Registration,
     input: HandlerInput,
-    limit: Option<std::time::Duration>,
     clock: SharedClock,
-) -> JobOutcome {
+) -> Result<HandlerRun, JobError> {
     let scope = Scope {
         correlation_id: input.ctx.correlation_id.clone(),
         clock,
@@ -480,7 +572,11 @@ pub(crate) async fn run_handler(
         Ok(Err(error)) => return Err(error),
         Err(panic) => return Err(panic_error(&*panic)),
     };
-    let future = crate::job::CURRENT.scope(scope, AssertUnwindSafe(future).catch_unwind());
+    Ok(crate::job::CURRENT.scope(scope, AssertUnwindSafe(future).catch_unwind()))
+}
+
+/// Runs a handler's future under its time limit.
+async fn await_handler(future: HandlerRun, limit: Option<std::time::Duration>) -> JobOutcome {
     let outcome = match limit {
         Some(limit) => match tokio::time::timeout(limit, future).await {
             Ok(outcome) => outcome,
@@ -495,6 +591,17 @@ pub(crate) async fn run_handler(
         None => future.await,
     };
     outcome.unwrap_or_else(|panic| Err(panic_error(&*panic)))
+}
+
+/// Runs a job's handler under its time limit, catching panics, with the job's scope set
+/// for the enqueues it makes: the one way both a worker and a test runner run a job.
+pub(crate) async fn run_handler(
+    registration: &Registration,
+    input: HandlerInput,
+    limit: Option<std::time::Duration>,
+    clock: SharedClock,
+) -> JobOutcome {
+    await_handler(handler_run(registration, input, clock)?, limit).await
 }
 
 fn panic_error(panic: &(dyn std::any::Any + Send)) -> JobError {
