@@ -311,11 +311,18 @@ fn env_filter() -> EnvFilter {
 
 #[tokio::main]
 async fn main() {
-    // RUST_LOG=sk_runtime=debug shows the worker's vacuums and every job.
+    // RUST_LOG=sk_runtime=debug shows the worker's vacuums and every job. Colours only on
+    // a terminal, as the quickstart and a service logging to a file or a collector have
+    // it (with them, styling the span's field names is about half of what the span
+    // costs; docs/performance.md).
     let (filter, handle) = tracing_subscriber::reload::Layer::new(env_filter());
     tracing_subscriber::registry()
         .with(filter)
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+        )
         .init();
     let _ = FILTER.set(handle);
     if let Err(e) = run().await {

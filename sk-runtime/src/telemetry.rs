@@ -43,25 +43,31 @@ pub(crate) fn enqueued(task_type: &str, queue: &str, n: u64) {
 }
 
 /// One run's end: its outcome, and its run time unless it was cancelled.
-pub(crate) fn finished(outcome: Outcome, task_type: &'static str, queue: &str, millis: i64) {
-    // The task type is borrowed for ever; only the queue is copied (with no recorder
-    // installed the key is still built: it is an allocation per label copied, per job).
+pub(crate) fn finished(
+    outcome: Outcome,
+    task_type: &'static str,
+    queue: &std::sync::Arc<str>,
+    millis: i64,
+) {
+    // Both labels are shared, not copied: the task type is borrowed for ever, the queue
+    // is counted (with no recorder installed the key is still built: one allocation,
+    // its label list).
     let name = match outcome {
         Outcome::Completed => "sk_jobs_completed_total",
         Outcome::Retried => "sk_jobs_retried_total",
         Outcome::Failed => "sk_jobs_failed_total",
         Outcome::Cancelled => "sk_jobs_cancelled_total",
     };
-    counter!(name, "task_type" => task_type, "queue" => queue.to_owned()).increment(1);
+    counter!(name, "task_type" => task_type, "queue" => queue.clone()).increment(1);
     if !matches!(outcome, Outcome::Cancelled) {
-        histogram!("sk_job_run_seconds", "task_type" => task_type, "queue" => queue.to_owned())
+        histogram!("sk_job_run_seconds", "task_type" => task_type, "queue" => queue.clone())
             .record(millis as f64 / 1000.0);
     }
 }
 
 /// The time a job waited from posting to its first start.
-pub(crate) fn waited(task_type: &'static str, queue: &str, seconds: f64) {
-    histogram!("sk_job_queue_wait_seconds", "task_type" => task_type, "queue" => queue.to_owned())
+pub(crate) fn waited(task_type: &'static str, queue: &std::sync::Arc<str>, seconds: f64) {
+    histogram!("sk_job_queue_wait_seconds", "task_type" => task_type, "queue" => queue.clone())
         .record(seconds.max(0.0));
 }
 

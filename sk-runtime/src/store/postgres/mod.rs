@@ -79,6 +79,9 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
 ];
 
+/// Completion statements addressed to one results partition, by its name.
+type CompleteIn = std::collections::HashMap<String, [Option<std::sync::Arc<str>>; 2]>;
+
 /// The statements of one schema, formatted once and then reused, so sqlx's per-connection
 /// cache prepares each of them once per connection.
 #[derive(Default)]
@@ -110,8 +113,9 @@ pub(crate) struct Statements {
     /// a job already on record says no wrongly, and then the insert fails on the primary
     /// key and the batch is written again with `complete`.
     complete_plain: std::sync::Arc<str>,
-    /// `complete` and `complete_plain` per results partition (`complete_in`).
-    complete_in: std::sync::Mutex<std::collections::HashMap<(String, bool), std::sync::Arc<str>>>,
+    /// `complete` and `complete_plain` (at index 1) per results partition
+    /// (`complete_in`), each made when first used.
+    complete_in: std::sync::Mutex<CompleteIn>,
     fail: String,
     give_back: String,
     extend: String,
@@ -140,9 +144,11 @@ impl Statements {
             .complete_in
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let key = (partition.to_owned(), plain);
-        if let Some(sql) = cache.get(&key) {
-            return sql.clone();
+        if let Some(sql) = cache
+            .get(partition)
+            .and_then(|both| both[usize::from(plain)].clone())
+        {
+            return sql;
         }
         let results = schema.table("task_results_t");
         let qualified = format!("{}.{partition}", schema.schema_name());
@@ -157,7 +163,7 @@ impl Statements {
         if cache.len() >= 16 {
             cache.clear();
         }
-        cache.insert(key, sql.clone());
+        cache.entry(partition.to_owned()).or_default()[usize::from(plain)] = Some(sql.clone());
         sql
     }
 
