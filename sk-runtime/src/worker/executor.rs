@@ -594,7 +594,8 @@ async fn await_handler(future: HandlerRun, limit: Option<std::time::Duration>) -
 }
 
 /// Runs a job's handler under its time limit, catching panics, with the job's scope set
-/// for the enqueues it makes: the one way both a worker and a test runner run a job.
+/// for the enqueues it makes: the test runner's run. A worker takes the same two steps
+/// ([`handler_run`], [`await_handler`]) with its own between them.
 pub(crate) async fn run_handler(
     registration: &Registration,
     input: HandlerInput,
