@@ -89,8 +89,10 @@ impl WorkerBuilder {
     }
 
     /// Jobs a claim may take beyond the free slots, to wait in this worker for one
-    /// (default 1000; 0 claims for free slots only). With short jobs a small concurrency
-    /// then still claims in large batches, one round trip for hundreds of jobs. The bound
+    /// (default 2000; 0 claims for free slots only). With short jobs a small concurrency
+    /// then still claims in large batches, one round trip for hundreds of jobs; with every
+    /// slot busy, the next claim waits until half the bound is left, so the default
+    /// refills with a full claim (1,000 jobs) while a full claim's worth still waits. The bound
     /// follows the handlers' mean run time: no more jobs wait than the handlers get
     /// through in about 25 ms, so jobs of a second or more are never held back from
     /// other workers, and no more than `max`. Waiting jobs start by priority, then post
@@ -838,7 +840,7 @@ impl Worker {
                 default_timeout: None,
                 retry_jitter: 0.1,
                 queue_depth_every: None,
-                prefetch: 1000,
+                prefetch: 2000,
             },
             queues: None,
             queue_limits: Vec::new(),
