@@ -23,7 +23,8 @@
 //!   table, four clients each claiming 100 rows with SKIP LOCKED and deleting them in one
 //!   statement. Both note the PostgreSQL server's CPU time per job over the burn-down
 //!   (`{measure}_server_cpu_us_per_job` for every measure that burns a backlog down, all
-//!   `postgres` processes on this machine, from `/proc`);
+//!   `postgres` processes on this machine, from `/proc`) and the write-ahead log written
+//!   per job (`{measure}_wal_bytes_per_job`, from `pg_current_wal_lsn()`);
 //!   `burn_down_server_cpu_ratio` is the raw baseline's over sk's: what sk asks of the
 //!   server beside the bare claim and delete, steadier than throughput on a machine whose
 //!   speed drifts.
@@ -1023,6 +1024,7 @@ impl Bench {
             Load::Flaky => "bench_flaky",
         };
         let server_before = server_cpu_seconds()?;
+        let wal_before = self.wal_bytes().await?;
         let worker = Worker::builder(self.pool.clone())
             .schema(self.schema.clone())
             .task_types([task_type])
@@ -1048,6 +1050,7 @@ impl Bench {
         let _ = stop_tx.send(());
         running.await??;
         self.note_server_cpu(server_before, n)?;
+        self.note_wal(wal_before, n).await?;
         let (done, seconds): (i64, f64) = sqlx::query_as(
             "SELECT count(*), extract(epoch FROM max(task_processing_finalized_at_ts) - min(task_first_processing_attempted_at_ts))::float8
              FROM sk_bench.sk_task_results_t
@@ -1096,6 +1099,37 @@ impl Bench {
         Ok(())
     }
 
+    /// Where the server's write-ahead log is, in bytes since its start.
+    async fn wal_bytes(&self) -> Result<f64, BoxError> {
+        Ok(
+            sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::float8")
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Notes the write-ahead log written per job since `before` (`wal_bytes`) as
+    /// `{measure}_wal_bytes_per_job`: what sets how often the server checkpoints, and
+    /// the full-page images after each checkpoint make a burn-down's writes briefly
+    /// slower.
+    async fn note_wal(&self, before: f64, n: u64) -> Result<(), BoxError> {
+        let bytes = self.wal_bytes().await? - before;
+        let measure = self
+            .measuring
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        self.side
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((
+                format!("{measure}_wal_bytes_per_job"),
+                bytes / n as f64,
+                "bytes",
+            ));
+        Ok(())
+    }
+
     /// Notes `seconds` of CPU time over `n` jobs as a side figure in µs per job.
     fn note_us_per_job(&self, name: String, seconds: f64, n: u64) {
         self.side
@@ -1107,6 +1141,7 @@ impl Bench {
     async fn raw_burn_down(&self, n: u64) -> Result<f64, BoxError> {
         self.raw_backlog(n).await?;
         let server_before = server_cpu_seconds()?;
+        let wal_before = self.wal_bytes().await?;
         let start = Instant::now();
         let mut clients = Vec::new();
         for _ in 0..4 {
@@ -1142,6 +1177,7 @@ impl Bench {
         }
         let rate = n as f64 / start.elapsed().as_secs_f64();
         self.note_server_cpu(server_before, n)?;
+        self.note_wal(wal_before, n).await?;
         Ok(rate)
     }
 
