@@ -1083,14 +1083,18 @@ impl Bench {
         );
     }
 
+    /// The measure whose run is going (`start_measure`).
+    fn current_measure(&self) -> String {
+        self.measuring
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Notes the server's CPU time per job since `before` (`server_cpu_seconds`) as
     /// `{measure}_server_cpu_us_per_job`, after the measure running.
     fn note_server_cpu(&self, before: f64, n: u64) -> Result<(), BoxError> {
-        let measure = self
-            .measuring
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let measure = self.current_measure();
         self.note_us_per_job(
             format!("{measure}_server_cpu_us_per_job"),
             server_cpu_seconds()? - before,
@@ -1114,11 +1118,7 @@ impl Bench {
     /// slower.
     async fn note_wal(&self, before: f64, n: u64) -> Result<(), BoxError> {
         let bytes = self.wal_bytes().await? - before;
-        let measure = self
-            .measuring
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let measure = self.current_measure();
         self.side
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

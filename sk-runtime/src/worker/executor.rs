@@ -446,7 +446,7 @@ impl Run {
         }
         // The handler's slot is free for the next job; its hold on the lease goes with the
         // outcome and is freed once the result is written.
-        self.permit.handler_done(&self.shared, &self.completions);
+        self.permit.handler_done(shared, &self.completions);
         if matches!(self.stopped.get(), Some(StopReason::Cancelled)) {
             crate::telemetry::finished(
                 crate::telemetry::Outcome::Cancelled,

@@ -840,7 +840,8 @@ impl Worker {
                 default_timeout: None,
                 retry_jitter: 0.1,
                 queue_depth_every: None,
-                prefetch: 2000,
+                // Twice the largest claim: the refill from half-way is a full claim.
+                prefetch: 2 * producer::MAX_CLAIM_BATCH,
             },
             queues: None,
             queue_limits: Vec::new(),

@@ -12,7 +12,8 @@ use super::completer::Completion;
 use super::{executor, Metrics, Shared};
 use crate::store::{ClaimedJob, Lease, QueueControls};
 
-const MAX_CLAIM_BATCH: usize = 1000;
+/// The most jobs one claim takes.
+pub(super) const MAX_CLAIM_BATCH: usize = 1000;
 
 pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Completion>) {
     let mut errors = 0u32;
