@@ -6,8 +6,9 @@
 //! - `enqueue_single` / `raw_insert_single`: one job per statement (one commit each).
 //! - `enqueue_bulk` / `raw_insert_bulk`: batches of 10,000 jobs (multi-row inserts of
 //!   2,000 rows, as sk's); and beside `raw_insert_bulk_queue_table`, the same inserts into
-//!   a copy of sk's queue table (`CREATE TABLE … LIKE`: its six indexes, where the plain
-//!   table has three), which tells sk's statement from its schema's indexes.
+//!   a copy of sk's queue table (`CREATE TABLE … LIKE`: its columns, defaults and check,
+//!   and its indexes, three since migration 8 as the plain table's), which tells sk's
+//!   statement from its schema.
 //! - `burn_down` / `raw_burn_down`: a backlog burned by one worker at `--concurrency`;
 //!   the raw baseline is eight clients each claiming 100 rows (`SELECT … FOR UPDATE SKIP
 //!   LOCKED`, then `UPDATE`, in one READ COMMITTED transaction) and deleting them (one

@@ -2165,8 +2165,8 @@ async fn a_queue_row_sk_could_not_read_is_refused_on_mysql() {
 
 /// A MySQL queue of version 6 holds a job its sk posted with both rows (version 5's trigger
 /// wrote the results row). Version 7 drops that trigger and the queue's correlation-id
-/// index; the old job and a new one (its queue row alone) are each listed and counted
-/// once, and both run.
+/// index, version 8 three more indexes; the old job and a new one (its queue row alone)
+/// are each listed and counted once, and both run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
     let db = Db::<sqlx::MySql>::new().await;
@@ -2191,16 +2191,21 @@ async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(7));
+    assert_eq!(db.scalar(versions, None).await, Some(8));
     let triggers = "SELECT count(*) FROM information_schema.TRIGGERS
-        WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'old_sk_tasks_queue_t'";
-    assert_eq!(db.scalar(triggers, None).await, Some(0));
+        WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'old_sk_tasks_queue_t'
+            AND EVENT_MANIPULATION = 'INSERT'";
+    assert_eq!(
+        db.scalar(triggers, None).await,
+        Some(0),
+        "no trigger runs on an insert"
+    );
     let indexes = "SELECT count(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS
         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'old_sk_tasks_queue_t'";
     assert_eq!(
         db.scalar(indexes, None).await,
-        Some(6),
-        "the correlation index is gone"
+        Some(3),
+        "the lock handle, the id and the claim order"
     );
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
 
@@ -2234,6 +2239,62 @@ async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
         .unwrap();
     assert_eq!(counts.by_status, [(JobStatus::Unprocessed, 2)]);
     two_run_on(db, &old, runs, [(posted, "posted"), (new, "new")]).await;
+}
+
+/// A MySQL queue of version 7 holds a waiting job with a unique key and a leased one.
+/// Version 8 moves the key and the lease into tables of their own: the key still refuses
+/// a second job (mode skip) and stays with its job through a retry's update, the lease
+/// is counted for the queue's limit, and both go when their jobs leave the queue (the
+/// table's triggers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mysql_queue_of_version_7_keeps_its_keys_and_leases() {
+    let db = Db::<sqlx::MySql>::new().await;
+    let old = sk_runtime::Schema::new("seven", "sk_").unwrap();
+    sk_runtime::__private::migrate_mysql_to(&db.pool, &old, 7)
+        .await
+        .unwrap();
+    let (keyed, leased) = (Uuid::now_v7(), Uuid::now_v7());
+    db.execute(&format!(
+        "INSERT INTO seven_sk_tasks_queue_t (task_id, task_type, task_payload, task_unique_key,
+            task_unique_mode, task_queue, task_locked_until_ts, task_locked_by)
+         VALUES (x'{}', 'record', '{{\"label\": \"keyed\"}}', 'doc:7', 1, 'default',
+                UTC_TIMESTAMP(6), NULL),
+            (x'{}', 'record', '{{\"label\": \"leased\"}}', NULL, NULL, 'limited',
+                UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 'gone-worker')",
+        keyed.simple(),
+        leased.simple()
+    ))
+    .await;
+    sk_runtime::migrate(&db.pool, &old).await.unwrap();
+    let running = "SELECT count(*) FROM seven_sk_running_t WHERE task_queue = 'limited'";
+    assert_eq!(
+        db.scalar(running, None).await,
+        Some(1),
+        "the lease is counted"
+    );
+    let post = |label: &str| {
+        sk_runtime::Enqueue::new(Record::new(label.into()))
+            .with_unique_key("doc:7")
+            .with_schema(&old)
+            .enqueue(&db.pool)
+    };
+    assert_eq!(
+        post("again").await.unwrap(),
+        keyed,
+        "the live job keeps its key"
+    );
+
+    // A lease given back leaves the count; the job's delete takes its key with it.
+    db.execute("UPDATE seven_sk_tasks_queue_t SET task_locked_by = NULL")
+        .await;
+    assert_eq!(db.scalar(running, None).await, Some(0));
+    db.execute("DELETE FROM seven_sk_tasks_queue_t").await;
+    let keys = "SELECT count(*) FROM seven_sk_unique_keys_t";
+    assert_eq!(db.scalar(keys, None).await, Some(0));
+    let fresh = post("fresh").await.unwrap();
+    assert_ne!(fresh, keyed, "a free key goes to the new job");
+    assert_eq!(db.scalar(keys, None).await, Some(1));
+    db.drop().await;
 }
 
 #[tokio::test]

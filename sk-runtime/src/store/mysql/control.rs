@@ -217,9 +217,24 @@ async fn retry_once(
         tx.commit().await?;
         return Ok(Vec::new());
     }
-    // A job whose unique key another live job holds is skipped (IGNORE); a fatal or
-    // cancelled job has no queue row, so the candidates in the queue now are the ones
-    // put back.
+    // A job whose unique key another live job holds is skipped; a fatal or cancelled job
+    // has no queue row, so the candidates in the queue now are the ones put back.
+    let mut query = QueryBuilder::<MySql>::new(format!(
+        "SELECT CAST(task_unique_key AS CHAR), task_id FROM {r}
+         WHERE task_unique_mode IS NOT NULL AND task_unique_key IS NOT NULL AND "
+    ));
+    push_ids(&mut query, "task_id", &candidates);
+    let keyed: Vec<(String, Uuid)> = query.build_query_as().fetch_all(&mut *tx).await?;
+    let wanted: Vec<(&str, Uuid)> = keyed.iter().map(|(k, id)| (k.as_str(), *id)).collect();
+    let held = super::take_keys(&mut tx, schema, &wanted).await?;
+    let candidates: Vec<Uuid> = candidates
+        .into_iter()
+        .filter(|id| !keyed.iter().any(|(k, own)| own == id && held[k] != *id))
+        .collect();
+    if candidates.is_empty() {
+        tx.commit().await?;
+        return Ok(Vec::new());
+    }
     let mut query = QueryBuilder::<MySql>::new(format!(
         "INSERT IGNORE INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
             task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, task_tenant,

@@ -20,6 +20,7 @@ pub(crate) use control::{
     worker_seen, worker_up, workers, write_job_stats,
 };
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -72,6 +73,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         7,
         "less written per enqueued job: no enqueue trigger, no queue correlation index",
         include_str!("../../../../migrations/mysql/0007_leaner_enqueue.sql"),
+    ),
+    (
+        8,
+        "three queue indexes: unique keys and leases in tables of their own",
+        include_str!("../../../../migrations/mysql/0008_three_queue_indexes.sql"),
     ),
 ];
 
@@ -166,6 +172,8 @@ fn conflict(error: &Error) -> bool {
 pub(crate) struct Statements {
     queue: String,
     results: String,
+    /// The live jobs' unique keys (migration 8).
+    unique_keys: String,
     insert_queue: String,
     /// `insert_queue` of a job without a results row yet (`enqueue_one`).
     insert_plain: String,
@@ -242,22 +250,24 @@ impl Statements {
         Statements {
             queue: q.clone(),
             results: r.clone(),
+            unique_keys: schema.flat_table("unique_keys_t"),
             insert_queue: format!("INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES}, 1)"),
             insert_plain: format!("INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES}, 0)"),
             insert_result: format!(
                 "INSERT INTO {r} ({RESULT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
             ),
-            // A duplicate key changes the live job as its mode says (`UniqueMode`);
-            // `enqueue_unique` then reads which job holds the key.
+            // The live job holding a key is changed as the new job's mode says
+            // (`UniqueMode`). Binds: mode, mode, mode, payload, mode, not-before,
+            // every, id. No assignment reads a column assigned before it.
             enqueue_unique: format!(
-                "INSERT INTO {q} ({NEW_COLUMNS}) VALUES ({NEW_VALUES}, 1)
-                 ON DUPLICATE KEY UPDATE
-                    task_rerun = task_rerun OR (VALUES(task_unique_mode) = 2 AND task_locked_by IS NOT NULL),
-                    task_payload = CASE WHEN (VALUES(task_unique_mode) = 3 AND task_locked_by IS NULL)
-                        OR VALUES(task_unique_mode) = 2 THEN VALUES(task_payload) ELSE task_payload END,
-                    task_locked_until_ts = CASE WHEN VALUES(task_unique_mode) = 3 AND task_locked_by IS NULL
-                        THEN VALUES(task_locked_until_ts) ELSE task_locked_until_ts END,
-                    task_every_ms = coalesce(VALUES(task_every_ms), task_every_ms)"
+                "UPDATE {q} SET
+                    task_rerun = task_rerun OR (? = 2 AND task_locked_by IS NOT NULL),
+                    task_payload = CASE WHEN (? = 3 AND task_locked_by IS NULL) OR ? = 2
+                        THEN ? ELSE task_payload END,
+                    task_locked_until_ts = CASE WHEN ? = 3 AND task_locked_by IS NULL
+                        THEN ? ELSE task_locked_until_ts END,
+                    task_every_ms = coalesce(?, task_every_ms)
+                 WHERE task_id = ?"
             ),
             success: format!(
                 "INSERT INTO {r} ({JOB_COLUMNS}, task_status, task_processing_time_milliseconds,
@@ -549,6 +559,11 @@ pub(crate) async fn enqueue_one(
 
 /// Inserts one job with a unique key of mode skip, restart or replace; the id of the new
 /// or live job, whether it is new, and whether the live job is running.
+///
+/// The key lives in `unique_keys_t` (migration 8). The live job's queue row is locked
+/// before its key's row, the order in which its finalization takes them (the queue row's
+/// delete removes the key in a trigger), so the two do not deadlock; only a key that
+/// changes hands between the first read and the lock is taken the other way round.
 pub(crate) async fn enqueue_unique(
     conn: &mut MySqlConnection,
     schema: &Schema,
@@ -556,37 +571,112 @@ pub(crate) async fn enqueue_unique(
     mode: crate::client::UniqueMode,
     now: DateTime<Utc>,
 ) -> Result<(Uuid, bool, bool)> {
+    let key = job.unique_key.as_deref().unwrap_or_default();
+    let sql = &schema.mysql;
     let mut tx = conn.begin().await?;
-    bind_new!(
-        sqlx::query(&schema.mysql.enqueue_unique),
-        job,
-        dt(now),
-        Some(mode as i16)
-    )
-    .execute(&mut *tx)
-    .await?;
-    // The insert or update left the row locked by this transaction: it is still there.
-    let (id, running): (Uuid, bool) = sqlx::query_as(&format!(
-        "SELECT task_id, task_locked_by IS NOT NULL FROM {} WHERE task_unique_key = ?",
-        schema.mysql.queue
+    let seen: Option<Uuid> = sqlx::query_scalar(&format!(
+        "SELECT task_id FROM {} WHERE task_unique_key = ?",
+        sql.unique_keys
     ))
-    .bind(&job.unique_key)
-    .fetch_one(&mut *tx)
+    .bind(key)
+    .fetch_optional(&mut *tx)
     .await?;
-    let new = id == job.id;
-    if new {
-        bind_result!(
-            sqlx::query(&schema.mysql.insert_result),
+    let mut running = None;
+    if let Some(seen) = seen {
+        running = running_of(&mut tx, schema, seen).await?;
+    }
+    let holder = take_keys(&mut tx, schema, &[(key, job.id)]).await?[key];
+    if holder == job.id {
+        bind_new!(
+            sqlx::query(&sql.insert_queue),
             job,
             dt(now),
             Some(mode as i16)
         )
         .execute(&mut *tx)
         .await?;
+        bind_result!(
+            sqlx::query(&sql.insert_result),
+            job,
+            dt(now),
+            Some(mode as i16)
+        )
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        wake();
+        return Ok((job.id, true, false));
     }
+    // The live job read first holds the key (its row is locked), or the key changed
+    // hands in between and the holder's row is locked now.
+    let running = match running {
+        Some(running) if seen == Some(holder) => running,
+        _ => running_of(&mut tx, schema, holder).await?.ok_or_else(|| {
+            Error::invalid(
+                "unique key",
+                format!("the job {holder} holding the key {key:?} is not in the queue"),
+            )
+        })?,
+    };
+    let mode = mode as i16;
+    sqlx::query(&sql.enqueue_unique)
+        .bind(mode)
+        .bind(mode)
+        .bind(mode)
+        .bind(&job.payload)
+        .bind(mode)
+        .bind(dt(job.run_at))
+        .bind(job.every_ms)
+        .bind(holder)
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     wake();
-    Ok((id, new, running))
+    Ok((holder, false, running))
+}
+
+/// Locks a live job's queue row; whether it is running, `None` if it is not in the queue.
+async fn running_of(conn: &mut MySqlConnection, schema: &Schema, id: Uuid) -> Result<Option<bool>> {
+    Ok(sqlx::query_scalar(&format!(
+        "SELECT task_locked_by IS NOT NULL FROM {} WHERE task_id = ? FOR UPDATE",
+        schema.mysql.queue
+    ))
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?)
+}
+
+/// Takes the unique keys of `wanted` (key, id) that no live job holds, in the caller's
+/// transaction: a key goes to the first id that asks for it. The holder of each key; the
+/// keys' rows stay locked until the transaction ends. A key is free once its job leaves
+/// the queue (migration 8's trigger removes it with the queue row).
+async fn take_keys(
+    conn: &mut MySqlConnection,
+    schema: &Schema,
+    wanted: &[(&str, Uuid)],
+) -> Result<HashMap<String, Uuid>> {
+    let table = &schema.mysql.unique_keys;
+    let mut held = HashMap::with_capacity(wanted.len());
+    for part in wanted.chunks(ROWS_PER_STATEMENT) {
+        let mut query =
+            QueryBuilder::<MySql>::new(format!("INSERT INTO {table} (task_unique_key, task_id) "));
+        query.push_values(part, |mut row, (key, id)| {
+            row.push_bind(*key).push_bind(*id);
+        });
+        query.push(" ON DUPLICATE KEY UPDATE task_id = task_id");
+        query.build().execute(&mut *conn).await?;
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "SELECT CAST(task_unique_key AS CHAR), task_id FROM {table} WHERE task_unique_key IN ("
+        ));
+        let mut list = query.separated(", ");
+        for (key, _) in part {
+            list.push_bind(*key);
+        }
+        query.push(") FOR UPDATE");
+        let rows: Vec<(String, Uuid)> = query.build_query_as().fetch_all(&mut *conn).await?;
+        held.extend(rows);
+    }
+    Ok(held)
 }
 
 /// Inserts many jobs, in statements of up to [`ROWS_PER_STATEMENT`] rows, all in one
@@ -618,29 +708,14 @@ pub(crate) async fn enqueue_many(
         wake();
         return Ok(jobs.iter().map(|j| j.id).collect());
     }
-    // With keys, the queue rows first: a key a live job holds (mode skip) leaves that job
-    // as it is, and only the jobs that went in get a results row.
-    for chunk in chunks(&jobs) {
-        queue_rows(chunk, schema, now, true)
-            .build()
-            .execute(&mut *tx)
-            .await?;
-    }
-    let mut stored: HashMap<String, Uuid> = HashMap::new();
-    let keys: Vec<&String> = jobs.iter().filter_map(|j| j.unique_key.as_ref()).collect();
-    for keys in keys.chunks(ROWS_PER_STATEMENT) {
-        let mut query = QueryBuilder::<MySql>::new(format!(
-            "SELECT CAST(task_unique_key AS CHAR), task_id FROM {} WHERE task_unique_key IN (",
-            schema.mysql.queue
-        ));
-        let mut list = query.separated(", ");
-        for key in keys {
-            list.push_bind(*key);
-        }
-        query.push(")");
-        let rows: Vec<(String, Uuid)> = query.build_query_as().fetch_all(&mut *tx).await?;
-        stored.extend(rows);
-    }
+    // With keys (mode skip), the keys first: a key a live job (or an earlier job of the
+    // batch) holds leaves that job as it is, and only the jobs that hold their keys, or
+    // have none, go in, each with its results row.
+    let wanted: Vec<(&str, Uuid)> = jobs
+        .iter()
+        .filter_map(|j| Some((j.unique_key.as_deref()?, j.id)))
+        .collect();
+    let stored = take_keys(&mut tx, schema, &wanted).await?;
     let id_of = |j: &NewJob| {
         j.unique_key
             .as_ref()
@@ -648,7 +723,13 @@ pub(crate) async fn enqueue_many(
             .unwrap_or(j.id)
     };
     let new: Vec<&NewJob> = jobs.iter().filter(|j| id_of(j) == j.id).collect();
-    for chunk in chunks_of(&new) {
+    for chunk in chunks(&new) {
+        queue_rows(chunk, schema, now, true)
+            .build()
+            .execute(&mut *tx)
+            .await?;
+    }
+    for chunk in chunks(&new) {
         let mut query = QueryBuilder::<MySql>::new(format!(
             "INSERT INTO {} ({RESULT_COLUMNS}) ",
             schema.mysql.results
@@ -721,11 +802,11 @@ async fn enqueue_uniform(
     Ok(jobs.iter().map(|j| j.id).collect())
 }
 
-/// A multi-row insert of queue rows; with `keyed`, a key a live job (or an earlier row)
-/// holds leaves that row out, and the rows get their results rows in the same
-/// transaction (without, a job's first outcome writes it).
-fn queue_rows<'a>(
-    jobs: &'a [NewJob],
+/// A multi-row insert of queue rows; with `keyed`, of jobs that took their keys
+/// (`take_keys`), which get their results rows in the same transaction (without, a job's
+/// first outcome writes it). A job whose id is in the queue already is left as it is.
+fn queue_rows<'a, J: Borrow<NewJob>>(
+    jobs: &'a [J],
     schema: &Schema,
     now: DateTime<Utc>,
     keyed: bool,
@@ -735,6 +816,7 @@ fn queue_rows<'a>(
         schema.mysql.queue
     ));
     query.push_values(jobs, |mut row, job| {
+        let job = job.borrow();
         row.push_bind(job.id)
             .push_bind(&*job.task_type)
             .push_bind(&job.source)
@@ -759,21 +841,20 @@ fn queue_rows<'a>(
     query
 }
 
-/// Splits a batch by row count and payload size (the limits above).
-fn chunks(jobs: &[NewJob]) -> Vec<&[NewJob]> {
+/// Splits a batch (of jobs or references to them) by row count and payload size (the
+/// limits above).
+fn chunks<J: Borrow<NewJob>>(jobs: &[J]) -> Vec<&[J]> {
     chunks_up_to(jobs, ROWS_PER_STATEMENT)
 }
 
 /// `chunks` of at most `rows` rows.
-fn chunks_up_to(jobs: &[NewJob], rows: usize) -> Vec<&[NewJob]> {
-    super::parts(jobs, rows, BYTES_PER_STATEMENT, |job| job.payload.len())
-        .into_iter()
-        .map(|part| &jobs[part])
-        .collect()
-}
-
-fn chunks_of<'a, 'b>(jobs: &'b [&'a NewJob]) -> impl Iterator<Item = &'b [&'a NewJob]> {
-    jobs.chunks(ROWS_PER_STATEMENT)
+fn chunks_up_to<J: Borrow<NewJob>>(jobs: &[J], rows: usize) -> Vec<&[J]> {
+    super::parts(jobs, rows, BYTES_PER_STATEMENT, |job| {
+        job.borrow().payload.len()
+    })
+    .into_iter()
+    .map(|part| &jobs[part])
+    .collect()
 }
 
 /// A queue row as it was when its run ended (`QUEUE_ROW`).
@@ -1035,9 +1116,10 @@ impl MySqlStore {
                     .await?;
                     match cap.flatten() {
                         Some(cap) => {
+                            // The leased jobs, as migration 8's triggers keep them.
                             let running: i64 = sqlx::query_scalar(&format!(
-                                "SELECT count(*) FROM {queue} WHERE task_queue = ?
-                                    AND task_locked_by IS NOT NULL AND task_locked_until_ts > ?"
+                                "SELECT count(*) FROM {} WHERE task_queue = ? AND task_locked_until_ts > ?",
+                                self.schema.flat_table("running_t")
                             ))
                             .bind(capped)
                             .bind(dt(now))
@@ -1635,14 +1717,7 @@ impl MySqlStore {
             }
         }
         if let Some(key) = live_key {
-            let live: Option<i32> = sqlx::query_scalar(&format!(
-                "SELECT 1 FROM {} WHERE task_unique_key = ?",
-                self.sql().queue
-            ))
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if live.is_some() {
+            if take_keys(&mut tx, &self.schema, &[(key, job.id)]).await?[key] != job.id {
                 return Ok(false);
             }
         }
