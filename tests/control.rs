@@ -280,6 +280,36 @@ each_backend! {
 }
 
 each_backend! {
+    async fn retry_of_a_cancelled_job_waits_for_its_unique_key(db) {
+        let client = client(&db);
+        let post = |label: &str| {
+            Record::new(label.into())
+                .with_unique_key("report:7")
+                .run_after(Duration::from_secs(3600))
+                .enqueue(&db.pool)
+        };
+        let first = post("first").await.unwrap();
+        assert_eq!(client.cancel(first).await.unwrap(), CancelOutcome::Cancelled);
+        let second = post("second").await.unwrap();
+        assert_ne!(second, first, "the cancelled job let its key go");
+        assert_eq!(
+            client.retry(first).await.unwrap(),
+            RetryOutcome::KeyHeld,
+            "the second job holds the key now"
+        );
+        assert_eq!(post("third").await.unwrap(), second);
+        assert_eq!(client.cancel(second).await.unwrap(), CancelOutcome::Cancelled);
+        assert_eq!(client.retry(first).await.unwrap(), RetryOutcome::Retried);
+        assert_eq!(
+            post("fourth").await.unwrap(),
+            first,
+            "the retried job holds its key again"
+        );
+        db.drop().await;
+    }
+}
+
+each_backend! {
     async fn retry_of_a_cancelled_job_runs_it(db) {
         let client = client(&db);
         let (probe, mut rx) = probe();
