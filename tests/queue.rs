@@ -2297,6 +2297,31 @@ async fn a_mysql_queue_of_version_7_keeps_its_keys_and_leases() {
     db.drop().await;
 }
 
+/// MariaDB's `utf8mb4_bin` pads: `"k"` and `"k "` are one unique key, as they were to the
+/// queue table's unique index before migration 8. Every enqueue path gives the job that
+/// holds it.
+#[tokio::test]
+async fn a_mysql_unique_key_compares_as_its_column_does() {
+    let db = Db::<sqlx::MySql>::new().await;
+    let post = |key: &str| {
+        sk_runtime::Enqueue::new(Record::new(key.into()))
+            .with_unique_key(key)
+            .run_after(std::time::Duration::from_secs(3600))
+    };
+    let first = post("k").enqueue(&db.pool).await.unwrap();
+    assert_eq!(post("k ").enqueue(&db.pool).await.unwrap(), first);
+    let many =
+        sk_runtime::Enqueue::enqueue_many(&db.pool, vec![post("k  "), post("j"), post("j ")])
+            .await
+            .unwrap();
+    assert_eq!(many[0], first);
+    assert_eq!(
+        many[2], many[1],
+        "the batch's first job with the key holds it"
+    );
+    db.drop().await;
+}
+
 #[tokio::test]
 async fn worker_start_names_duplicate_task_types_and_missing_data() {
     let pool = sqlx::PgPool::connect_lazy(&sk_tests::database_url()).unwrap();

@@ -2,6 +2,8 @@
 //! (`FOR UPDATE`) in a transaction, so it and a worker's finalization of the same job
 //! meet on the row lock: the second sees what the first did.
 
+use std::collections::HashSet;
+
 use chrono::{DateTime, Utc};
 use sqlx::{Connection as _, MySql, MySqlPool, QueryBuilder};
 use uuid::Uuid;
@@ -227,9 +229,15 @@ async fn retry_once(
     let keyed: Vec<(String, Uuid)> = query.build_query_as().fetch_all(&mut *tx).await?;
     let wanted: Vec<(&str, Uuid)> = keyed.iter().map(|(k, id)| (k.as_str(), *id)).collect();
     let held = super::take_keys(&mut tx, schema, &wanted).await?;
+    let refused: HashSet<Uuid> = wanted
+        .iter()
+        .zip(held)
+        .filter(|((_, own), holder)| holder != own)
+        .map(|((_, own), _)| *own)
+        .collect();
     let candidates: Vec<Uuid> = candidates
         .into_iter()
-        .filter(|id| !keyed.iter().any(|(k, own)| own == id && held[k] != *id))
+        .filter(|id| !refused.contains(id))
         .collect();
     if candidates.is_empty() {
         tx.commit().await?;

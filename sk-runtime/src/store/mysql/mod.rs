@@ -585,7 +585,7 @@ pub(crate) async fn enqueue_unique(
     if let Some(seen) = seen {
         running = running_of(&mut tx, schema, seen).await?;
     }
-    let holder = take_keys(&mut tx, schema, &[(key, job.id)]).await?[key];
+    let holder = take_keys(&mut tx, schema, &[(key, job.id)]).await?[0];
     if holder == job.id {
         bind_new!(
             sqlx::query(&sql.insert_queue),
@@ -647,16 +647,20 @@ async fn running_of(conn: &mut MySqlConnection, schema: &Schema, id: Uuid) -> Re
 }
 
 /// Takes the unique keys of `wanted` (key, id) that no live job holds, in the caller's
-/// transaction: a key goes to the first id that asks for it. The holder of each key; the
-/// keys' rows stay locked until the transaction ends. A key is free once its job leaves
-/// the queue (migration 8's trigger removes it with the queue row).
+/// transaction: a key goes to the first id that asks for it. The holder of each key, in
+/// `wanted`'s order; the keys' rows stay locked until the transaction ends. A key is free
+/// once its job leaves the queue (migration 8's trigger removes it with the queue row).
+///
+/// Keys are matched by the database, as its unique index compares them: under
+/// `utf8mb4_bin`, MariaDB's padding collation, `"k"` and `"k "` are one key, and the
+/// holder read back may be spelt as the other.
 async fn take_keys(
     conn: &mut MySqlConnection,
     schema: &Schema,
     wanted: &[(&str, Uuid)],
-) -> Result<HashMap<String, Uuid>> {
+) -> Result<Vec<Uuid>> {
     let table = &schema.mysql.unique_keys;
-    let mut held = HashMap::with_capacity(wanted.len());
+    let mut held = Vec::with_capacity(wanted.len());
     for part in wanted.chunks(ROWS_PER_STATEMENT) {
         let mut query =
             QueryBuilder::<MySql>::new(format!("INSERT INTO {table} (task_unique_key, task_id) "));
@@ -665,16 +669,26 @@ async fn take_keys(
         });
         query.push(" ON DUPLICATE KEY UPDATE task_id = task_id");
         query.build().execute(&mut *conn).await?;
-        let mut query = QueryBuilder::<MySql>::new(format!(
-            "SELECT CAST(task_unique_key AS CHAR), task_id FROM {table} WHERE task_unique_key IN ("
-        ));
-        let mut list = query.separated(", ");
-        for (key, _) in part {
-            list.push_bind(*key);
+        let keys: Vec<&str> = part.iter().map(|(key, _)| *key).collect();
+        let keys = serde_json::to_string(&keys).expect("a list of strings serializes");
+        let holders: Vec<Uuid> = sqlx::query_scalar(&format!(
+            "SELECT u.task_id FROM JSON_TABLE(?, '$[*]' COLUMNS (i FOR ORDINALITY,
+                k VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) w
+             JOIN {table} u ON u.task_unique_key = w.k ORDER BY w.i FOR UPDATE"
+        ))
+        .bind(keys)
+        .fetch_all(&mut *conn)
+        .await?;
+        // Every key has its row now, locked by this transaction.
+        if holders.len() != part.len() {
+            return Err(sqlx::Error::Protocol(format!(
+                "{} of {} unique keys read back after taking them",
+                holders.len(),
+                part.len()
+            ))
+            .into());
         }
-        query.push(") FOR UPDATE");
-        let rows: Vec<(String, Uuid)> = query.build_query_as().fetch_all(&mut *conn).await?;
-        held.extend(rows);
+        held.extend(holders);
     }
     Ok(held)
 }
@@ -715,13 +729,9 @@ pub(crate) async fn enqueue_many(
         .iter()
         .filter_map(|j| Some((j.unique_key.as_deref()?, j.id)))
         .collect();
-    let stored = take_keys(&mut tx, schema, &wanted).await?;
-    let id_of = |j: &NewJob| {
-        j.unique_key
-            .as_ref()
-            .and_then(|k| stored.get(k).copied())
-            .unwrap_or(j.id)
-    };
+    let held = take_keys(&mut tx, schema, &wanted).await?;
+    let holder: HashMap<Uuid, Uuid> = wanted.iter().map(|(_, id)| *id).zip(held).collect();
+    let id_of = |j: &NewJob| holder.get(&j.id).copied().unwrap_or(j.id);
     let new: Vec<&NewJob> = jobs.iter().filter(|j| id_of(j) == j.id).collect();
     for chunk in chunks(&new) {
         queue_rows(chunk, schema, now, true)
@@ -1717,7 +1727,7 @@ impl MySqlStore {
             }
         }
         if let Some(key) = live_key {
-            if take_keys(&mut tx, &self.schema, &[(key, job.id)]).await?[key] != job.id {
+            if take_keys(&mut tx, &self.schema, &[(key, job.id)]).await?[0] != job.id {
                 return Ok(false);
             }
         }
