@@ -1119,23 +1119,25 @@ impl Bench {
     async fn note_wal(&self, before: f64, n: u64) -> Result<(), BoxError> {
         let bytes = self.wal_bytes().await? - before;
         let measure = self.current_measure();
-        self.side
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((
-                format!("{measure}_wal_bytes_per_job"),
-                bytes / n as f64,
-                "bytes",
-            ));
+        self.note(
+            format!("{measure}_wal_bytes_per_job"),
+            bytes / n as f64,
+            "bytes",
+        );
         Ok(())
     }
 
     /// Notes `seconds` of CPU time over `n` jobs as a side figure in µs per job.
     fn note_us_per_job(&self, name: String, seconds: f64, n: u64) {
+        self.note(name, seconds / n as f64 * 1e6, "us");
+    }
+
+    /// Notes a side figure, printed after the measures.
+    fn note(&self, name: String, value: f64, unit: &'static str) {
         self.side
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .push((name, seconds / n as f64 * 1e6, "us"));
+            .push((name, value, unit));
     }
 
     async fn raw_burn_down(&self, n: u64) -> Result<f64, BoxError> {
