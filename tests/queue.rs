@@ -21,6 +21,7 @@ mod control;
 mod devkit;
 mod partitions;
 mod seeds;
+mod trust;
 mod web;
 mod workflow;
 
@@ -2071,7 +2072,7 @@ async fn a_sqlite_queue_of_version_4_is_brought_forward_with_its_rows() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(5));
+    assert_eq!(db.scalar(versions, None).await, Some(6));
     assert_eq!(db.scalar(last, None).await, Some(last_handle));
     let table = db
         .texts("SELECT sql FROM sqlite_master WHERE name = 'old_sk_tasks_queue_t'")

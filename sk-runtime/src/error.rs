@@ -72,6 +72,14 @@ pub enum Error {
         /// The database error.
         source: sqlx::Error,
     },
+    /// A migration found a row its new checks would refuse, and changed nothing.
+    #[error("migration {version} cannot be applied: {reason}")]
+    MigrationRefused {
+        /// The migration's version number.
+        version: i32,
+        /// The row and the value in it.
+        reason: String,
+    },
     /// [`Client::wait`](crate::Client::wait) gave up: the job had not finished in time.
     #[error("job {id} did not finish within {}", humantime::format_duration(*waited))]
     WaitTimedOut {

@@ -584,6 +584,79 @@ pub(crate) struct ClaimedJob {
     /// The claim's time (set by the producer, not read from the row).
     #[sqlx(skip)]
     pub(crate) claimed_at: Option<DateTime<Utc>>,
+    /// Why sk cannot read the rest of the row (a value another producer wrote that no
+    /// check refused): the job ends fatal with this reason without running, alone, and
+    /// the other jobs of its claim run.
+    #[sqlx(skip)]
+    pub(crate) unreadable: Option<Box<str>>,
+}
+
+impl ClaimedJob {
+    /// A claimed row of which only the lease (`id`, `attempt`) and the task type could
+    /// be read; `reason` says what could not.
+    pub(crate) fn unreadable(id: Uuid, task_type: String, attempt: i32, reason: String) -> Self {
+        ClaimedJob {
+            task_id: id,
+            task_type,
+            task_payload: None,
+            task_attempt: attempt,
+            task_max_attempts: attempt.max(1),
+            task_priority: 0,
+            task_queue: String::new(),
+            task_posted_at_ts: DateTime::<Utc>::UNIX_EPOCH,
+            task_tenant: None,
+            task_correlation_id: None,
+            task_metadata: None,
+            task_timeout_ms: None,
+            task_waiting_on: None,
+            claimed_at: None,
+            unreadable: Some(reason.into()),
+        }
+    }
+}
+
+/// Decodes one claimed row on its own, so one row sk cannot read never costs the rest of
+/// its claim: such a row comes back [`ClaimedJob::unreadable`] when its id, attempt and
+/// task type can be read, and as an error (for this row alone) when they cannot. A
+/// decoder that panics (sqlx's PostgreSQL time past chrono's range, `infinity`) is a
+/// reason like another. `attempt_offset` is added to the row's attempt (MySQL reads the
+/// row before its lease is written).
+pub(crate) fn claimed_row<'r, R>(row: &'r R, attempt_offset: i32) -> Result<ClaimedJob>
+where
+    R: sqlx::Row,
+    ClaimedJob: sqlx::FromRow<'r, R>,
+    &'static str: sqlx::ColumnIndex<R>,
+    Uuid: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i32: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        <ClaimedJob as sqlx::FromRow<'r, R>>::from_row(row)
+    }));
+    let reason = match decoded {
+        Ok(Ok(mut job)) => {
+            job.task_attempt += attempt_offset;
+            return Ok(job);
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(panic) => panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .map_or_else(
+                || "a value out of the range sk reads".to_owned(),
+                |m| format!("a value out of the range sk reads ({m})"),
+            ),
+    };
+    let id: Uuid = row.try_get("task_id")?;
+    let attempt: i32 = row.try_get("task_attempt")?;
+    let task_type: String = row.try_get("task_type")?;
+    Ok(ClaimedJob::unreadable(
+        id,
+        task_type,
+        attempt + attempt_offset,
+        reason,
+    ))
 }
 
 /// The fencing token of one claim: a finalization must present both.

@@ -345,12 +345,19 @@ fn begin(
         .expect("the claim selects only task types in the registry");
     let max_attempts = job.task_max_attempts;
     let queue: Arc<str> = Arc::from(std::mem::take(&mut job.task_queue));
-    if job.task_attempt == 1 {
+    if job.task_attempt == 1 && job.unreadable.is_none() {
         let waited = (shared.now() - job.task_posted_at_ts).as_seconds_f64();
         crate::telemetry::waited(registration.task_type, &queue, waited);
     }
     let started = Instant::now();
-    let body = if max_attempts < 1 {
+    let body = if let Some(reason) = job.unreadable.take() {
+        // Only a producer outside sk can post this, past every check: the job alone
+        // ends, as a bad payload does, and the rest of its claim runs.
+        Body::Decided(Err(JobError::fatal(format!(
+            "sk cannot read the job's queue row: {reason}"
+        ))
+        .with_kind("payload")))
+    } else if max_attempts < 1 {
         // Only a producer outside sk can post this (`#[job]` refuses `max_attempts = 0`).
         Body::Decided(Err(JobError::fatal(format!(
             "task_max_attempts is {max_attempts}, so the job may not run at all; post it with task_max_attempts of at least 1"

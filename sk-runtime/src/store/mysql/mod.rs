@@ -205,9 +205,13 @@ const RESULT_COLUMNS: &str = "task_id, task_type, task_source, task_queue, task_
 const JOB_COLUMNS: &str =
     "task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
     task_tenant, task_correlation_id, task_metadata";
-/// A queue row as a finalization reads it (`Row`).
+/// A queue row as a finalization reads it (`Row`). A posting time that is no date (the
+/// 30th of February, written under `ALLOW_INVALID_DATES` past the table's check, a day
+/// past its month's last) is read as the claim's time, so the job's failure is recorded.
 const QUEUE_ROW: &str = "task_lock_handle_id, task_id, CAST(task_type AS CHAR) AS task_type, task_source,
-    CAST(task_queue AS CHAR) AS task_queue, task_priority, task_posted_at_ts,
+    CAST(task_queue AS CHAR) AS task_queue, task_priority,
+    IF(DAYOFMONTH(task_posted_at_ts) > DAYOFMONTH(LAST_DAY(task_posted_at_ts)), task_claimed_at_ts,
+        task_posted_at_ts) AS task_posted_at_ts,
     CAST(task_tenant AS CHAR) AS task_tenant, CAST(task_correlation_id AS CHAR) AS task_correlation_id,
     task_metadata, task_claimed_at_ts, task_lost_attempts, task_payload, task_max_attempts,
     CAST(task_unique_key AS CHAR) AS task_unique_key, task_unique_mode, task_rerun, task_every_ms,
@@ -1188,11 +1192,22 @@ impl MySqlStore {
             let mut handles = Vec::with_capacity(rows.len());
             let mut expired = false;
             for row in &rows {
-                let mut job = <ClaimedJob as sqlx::FromRow<_>>::from_row(row)?;
-                job.task_attempt += 1;
+                // Each row on its own: one sk cannot read ends alone (a row of which
+                // not even the lease can be read is not leased, and named in the log).
+                let job = match super::claimed_row(row, 1) {
+                    Ok(job) => job,
+                    Err(e) => {
+                        tracing::error!("sk: a due row whose id, attempt or task type cannot be read is left alone: {e}");
+                        continue;
+                    }
+                };
                 handles.push(row.try_get::<i64, _>("task_lock_handle_id")?);
                 expired |= row.try_get::<bool, _>("held")?;
                 jobs.push(job);
+            }
+            if handles.is_empty() {
+                tx.commit().await?;
+                return Ok(jobs);
             }
             // The lost attempt is recorded first: the assignments after it change
             // what it reads.

@@ -1239,11 +1239,13 @@ impl PgStore {
         // A queue with a limit across workers: the claim locks the queue's row
         // (`queue_room`), so claims of it take turns, each counting the running jobs
         // after the one before committed.
-        self.claim_query(&self.schema.sql.claim_capped, claim)
+        let rows = self
+            .claim_query(&self.schema.sql.claim_capped, claim)
             .bind(capped)
             .fetch_all(&mut *conn)
             .await
-            .map_err(|e| self.lost(e))
+            .map_err(|e| self.lost(e))?;
+        Ok(claimed(&rows))
     }
 
     /// Runs `claim` (or `claim_skipping`, with paused queues) on `conn`.
@@ -1259,7 +1261,8 @@ impl PgStore {
             self.claim_query(&sql.claim_skipping, claim)
                 .bind(claim.paused)
         };
-        query.fetch_all(conn).await.map_err(|e| self.lost(e))
+        let rows = query.fetch_all(conn).await.map_err(|e| self.lost(e))?;
+        Ok(claimed(&rows))
     }
 
     /// A claim statement with `$1` to `$7` bound.
@@ -1267,8 +1270,8 @@ impl PgStore {
         &'q self,
         statement: &'q str,
         claim: &super::Claim<'q>,
-    ) -> sqlx::query::QueryAs<'q, Postgres, ClaimedJob, sqlx::postgres::PgArguments> {
-        sqlx::query_as(statement)
+    ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+        sqlx::query(statement)
             .bind(claim.now)
             .bind(claim.task_types)
             .bind(claim.queues)
@@ -1758,4 +1761,16 @@ pub(crate) async fn schedule_hold(
     .fetch_optional(tx)
     .await?
     .is_some())
+}
+
+/// A claim's rows, each decoded on its own (`super::claimed_row`); a row of which not even
+/// the lease can be read is left to its lease, named in the log.
+fn claimed(rows: &[sqlx::postgres::PgRow]) -> Vec<ClaimedJob> {
+    rows.iter()
+        .filter_map(|row| {
+            super::claimed_row(row, 0)
+                .map_err(|e| tracing::error!("sk: a claimed row whose id, attempt or task type cannot be read is left to its lease: {e}"))
+                .ok()
+        })
+        .collect()
 }

@@ -67,7 +67,75 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "the queue table refuses a row sk could not read",
         include_str!("../../../../migrations/sqlite/0005_strict_queue.sql"),
     ),
+    (
+        6,
+        "integer columns hold only what sk reads from them",
+        include_str!("../../../../migrations/sqlite/0006_integer_ranges.sql"),
+    ),
 ];
+
+/// Migration 6's checks, as (table, the value a row's column must meet, per column):
+/// [`out_of_range`] names a row that breaks one before the migration runs.
+const RANGES: &[(&str, &[(&str, &str)])] = &[
+    (
+        "tasks_queue_t",
+        &[
+            ("task_priority", INT4),
+            ("task_attempt", INT4),
+            ("task_max_attempts", INT4),
+            ("task_unique_mode", MODE),
+            ("task_rerun", FLAG),
+            ("task_has_result", FLAG),
+            ("task_waiting_on", INT4),
+            ("task_dependants", FLAG),
+        ],
+    ),
+    (
+        "task_results_t",
+        &[
+            ("task_status", INT4),
+            ("task_priority", INT4),
+            ("task_unique_mode", MODE),
+            ("task_error_count", INT4),
+            ("task_last_error_is_recoverable", FLAG),
+            ("task_processing_time_milliseconds", INT8),
+            ("task_max_attempts", INT4),
+            ("task_timeout_ms", INT8),
+        ],
+    ),
+];
+const INT4: &str = "BETWEEN -2147483648 AND 2147483647";
+const INT8: &str = "BETWEEN -9223372036854775808 AND 9223372036854775807";
+const FLAG: &str = "IN (0, 1)";
+const MODE: &str = "IN (1, 2, 3)";
+
+/// The first row of `schema`'s queue or results table that migration 6's checks would
+/// refuse, named with its id, column and value (`None`: every row passes).
+async fn out_of_range(tx: &mut SqliteConnection, schema: &Schema) -> Result<Option<String>> {
+    for (table, columns) in RANGES {
+        let breaks = |(column, check): &(&str, &str)| format!("NOT ({column} {check})");
+        let which: Vec<String> = columns
+            .iter()
+            .map(|c| format!("WHEN {} THEN '{} = ' || quote({})", breaks(c), c.0, c.0))
+            .collect();
+        let any: Vec<String> = columns.iter().map(breaks).collect();
+        let table = schema.flat_table(table);
+        let found: Option<(String, String)> = sqlx::query_as(&format!(
+            "SELECT hex(task_id), CASE {} END FROM {table} WHERE {} LIMIT 1",
+            which.join(" "),
+            any.join(" OR ")
+        ))
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some((id, value)) = found {
+            return Ok(Some(format!(
+                "the row of job {} in {table} has {value}, which sk cannot read; correct or delete it, then migrate again",
+                id.to_lowercase()
+            )));
+        }
+    }
+    Ok(None)
+}
 
 /// A time as sk stores it on SQLite: `2026-11-22T10:39:48.123456Z`.
 pub(crate) fn ts(at: DateTime<Utc>) -> String {
@@ -570,6 +638,14 @@ pub(crate) async fn migrate_to(pool: &SqlitePool, schema: &Schema, target: i32) 
     }
     for (version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > current && m.0 <= target)
     {
+        if *version == 6 {
+            if let Some(reason) = out_of_range(&mut tx, schema).await? {
+                return Err(Error::MigrationRefused {
+                    version: *version,
+                    reason,
+                });
+            }
+        }
         let sql = sql.replace("__PREFIX__", &schema.flat_prefix());
         (&mut *tx)
             .execute(sql.as_str())
@@ -732,7 +808,9 @@ struct Row {
     task_type: String,
     task_source: String,
     task_queue: String,
-    task_priority: i32,
+    /// Read wide, so a row past the table's checks (`PRAGMA ignore_check_constraints`)
+    /// still ends; written back held to `i32`, as every other reader takes it.
+    task_priority: i64,
     task_posted_at_ts: String,
     task_tenant: Option<String>,
     task_correlation_id: Option<String>,
@@ -740,7 +818,7 @@ struct Row {
     task_claimed_at_ts: Option<String>,
     task_lost_attempts: Option<String>,
     task_payload: Option<String>,
-    task_max_attempts: i32,
+    task_max_attempts: i64,
     task_unique_key: Option<String>,
     task_unique_mode: Option<i16>,
     task_rerun: bool,
@@ -953,7 +1031,10 @@ impl SqliteStore {
                 .await?;
             for row in rows {
                 let handle: i64 = row.try_get("task_lock_handle_id")?;
-                jobs.push((handle, <ClaimedJob as sqlx::FromRow<_>>::from_row(&row)?));
+                match super::claimed_row(&row, 0) {
+                    Ok(job) => jobs.push((handle, job)),
+                    Err(e) => unleasable(&e),
+                }
             }
         } else {
             // Candidates another writer leased between the claim's steps are claimed for
@@ -1000,11 +1081,11 @@ impl SqliteStore {
             .bind(&row.task_type)
             .bind(&row.task_source)
             .bind(&row.task_payload)
-            .bind(row.task_priority)
+            .bind(int4(row.task_priority))
             .bind(ts(now))
             .bind(ts(run_at))
             .bind(&row.task_queue)
-            .bind(row.task_max_attempts)
+            .bind(int4(row.task_max_attempts))
             .bind(&row.task_tenant)
             .bind(&row.task_correlation_id)
             .bind(&row.task_metadata)
@@ -1131,7 +1212,7 @@ impl SqliteStore {
                         .bind(&row.task_type)
                         .bind(&row.task_source)
                         .bind(&row.task_queue)
-                        .bind(row.task_priority)
+                        .bind(int4(row.task_priority))
                         .bind(&row.task_posted_at_ts)
                         .bind(&row.task_tenant)
                         .bind(&row.task_correlation_id)
@@ -1265,7 +1346,7 @@ impl SqliteStore {
                     .push_bind(&row.task_type)
                     .push_bind(&row.task_source)
                     .push_bind(&row.task_queue)
-                    .push_bind(row.task_priority)
+                    .push_bind(int4(row.task_priority))
                     .push_bind(&row.task_posted_at_ts)
                     .push_bind(&row.task_tenant)
                     .push_bind(&row.task_correlation_id)
@@ -1290,7 +1371,7 @@ impl SqliteStore {
                     .push("NULL")
                     .push_bind(run.first.as_deref())
                     .push_bind(&row.task_claimed_at_ts)
-                    .push_bind(row.task_max_attempts)
+                    .push_bind(int4(row.task_max_attempts))
                     .push_bind(row.task_timeout_ms);
             });
             query.push(format!(
@@ -1542,52 +1623,106 @@ type ClaimedRow = (
     Option<i32>,
 );
 
-/// The jobs of a claim's JSON array (`ClaimedRow`), each with its lock handle.
+/// The jobs of a claim's JSON array (`ClaimedRow`), each with its lock handle. A row sk
+/// cannot read (a value another producer wrote that no check refused) comes back
+/// [`ClaimedJob::unreadable`], alone: the rest of the claim runs.
 fn claimed(json: &str) -> Result<Vec<(i64, ClaimedJob)>> {
-    let rows: Vec<ClaimedRow> = from_json(json, "claimed rows")?;
-    rows.into_iter()
-        .map(
-            |(
-                id,
-                task_type,
-                task_payload,
-                task_attempt,
-                task_max_attempts,
-                task_priority,
-                task_queue,
-                posted,
-                task_tenant,
-                task_correlation_id,
-                task_metadata,
-                handle,
-                task_timeout_ms,
-                task_waiting_on,
-            )| {
-                let job = ClaimedJob {
-                    task_id: Uuid::parse_str(&id)
-                        .map_err(|e| undecodable(format!("claimed id {id}: {e}")))?,
-                    task_type,
-                    task_payload,
-                    task_attempt,
-                    task_max_attempts,
-                    task_priority,
-                    task_queue,
-                    task_posted_at_ts: DateTime::parse_from_rfc3339(&posted)
-                        .map_err(|e| {
-                            undecodable(format!("claimed job {id}'s posting time {posted}: {e}"))
-                        })?
-                        .with_timezone(&Utc),
-                    task_tenant,
-                    task_correlation_id,
-                    task_metadata,
-                    task_timeout_ms,
-                    task_waiting_on,
-                    claimed_at: None,
-                };
-                Ok((handle, job))
-            },
-        )
-        .collect()
+    match serde_json::from_str::<Vec<ClaimedRow>>(json) {
+        Ok(rows) => rows.into_iter().map(claimed_job).collect(),
+        Err(_) => {
+            let rows: Vec<serde_json::Value> = from_json(json, "claimed rows")?;
+            Ok(rows
+                .into_iter()
+                .filter_map(
+                    |row| match serde_json::from_value::<ClaimedRow>(row.clone()) {
+                        Ok(row) => claimed_job(row).map_err(|e| unleasable(&e)).ok(),
+                        Err(e) => unreadable_row(&row, &e).map_err(|e| unleasable(&e)).ok(),
+                    },
+                )
+                .collect())
+        }
+    }
+}
+
+/// A claimed row of a claim's JSON array that does not decode as a `ClaimedRow`: its id
+/// (0), task type (1), attempt (3) and lock handle (11), with `error` as its reason.
+fn unreadable_row(row: &serde_json::Value, error: &serde_json::Error) -> Result<(i64, ClaimedJob)> {
+    let id = row[0]
+        .as_str()
+        .and_then(|id| Uuid::parse_str(id).ok())
+        .ok_or_else(|| undecodable(format!("a claimed row's id: {row}")))?;
+    let lease = (
+        row[1].as_str(),
+        row[3].as_i64().and_then(|a| i32::try_from(a).ok()),
+        row[11].as_i64(),
+    );
+    let (Some(task_type), Some(attempt), Some(handle)) = lease else {
+        return Err(undecodable(format!(
+            "claimed job {id}'s task type, attempt or lock handle: {row}"
+        )));
+    };
+    Ok((
+        handle,
+        ClaimedJob::unreadable(id, task_type.to_owned(), attempt, error.to_string()),
+    ))
+}
+
+/// Logs a claimed row of which not even the lease can be read: it is left to its lease.
+fn unleasable(error: &Error) {
+    tracing::error!("sk: a claimed row whose id, attempt or task type cannot be read is left to its lease: {error}");
+}
+
+/// One decoded claimed row as a job, with its lock handle.
+fn claimed_job(row: ClaimedRow) -> Result<(i64, ClaimedJob)> {
+    let (
+        id,
+        task_type,
+        task_payload,
+        task_attempt,
+        task_max_attempts,
+        task_priority,
+        task_queue,
+        posted,
+        task_tenant,
+        task_correlation_id,
+        task_metadata,
+        handle,
+        task_timeout_ms,
+        task_waiting_on,
+    ) = row;
+    let task_id = Uuid::parse_str(&id).map_err(|e| undecodable(format!("claimed id {id}: {e}")))?;
+    let task_posted_at_ts = match DateTime::parse_from_rfc3339(&posted) {
+        Ok(at) => at.with_timezone(&Utc),
+        // The table's check makes this rare: the job ends alone, with the reason.
+        Err(e) => {
+            let reason = format!("its posting time {posted:?} is not a time: {e}");
+            let job = ClaimedJob::unreadable(task_id, task_type, task_attempt, reason);
+            return Ok((handle, job));
+        }
+    };
+    let job = ClaimedJob {
+        task_id,
+        task_type,
+        task_payload,
+        task_attempt,
+        task_max_attempts,
+        task_priority,
+        task_queue,
+        task_posted_at_ts,
+        task_tenant,
+        task_correlation_id,
+        task_metadata,
+        task_timeout_ms,
+        task_waiting_on,
+        claimed_at: None,
+        unreadable: None,
+    };
+    Ok((handle, job))
+}
+
+/// An integer read wide, held to `i32` (the range every reader of it takes).
+fn int4(value: i64) -> i32 {
+    i32::try_from(value).unwrap_or(if value < 0 { i32::MIN } else { i32::MAX })
 }
 
 /// A value sk read back and cannot decode, as sqlx reports one.

@@ -1,0 +1,141 @@
+//! What an outside application ran into: rows sk cannot read written past every check, a
+//! job's run that must not start once its lease is gone. A module of the `queue` test
+//! binary.
+
+use sk_runtime::{Job, JobStatus};
+use sk_tests::{recv, Db, RunningWorker, TestBackend};
+use uuid::Uuid;
+
+use super::{probe, worker, Record, T};
+
+/// One claim takes three good jobs and a row sk cannot read, written by hand past the
+/// table's checks (`bad_row`: statements on one connection, `{id}` the row's id): the bad
+/// row alone ends fatal with the reason, and each good job runs once. Before, the whole
+/// claim failed to decode after leasing its batch (SQLite, MySQL) or panicked in the
+/// producer (PostgreSQL's `infinity`), and no job ran.
+async fn an_unreadable_row_ends_alone<B: TestBackend>(db: Db<B>, bad_row: &str)
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let (probe, mut rx) = probe();
+    let mut good = Vec::new();
+    for label in ["a", "b", "c"] {
+        good.push(Record::new(label.into()).enqueue(&db.pool).await.unwrap());
+    }
+    let bad = Uuid::now_v7();
+    db.execute(&bad_row.replace("{id}", &bad.simple().to_string()))
+        .await;
+    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
+    let mut ran = Vec::new();
+    for _ in 0..3 {
+        ran.push(recv(&mut rx, "a good job", T).await.id);
+    }
+    ran.sort();
+    assert_eq!(ran, good, "each good job ran");
+    let status = format!(
+        "SELECT CAST(task_status AS BIGINT) FROM sk_task_results_t WHERE task_id = {}",
+        match B::BACKEND {
+            "PostgreSQL" => format!("'{bad}'"),
+            _ => format!("x'{}'", bad.simple()),
+        }
+    );
+    sk_tests::wait_until("the unreadable job to end", T, || async {
+        (db.scalar(&status, None).await == Some(JobStatus::Fatal as i64)).then_some(())
+    })
+    .await;
+    w.stop().await;
+    assert!(rx.try_recv().is_err(), "nothing else ran");
+    let reason = db
+        .texts(&status.replace("CAST(task_status AS BIGINT)", "task_last_error_message"))
+        .await;
+    assert!(
+        reason[0].starts_with("sk cannot read the job's queue row: "),
+        "{reason:?}"
+    );
+    for id in good {
+        assert_eq!(db.job(id).await.error_count, 0, "{id} used no attempt");
+    }
+    db.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_row_ends_alone_on_postgres() {
+    // PostgreSQL's times go past chrono's: sqlx's decoder panics on `infinity`.
+    let db = Db::<sqlx::Postgres>::new().await;
+    an_unreadable_row_ends_alone(
+        db,
+        "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_posted_at_ts, task_locked_until_ts)
+         VALUES ('{id}', 'record', 'hand', '{\"label\": \"bad\"}', 'infinity', now())",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_row_ends_alone_on_sqlite() {
+    let db = Db::<sqlx::Sqlite>::new().await;
+    // The table's check refuses it (migration 6)...
+    let refused = sqlx::query(&format!(
+        "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_max_attempts) VALUES (x'{}', 'record', 3000000000)",
+        Uuid::now_v7().simple()
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    assert!(
+        refused.to_string().contains("task_max_attempts_is_an_int4"),
+        "{refused}"
+    );
+    // ...and one written past it ends alone.
+    an_unreadable_row_ends_alone(
+        db,
+        "PRAGMA ignore_check_constraints = ON;
+         INSERT INTO sk_tasks_queue_t (task_id, task_type, task_payload, task_priority)
+         VALUES (x'{id}', 'record', '{\"label\": \"bad\"}', 99999999999);
+         PRAGMA ignore_check_constraints = OFF",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_row_ends_alone_on_mysql() {
+    // The queue's check refuses a zero date (migration 6), not the 30th of February.
+    let db = Db::<sqlx::MySql>::new().await;
+    an_unreadable_row_ends_alone(
+        db,
+        "SET STATEMENT sql_mode = 'ALLOW_INVALID_DATES' FOR
+         INSERT INTO sk_tasks_queue_t (task_id, task_type, task_payload, task_posted_at_ts)
+         VALUES (x'{id}', 'record', '{\"label\": \"bad\"}', '2026-02-30 10:00:00')",
+    )
+    .await;
+}
+
+/// A SQLite table of version 5 holding a value migration 6 would refuse fails that
+/// migration, naming the job, the column and the value; nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_row_out_of_range_fails_migration_6_by_name() {
+    let db = Db::<sqlx::Sqlite>::new().await;
+    let old = sk_runtime::Schema::new("old", "sk_").unwrap();
+    sk_runtime::__private::migrate_sqlite_to(&db.pool, &old, 5)
+        .await
+        .unwrap();
+    let id = Uuid::now_v7();
+    db.execute(&format!(
+        "INSERT INTO old_sk_tasks_queue_t (task_id, task_type, task_attempt) VALUES (x'{}', 'record', -3000000000)",
+        id.simple()
+    ))
+    .await;
+    let refused = sk_runtime::migrate(&db.pool, &old).await.unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        format!("migration 6 cannot be applied: the row of job {} in old_sk_tasks_queue_t has task_attempt = -3000000000, which sk cannot read; correct or delete it, then migrate again", id.simple())
+    );
+    let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
+    assert_eq!(db.scalar(versions, None).await, Some(5));
+    db.execute("UPDATE old_sk_tasks_queue_t SET task_attempt = 0")
+        .await;
+    sk_runtime::migrate(&db.pool, &old).await.unwrap();
+    assert_eq!(db.scalar(versions, None).await, Some(6));
+    let rows = "SELECT count(*) FROM old_sk_tasks_queue_t";
+    assert_eq!(db.scalar(rows, None).await, Some(1), "the row is kept");
+    db.drop().await;
+}
