@@ -2,11 +2,74 @@
 //! job's run that must not start once its lease is gone. A module of the `queue` test
 //! binary.
 
-use sk_runtime::{Job, JobStatus};
+use std::time::Duration;
+
+use sk_runtime::{job, Clock, Data, Job, JobContext, JobError, JobStatus, ManualClock};
 use sk_tests::{recv, Db, RunningWorker, TestBackend};
 use uuid::Uuid;
 
-use super::{probe, worker, Record, T};
+use super::{gate, probe, worker, Gate, Probe, Record, T};
+
+/// Reports its start, then holds SQLite's write lock (its transaction's) until the gate opens.
+#[job]
+async fn holds_the_write_lock(
+    label: String,
+    ctx: JobContext,
+    probe: Data<Probe>,
+    gate: Data<Gate>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+) -> Result<(), JobError> {
+    probe.saw(&ctx, &label);
+    let mut open = gate.0.clone();
+    let _ = open.wait_for(|open| *open).await;
+    sqlx::query("SELECT 1").execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// Two transaction jobs claimed together on SQLite: the one that begins first holds the
+/// write lock while the clock passes the other's lease, whose `BEGIN IMMEDIATE` waits
+/// meanwhile. The other's handler never starts on that claim (another worker may have
+/// run it by then): it is handed back unstarted and runs on a claim of its own, after the
+/// lease (the give back's, or the claim of a lease that ran out, whichever comes first).
+/// Before, the lease was checked only before the `BEGIN`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_job_does_not_start_after_its_lease_on_sqlite() {
+    let db = Db::<sqlx::Sqlite>::new().await;
+    let (probe, mut rx) = probe();
+    let (open, gate) = gate(false);
+    let lease = Duration::from_secs(30);
+    for label in ["one", "other"] {
+        HoldsTheWriteLock::new(label.into())
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+    }
+    // Past the jobs' posting.
+    let clock = ManualClock::new(chrono::Utc::now() + chrono::Duration::seconds(1));
+    let claimed_at = clock.now();
+    let w = RunningWorker::start(
+        worker(&db, &[HoldsTheWriteLock::TASK_TYPE])
+            .concurrency(2)
+            .lease(lease)
+            .clock(clock.clone())
+            .data(probe)
+            .data(gate),
+    );
+    let first = recv(&mut rx, "the first job's start", T).await;
+    assert_eq!(first.attempted_at, claimed_at);
+    clock.advance(lease * 2);
+    open.send(true).unwrap();
+    let second = recv(&mut rx, "the second job's start", T).await;
+    assert_ne!(second.id, first.id);
+    assert!(
+        second.attempted_at >= claimed_at + lease * 2,
+        "the second job started on a claim of {}, whose lease ended at {}",
+        second.attempted_at,
+        claimed_at + lease
+    );
+    w.stop().await;
+    db.drop().await;
+}
 
 /// One claim takes three good jobs and a row sk cannot read, written by hand past the
 /// table's checks (`bad_row`: statements on one connection, `{id}` the row's id): the bad

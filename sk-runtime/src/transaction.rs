@@ -78,10 +78,20 @@ impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
                 ))
                 .with_kind("transaction"));
             };
-            begin.await.map_err(|e| {
+            let tx = begin.await.map_err(|e| {
                 JobError::new(format!("cannot begin the job's transaction: {e}"))
                     .with_kind("transaction")
-            })
+            })?;
+            // Its `BEGIN` may have waited (for a pooled connection; on SQLite for the write
+            // lock, up to the busy timeout) past the lease, and another worker may have
+            // run the job meanwhile: the handler starts only on a lease still held.
+            if let End::Worker { shared, lease } = &source.end {
+                if !shared.may_start(lease) {
+                    let _ = tx.rollback().await;
+                    return Err(JobError::interrupted());
+                }
+            }
+            Ok(tx)
         })
     }
 

@@ -609,6 +609,26 @@ impl Shared {
     /// with the default third of the lease). A heartbeat interval close to the lease
     /// leaves little, and `late`'s margin would then hand back jobs whose beats are on
     /// time.
+    /// Whether the run under `lease`, which waited since its start (for its
+    /// transaction's `BEGIN`, which on SQLite waits for the write lock), may still run its
+    /// handler: its lease is neither lost, cancelled nor running out. One that may not is
+    /// marked lost, so its run ends by giving the lease back, unstarted.
+    pub(crate) fn may_start(&self, lease: &Lease) -> bool {
+        let mut running = self.running();
+        let Some(entry) = running.get_mut(lease) else {
+            return false;
+        };
+        if entry.stop.get().is_some() {
+            return false;
+        }
+        if self.lapsing(entry.lease_until) {
+            let _ = entry.stop.set(crate::job::StopReason::LeaseLost);
+            tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: a job waited for its transaction past its last extended lease (heartbeats were not written meanwhile); handed back unstarted");
+            return false;
+        }
+        true
+    }
+
     pub(crate) fn lapsing(&self, lease_until: chrono::DateTime<chrono::Utc>) -> bool {
         let margin = self.config.lease.saturating_sub(self.heartbeat()) / 2;
         self.now() + margin > lease_until
