@@ -13,7 +13,7 @@ use std::sync::Arc;
 use chrono::Utc;
 use sk_cli::web::{self, WebOptions};
 use sk_runtime::{job, CancelOutcome, Client, Data, Job, JobContext, JobError, JobStatus, Per};
-use sk_tests::{recv, wait_until, RunningWorker, TestDb};
+use sk_tests::{each_backend, recv, wait_until, RunningWorker, TestDb};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::{probe, worker, AlwaysFails, Probe, Record, T};
@@ -125,7 +125,7 @@ async fn the_dashboard_in_a_browser_shows_and_acts() {
         client.clone(),
         WebOptions {
             read_only: true,
-            token: None,
+            ..WebOptions::default()
         },
     )
     .await;
@@ -210,9 +210,18 @@ async fn run_browser(script: &str, env: &[(&str, &str)]) {
 /// One HTTP/1.1 request to `url` (`http://host:port`): the status and the body.
 async fn request(url: &str, method: &str, path: &str, headers: &str) -> (u16, String) {
     let host = url.trim_start_matches("http://");
-    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    send(url, method, path, &format!("Host: {host}\r\n{headers}"), "").await
+}
+
+/// One HTTP/1.1 request to `url` with exactly these header lines (each ending in CRLF,
+/// `Host` among them or not) and this form body: the status and the body.
+async fn send(url: &str, method: &str, path: &str, headers: &str, form: &str) -> (u16, String) {
+    let address = url.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{headers}Content-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\n{headers}\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
+        form.len()
     );
     stream.write_all(head.as_bytes()).await.unwrap();
     let mut response = String::new();
@@ -236,8 +245,8 @@ async fn the_dashboard_asks_for_its_token_and_the_csrf_token() {
     let url = serve(
         client.clone(),
         WebOptions {
-            read_only: false,
             token: Some("s3cret".into()),
+            ..WebOptions::default()
         },
     )
     .await;
@@ -475,4 +484,122 @@ async fn a_job_continues_the_trace_that_enqueued_it() {
     assert_eq!(job.span_context.trace_id(), request.span_context.trace_id());
     assert_eq!(job.parent_span_id, request.span_context.span_id());
     db.drop().await;
+}
+
+/// The CSRF token of the dashboard at `url`, from a form of its queues page (a queue with
+/// a job has one).
+async fn csrf(url: &str) -> String {
+    let (status, page) = request(url, "GET", "/queues", "").await;
+    assert_eq!(status, 200, "{page}");
+    let at = page.find("name=\"csrf\" value=\"").expect("a form") + 19;
+    page[at..at + 64].to_owned()
+}
+
+/// DNS rebinding: a page of another site whose name resolves to 127.0.0.1 sends its own
+/// name as `Host`, and used to read a job's payload and the CSRF token and act with them.
+/// Now a request naming a host that is not the dashboard's is refused (421) before
+/// anything is read, and an action whose Origin (or Referer) is another site's is refused
+/// (403) whatever token it carries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_serves_its_own_host_and_origin_only() {
+    let db = TestDb::new().await;
+    let client = Client::new(db.pool.clone());
+    let id = Record::new("secret payload".into())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let options = WebOptions {
+        allow_hosts: vec!["jobs.internal".into()],
+        ..WebOptions::default()
+    };
+    let url = serve(client.clone(), options).await;
+    let port = url.rsplit(':').next().unwrap().to_owned();
+    let job = format!("/jobs/{id}");
+    for host in [
+        format!("evil.example:{port}"),
+        format!("127.0.0.1.evil.example:{port}"),
+        "localhost".to_owned(),
+        String::new(),
+    ] {
+        let (status, body) = send(&url, "GET", &job, &format!("Host: {host}\r\n"), "").await;
+        assert_eq!(status, 421, "Host {host:?}: {body}");
+        assert!(body.starts_with("sk web: the Host "), "{body}");
+        assert!(!body.contains("secret payload"), "{body}");
+    }
+    let (status, _) = send(&url, "GET", &job, "", "").await;
+    assert_eq!(status, 421, "no Host at all");
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("jobs.internal:{port}"),
+        "jobs.internal".to_owned(),
+    ] {
+        let (status, body) = send(&url, "GET", &job, &format!("Host: {host}\r\n"), "").await;
+        assert_eq!(status, 200, "Host {host:?}: {body}");
+        assert!(body.contains("secret payload"), "{body}");
+    }
+
+    let form = format!("csrf={}", csrf(&url).await);
+    let host = format!("Host: 127.0.0.1:{port}\r\n");
+    let pause = "/queues/default/pause";
+    for (from, status) in [
+        ("Origin: http://evil.example\r\n".to_owned(), 403),
+        ("Origin: null\r\n".to_owned(), 403),
+        ("Referer: http://evil.example/\r\n".to_owned(), 403),
+        (String::new(), 403),
+        (format!("Origin: http://127.0.0.1:{port}\r\n"), 303),
+    ] {
+        let paused = client
+            .queues()
+            .await
+            .unwrap()
+            .iter()
+            .any(|q| q.paused_at.is_some());
+        assert!(!paused, "nothing paused before {from:?}");
+        let (seen, body) = send(&url, "POST", pause, &format!("{host}{from}"), &form).await;
+        assert_eq!(seen, status, "{from:?}: {body}");
+    }
+    let paused: Vec<String> = client
+        .queues()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|q| q.paused_at.is_some())
+        .map(|q| q.name)
+        .collect();
+    assert_eq!(
+        paused,
+        ["default"],
+        "the dashboard's own action took effect"
+    );
+    db.drop().await;
+}
+
+each_backend! {
+    /// Bad input to the dashboard is a 400 with sk's plain message, on every backend: a
+    /// NUL in a list filter (PostgreSQL answered 500 with its own error text) and a queue
+    /// name sk refuses in an action (500 everywhere).
+    async fn the_dashboard_answers_bad_input_with_a_400(db) {
+        let client = Client::new(db.pool.clone());
+        Record::new("x".into()).enqueue(&db.pool).await.unwrap();
+        let url = serve(client.clone(), WebOptions::default()).await;
+        for filter in ["queue", "type", "tenant"] {
+            let (status, body) =
+                request(&url, "GET", &format!("/jobs?{filter}=a%00b"), "").await;
+            assert_eq!(status, 400, "{filter}: {body}");
+            assert!(body.contains("must not contain a NUL character"), "{body}");
+        }
+        let form = format!("csrf={}", csrf(&url).await);
+        let host = url.trim_start_matches("http://");
+        let own = format!("Host: {host}\r\nOrigin: {url}\r\n");
+        let long = "q".repeat(300);
+        for queue in ["a%00b", long.as_str()] {
+            let path = format!("/queues/{queue}/pause");
+            let (status, body) = send(&url, "POST", &path, &own, &form).await;
+            assert_eq!(status, 400, "{queue}: {body}");
+            assert!(body.contains("invalid queue name"), "{body}");
+        }
+        assert!(client.queues().await.unwrap().iter().all(|q| q.paused_at.is_none()));
+        db.drop().await;
+    }
 }

@@ -49,10 +49,15 @@ fuzz_target!(|data: &[u8]| {
     let options = WebOptions {
         read_only: flags & 2 == 2,
         token: (flags & 4 == 4).then(|| token().to_owned()),
+        ..WebOptions::default()
     };
+    // The dashboard's own host and origin, so the pages behind the guard are reached.
+    let bound: std::net::SocketAddr = ([127, 0, 0, 1], 8080).into();
     let mut request = Request::builder()
         .method(if post { Method::POST } else { Method::GET })
         .uri(target)
+        .header(header::HOST, "127.0.0.1:8080")
+        .header(header::ORIGIN, "http://127.0.0.1:8080")
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
     if !authorization.is_empty() {
         request = request.header(header::AUTHORIZATION, authorization);
@@ -63,7 +68,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let (_, client) = seeded::database();
     let (status, headers, page) = seeded::runtime().block_on(async {
-        let response = router(client.clone(), options.clone())
+        let response = router(client.clone(), options.clone(), bound)
             .oneshot(request)
             .await
             .expect("the router is infallible");

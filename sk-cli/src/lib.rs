@@ -138,6 +138,11 @@ enum Command {
         /// Require this token of every request: basic auth's password, or a bearer token.
         #[arg(long, env = "SK_WEB_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// Answer to this host name too (a reverse proxy's; `name` or `name:port`).
+        /// Besides it, only the bound address, localhost, 127.0.0.1 and [::1] are served:
+        /// a request naming another host is refused (421), against DNS rebinding.
+        #[arg(long = "allow-host", value_name = "NAME")]
+        allow_hosts: Vec<String>,
     },
     /// Enqueue a job by task type and JSON arguments (the type is not checked here).
     Enqueue {
@@ -530,6 +535,7 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
             bind,
             read_only,
             token,
+            allow_hosts,
         } => {
             if !bind.ip().is_loopback() && token.is_none() && !read_only {
                 return Err(fail(
@@ -543,7 +549,12 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
             let mode = if read_only { " (read-only)" } else { "" };
             writeln!(out, "sk web: http://{}{mode}", listener.local_addr()?)?;
             out.flush()?;
-            web::serve(client, listener, web::WebOptions { read_only, token })
+            let options = web::WebOptions {
+                read_only,
+                token,
+                allow_hosts,
+            };
+            web::serve(client, listener, options)
                 .await
                 .map_err(|e| fail(format!("the dashboard stopped: {e}"), 1))
         }

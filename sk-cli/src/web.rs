@@ -8,6 +8,7 @@
 //! refused whatever it carries.
 
 use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::rejection::FormRejection;
@@ -25,6 +26,8 @@ use uuid::Uuid;
 
 use crate::time;
 
+mod hosts;
+
 /// How the dashboard guards itself.
 #[derive(Debug, Clone, Default)]
 pub struct WebOptions {
@@ -33,23 +36,30 @@ pub struct WebOptions {
     /// Required of every request when set: the password of basic auth (any user name),
     /// or `Authorization: Bearer TOKEN`.
     pub token: Option<String>,
+    /// Host names the dashboard answers to besides the address it is bound to,
+    /// `localhost`, `127.0.0.1` and `[::1]` (`sk web --allow-host`): a reverse proxy's
+    /// name, say. A name without a port matches on any port; `name:port` on that port.
+    pub allow_hosts: Vec<String>,
 }
 
 struct App {
     client: Client,
     options: WebOptions,
+    /// The address it is bound to: a request's `Host` must name it (or a name allowed).
+    bound: SocketAddr,
     /// Every form carries it; a POST without it is refused (CSRF).
     csrf: String,
 }
 
 type Shared = State<Arc<App>>;
 
-/// The dashboard's routes over `client`.
-pub fn router(client: Client, options: WebOptions) -> Router {
+/// The dashboard's routes over `client`, served at `bound`.
+pub fn router(client: Client, options: WebOptions, bound: SocketAddr) -> Router {
     let csrf = format!("{}{}", Uuid::new_v4().simple(), Uuid::new_v4().simple());
     let app = Arc::new(App {
         client,
         options,
+        bound,
         csrf,
     });
     Router::new()
@@ -74,17 +84,25 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     options: WebOptions,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(client, options)).await
+    let bound = listener.local_addr()?;
+    axum::serve(listener, router(client, options, bound)).await
 }
 
 /// An error page: the database failed, or the request was wrong.
 struct Failure(StatusCode, String);
 
 impl From<sk_runtime::Error> for Failure {
+    /// Bad input is the request's fault (400, sk's plain message); a missing job a 404;
+    /// the rest the server's.
     fn from(e: sk_runtime::Error) -> Self {
+        let status = match &e {
+            sk_runtime::Error::Invalid { .. } => StatusCode::BAD_REQUEST,
+            sk_runtime::Error::JobNotFound(_) => StatusCode::NOT_FOUND,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
         let message = e.to_string();
         let first = message.lines().next().unwrap_or_default().to_owned();
-        Failure(StatusCode::INTERNAL_SERVER_ERROR, first)
+        Failure(status, first)
     }
 }
 
@@ -123,6 +141,22 @@ async fn guard(State(app): Shared, request: Request, next: Next) -> Response {
 
 /// The refusal of a request the guard turns away, if it does.
 fn admit(app: &App, request: &Request) -> Option<Response> {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if let Err(reason) = hosts::check(host, app.bound, &app.options.allow_hosts) {
+        // 421 Misdirected Request: a page of another site whose name resolves here
+        // (DNS rebinding) reads nothing and acts on nothing.
+        return Some(
+            (
+                StatusCode::MISDIRECTED_REQUEST,
+                format!("sk web: {reason}\n"),
+            )
+                .into_response(),
+        );
+    }
     if let Some(token) = &app.options.token {
         if !authorized(request.headers(), token) {
             let mut response =
@@ -150,6 +184,9 @@ fn admit(app: &App, request: &Request) -> Option<Response> {
             .is_some_and(|v| v.as_bytes() == b"cross-site");
         if cross_site {
             return Some((StatusCode::FORBIDDEN, "sk web: a cross-site request\n").into_response());
+        }
+        if let Err(reason) = hosts::same_origin(request.headers(), host) {
+            return Some((StatusCode::FORBIDDEN, format!("sk web: {reason}\n")).into_response());
         }
     }
     None

@@ -149,6 +149,35 @@ impl JobFilter {
         JobFilter::default()
     }
 
+    /// Refuses a filter no stored job could match and a database could not take: a text
+    /// with a NUL character (PostgreSQL's text cannot hold one, and answered with its own
+    /// error). Every backend refuses it alike.
+    pub(crate) fn check(&self) -> Result<()> {
+        let texts = [
+            ("job filter's queue", self.queue.as_deref()),
+            ("job filter's task type", self.task_type.as_deref()),
+            ("job filter's tenant", self.tenant.as_deref()),
+            (
+                "job filter's correlation id",
+                self.correlation_id.as_deref(),
+            ),
+            (
+                "job filter's metadata key",
+                self.metadata.as_ref().map(|m| m.0.as_str()),
+            ),
+            (
+                "job filter's metadata value",
+                self.metadata.as_ref().map(|m| m.1.as_str()),
+            ),
+        ];
+        for (what, text) in texts {
+            if text.is_some_and(|t| t.contains('\0')) {
+                return Err(Error::invalid(what, "must not contain a NUL character"));
+            }
+        }
+        Ok(())
+    }
+
     /// Only jobs of this queue.
     #[must_use]
     pub fn queue(mut self, queue: impl Into<String>) -> Self {
@@ -321,6 +350,7 @@ impl Client {
     /// # Errors
     /// The database fails; the jobs cancelled before it failed stay cancelled.
     pub async fn cancel_where(&self, filter: &JobFilter) -> Result<u64> {
+        filter.check()?;
         if !filter.takes_live() {
             return Ok(0);
         }
@@ -384,6 +414,7 @@ impl Client {
     /// # Errors
     /// The database fails; the jobs retried before it failed stay retried.
     pub async fn retry_where(&self, filter: &JobFilter) -> Result<u64> {
+        filter.check()?;
         if filter
             .status
             .is_some_and(|s| !matches!(s, JobStatus::Fatal | JobStatus::Cancelled))

@@ -156,13 +156,15 @@ impl Client {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a limit of 0 or over [`MAX_PAGE`]; the database fails.
+    /// [`Error::Invalid`] for a limit of 0 or over [`MAX_PAGE`], or a filter's text with a
+    /// NUL character; the database fails.
     pub async fn jobs(
         &self,
         filter: &JobFilter,
         after: Option<Uuid>,
         limit: u32,
     ) -> Result<JobPage> {
+        filter.check()?;
         if limit == 0 || limit > MAX_PAGE {
             return Err(Error::invalid(
                 "page size",
