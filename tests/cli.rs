@@ -102,7 +102,18 @@ each_backend! {
         assert_eq!(errors[0]["message"], "still broken at attempt 1", "{errors}");
         assert_eq!(errors[0]["sample"], fatal.to_string());
 
-        // Control.
+        // Control. A queue sk has never seen is refused, as a typo (`sk pause maill`)
+        // paused a queue that never existed while `mail` ran on.
+        let (code, _, err) = sk(&url, &["pause", "maill"]).await;
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("no queue \"maill\"") && err.contains("known queues: default, mail")
+            && err.contains("--force"), "{err}");
+        let (code, _, _) = sk(&url, &["resume", "maill"]).await;
+        assert_eq!(code, 2);
+        assert!(client.queues().await.unwrap().iter().all(|q| q.paused_at.is_none()), "nothing paused");
+        let (code, out, _) = sk(&url, &["pause", "maill", "--force"]).await;
+        assert_eq!((code, out.trim()), (0, "maill: paused"));
+        assert_eq!(sk(&url, &["resume", "maill"]).await.0, 0, "a paused queue is known");
         let (code, out, _) = sk(&url, &["pause", "mail"]).await;
         assert_eq!((code, out.trim()), (0, "mail: paused"));
         let status = sk_json(&url, &["status"]).await;
@@ -164,6 +175,11 @@ each_backend! {
         assert_eq!(code, 2, "{err}");
         assert!(err.contains("cancel 25 jobs?") && err.contains("add --yes"), "{err}");
         assert_eq!(db.job(mail[0]).await.status(), JobStatus::Unprocessed);
+        // Whatever the count: one job taken is asked about too (it acted at once).
+        let (code, _, err) = sk(&url, &["cancel", "--queue", "sms"]).await;
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("cancel 1 job?") && err.contains("add --yes"), "{err}");
+        assert_eq!(db.job(other).await.status(), JobStatus::Unprocessed);
         // Ids and a filter together, or neither, are usage errors.
         let (code, _, _) = sk(&url, &["cancel", &other.to_string(), "--queue", "sms"]).await;
         assert_eq!(code, 2);

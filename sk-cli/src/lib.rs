@@ -88,14 +88,23 @@ enum Command {
         yes: bool,
     },
     /// Stop every worker from starting jobs of a queue (running ones finish).
+    ///
+    /// A queue sk has never seen (no job, no paused or limited state, no worker that
+    /// names it) is refused, as a typo would be, unless `--force` is given.
     Pause {
         /// The queue.
         queue: String,
+        /// Pause it even if sk has never seen it (a queue whose jobs are yet to come).
+        #[arg(long)]
+        force: bool,
     },
     /// Let a paused queue run again.
     Resume {
         /// The queue.
         queue: String,
+        /// Resume it even if sk has never seen it.
+        #[arg(long)]
+        force: bool,
     },
     /// Set a queue's concurrency limit across all workers, or remove it with `none`.
     Limit {
@@ -413,7 +422,10 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
             )?;
             Ok(())
         }
-        Command::Pause { queue } => {
+        Command::Pause { queue, force } => {
+            if !force {
+                known_queue(&client, &queue).await?;
+            }
             let changed = client.pause(&queue).await?;
             let said = if changed {
                 "paused"
@@ -427,7 +439,10 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
                 || format!("{queue}: {said}"),
             )
         }
-        Command::Resume { queue } => {
+        Command::Resume { queue, force } => {
+            if !force {
+                known_queue(&client, &queue).await?;
+            }
             let changed = client.resume(&queue).await?;
             let said = if changed { "resumed" } else { "was not paused" };
             say(
@@ -964,6 +979,43 @@ async fn migrations(
     Ok(())
 }
 
+/// Refuses (exit 2) a queue sk has never seen: no job of it in the queue or the results,
+/// no paused or limited state, no worker that names it. `sk pause paymnets` (a typo) paused
+/// a queue that never existed while `payments` ran on.
+async fn known_queue(client: &Client, queue: &str) -> Result<(), Failure> {
+    let mut known: Vec<String> = client
+        .count_by(CountBy::Queue)
+        .await?
+        .into_iter()
+        .filter_map(|g| g.key)
+        .collect();
+    known.extend(client.queues().await?.into_iter().map(|q| q.name));
+    for worker in client.workers().await? {
+        known.extend(worker.queues.unwrap_or_default());
+    }
+    if known.iter().any(|k| k == queue) {
+        return Ok(());
+    }
+    // Last, the slow check: a queue whose every job succeeded.
+    let filter = JobFilter::new().queue(queue);
+    if !client.jobs(&filter, None, 1).await?.jobs.is_empty() {
+        return Ok(());
+    }
+    known.sort();
+    known.dedup();
+    let listed = if known.is_empty() {
+        "sk knows no queue yet".to_owned()
+    } else {
+        format!("known queues: {}", known.join(", "))
+    };
+    Err(fail(
+        format!(
+            "no queue {queue:?}: no job of it, not paused or limited, and no worker names it ({listed}); add --force to act on it anyway"
+        ),
+        2,
+    ))
+}
+
 /// Asks on the terminal, unless `yes`; without a terminal to ask on, refuses (exit 2).
 fn confirm(yes: bool, question: &str) -> Result<(), Failure> {
     use std::io::IsTerminal as _;
@@ -1054,9 +1106,10 @@ async fn act(
             || format!("no job to {verb}"),
         );
     }
-    if ids.len() > 1 {
-        confirm(args.yes, &format!("{verb} {} jobs?", ids.len()))?;
-    }
+    // Whatever the count: a filter that takes one job today may take thousands tomorrow,
+    // and a script without --yes should fail the same way both days.
+    let jobs = if ids.len() == 1 { "job" } else { "jobs" };
+    confirm(args.yes, &format!("{verb} {} {jobs}?", ids.len()))?;
     let bar = indicatif::ProgressBar::new(ids.len() as u64).with_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {per_sec} eta {eta}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
