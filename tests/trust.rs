@@ -202,3 +202,124 @@ async fn a_sqlite_row_out_of_range_fails_migration_6_by_name() {
     assert_eq!(db.scalar(rows, None).await, Some(1), "the row is kept");
     db.drop().await;
 }
+
+/// Log lines written while `run` runs on a runtime of this thread (the subscriber is this
+/// thread's).
+fn logs_of<F: std::future::Future<Output = ()>>(run: impl FnOnce() -> F) -> String {
+    #[derive(Clone, Default)]
+    struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || runtime.block_on(run()));
+    let bytes = buffer.0.lock().unwrap().clone();
+    String::from_utf8(bytes).unwrap()
+}
+
+/// Runs a worker with a pool of 500 connections on `db` until it has started.
+async fn start_with_a_large_pool<B: TestBackend>(db: Db<B>)
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let pool = sqlx::pool::PoolOptions::<B>::new()
+        .max_connections(500)
+        .connect_lazy(&db.url)
+        .unwrap();
+    let worker = sk_runtime::Worker::builder(pool)
+        .task_types([Record::TASK_TYPE])
+        .data(probe().0)
+        .id("large-pool")
+        .build()
+        .unwrap();
+    worker
+        .run_until(db.wait_worker_up("large-pool"))
+        .await
+        .unwrap();
+    db.drop().await;
+}
+
+/// A worker whose pool may take more than half of the connections the server has free
+/// says so at start, with the numbers (three workers sized concurrency + 5 at 32 each
+/// went past PostgreSQL's default of 100, and the server refused connections for minutes).
+#[test]
+fn a_worker_warns_of_a_pool_too_large_for_the_server() {
+    let logs = [
+        (
+            "PostgreSQL",
+            logs_of(|| async { start_with_a_large_pool(Db::<sqlx::Postgres>::new().await).await }),
+        ),
+        (
+            "MySQL",
+            logs_of(|| async { start_with_a_large_pool(Db::<sqlx::MySql>::new().await).await }),
+        ),
+    ];
+    for (backend, logs) in logs {
+        assert!(
+            logs.contains("WARN")
+                && logs
+                    .contains("this worker's pool may open 500 connections, more than half of the"),
+            "{backend}: {logs}"
+        );
+    }
+    let sqlite =
+        logs_of(|| async { start_with_a_large_pool(Db::<sqlx::Sqlite>::new().await).await });
+    assert!(
+        !sqlite.contains("this worker's pool"),
+        "SQLite has no server: {sqlite}"
+    );
+}
+
+/// `start_timeout` gives up within 100 ms of its limit, whatever a probe of a database
+/// that never answers takes (up to 2 s each: 5 s gave up at 6.3 s). The database is a
+/// listener that accepts and never answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_start_timeout_is_kept_to_100_ms() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = silent.accept().await {
+            open.push(conn);
+        }
+    });
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .connect_lazy(&format!("postgres://sk@127.0.0.1:{port}/none"))
+        .unwrap();
+    let limit = Duration::from_millis(1500);
+    let worker = sk_runtime::Worker::builder(pool)
+        .task_types([Record::TASK_TYPE])
+        .data(probe().0)
+        .start_timeout(limit)
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let error = worker.run_until(std::future::pending()).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        took >= limit && took < limit + Duration::from_millis(100),
+        "gave up after {took:?}: {error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .starts_with("cannot reach the database at 127.0.0.1:"),
+        "{error}"
+    );
+    held.abort();
+}

@@ -1674,6 +1674,31 @@ impl Store {
         }
     }
 
+    /// The server's connection limit for clients like sk and how many connections it
+    /// has open now (`None` for SQLite, which has no server).
+    pub(crate) async fn connection_room(&self) -> Result<Option<(i64, i64)>> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.connection_room().await.map(Some),
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(_) => Ok(None),
+            #[cfg(feature = "mysql")]
+            Store::MySql(store) => store.connection_room().await.map(Some),
+        }
+    }
+
+    /// How many connections the store's pool may open.
+    pub(crate) fn pool_max(&self) -> u32 {
+        match self {
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.pool.options().get_max_connections(),
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(store) => store.pool.options().get_max_connections(),
+            #[cfg(feature = "mysql")]
+            Store::MySql(store) => store.pool.options().get_max_connections(),
+        }
+    }
+
     /// Where the store connects, for messages.
     pub(crate) fn address(&self) -> String {
         match self {

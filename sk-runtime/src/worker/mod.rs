@@ -958,6 +958,7 @@ impl Worker {
         if shared.config.auto_migrate {
             shared.store.migrate().await?;
         }
+        warn_of_a_large_pool(&shared).await;
         tracing::info!(
             worker = %shared.store.worker_id(),
             task_types = ?shared.task_types,
@@ -1167,15 +1168,69 @@ pub async fn migrations(pool: impl Into<crate::Pool>, schema: &Schema) -> Result
         .collect())
 }
 
+/// Warns, with the numbers, when this worker's pool alone may take more than half of the
+/// connections the server has free: a few workers sized as the README's pool section
+/// once said (concurrency + 5 each) went past PostgreSQL's default of 100, and a server
+/// that refuses connections stalls every worker sharing it.
+async fn warn_of_a_large_pool(shared: &Shared) {
+    let (limit, open) = match shared.store.connection_room().await {
+        Ok(Some(room)) => room,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::debug!("sk: cannot read the server's connection limit: {e}");
+            return;
+        }
+    };
+    let pool = i64::from(shared.store.pool_max());
+    if let Some(message) = pool_warning(pool, limit, open) {
+        tracing::warn!(pool, server_limit = limit, open, "sk: {message}");
+    }
+}
+
+/// The warning for a pool of `pool` connections on a server that takes `limit` and has
+/// `open` now (one of them this worker's), if it needs one.
+fn pool_warning(pool: i64, limit: i64, open: i64) -> Option<String> {
+    let free = limit - open;
+    (pool * 2 > free).then(|| {
+        format!(
+            "this worker's pool may open {pool} connections, more than half of the {free} the server has free \
+             ({limit} allowed, {open} open); size each worker's pool for its concurrency plus 5, and all \
+             workers together below the server's limit (or put PgBouncer in front), or the server will refuse connections"
+        )
+    })
+}
+
 /// Waits until the database answers a direct connection (the pool's own wait retries a
 /// refused connection in silence). Each failed attempt is logged at once with the address
 /// and the cause; a cause that waiting cannot cure (authentication, an unknown database)
 /// fails at once, and so does any cause once the start timeout has passed.
 async fn wait_for_database(shared: &Shared) -> Result<()> {
     let started = std::time::Instant::now();
+    // The start timeout bounds the probes and the waits between them too: a probe of a
+    // database that does not answer takes up to 2 s, and a limit of 5 s gave up at 6.3.
+    let deadline = shared.config.start_timeout.map(|limit| started + limit);
     let mut failures = 0u32;
+    let mut last = None;
     loop {
-        let error = match shared.store.probe().await {
+        let probe = shared.store.probe();
+        let probed = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline.into(), probe).await,
+            None => Ok(probe.await),
+        };
+        let Ok(probed) = probed else {
+            if let Some(error) = last {
+                return Err(error);
+            }
+            let limit = shared.config.start_timeout.unwrap_or_default();
+            return Err(Error::Connect {
+                address: shared.store.address(),
+                cause: format!(
+                    "no answer within the start timeout ({})",
+                    humantime::format_duration(limit)
+                ),
+            });
+        };
+        let error = match probed {
             Ok(()) => {
                 if failures > 0 {
                     tracing::info!(
@@ -1190,18 +1245,19 @@ async fn wait_for_database(shared: &Shared) -> Result<()> {
             Err(ProbeFailure::Transient(e)) => e,
         };
         failures += 1;
-        if shared
-            .config
-            .start_timeout
-            .is_some_and(|limit| started.elapsed() >= limit)
-        {
+        let now = std::time::Instant::now();
+        if deadline.is_some_and(|deadline| now >= deadline) {
             return Err(error);
         }
-        let wait = producer::backoff(failures);
+        let wait = match deadline {
+            Some(deadline) => producer::backoff(failures).min(deadline - now),
+            None => producer::backoff(failures),
+        };
         tracing::warn!(
             "sk: {error}; retrying in {wait:?} (waiting {:.1} s so far)",
             started.elapsed().as_secs_f64()
         );
+        last = Some(error);
         tokio::time::sleep(wait).await;
     }
 }
@@ -1281,6 +1337,21 @@ mod tests {
         tracing::subscriber::with_default(subscriber, f);
         let bytes = buffer.0.lock().unwrap().clone();
         String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn a_pool_over_half_of_the_free_connections_is_warned_of() {
+        // PostgreSQL's default 100 less 3 reserved, 10 open: 87 free.
+        assert_eq!(super::pool_warning(43, 97, 10), None);
+        let said = super::pool_warning(44, 97, 10).expect("44 is over half of 87");
+        assert!(
+            said.contains("may open 44 connections, more than half of the 87 the server has free (97 allowed, 10 open)"),
+            "{said}"
+        );
+        assert!(
+            super::pool_warning(37, 97, 40).is_some(),
+            "three workers of 37"
+        );
     }
 
     // No `#[job]` is linked into this crate's unit tests: the case of a job crate the

@@ -1,4 +1,5 @@
-//! MySQL 8 and MariaDB 10.6+: migrations and every statement sk runs there.
+//! MariaDB 10.6+ (not MySQL 8: the migrations use MariaDB's `IF [NOT] EXISTS` DDL):
+//! migrations and every statement sk runs there.
 //!
 //! A claim is `SELECT … FOR UPDATE SKIP LOCKED` in a short transaction, then an `UPDATE`
 //! of the rows it locked (there is no `UPDATE … RETURNING`): two workers never take the
@@ -1038,6 +1039,20 @@ impl MySqlStore {
     /// Where the pool connects, for messages.
     pub(crate) fn address(&self) -> String {
         address(&self.pool.connect_options())
+    }
+
+    /// The server's `max_connections` and the connections open now.
+    pub(crate) async fn connection_room(&self) -> Result<(i64, i64)> {
+        let mut conn = self.acquire().await?;
+        let limit: i64 = sqlx::query_scalar("SELECT CAST(@@max_connections AS SIGNED)")
+            .fetch_one(&mut *conn)
+            .await?;
+        // `SHOW STATUS` answers on MariaDB and MySQL 8 alike (their tables differ).
+        let (_, open): (String, String) =
+            sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Threads_connected'")
+                .fetch_one(&mut *conn)
+                .await?;
+        Ok((limit, open.parse().unwrap_or(0)))
     }
 
     /// A pooled connection, or within [`ACQUIRE_WAIT`] an error that says why there is none.

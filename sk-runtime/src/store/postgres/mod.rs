@@ -1152,6 +1152,20 @@ impl PgStore {
         address(&self.pool.connect_options())
     }
 
+    /// The connections a role without superuser rights may open (`max_connections` less
+    /// the reserved ones), and the client connections open now.
+    pub(crate) async fn connection_room(&self) -> Result<(i64, i64)> {
+        let mut conn = self.acquire().await?;
+        Ok(sqlx::query_as(
+            "SELECT current_setting('max_connections')::int8
+                 - current_setting('superuser_reserved_connections')::int8
+                 - coalesce(current_setting('reserved_connections', true)::int8, 0),
+                 (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')",
+        )
+        .fetch_one(&mut *conn)
+        .await?)
+    }
+
     /// A pooled connection, or within [`ACQUIRE_WAIT`] an error that says why there is none.
     pub(crate) async fn acquire(&self) -> Result<PoolConnection<Postgres>> {
         match tokio::time::timeout(ACQUIRE_WAIT, self.pool.acquire()).await {
