@@ -30,6 +30,18 @@ pub enum Error {
         /// The pool's `max_connections`.
         max: u32,
     },
+    /// The pool gave no connection in time though it had room for more: opening new
+    /// ones failed or was slow, while a direct connection now succeeds (the database was
+    /// away or refused connections a moment ago, or is at its own connection limit).
+    #[error("no connection from the pool within {} though it had room ({size} open, at most {max}): opening new connections failed or was slow, and a direct connection now succeeds; the database was away or refused connections (its limit?) a moment ago", humantime::format_duration(*waited))]
+    PoolStalled {
+        /// How long sk waited.
+        waited: std::time::Duration,
+        /// Connections the pool had open.
+        size: u32,
+        /// The pool's `max_connections`.
+        max: u32,
+    },
     /// A job payload could not be serialized to JSON.
     #[error("cannot serialize the payload of job `{task_type}`: {source}")]
     Serialize {

@@ -447,6 +447,7 @@ async fn load_stored(
     let rows = match shared.store.stored_schedules().await {
         Ok(rows) => rows,
         Err(e) => {
+            let e = shared.store.explained(e).await;
             tracing::warn!("sk: cannot read the stored schedules: {e}");
             return;
         }

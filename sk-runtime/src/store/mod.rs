@@ -562,6 +562,28 @@ pub(crate) struct Claim<'a> {
     pub(crate) lease_until: DateTime<Utc>,
 }
 
+/// A pool's open connections, its most, and how long it waits for one.
+fn pool_state<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) -> (u32, u32, std::time::Duration) {
+    let options = pool.options();
+    (
+        pool.size(),
+        options.get_max_connections(),
+        options.get_acquire_timeout(),
+    )
+}
+
+/// The error of a pool that gave no connection within `waited` while a direct connection
+/// succeeds: exhausted when all its connections were open (and busy), stalled when it had
+/// room (its new connections failed: "give the pool more connections" with 4 of 37 open
+/// sent an operator the wrong way during an outage).
+pub(crate) fn pool_timed_out(waited: std::time::Duration, size: u32, max: u32) -> Error {
+    if size >= max {
+        Error::PoolExhausted { waited, size, max }
+    } else {
+        Error::PoolStalled { waited, size, max }
+    }
+}
+
 /// A job this worker now holds a lease on.
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct ClaimedJob {
@@ -1687,6 +1709,81 @@ impl Store {
         }
     }
 
+    /// `error` with its cause, when it is a pool's timeout (sqlx's says only that it timed
+    /// out, as the listener's reconnect and a read of the stored schedules met it): the
+    /// database's own error from a direct connection, or how the pool stood.
+    pub(crate) async fn explained(&self, error: Error) -> Error {
+        if !matches!(error, Error::Database(sqlx::Error::PoolTimedOut)) {
+            return error;
+        }
+        match self.probe().await {
+            Err(ProbeFailure::Transient(e) | ProbeFailure::Permanent(e)) => e,
+            Ok(()) => {
+                let (size, max, waited) = match self {
+                    #[cfg(feature = "postgres")]
+                    Store::Postgres(s) => pool_state(&s.pool),
+                    #[cfg(feature = "sqlite")]
+                    Store::Sqlite(s) => pool_state(&s.pool),
+                    #[cfg(feature = "mysql")]
+                    Store::MySql(s) => pool_state(&s.pool),
+                };
+                pool_timed_out(waited, size, max)
+            }
+        }
+    }
+
+    /// Which of `ids` this worker recorded as succeeded: a completion retried after its
+    /// reply was lost (a dropped connection after the commit) finds its own result, not a
+    /// lease lost to another worker. Results rows by primary key.
+    pub(crate) async fn succeeded_here(&self, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+        let ids: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
+        let list = serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned());
+        let processed = crate::info::JobStatus::Processed as i32;
+        Ok(match self {
+            #[cfg(feature = "postgres")]
+            Store::Postgres(s) => {
+                sqlx::query_scalar(&format!(
+                    "SELECT task_id FROM {} WHERE task_id IN
+                        (SELECT value::uuid FROM jsonb_array_elements_text($1::jsonb))
+                     AND task_status = $2 AND task_last_locked_by = $3",
+                    s.schema.table("task_results_t")
+                ))
+                .bind(list)
+                .bind(processed)
+                .bind(&s.worker_id)
+                .fetch_all(&s.pool)
+                .await?
+            }
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(s) => {
+                sqlx::query_scalar(&format!(
+                    "SELECT task_id FROM {} WHERE task_id IN (SELECT unhex(value) FROM json_each($1))
+                     AND task_status = $2 AND task_last_locked_by = $3",
+                    s.schema.flat_table("task_results_t")
+                ))
+                .bind(list)
+                .bind(processed)
+                .bind(&s.worker_id)
+                .fetch_all(&s.pool)
+                .await?
+            }
+            #[cfg(feature = "mysql")]
+            Store::MySql(s) => {
+                sqlx::query_scalar(&format!(
+                    "SELECT task_id FROM {} WHERE task_id IN
+                        (SELECT UNHEX(id) FROM JSON_TABLE(?, '$[*]' COLUMNS (id CHAR(32) PATH '$')) AS ids)
+                     AND task_status = ? AND task_last_locked_by = ?",
+                    s.schema.flat_table("task_results_t")
+                ))
+                .bind(list)
+                .bind(processed)
+                .bind(&s.worker_id)
+                .fetch_all(&s.pool)
+                .await?
+            }
+        })
+    }
+
     /// How many connections the store's pool may open.
     pub(crate) fn pool_max(&self) -> u32 {
         match self {
@@ -1709,5 +1806,43 @@ impl Store {
             #[cfg(feature = "mysql")]
             Store::MySql(store) => store.address(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::pool_timed_out;
+    use crate::error::Error;
+
+    /// A pool with room that gave no connection is not "too small": during an outage the
+    /// line said "give the pool more connections" with 4 of 37 open.
+    #[test]
+    fn a_pool_with_room_is_not_called_too_small() {
+        let wait = Duration::from_secs(2);
+        assert!(matches!(
+            pool_timed_out(wait, 37, 37),
+            Error::PoolExhausted {
+                size: 37,
+                max: 37,
+                ..
+            }
+        ));
+        let stalled = pool_timed_out(wait, 4, 37);
+        assert!(matches!(
+            stalled,
+            Error::PoolStalled {
+                size: 4,
+                max: 37,
+                ..
+            }
+        ));
+        let said = stalled.to_string();
+        assert!(
+            said.contains("though it had room (4 open, at most 37)"),
+            "{said}"
+        );
+        assert!(!said.contains("more connections"), "{said}");
     }
 }

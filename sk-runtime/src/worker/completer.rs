@@ -295,7 +295,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     }
     shared.count_runs(&counted);
     if !give_back.is_empty() {
-        if let Some(n) = persist(shared, "give leases back", || {
+        if let Some(n) = persist_for_a_lease(shared, "give leases back", || {
             shared.store.give_back(&give_back, now)
         })
         .await
@@ -311,7 +311,8 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     for group in snoozed.chunk_by(|a, b| a.1 == b.1) {
         let at = group[0].1;
         let group: Vec<Lease> = group.iter().map(|(lease, _)| *lease).collect();
-        if let Some(n) = persist(shared, "snooze jobs", || shared.store.give_back(&group, at)).await
+        if let Some(n) =
+            persist_for_a_lease(shared, "snooze jobs", || shared.store.give_back(&group, at)).await
         {
             Metrics::add(&shared.metrics.snoozed, n);
             let refused_n = group.len().saturating_sub(n as usize);
@@ -509,7 +510,7 @@ fn marker(bytes: usize) -> String {
 /// An outcome the completer writes in batches: a success or a failure.
 trait Record: Sized {
     /// What the store answers for each outcome of a batch it wrote.
-    type Written;
+    type Written: Send;
     /// What the outcome is called in the log, and what `degraded` leaves out.
     const WHAT: &'static str;
     const LEFT_OUT: &'static str;
@@ -525,6 +526,16 @@ trait Record: Sized {
     fn unwritten(answer: &mut Vec<Self::Written>);
     /// The outcome without what the database may have refused in it.
     fn degraded(&self, refusal: &Error) -> Self;
+    /// After a write that was tried more than once: `written` with the outcomes of
+    /// `batch` an earlier try committed before its reply was lost.
+    fn committed_before(
+        shared: &Shared,
+        batch: &[Self],
+        written: Vec<Self::Written>,
+    ) -> impl std::future::Future<Output = Vec<Self::Written>> + Send {
+        let _ = (shared, batch);
+        std::future::ready(written)
+    }
 }
 
 impl Record for Success {
@@ -551,6 +562,35 @@ impl Record for Success {
             output: None,
             ..*self
         }
+    }
+    /// A retried completion finds no lease for what an earlier try committed: those are
+    /// this worker's own results (not a lease lost to another worker), found by the
+    /// results rows it finished.
+    async fn committed_before(
+        shared: &Shared,
+        batch: &[Self],
+        mut written: Vec<uuid::Uuid>,
+    ) -> Vec<uuid::Uuid> {
+        let missing: Vec<uuid::Uuid> = batch
+            .iter()
+            .map(|s| s.lease.id)
+            .filter(|id| !written.contains(id))
+            .collect();
+        if missing.is_empty() {
+            return written;
+        }
+        match shared.store.succeeded_here(&missing).await {
+            Ok(ours) => {
+                for id in &ours {
+                    tracing::info!(%id, "sk: the job's result was recorded by an earlier try, whose reply was lost; recorded once");
+                }
+                written.extend(ours);
+            }
+            Err(e) => {
+                tracing::debug!("sk: cannot read back the results of a retried completion: {e}")
+            }
+        }
+        written
     }
 }
 
@@ -608,8 +648,17 @@ async fn write_batch<R: Record>(
     parts.reverse();
     while let Some(range) = parts.pop() {
         let part = &batch[range.clone()];
-        let refusal = match attempt(shared, what, true, || R::write(&shared.store, part, now)).await
-        {
+        let mut tries = 0;
+        let written = attempt(shared, what, true, || {
+            tries += 1;
+            R::write(&shared.store, part, now)
+        })
+        .await;
+        let refusal = match written {
+            Written::Done(written) if tries > 1 => {
+                answer.extend(R::committed_before(shared, part, written).await);
+                continue;
+            }
             Written::Done(written) => {
                 answer.extend(written);
                 continue;
@@ -688,6 +737,28 @@ where
     match attempt(shared, what, false, call).await {
         Written::Done(value) => Some(value),
         Written::Refused(_) | Written::GaveUp => None,
+    }
+}
+
+/// `persist` for a give back or a snooze, which only hasten what a lease's end does anyway:
+/// tried for at most one lease, after which the leases have run out and another worker
+/// may hold the jobs (a snooze then runs sooner, after a lost attempt). Retrying any error
+/// for ever held every outcome behind it.
+async fn persist_for_a_lease<T, F, Fut>(shared: &Shared, what: &str, mut call: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let lease = shared.config.lease;
+    match tokio::time::timeout(lease, persist(shared, what, &mut call)).await {
+        Ok(done) => done,
+        Err(_) => {
+            tracing::error!(
+                "sk: gave up trying to {what} after {}: the leases have run out, and the jobs run again on another claim",
+                humantime::format_duration(lease)
+            );
+            None
+        }
     }
 }
 

@@ -112,6 +112,9 @@ mod postgres {
                                     shared.wake.notify_one();
                                 }
                                 Err(e) => {
+                                    // Its reconnect waits on the pool, whose timeout names
+                                    // no cause: a direct connection says why.
+                                    let e = shared.store.explained(e.into()).await;
                                     tracing::warn!("sk: listener failed: {e}");
                                     break;
                                 }

@@ -1061,11 +1061,11 @@ impl MySqlStore {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => Err(match self.probe().await {
                 Err(ProbeFailure::Transient(e) | ProbeFailure::Permanent(e)) => e,
-                Ok(()) => Error::PoolExhausted {
-                    waited: ACQUIRE_WAIT,
-                    size: self.pool.size(),
-                    max: self.pool.options().get_max_connections(),
-                },
+                Ok(()) => super::pool_timed_out(
+                    ACQUIRE_WAIT,
+                    self.pool.size(),
+                    self.pool.options().get_max_connections(),
+                ),
             }),
             Ok(Err(sqlx::Error::Io(io))) => Err(Error::Connect {
                 address: self.address(),

@@ -1172,11 +1172,11 @@ impl PgStore {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => Err(match self.probe().await {
                 Err(ProbeFailure::Transient(e) | ProbeFailure::Permanent(e)) => e,
-                Ok(()) => Error::PoolExhausted {
-                    waited: ACQUIRE_WAIT,
-                    size: self.pool.size(),
-                    max: self.pool.options().get_max_connections(),
-                },
+                Ok(()) => super::pool_timed_out(
+                    ACQUIRE_WAIT,
+                    self.pool.size(),
+                    self.pool.options().get_max_connections(),
+                ),
             }),
             Ok(Err(e)) => Err(self.lost(e)),
         }
