@@ -736,7 +736,15 @@ async fn insight_queries_read_the_results_through_indexes() {
         .await
         .unwrap()
     };
-    let (seq_before, idx_before) = scans().await;
+    // A backend leaves pg_stat_activity before it flushes its table statistics (its
+    // status entry is cleared by the later-registered exit hook, which runs first), so
+    // the seed's one sequential scan (the GROUP BY above) may still be on its way:
+    // waited for, not read once. (Read once, it failed under the full suite's load.)
+    let (seq_before, idx_before) = wait_until("the seed's statistics", T, || async {
+        let (seq, idx) = scans().await;
+        (seq >= 1).then_some((seq, idx))
+    })
+    .await;
 
     let pool = db.named_pool("sk_insight", 1).await;
     let client = Client::new(pool.clone());
@@ -770,11 +778,14 @@ async fn insight_queries_read_the_results_through_indexes() {
     pool.close().await;
     db.wait_disconnected("sk_insight").await;
 
-    let (seq_after, idx_after) = scans().await;
-    assert!(
-        idx_after > idx_before,
-        "the calls read {partition} ({idx_before} -> {idx_after})"
-    );
+    // The calls' connection's counts arrive together, once it has flushed them.
+    let (seq_after, idx_after) =
+        wait_until(&format!("the calls to read {partition}"), T, || async {
+            let (seq, idx) = scans().await;
+            (idx > idx_before).then_some((seq, idx))
+        })
+        .await;
+    assert!(idx_after > idx_before);
     assert_eq!(seq_after, seq_before, "no sequential scan of {partition}");
     db.drop().await;
 }
