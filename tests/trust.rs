@@ -323,3 +323,40 @@ async fn the_start_timeout_is_kept_to_100_ms() {
     );
     held.abort();
 }
+
+/// Snoozes for an hour, every run.
+#[job]
+async fn snoozes_an_hour(ctx: JobContext, probe: Data<Probe>) -> Result<(), JobError> {
+    probe.saw(&ctx, "snoozed");
+    Err(JobError::snooze(Duration::from_secs(3600)))
+}
+
+/// A snooze (a give back with a later time) that the database refuses was retried for
+/// ever, and every outcome after it waited behind it: here a job that succeeded after it
+/// was never recorded. It is now tried for one lease (the leases have run out by then).
+/// The refusal is a trigger on the worker's connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snooze_the_database_refuses_does_not_hold_later_outcomes() {
+    let db = Db::<sqlx::Sqlite>::new().await;
+    let (probe, mut rx) = probe();
+    let refuses = "CREATE TEMP TRIGGER IF NOT EXISTS no_give_back BEFORE UPDATE OF task_locked_by
+        ON main.sk_tasks_queue_t WHEN NEW.task_locked_by IS NULL
+        BEGIN SELECT RAISE(ABORT, 'refused by the test'); END";
+    let pool = super::sqlite_pool_running(&db, refuses.into()).await;
+    SnoozesAnHour::new().enqueue(&db.pool).await.unwrap();
+    let w = RunningWorker::start(
+        sk_runtime::Worker::builder(pool.clone())
+            .task_types([SnoozesAnHour::TASK_TYPE, Record::TASK_TYPE])
+            .lease(Duration::from_secs(2))
+            .poll_interval(Duration::from_millis(50))
+            .data(probe),
+    );
+    let first = recv(&mut rx, "the snooze", T).await;
+    assert_eq!(first.label, "snoozed");
+    let after = Record::new("after".into()).enqueue(&db.pool).await.unwrap();
+    db.wait_job(after, T, |r| r.status() == JobStatus::Processed)
+        .await;
+    w.stop().await;
+    pool.close().await;
+    db.drop().await;
+}
