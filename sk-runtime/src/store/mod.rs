@@ -1738,50 +1738,14 @@ impl Store {
     pub(crate) async fn succeeded_here(&self, ids: &[Uuid]) -> Result<Vec<Uuid>> {
         let ids: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
         let list = serde_json::to_string(&ids).unwrap_or_else(|_| "[]".to_owned());
-        let processed = crate::info::JobStatus::Processed as i32;
-        Ok(match self {
+        match self {
             #[cfg(feature = "postgres")]
-            Store::Postgres(s) => {
-                sqlx::query_scalar(&format!(
-                    "SELECT task_id FROM {} WHERE task_id IN
-                        (SELECT value::uuid FROM jsonb_array_elements_text($1::jsonb))
-                     AND task_status = $2 AND task_last_locked_by = $3",
-                    s.schema.table("task_results_t")
-                ))
-                .bind(list)
-                .bind(processed)
-                .bind(&s.worker_id)
-                .fetch_all(&s.pool)
-                .await?
-            }
+            Store::Postgres(s) => s.succeeded_here(&list).await,
             #[cfg(feature = "sqlite")]
-            Store::Sqlite(s) => {
-                sqlx::query_scalar(&format!(
-                    "SELECT task_id FROM {} WHERE task_id IN (SELECT unhex(value) FROM json_each($1))
-                     AND task_status = $2 AND task_last_locked_by = $3",
-                    s.schema.flat_table("task_results_t")
-                ))
-                .bind(list)
-                .bind(processed)
-                .bind(&s.worker_id)
-                .fetch_all(&s.pool)
-                .await?
-            }
+            Store::Sqlite(s) => s.succeeded_here(&list).await,
             #[cfg(feature = "mysql")]
-            Store::MySql(s) => {
-                sqlx::query_scalar(&format!(
-                    "SELECT task_id FROM {} WHERE task_id IN
-                        (SELECT UNHEX(id) FROM JSON_TABLE(?, '$[*]' COLUMNS (id CHAR(32) PATH '$')) AS ids)
-                     AND task_status = ? AND task_last_locked_by = ?",
-                    s.schema.flat_table("task_results_t")
-                ))
-                .bind(list)
-                .bind(processed)
-                .bind(&s.worker_id)
-                .fetch_all(&s.pool)
-                .await?
-            }
-        })
+            Store::MySql(s) => s.succeeded_here(&list).await,
+        }
     }
 
     /// How many connections the store's pool may open.

@@ -1791,6 +1791,22 @@ impl MySqlStore {
         Ok(true)
     }
 
+    /// Which of the ids (a JSON array of hex ids) this worker recorded as succeeded
+    /// (`Store::succeeded_here`), by the results table's primary key.
+    pub(crate) async fn succeeded_here(&self, ids: &str) -> Result<Vec<Uuid>> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT task_id FROM {} WHERE task_id IN
+                (SELECT UNHEX(id) FROM JSON_TABLE(?, '$[*]' COLUMNS (id CHAR(32) PATH '$')) AS ids)
+             AND task_status = ? AND task_last_locked_by = ?",
+            self.schema.mysql.results
+        ))
+        .bind(ids)
+        .bind(crate::info::JobStatus::Processed as i32)
+        .bind(&self.worker_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     pub(crate) async fn stored_schedules(&self) -> Result<Vec<ScheduleRow>> {
         schedule_list(&self.pool, &self.schema).await
     }

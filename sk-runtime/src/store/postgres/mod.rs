@@ -1557,6 +1557,22 @@ impl PgStore {
     }
 
     /// The stored schedules (migration 6).
+    /// Which of the ids (a JSON array of simple hex ids) this worker recorded as
+    /// succeeded (`Store::succeeded_here`), by the results table's primary key.
+    pub(crate) async fn succeeded_here(&self, ids: &str) -> Result<Vec<Uuid>> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT task_id FROM {} WHERE task_id IN
+                (SELECT value::uuid FROM jsonb_array_elements_text($1::jsonb))
+             AND task_status = $2 AND task_last_locked_by = $3",
+            self.schema.table("task_results_t")
+        ))
+        .bind(ids)
+        .bind(crate::info::JobStatus::Processed as i32)
+        .bind(&self.worker_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     pub(crate) async fn stored_schedules(&self) -> Result<Vec<ScheduleRow>> {
         schedule_list(&self.pool, &self.schema).await
     }

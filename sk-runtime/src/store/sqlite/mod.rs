@@ -1511,6 +1511,21 @@ impl SqliteStore {
         Ok(true)
     }
 
+    /// Which of the ids (a JSON array of hex ids) this worker recorded as succeeded
+    /// (`Store::succeeded_here`), by the results table's primary key.
+    pub(crate) async fn succeeded_here(&self, ids: &str) -> Result<Vec<Uuid>> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT task_id FROM {} WHERE task_id IN (SELECT unhex(value) FROM json_each($1))
+             AND task_status = $2 AND task_last_locked_by = $3",
+            self.schema.sqlite.results
+        ))
+        .bind(ids)
+        .bind(crate::info::JobStatus::Processed as i32)
+        .bind(&self.worker_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     pub(crate) async fn stored_schedules(&self) -> Result<Vec<ScheduleRow>> {
         schedule_list(&self.pool, &self.schema).await
     }
