@@ -1809,4 +1809,24 @@ mod tests {
         );
         assert!(!said.contains("more connections"), "{said}");
     }
+
+    /// sqlx's bare "pool timed out" (the listener's reconnect, a read of the stored
+    /// schedules) is explained by a direct connection: here the database is away.
+    #[cfg(feature = "postgres")]
+    #[tokio::test]
+    async fn a_pool_timeout_is_explained_by_its_cause() {
+        let pool = sqlx::PgPool::connect_lazy("postgres://sk@127.0.0.1:1/app").unwrap();
+        let store = super::Pool::from(pool).store(super::Schema::default(), "w".into());
+        let said = store
+            .explained(Error::Database(sqlx::Error::PoolTimedOut))
+            .await
+            .to_string();
+        assert!(
+            said.starts_with("cannot reach the database at 127.0.0.1:1/app: ")
+                && said.contains("refused"),
+            "{said}"
+        );
+        let other = store.explained(Error::JobNotFound(uuid::Uuid::nil())).await;
+        assert!(matches!(other, Error::JobNotFound(_)), "{other}");
+    }
 }
