@@ -1213,8 +1213,13 @@ async fn wait_for_database(shared: &Shared) -> Result<()> {
     let mut last = None;
     loop {
         let probe = shared.store.probe();
+        // Each probe gets at least 100 ms, so a limit of zero (or the end of a longer
+        // one) still reports what a refused or misconfigured connection says.
         let probed = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline.into(), probe).await,
+            Some(deadline) => {
+                let floor = std::time::Instant::now() + Duration::from_millis(100);
+                tokio::time::timeout_at(deadline.max(floor).into(), probe).await
+            }
             None => Ok(probe.await),
         };
         let Ok(probed) = probed else {
