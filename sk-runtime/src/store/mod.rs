@@ -681,6 +681,14 @@ where
     ))
 }
 
+/// Logs a claimed row of which not even the lease can be read (`claimed_row`'s error): it
+/// is left to its lease. (MySQL leases a row only after reading it, and leaves such a row
+/// alone.)
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) fn unleasable(error: &Error) {
+    tracing::error!("sk: a claimed row whose id, attempt or task type cannot be read is left to its lease: {error}");
+}
+
 /// The fencing token of one claim: a finalization must present both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Lease {

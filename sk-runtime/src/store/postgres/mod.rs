@@ -1799,7 +1799,7 @@ fn claimed(rows: &[sqlx::postgres::PgRow]) -> Vec<ClaimedJob> {
     rows.iter()
         .filter_map(|row| {
             super::claimed_row(row, 0)
-                .map_err(|e| tracing::error!("sk: a claimed row whose id, attempt or task type cannot be read is left to its lease: {e}"))
+                .map_err(|e| super::unleasable(&e))
                 .ok()
         })
         .collect()

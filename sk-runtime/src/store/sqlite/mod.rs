@@ -1033,7 +1033,7 @@ impl SqliteStore {
                 let handle: i64 = row.try_get("task_lock_handle_id")?;
                 match super::claimed_row(&row, 0) {
                     Ok(job) => jobs.push((handle, job)),
-                    Err(e) => unleasable(&e),
+                    Err(e) => super::unleasable(&e),
                 }
             }
         } else {
@@ -1650,8 +1650,10 @@ fn claimed(json: &str) -> Result<Vec<(i64, ClaimedJob)>> {
                 .into_iter()
                 .filter_map(
                     |row| match serde_json::from_value::<ClaimedRow>(row.clone()) {
-                        Ok(row) => claimed_job(row).map_err(|e| unleasable(&e)).ok(),
-                        Err(e) => unreadable_row(&row, &e).map_err(|e| unleasable(&e)).ok(),
+                        Ok(row) => claimed_job(row).map_err(|e| super::unleasable(&e)).ok(),
+                        Err(e) => unreadable_row(&row, &e)
+                            .map_err(|e| super::unleasable(&e))
+                            .ok(),
                     },
                 )
                 .collect())
@@ -1680,11 +1682,6 @@ fn unreadable_row(row: &serde_json::Value, error: &serde_json::Error) -> Result<
         handle,
         ClaimedJob::unreadable(id, task_type.to_owned(), attempt, error.to_string()),
     ))
-}
-
-/// Logs a claimed row of which not even the lease can be read: it is left to its lease.
-fn unleasable(error: &Error) {
-    tracing::error!("sk: a claimed row whose id, attempt or task type cannot be read is left to its lease: {error}");
 }
 
 /// One decoded claimed row as a job, with its lock handle.
