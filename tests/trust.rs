@@ -118,13 +118,35 @@ where
     for id in good {
         assert_eq!(db.job(id).await.error_count, 0, "{id} used no attempt");
     }
+    assert_eq!(
+        db.job(bad).await.status(),
+        JobStatus::Fatal,
+        "its record reads"
+    );
     db.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_row_ends_alone_on_postgres() {
-    // PostgreSQL's times go past chrono's: sqlx's decoder panics on `infinity`.
+    // PostgreSQL's times go past chrono's: sqlx's decoder panics on `infinity`. The
+    // table's check refuses it (migration 11)...
     let db = Db::<sqlx::Postgres>::new().await;
+    let refused = sqlx::query(
+        "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_posted_at_ts, task_locked_until_ts)
+         VALUES (gen_random_uuid(), 'record', 'hand', '{}', 'infinity', now())",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("sk_tasks_queue_times_are_finite"),
+        "{refused}"
+    );
+    // ...and one written past it ends alone, its posting time recorded as its claim's.
+    db.execute("ALTER TABLE sk_tasks_queue_t DROP CONSTRAINT sk_tasks_queue_times_are_finite")
+        .await;
     an_unreadable_row_ends_alone(
         db,
         "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_posted_at_ts, task_locked_until_ts)
@@ -200,6 +222,48 @@ async fn a_sqlite_row_out_of_range_fails_migration_6_by_name() {
     assert_eq!(db.scalar(versions, None).await, Some(6));
     let rows = "SELECT count(*) FROM old_sk_tasks_queue_t";
     assert_eq!(db.scalar(rows, None).await, Some(1), "the row is kept");
+    db.drop().await;
+}
+
+/// A PostgreSQL queue of version 10 holding an `infinity` fails migration 11 by name and
+/// changes nothing; the results table refuses one from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_time_past_chronos_fails_migration_11_by_name() {
+    let db = Db::<sqlx::Postgres>::new().await;
+    let old = sk_runtime::Schema::new("old", "sk_").unwrap();
+    sk_runtime::__private::migrate_to(&db.pool, &old, 10)
+        .await
+        .unwrap();
+    let id = Uuid::now_v7();
+    db.execute(&format!(
+        "INSERT INTO old.sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_posted_at_ts, task_locked_until_ts)
+         VALUES ('{id}', 'record', 'hand', '{{}}', now(), '-infinity')"
+    ))
+    .await;
+    let refused = sk_runtime::migrate(&db.pool, &old).await.unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        format!("migration 11 cannot be applied: the row of job {id} in old.sk_tasks_queue_t has task_locked_until_ts = -infinity, which sk cannot read; correct or delete it, then migrate again")
+    );
+    let versions = "SELECT CAST(max(version) AS BIGINT) FROM old.sk_schema_migrations_t";
+    assert_eq!(db.scalar(versions, None).await, Some(10));
+    db.execute("UPDATE old.sk_tasks_queue_t SET task_locked_until_ts = now()")
+        .await;
+    sk_runtime::migrate(&db.pool, &old).await.unwrap();
+    assert_eq!(db.scalar(versions, None).await, Some(11));
+    let refused = sqlx::query(
+        "INSERT INTO old.sk_task_results_t (task_id, task_type, task_source, task_queue, task_status, task_priority, task_posted_at_ts)
+         VALUES (gen_random_uuid(), 'record', 'hand', 'default', 1, 0, 'infinity')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("sk_task_results_times_are_finite"),
+        "{refused}"
+    );
     db.drop().await;
 }
 
@@ -360,4 +424,38 @@ async fn a_snooze_the_database_refuses_does_not_hold_later_outcomes() {
     w.stop().await;
     pool.close().await;
     db.drop().await;
+}
+
+sk_tests::each_backend! {
+    /// A stored schedule's tick waiting in a paused queue is one job in the counts by
+    /// status, on every backend. Before, PostgreSQL counted a tick that must not overlap
+    /// twice (its queue row said it had no results row while it had one) until it ran.
+    async fn a_waiting_tick_is_counted_once(db) {
+        let client = sk_runtime::Client::new(db.pool.clone());
+        assert!(client.pause("default").await.unwrap());
+        let start = chrono::Utc::now() + chrono::Duration::seconds(1);
+        let clock = ManualClock::new(start);
+        let (probe, _rx) = probe();
+        let w = RunningWorker::start(
+            worker(&db, &[Record::TASK_TYPE])
+                .clock(clock.clone())
+                .data(probe),
+        );
+        db.wait_worker_up(&w.id).await;
+        let schedules = sk_runtime::StoredSchedules::new(db.pool.clone()).clock(clock.clone());
+        schedules
+            .add("every-second", "* * * * * *", Record::new("tick".into()))
+            .await
+            .unwrap();
+        clock.advance(Duration::from_secs(2));
+        sk_tests::wait_until("the tick to be posted", T, || async {
+            (db.scalar("SELECT count(*) FROM sk_tasks_queue_t", None).await > Some(0)).then_some(())
+        })
+        .await;
+        w.stop().await;
+        let waiting = db.scalar("SELECT count(*) FROM sk_tasks_queue_t", None).await.unwrap();
+        let counts = db.info().counts().await.unwrap();
+        assert_eq!(counts.by_status, [(JobStatus::Unprocessed, waiting)], "each tick once");
+        db.drop().await;
+    }
 }

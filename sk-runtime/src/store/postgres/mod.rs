@@ -77,6 +77,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "only jobs waited on notify the done channel",
         include_str!("../../../../migrations/postgres/0010_waited.sql"),
     ),
+    (
+        11,
+        "every time in the queue and results tables is finite",
+        include_str!("../../../../migrations/postgres/0011_finite_times.sql"),
+    ),
 ];
 
 /// Completion statements addressed to one results partition, by its name.
@@ -215,7 +220,8 @@ impl Statements {
         // Writes the outcome of the runs in CTE `done` (`job_columns_q` and `ms`) into their
         // results rows. sk's enqueue wrote those rows; a job posted by another producer (a
         // plain INSERT into the queue, as seed producers do) gets its row here, so every
-        // job's outcome is on record. Followed by the outcome's values, then the
+        // job's outcome is on record (a posting time past chrono's, `infinity` written by
+        // hand past migration 11's check, is recorded as the claim's). Followed by the outcome's values, then the
         // `ON CONFLICT` clause, which ends with `update_results`.
         let record_results = format!(
             "INSERT INTO {r} AS r (task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
@@ -225,7 +231,8 @@ impl Statements {
                 task_processing_time_milliseconds, task_processing_finalized_at_ts, task_payload,
                 task_last_locked_by, task_errors, task_output, task_tenant, task_correlation_id, task_metadata,
                 task_max_attempts, task_timeout_ms)
-            SELECT task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
+            SELECT task_id, task_type, task_source, task_queue, task_priority,
+                CASE WHEN isfinite(task_posted_at_ts) THEN task_posted_at_ts ELSE task_claimed_at_ts END,
                 coalesce((task_lost_attempts -> 0 ->> 'started_at')::timestamptz, task_claimed_at_ts),
                 task_claimed_at_ts,"
         );
@@ -349,9 +356,8 @@ impl Statements {
         // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
         // Runs with sequential scans off (`PgStore::batched`): a primary-key probe per job,
         // in the input's (task_id) order, as every batched statement (`in_lock_order`).
-        // The results rows of the jobs flagged without one: an upsert unless `plain`. A
-        // scheduler's tick is flagged so even when its enqueue wrote the row (it may have
-        // lost a race there; `enqueue_tick`), so keyed jobs always take the upsert.
+        // The results rows of the jobs flagged without one: an upsert unless `plain`.
+        // Keyed jobs always take the upsert.
         let insert_new = |filter: &str, plain: bool| {
             let conflict = if plain {
                 String::new()
@@ -533,15 +539,16 @@ impl Statements {
             // mode skip, in the queue table) and runs once ($1: the tick's id, made from its
             // key $7, in the results table). The queue row comes first, so a tick skipped
             // while the last one is live leaves no results row. Its results row may still
-            // lose a race to another worker's of the same tick; `task_has_result = false`
-            // makes the outcome an upsert, so it is recorded either way. (The same tick live
-            // in another worker's row conflicts on both the key and the id: no arbiter.)
+            // lose a race to another worker's of the same tick, whose whole run ended
+            // after this statement's snapshot: the second column is then false and
+            // `enqueue_tick` rolls the queue row back. (The same tick live in another
+            // worker's row conflicts on both the key and the id: no arbiter.)
             enqueue_tick: format!(
                 "WITH q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result,
                         task_unique_key, task_unique_mode)
-                    SELECT $1, $2, $3, $4, $6, $8, $9, $5, $10, false, $12, 1::int2
+                    SELECT $1, $2, $3, $4, $6, $8, $9, $5, $10, true, $12, 1::int2
                     WHERE NOT EXISTS (SELECT 1 FROM {r} WHERE task_id = $1)
                     ON CONFLICT DO NOTHING
                     RETURNING task_id
@@ -550,8 +557,10 @@ impl Statements {
                         task_unique_key, task_posted_at_ts)
                     SELECT task_id, $2, $3, $5, 1, $6, $7, $8 FROM q
                     {on_key_conflict}
+                    RETURNING task_id
                 )
-                SELECT (SELECT task_id FROM q) FROM (SELECT pg_notify($11, '')) AS notify"
+                SELECT (SELECT task_id FROM q), EXISTS (SELECT 1 FROM res)
+                FROM (SELECT pg_notify($11, '')) AS notify"
             ),
             // One job with a unique key of mode skip (1), restart (2) or replace (3): the
             // key is unique among live jobs (the queue table), and a duplicate changes the
@@ -782,6 +791,29 @@ pub(crate) async fn migrations(
         .collect())
 }
 
+/// The first row of `schema`'s queue that migration 11's check would refuse, named with
+/// its id, column and value (`None`: every row passes).
+async fn infinite_time(tx: &mut PgConnection, schema: &Schema) -> Result<Option<String>> {
+    let table = schema.table("tasks_queue_t");
+    let found: Option<(Uuid, String)> = sqlx::query_as(&format!(
+        "SELECT task_id, CASE
+             WHEN NOT isfinite(task_posted_at_ts) THEN 'task_posted_at_ts = ' || task_posted_at_ts
+             WHEN NOT isfinite(task_locked_until_ts) THEN 'task_locked_until_ts = ' || task_locked_until_ts
+             ELSE 'task_claimed_at_ts = ' || task_claimed_at_ts END
+         FROM {table}
+         WHERE NOT (isfinite(task_posted_at_ts) AND isfinite(task_locked_until_ts)
+                    AND coalesce(isfinite(task_claimed_at_ts), true))
+         LIMIT 1"
+    ))
+    .fetch_optional(&mut *tx)
+    .await?;
+    Ok(found.map(|(id, value)| {
+        format!(
+            "the row of job {id} in {table} has {value}, which sk cannot read; correct or delete it, then migrate again"
+        )
+    }))
+}
+
 /// Applies the migrations up to `target` (tests use it to build an older schema).
 pub(crate) async fn migrate_to(pool: &PgPool, schema: &Schema, target: i32) -> Result<()> {
     let mut tx = pool.begin().await?;
@@ -819,6 +851,14 @@ pub(crate) async fn migrate_to(pool: &PgPool, schema: &Schema, target: i32) -> R
     }
     for (version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > current && m.0 <= target)
     {
+        if *version == 11 {
+            if let Some(reason) = infinite_time(&mut tx, schema).await? {
+                return Err(Error::MigrationRefused {
+                    version: *version,
+                    reason,
+                });
+            }
+        }
         let sql = sql
             .replace("__SCHEMA__", schema.schema_name())
             .replace("__PREFIX__", schema.prefix());
@@ -1011,7 +1051,9 @@ pub(crate) async fn enqueue_many<'e, E: PgExecutor<'e>>(
 }
 
 /// Inserts a cron tick unless the schedule's last tick is still live (`live_key`) or this
-/// tick was enqueued already; `None` when skipped.
+/// tick was enqueued already; `None` when skipped. On `None` the caller rolls back: the
+/// queue row may have gone in for a tick whose results row another worker wrote (and whose
+/// run ended) after this statement's snapshot.
 pub(crate) async fn enqueue_tick<'e, E: PgExecutor<'e>>(
     executor: E,
     schema: &Schema,
@@ -1020,12 +1062,12 @@ pub(crate) async fn enqueue_tick<'e, E: PgExecutor<'e>>(
     now: DateTime<Utc>,
 ) -> Result<Option<Uuid>> {
     let sql = &schema.sql;
-    Ok(
-        bind_job!(sqlx::query_scalar(&sql.enqueue_tick), job, now, sql)
+    let (id, recorded): (Option<Uuid>, bool) =
+        bind_job!(sqlx::query_as(&sql.enqueue_tick), job, now, sql)
             .bind(live_key)
             .fetch_one(executor)
-            .await?,
-    )
+            .await?;
+    Ok(id.filter(|_| recorded))
 }
 
 /// Inserts one job with a unique key of mode skip, restart or replace; returns the id of
@@ -1552,8 +1594,14 @@ impl PgStore {
             None => enqueue_one(&mut *tx, &self.schema, job, now).await?,
             Some(key) => enqueue_tick(&mut *tx, &self.schema, job, key, now).await?,
         };
+        if id.is_none() {
+            // Nothing to keep: a queue row without its results row is a tick that
+            // already ran (`enqueue_tick`), and goes with the rollback.
+            tx.rollback().await?;
+            return Ok(false);
+        }
         tx.commit().await?;
-        Ok(id.is_some())
+        Ok(true)
     }
 
     /// The stored schedules (migration 6).
