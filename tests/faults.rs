@@ -574,6 +574,10 @@ impl Proxy {
                 let Ok((client, _)) = listener.accept().await else {
                     continue;
                 };
+                if s.hanging() {
+                    s.hold(client); // hung: accepted, never answered
+                    continue;
+                }
                 let Some(cut) = s.up() else { continue }; // down: drop the connection
                 tokio::spawn(async move {
                     let Ok(mut server) = TcpStream::connect("127.0.0.1:5432").await else {
@@ -594,10 +598,16 @@ impl Proxy {
 /// What the proxy needs: whether it is up, and a signal that cuts live connections.
 mod tokio_util_free {
     use std::sync::Mutex;
+    use tokio::net::TcpStream;
     use tokio::sync::watch;
 
-    /// Up/down state; going down signals every live connection to close.
-    pub(crate) struct Switch(Mutex<Option<watch::Sender<bool>>>);
+    /// Up/down state; going down signals every live connection to close. Hung, the
+    /// proxy also holds each new connection open without a word (a server that does not
+    /// answer, as behind a dropped route).
+    pub(crate) struct Switch(
+        Mutex<Option<watch::Sender<bool>>>,
+        Mutex<Option<Vec<TcpStream>>>,
+    );
 
     /// Completes when the switch goes down.
     pub(crate) struct Cut(watch::Receiver<bool>);
@@ -610,7 +620,20 @@ mod tokio_util_free {
 
     impl Switch {
         pub(crate) fn new() -> Self {
-            Switch(Mutex::new(Some(watch::channel(false).0)))
+            Switch(Mutex::new(Some(watch::channel(false).0)), Mutex::new(None))
+        }
+        pub(crate) fn hanging(&self) -> bool {
+            self.1.lock().unwrap().is_some()
+        }
+        pub(crate) fn hold(&self, connection: TcpStream) {
+            if let Some(held) = self.1.lock().unwrap().as_mut() {
+                held.push(connection);
+            }
+        }
+        /// Cuts the live connections and holds new ones unanswered until `restore`.
+        pub(crate) fn hang(&self) {
+            self.down();
+            *self.1.lock().unwrap() = Some(Vec::new());
         }
         pub(crate) fn up(&self) -> Option<Cut> {
             self.0
@@ -625,6 +648,7 @@ mod tokio_util_free {
             }
         }
         pub(crate) fn restore(&self) {
+            *self.1.lock().unwrap() = None;
             *self.0.lock().unwrap() = Some(watch::channel(false).0);
         }
     }
@@ -687,6 +711,35 @@ async fn a_worker_whose_database_is_away_keeps_trying_without_spinning() {
     assert!(
         log.contains("retrying in 100ms") && log.contains("retrying in 200ms"),
         "backoff grows: {log}"
+    );
+
+    // Then a database that does not answer at all: the pool's connections time out
+    // (its acquire timeout, 5 s), and every line that meets it names the cause, in sk's
+    // words, never a bare "pool timed out" (the stored schedules' read and the
+    // listener's reconnect said only that).
+    proxy.switch.hang();
+    let hung_from = w.log_text().len();
+    wait_until(
+        "the stored schedules' read to meet the pool's timeout",
+        Duration::from_secs(30),
+        || async {
+            w.log_text()[hung_from..]
+                .lines()
+                .any(|l| {
+                    l.contains("cannot read the stored schedules") && l.contains("no answer within")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let log = w.log_text();
+    let bare: Vec<&str> = log[hung_from..]
+        .lines()
+        .filter(|l| l.contains("pool timed out") && !l.contains("cannot reach the database"))
+        .collect();
+    assert!(
+        bare.is_empty(),
+        "a pool timeout without its cause: {bare:#?}"
     );
 
     proxy.switch.restore();
