@@ -43,42 +43,42 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (
         1,
         "initial schema",
-        include_str!("../../../../migrations/mysql/0001_init.sql"),
+        include_str!("../../../migrations/mysql/0001_init.sql"),
     ),
     (
         2,
         "job control",
-        include_str!("../../../../migrations/mysql/0002_control.sql"),
+        include_str!("../../../migrations/mysql/0002_control.sql"),
     ),
     (
         3,
         "a concurrency limit per queue across workers",
-        include_str!("../../../../migrations/mysql/0003_global_limits.sql"),
+        include_str!("../../../migrations/mysql/0003_global_limits.sql"),
     ),
     (
         4,
         "workflows: jobs that wait on other jobs",
-        include_str!("../../../../migrations/mysql/0004_workflows.sql"),
+        include_str!("../../../migrations/mysql/0004_workflows.sql"),
     ),
     (
         5,
         "a single enqueue in one statement",
-        include_str!("../../../../migrations/mysql/0005_enqueue_trigger.sql"),
+        include_str!("../../../migrations/mysql/0005_enqueue_trigger.sql"),
     ),
     (
         6,
         "the queue table refuses a posting time sk could not read",
-        include_str!("../../../../migrations/mysql/0006_readable_queue_rows.sql"),
+        include_str!("../../../migrations/mysql/0006_readable_queue_rows.sql"),
     ),
     (
         7,
         "less written per enqueued job: no enqueue trigger, no queue correlation index",
-        include_str!("../../../../migrations/mysql/0007_leaner_enqueue.sql"),
+        include_str!("../../../migrations/mysql/0007_leaner_enqueue.sql"),
     ),
     (
         8,
         "three queue indexes: unique keys and leases in tables of their own",
-        include_str!("../../../../migrations/mysql/0008_three_queue_indexes.sql"),
+        include_str!("../../../migrations/mysql/0008_three_queue_indexes.sql"),
     ),
 ];
 

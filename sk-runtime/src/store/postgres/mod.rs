@@ -30,57 +30,57 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (
         1,
         "initial seed schema",
-        include_str!("../../../../migrations/postgres/0001_init.sql"),
+        include_str!("../../../migrations/postgres/0001_init.sql"),
     ),
     (
         2,
         "results table autovacuum",
-        include_str!("../../../../migrations/postgres/0002_results_autovacuum.sql"),
+        include_str!("../../../migrations/postgres/0002_results_autovacuum.sql"),
     ),
     (
         3,
         "lean writes per job",
-        include_str!("../../../../migrations/postgres/0003_lean_writes.sql"),
+        include_str!("../../../migrations/postgres/0003_lean_writes.sql"),
     ),
     (
         4,
         "the seeds' own contracts",
-        include_str!("../../../../migrations/postgres/0004_seed_contracts.sql"),
+        include_str!("../../../migrations/postgres/0004_seed_contracts.sql"),
     ),
     (
         5,
         "results partitioned by time",
-        include_str!("../../../../migrations/postgres/0005_results_partitions.sql"),
+        include_str!("../../../migrations/postgres/0005_results_partitions.sql"),
     ),
     (
         6,
         "schedules stored in the database",
-        include_str!("../../../../migrations/postgres/0006_schedules.sql"),
+        include_str!("../../../migrations/postgres/0006_schedules.sql"),
     ),
     (
         7,
         "job control",
-        include_str!("../../../../migrations/postgres/0007_control.sql"),
+        include_str!("../../../migrations/postgres/0007_control.sql"),
     ),
     (
         8,
         "a concurrency limit per queue across workers",
-        include_str!("../../../../migrations/postgres/0008_global_limits.sql"),
+        include_str!("../../../migrations/postgres/0008_global_limits.sql"),
     ),
     (
         9,
         "workflows: jobs that wait on other jobs",
-        include_str!("../../../../migrations/postgres/0009_workflows.sql"),
+        include_str!("../../../migrations/postgres/0009_workflows.sql"),
     ),
     (
         10,
         "only jobs waited on notify the done channel",
-        include_str!("../../../../migrations/postgres/0010_waited.sql"),
+        include_str!("../../../migrations/postgres/0010_waited.sql"),
     ),
     (
         11,
         "every time in the queue and results tables is finite",
-        include_str!("../../../../migrations/postgres/0011_finite_times.sql"),
+        include_str!("../../../migrations/postgres/0011_finite_times.sql"),
     ),
 ];
 

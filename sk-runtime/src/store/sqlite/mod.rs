@@ -45,32 +45,32 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (
         1,
         "initial schema",
-        include_str!("../../../../migrations/sqlite/0001_init.sql"),
+        include_str!("../../../migrations/sqlite/0001_init.sql"),
     ),
     (
         2,
         "job control",
-        include_str!("../../../../migrations/sqlite/0002_control.sql"),
+        include_str!("../../../migrations/sqlite/0002_control.sql"),
     ),
     (
         3,
         "a concurrency limit per queue across workers",
-        include_str!("../../../../migrations/sqlite/0003_global_limits.sql"),
+        include_str!("../../../migrations/sqlite/0003_global_limits.sql"),
     ),
     (
         4,
         "workflows: jobs that wait on other jobs",
-        include_str!("../../../../migrations/sqlite/0004_workflows.sql"),
+        include_str!("../../../migrations/sqlite/0004_workflows.sql"),
     ),
     (
         5,
         "the queue table refuses a row sk could not read",
-        include_str!("../../../../migrations/sqlite/0005_strict_queue.sql"),
+        include_str!("../../../migrations/sqlite/0005_strict_queue.sql"),
     ),
     (
         6,
         "integer columns hold only what sk reads from them",
-        include_str!("../../../../migrations/sqlite/0006_integer_ranges.sql"),
+        include_str!("../../../migrations/sqlite/0006_integer_ranges.sql"),
     ),
 ];
 
