@@ -7,6 +7,7 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::job::Job;
+use crate::model::UniqueMode;
 use crate::store::{Backend, Executor, NewJob, Schema};
 
 /// The longest queue name, source or unique key accepted (the columns' width).
@@ -453,22 +454,6 @@ impl<J: Job> Enqueue<J> {
             timeout_ms,
         })
     }
-}
-
-/// What a duplicate unique key does while a job with that key is live. Modes hold among
-/// live jobs only: once the job has finished, its key is free and the next enqueue runs it
-/// again (seed 003's "restart a finished task when its data changes").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum UniqueMode {
-    /// Nothing changes; the live job's id is returned.
-    Skip = 1,
-    /// Seed 003's restart-on-update. A waiting job takes the new payload (any number of
-    /// re-posts while it waits coalesce into one run); a running job runs once more after
-    /// the current run, with the newest payload, as a new job with the same key.
-    Restart = 2,
-    /// A waiting job takes the new payload and run-at time; a running one is left alone.
-    Replace = 3,
 }
 
 /// What [`Enqueue::enqueue_outcome`] did.

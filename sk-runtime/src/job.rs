@@ -1,6 +1,6 @@
 //! What a job is: its type's options, the context it runs with, and shared data.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::error::JobError;
 use crate::retry::Backoff;
 
 /// The default number of attempts (first run plus retries) of a job.
@@ -289,7 +290,7 @@ impl JobContext {
     /// # Errors
     /// As [`Enqueue::enqueue`](crate::Enqueue::enqueue); [`Error::Invalid`](crate::Error::Invalid)
     /// for a context built by a test without a pool
-    /// ([`testing::Runner::pool`](crate::testing::Runner::pool)).
+    /// (`testing::Runner::pool`).
     pub async fn enqueue<J: Job>(&self, job: J) -> crate::Result<Uuid> {
         let Some(runtime) = &self.runtime else {
             return Err(crate::Error::invalid(
@@ -362,5 +363,28 @@ impl<T: ?Sized> Deref for Data<T> {
 impl<T: Send + Sync + 'static> Data<T> {
     pub(crate) fn downcast(any: Arc<dyn Any + Send + Sync>) -> Option<Self> {
         any.downcast::<T>().ok().map(Data)
+    }
+}
+
+/// What a run produced: the handler's `Ok` value as JSON (`None` for `()`), or its error.
+pub type JobOutcome = Result<Option<String>, JobError>;
+
+/// What a job needs of its worker: a `Data<T>`, or a backend for its transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct Requirement {
+    pub(crate) type_id: TypeId,
+    pub(crate) type_name: &'static str,
+    /// Set for a transaction: the backend's name; `type_id` is then the backend's.
+    pub(crate) backend: Option<&'static str>,
+}
+
+impl Requirement {
+    /// A transaction of backend `DB`.
+    pub(crate) fn backend<DB: crate::store::Backend>() -> Self {
+        Requirement {
+            type_id: TypeId::of::<DB>(),
+            type_name: std::any::type_name::<DB>(),
+            backend: Some(<DB as crate::store::Backend>::NAME),
+        }
     }
 }

@@ -9,10 +9,8 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, JobError, Result};
-use crate::job::{Data, JobContext, JobOptions};
+use crate::job::{Data, JobContext, JobOptions, JobOutcome, Requirement};
 
-/// What a run produced: the handler's `Ok` value as JSON (`None` for `()`), or its error.
-pub type JobOutcome = Result<Option<String>, JobError>;
 /// The future a handler returns.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = JobOutcome> + Send>>;
 /// A handler's result: the payload and injected arguments are resolved before the future
@@ -78,26 +76,6 @@ pub(crate) fn names() -> Vec<&'static str> {
     names.sort_unstable();
     names.dedup();
     names
-}
-
-/// What a job needs of its worker: a `Data<T>`, or a backend for its transaction.
-#[derive(Debug, Clone, Copy)]
-pub struct Requirement {
-    pub(crate) type_id: TypeId,
-    pub(crate) type_name: &'static str,
-    /// Set for a transaction: the backend's name; `type_id` is then the backend's.
-    pub(crate) backend: Option<&'static str>,
-}
-
-impl Requirement {
-    /// A transaction of backend `DB`.
-    pub(crate) fn backend<DB: crate::store::Backend>() -> Self {
-        Requirement {
-            type_id: TypeId::of::<DB>(),
-            type_name: std::any::type_name::<DB>(),
-            backend: Some(<DB as crate::store::Backend>::NAME),
-        }
-    }
 }
 
 /// Everything a handler gets: the raw payload, the context and the shared data.

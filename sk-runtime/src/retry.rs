@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::error::JobError;
+
 const DEFAULT_BASE: Duration = Duration::from_secs(1);
 const DEFAULT_MAX: Duration = Duration::from_secs(3600);
 
@@ -75,6 +77,17 @@ const fn or(value: Option<Duration>, default: Duration) -> Duration {
         Some(v) => v,
         None => default,
     }
+}
+
+/// 100 ms doubling to 5 s: a worker whose database is down keeps trying without spinning.
+pub(crate) fn database_backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(6);
+    Duration::from_millis(100 * (1u64 << exp)).min(Duration::from_secs(5))
+}
+
+/// Whether a failed run is tried again.
+pub(crate) fn retries(error: &JobError, attempt: i32, max_attempts: i32) -> bool {
+    !error.fatal && attempt < max_attempts
 }
 
 #[cfg(test)]

@@ -4,11 +4,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 
 use crate::error::JobError;
-use crate::registry::{JobOutcome, Requirement};
-use crate::store::{Backend, Lease, Success};
+use crate::job::{JobOutcome, Requirement};
+use crate::store::{Backend, Lease, Store, Success};
 use crate::Pool;
 
 /// Where a job's transaction comes from and how it ends; made by the worker (or the test
@@ -20,11 +21,22 @@ pub struct TxSource {
     started: Instant,
 }
 
+/// What a worker's run needs of its worker: whether the lease still lets the handler
+/// start, and where and when to record the completion. The worker's shared state.
+pub(crate) trait RunsUnder: Send + Sync {
+    /// Whether the run may still start under `lease`.
+    fn may_start(&self, lease: &Lease) -> bool;
+    /// The worker's store.
+    fn store(&self) -> &Store;
+    /// The worker's clock.
+    fn now(&self) -> DateTime<Utc>;
+}
+
 #[derive(Clone)]
 enum End {
     /// A worker's run: the completion is written in the transaction, fenced by the lease.
     Worker {
-        shared: Arc<crate::worker::Shared>,
+        shared: Arc<dyn RunsUnder>,
         lease: Lease,
     },
     /// A test runner's run of a job value that is not in the queue: just commit.
@@ -32,7 +44,7 @@ enum End {
 }
 
 impl TxSource {
-    pub(crate) fn worker(shared: Arc<crate::worker::Shared>, pool: Pool, lease: Lease) -> Self {
+    pub(crate) fn worker(shared: Arc<dyn RunsUnder>, pool: Pool, lease: Lease) -> Self {
         TxSource {
             pool,
             end: End::Worker { shared, lease },
@@ -111,7 +123,7 @@ impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
                     millis: i64::try_from(source.started.elapsed().as_millis()).unwrap_or(i64::MAX),
                     output: output.clone(),
                 };
-                match DB::complete_in(&shared.store, &mut *self, &done, shared.now()).await {
+                match DB::complete_in(shared.store(), &mut *self, &done, shared.now()).await {
                     Ok(true) => {}
                     Ok(false) => {
                         let _ = self.rollback().await;

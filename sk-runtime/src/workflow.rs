@@ -50,7 +50,8 @@ use uuid::Uuid;
 use crate::client::Enqueue;
 use crate::error::{JobError, Result};
 use crate::job::Job;
-use crate::registry::{HandlerInput, Inject, Requirement};
+use crate::job::Requirement;
+use crate::registry::{HandlerInput, Inject};
 use crate::store::{Backend, Executor, NewJob, Schema};
 
 /// The output of the one job this job waited on, as a job fn's argument: a job that

@@ -2,6 +2,7 @@
 //! its own migrations folder; the worker and the client speak only in the
 //! backend-neutral types defined here.
 
+pub(crate) mod listing;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
@@ -431,9 +432,9 @@ pub(crate) fn dependency_states(
                     "dependency",
                     format!(
                         "job {dep} ({task_type}) cannot be waited on: it {}",
-                        match crate::info::JobStatus::from_code(*status) {
-                            crate::info::JobStatus::Fatal => "failed for good",
-                            crate::info::JobStatus::Cancelled => "was cancelled",
+                        match crate::model::JobStatus::from_code(*status) {
+                            crate::model::JobStatus::Fatal => "failed for good",
+                            crate::model::JobStatus::Cancelled => "was cancelled",
                             _ => "left the queue without succeeding (taken by a seed consumer)",
                         }
                     ),
@@ -513,7 +514,7 @@ pub(crate) struct NewJob {
     pub(crate) max_attempts: i32,
     pub(crate) unique_key: Option<String>,
     /// `None` with a key: mode "once" (the scheduler's ticks).
-    pub(crate) unique_mode: Option<crate::client::UniqueMode>,
+    pub(crate) unique_mode: Option<crate::model::UniqueMode>,
     pub(crate) tenant: Option<String>,
     pub(crate) correlation_id: Option<String>,
     /// A JSON object.
@@ -770,7 +771,7 @@ pub(crate) struct Success {
 pub(crate) struct Failure {
     pub(crate) lease: Lease,
     pub(crate) millis: i64,
-    pub(crate) status: crate::info::JobStatus,
+    pub(crate) status: crate::model::JobStatus,
     /// `Some` to retry at that time, `None` to finalize.
     pub(crate) retry_at: Option<DateTime<Utc>>,
     pub(crate) kind: String,
@@ -1064,15 +1065,15 @@ pool_delegate! {
         &self,
         schema: &Schema,
         before: DateTime<Utc>,
-    ) -> Result<crate::control::Pruned>;
-    fn counts(&self, schema: &Schema, now: DateTime<Utc>) -> Result<crate::info::QueueCounts>;
-    fn peek(&self, schema: &Schema, limit: i64) -> Result<Vec<crate::info::QueuedJob>>;
+    ) -> Result<crate::model::Pruned>;
+    fn counts(&self, schema: &Schema, now: DateTime<Utc>) -> Result<crate::model::QueueCounts>;
+    fn peek(&self, schema: &Schema, limit: i64) -> Result<Vec<crate::model::QueuedJob>>;
     fn job(
         &self,
         schema: &Schema,
         id: Uuid,
         now: DateTime<Utc>,
-    ) -> Result<Option<crate::info::JobRecord>>;
+    ) -> Result<Option<crate::model::JobRecord>>;
     fn schedule_put(&self, schema: &Schema, row: &ScheduleRow) -> Result<()>;
     fn schedule_remove(&self, schema: &Schema, name: &str) -> Result<bool>;
     fn schedule_list(&self, schema: &Schema) -> Result<Vec<ScheduleRow>>;
@@ -1093,11 +1094,11 @@ pool_delegate! {
         limit: Option<i32>,
         now: DateTime<Utc>,
     ) -> Result<()>;
-    fn queue_states(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<crate::control::QueueState>>;
+    fn queue_states(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<crate::model::QueueState>>;
     fn find_ids(
         &self,
         schema: &Schema,
-        filter: &crate::control::JobFilter,
+        filter: &crate::model::JobFilter,
         live: bool,
         after: Option<Uuid>,
         limit: i64,
@@ -1106,30 +1107,30 @@ pool_delegate! {
     fn count_by(
         &self,
         schema: &Schema,
-        by: crate::insight::CountBy,
+        by: crate::model::CountBy,
         now: DateTime<Utc>,
-    ) -> Result<Vec<crate::insight::GroupCounts>>;
+    ) -> Result<Vec<crate::model::GroupCounts>>;
     fn list_jobs(
         &self,
         schema: &Schema,
-        filter: &crate::control::JobFilter,
+        filter: &crate::model::JobFilter,
         after: Option<Uuid>,
         limit: i64,
         now: DateTime<Utc>,
-    ) -> Result<Vec<crate::insight::JobSummary>>;
+    ) -> Result<Vec<crate::model::JobSummary>>;
     fn error_groups(
         &self,
         schema: &Schema,
         since: DateTime<Utc>,
         limit: i64,
-    ) -> Result<Vec<crate::insight::ErrorGroup>>;
-    fn workers(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<crate::insight::WorkerInfo>>;
+    ) -> Result<Vec<crate::model::ErrorGroup>>;
+    fn workers(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<crate::model::WorkerInfo>>;
     fn job_stats(
         &self,
         schema: &Schema,
         since: DateTime<Utc>,
         task_type: Option<&str>,
-    ) -> Result<Vec<crate::insight::StatRow>>;
+    ) -> Result<Vec<crate::model::StatRow>>;
 }
 
 /// What every claim obeys from the queues table, as a worker last read it.
@@ -1176,11 +1177,11 @@ pub(crate) fn global_limit_value(limit: Option<u32>) -> Result<Option<i32>> {
 pub(crate) fn merge_queue_states(
     live: Vec<(String, i64, i64, i64, i64)>,
     controlled: Vec<(String, Option<DateTime<Utc>>, Option<i64>)>,
-) -> Vec<crate::control::QueueState> {
-    let mut by_name: std::collections::BTreeMap<String, crate::control::QueueState> = live
+) -> Vec<crate::model::QueueState> {
+    let mut by_name: std::collections::BTreeMap<String, crate::model::QueueState> = live
         .into_iter()
         .map(|(name, available, scheduled, running, pending)| {
-            let state = crate::control::QueueState {
+            let state = crate::model::QueueState {
                 name: name.clone(),
                 paused_at: None,
                 global_limit: None,
@@ -1195,7 +1196,7 @@ pub(crate) fn merge_queue_states(
     for (name, paused_at, global_limit) in controlled {
         let state = by_name
             .entry(name.clone())
-            .or_insert_with(|| crate::control::QueueState {
+            .or_insert_with(|| crate::model::QueueState {
                 name,
                 paused_at: None,
                 global_limit: None,
@@ -1308,7 +1309,7 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         executor: E,
         schema: &'a Schema,
         job: NewJob,
-        mode: crate::client::UniqueMode,
+        mode: crate::model::UniqueMode,
         now: DateTime<Utc>,
     ) -> BoxFuture<'a, Result<(Uuid, bool, bool)>>
     where
@@ -1433,7 +1434,7 @@ macro_rules! backend {
                 executor: E,
                 schema: &'a Schema,
                 job: NewJob,
-                mode: crate::client::UniqueMode,
+                mode: crate::model::UniqueMode,
                 now: DateTime<Utc>,
             ) -> BoxFuture<'a, Result<(Uuid, bool, bool)>>
             where
@@ -1602,7 +1603,7 @@ delegate! {
     fn enqueue_unique(
         &self,
         job: NewJob,
-        mode: crate::client::UniqueMode,
+        mode: crate::model::UniqueMode,
         now: DateTime<Utc>,
     ) -> Result<(Uuid, bool, bool)>;
     /// Posts a cron tick once across workers; false if it was not posted.
@@ -1665,7 +1666,7 @@ delegate_with_pool! {
     /// The paused queues and those with a global limit.
     fn queue_controls(&self []) -> Result<QueueControls>;
     /// Announces this worker (`Client::workers`).
-    fn worker_up(&self [worker_id], up: &crate::insight::WorkerUp, now: DateTime<Utc>) -> Result<()>;
+    fn worker_up(&self [worker_id], up: &crate::model::WorkerUp, now: DateTime<Utc>) -> Result<()>;
     /// Stamps this worker's row.
     fn worker_seen(&self [worker_id], now: DateTime<Utc>) -> Result<()>;
     /// Removes this worker's row (a graceful stop).
@@ -1675,7 +1676,7 @@ delegate_with_pool! {
     /// Writes this worker's run counts per minute and task type.
     fn write_job_stats(
         &self [worker_id],
-        buckets: &[(DateTime<Utc>, String, crate::insight::StatBucket)],
+        buckets: &[(DateTime<Utc>, String, crate::model::StatBucket)],
     ) -> Result<()>;
 }
 

@@ -12,10 +12,10 @@ use std::sync::atomic::Ordering;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::{producer, Metrics, Shared, Slot};
+use super::{Metrics, Shared, Slot};
 use crate::error::{Error, JobError, Result};
-use crate::info::JobStatus;
 use crate::job::StopReason;
+use crate::model::JobStatus;
 use crate::registry::Registration;
 use crate::store::{Failure, Lease, Success};
 use crate::telemetry::{self, Outcome};
@@ -28,7 +28,7 @@ pub(crate) enum Completion {
         lease: Lease,
         max_attempts: i32,
         registration: &'static Registration,
-        result: crate::registry::JobOutcome,
+        result: crate::job::JobOutcome,
         /// The success is recorded already, in the job's own transaction.
         committed: bool,
         millis: i64,
@@ -387,31 +387,6 @@ pub(crate) fn jittered(delay: Duration, jitter: f64) -> Duration {
     delay.mul_f64((1.0 + jitter * (2.0 * unit - 1.0)).max(0.0))
 }
 
-/// Whether a failed run is tried again.
-pub(crate) fn retries(error: &JobError, attempt: i32, max_attempts: i32) -> bool {
-    !error.fatal && attempt < max_attempts
-}
-
-/// What a completion records, for a test's drain.
-pub(crate) fn outcome_of(completion: &Completion) -> crate::testing::Outcome {
-    use crate::testing::Outcome;
-    match completion {
-        Completion::GiveBack { .. } => Outcome::Interrupted,
-        Completion::Finished {
-            lease,
-            max_attempts,
-            registration,
-            result,
-            ..
-        } => Outcome::of(
-            result.clone(),
-            lease.attempt,
-            *max_attempts,
-            &registration.options.backoff,
-        ),
-    }
-}
-
 fn failure(
     (lease, max_attempts): (Lease, i32),
     registration: &Registration,
@@ -420,7 +395,7 @@ fn failure(
     (now, jitter): (chrono::DateTime<chrono::Utc>, f64),
     logged: bool,
 ) -> Failure {
-    let (status, retry_at) = if !retries(&error, lease.attempt, max_attempts) {
+    let (status, retry_at) = if !crate::retry::retries(&error, lease.attempt, max_attempts) {
         (JobStatus::Fatal, None)
     } else {
         let delay = jittered(
@@ -784,7 +759,7 @@ where
             }
             Err(e) => {
                 failures += 1;
-                let wait = producer::backoff(failures);
+                let wait = crate::retry::database_backoff(failures);
                 tracing::warn!("sk: cannot {what} (attempt {failures}), retrying in {wait:?}: {e}");
                 if shared.stopping.is_cancelled() {
                     let since = *stopping_since.get_or_insert_with(Instant::now);

@@ -13,8 +13,9 @@ use super::completer::Completion;
 use super::{RunState, Running, Shared, Slot};
 use crate::clock::SharedClock;
 use crate::error::JobError;
+use crate::job::JobOutcome;
 use crate::job::{JobContext, Scope, StopReason};
-use crate::registry::{HandlerInput, JobOutcome, Registration};
+use crate::registry::{HandlerInput, Registration};
 use crate::store::{ClaimedJob, Lease};
 use crate::transaction::TxSource;
 

@@ -75,7 +75,7 @@ mod postgres {
 
     use sqlx::postgres::PgListener;
 
-    use super::super::{producer, Shared};
+    use super::super::Shared;
     use crate::store::postgres::PgStore;
 
     pub(super) async fn run(store: PgStore, shared: &Shared) {
@@ -129,7 +129,10 @@ mod postgres {
                     );
                 }
             }
-            if !shared.pause(producer::backoff(failures.max(1))).await {
+            if !shared
+                .pause(crate::retry::database_backoff(failures.max(1)))
+                .await
+            {
                 return;
             }
         }

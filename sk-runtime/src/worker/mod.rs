@@ -5,9 +5,10 @@ pub(crate) mod completer;
 pub(crate) mod executor;
 mod heartbeat;
 mod listener;
+pub(crate) mod maintenance;
 mod producer;
-
-pub(crate) use producer::backoff;
+pub(crate) mod run;
+pub(crate) mod schedule;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -55,7 +56,7 @@ pub struct WorkerBuilder {
     schema: Schema,
     clock: SharedClock,
     id: Option<String>,
-    periodic: Vec<crate::schedule::Periodic>,
+    periodic: Vec<crate::worker::schedule::Periodic>,
 }
 
 #[derive(Debug, Clone)]
@@ -259,7 +260,7 @@ impl WorkerBuilder {
     /// ```
     /// An expression that does not parse makes [`WorkerBuilder::build`] fail, naming it.
     pub fn periodic<J: crate::Job>(mut self, cron: &str, job: J) -> Self {
-        self.periodic.push(crate::schedule::Periodic {
+        self.periodic.push(crate::worker::schedule::Periodic {
             cron: cron.to_owned(),
             task_type: J::TASK_TYPE,
             payload: serde_json::to_string(&job),
@@ -417,7 +418,7 @@ impl WorkerBuilder {
                  reference it from the binary (`use my_jobs as _;`) or name one of its job types"
             );
         }
-        let schedules = crate::schedule::Schedules::new(&registry, self.periodic)?;
+        let schedules = crate::worker::schedule::Schedules::new(&registry, self.periodic)?;
         let id = self.id.unwrap_or_else(|| {
             format!(
                 "sk-{}-{}",
@@ -477,7 +478,7 @@ pub(crate) struct Shared {
     /// The pool and schema, for the enqueues and transactions of jobs.
     pub(crate) runtime: Arc<crate::job::Runtime>,
     pub(crate) registry: Registry,
-    pub(crate) schedules: crate::schedule::Schedules,
+    pub(crate) schedules: crate::worker::schedule::Schedules,
     pub(crate) task_types: Vec<String>,
     pub(crate) queues: Option<Vec<String>>,
     pub(crate) tenants: Option<Vec<String>>,
@@ -500,7 +501,7 @@ pub(crate) struct Shared {
     pub(crate) controls: std::sync::RwLock<crate::store::QueueControls>,
     /// This worker's runs per minute and task type, until written (`flush_job_stats`).
     pub(crate) job_stats:
-        Mutex<HashMap<(chrono::DateTime<chrono::Utc>, &'static str), crate::insight::StatBucket>>,
+        Mutex<HashMap<(chrono::DateTime<chrono::Utc>, &'static str), crate::model::StatBucket>>,
     /// Set when PostgreSQL says another process paused or resumed a queue or set its
     /// global limit.
     pub(crate) pauses_stale: AtomicBool,
@@ -587,6 +588,18 @@ pub(crate) enum RunState {
     GivenBack,
 }
 
+impl crate::transaction::RunsUnder for Shared {
+    fn may_start(&self, lease: &Lease) -> bool {
+        Shared::may_start(self, lease)
+    }
+    fn store(&self) -> &Store {
+        &self.store
+    }
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        Shared::now(self)
+    }
+}
+
 impl Shared {
     pub(crate) fn now(&self) -> chrono::DateTime<chrono::Utc> {
         self.clock.now()
@@ -602,13 +615,6 @@ impl Shared {
         self.now() + self.heartbeat() > lease_until
     }
 
-    /// Whether a job that waited for a slot, leased until `lease_until`, is too late to
-    /// start: the heartbeats that keep its lease could not be written (a stalled
-    /// database, SQLite's writer taken by others), so less is left than half of what a
-    /// heartbeat leaves before the next (`(lease - heartbeat) / 2`, one heartbeat interval
-    /// with the default third of the lease). A heartbeat interval close to the lease
-    /// leaves little, and `late`'s margin would then hand back jobs whose beats are on
-    /// time.
     /// Whether the run under `lease`, which waited since its start (for its
     /// transaction's `BEGIN`, which on SQLite waits for the write lock), may still run its
     /// handler: its lease is neither lost, cancelled nor running out. One that may not is
@@ -629,6 +635,13 @@ impl Shared {
         true
     }
 
+    /// Whether a job that waited for a slot, leased until `lease_until`, is too late to
+    /// start: the heartbeats that keep its lease could not be written (a stalled
+    /// database, SQLite's writer taken by others), so less is left than half of what a
+    /// heartbeat leaves before the next (`(lease - heartbeat) / 2`, one heartbeat interval
+    /// with the default third of the lease). A heartbeat interval close to the lease
+    /// leaves little, and `late`'s margin would then hand back jobs whose beats are on
+    /// time.
     pub(crate) fn lapsing(&self, lease_until: chrono::DateTime<chrono::Utc>) -> bool {
         let margin = self.config.lease.saturating_sub(self.heartbeat()) / 2;
         self.now() + margin > lease_until
@@ -969,7 +982,7 @@ impl Worker {
         // Schedules count ticks from here; the metrics row then announces the worker, so
         // whoever sees it knows every tick after this instant will be enqueued.
         let started = shared.now();
-        crate::maintenance::write_metrics(&shared, shared.now()).await;
+        crate::worker::maintenance::write_metrics(&shared, shared.now()).await;
         if let Err(e) = shared
             .store
             .worker_up(&announcement(&shared), started)
@@ -982,8 +995,8 @@ impl Worker {
         let mut completer = tokio::spawn(completer::run(shared.clone(), rx));
         let mut heartbeat = tokio::spawn(heartbeat::run(shared.clone(), background.clone()));
         let listener = tokio::spawn(listener::run(shared.clone()));
-        let scheduler = tokio::spawn(crate::schedule::run(shared.clone(), started));
-        let maintenance = tokio::spawn(crate::maintenance::run(shared.clone()));
+        let scheduler = tokio::spawn(crate::worker::schedule::run(shared.clone(), started));
+        let maintenance = tokio::spawn(crate::worker::maintenance::run(shared.clone()));
 
         let mut producer = tokio::spawn(producer::run(shared.clone(), tx.clone()));
         // None of the three ends before the stop: the producer returns once stopping, the
@@ -1038,7 +1051,7 @@ impl Worker {
         let _ = completer.await;
         background.cancel();
         let _ = tokio::join!(heartbeat, listener, scheduler, maintenance);
-        crate::maintenance::write_metrics(&shared, shared.now()).await;
+        crate::worker::maintenance::write_metrics(&shared, shared.now()).await;
         shared.flush_job_stats().await;
         if let Err(e) = shared.store.worker_down().await {
             tracing::warn!("sk: cannot remove this worker from the workers table: {e}");
@@ -1056,7 +1069,7 @@ impl Worker {
 
 /// Claims the one job due first, runs it and records its outcome, as the pipeline does
 /// (`testing::drain`); `None` when no job is due.
-pub(crate) async fn run_one_due(shared: &Arc<Shared>) -> Result<Option<crate::testing::Run>> {
+pub(crate) async fn run_one_due(shared: &Arc<Shared>) -> Result<Option<crate::worker::run::Run>> {
     let now = shared.now();
     let lease_until = crate::clock::add(now, shared.config.lease);
     let controls = shared.store.queue_controls().await?;
@@ -1084,9 +1097,9 @@ pub(crate) async fn run_one_due(shared: &Arc<Shared>) -> Result<Option<crate::te
         .recv()
         .await
         .expect("a spawned run always sends its completion");
-    let outcome = completer::outcome_of(&completion);
+    let outcome = run::outcome_of(&completion);
     completer::finalize(shared, vec![completion]).await;
-    Ok(Some(crate::testing::Run {
+    Ok(Some(crate::worker::run::Run {
         id,
         task_type,
         attempt,
@@ -1106,14 +1119,14 @@ const _: () = {
 };
 
 /// What this worker says of itself in the workers table.
-fn announcement(shared: &Shared) -> crate::insight::WorkerUp {
+fn announcement(shared: &Shared) -> crate::model::WorkerUp {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown".to_owned());
-    crate::insight::WorkerUp {
+    crate::model::WorkerUp {
         host,
         pid: i32::try_from(std::process::id()).unwrap_or(i32::MAX),
         queues: shared
@@ -1255,8 +1268,8 @@ async fn wait_for_database(shared: &Shared) -> Result<()> {
             return Err(error);
         }
         let wait = match deadline {
-            Some(deadline) => producer::backoff(failures).min(deadline - now),
-            None => producer::backoff(failures),
+            Some(deadline) => crate::retry::database_backoff(failures).min(deadline - now),
+            None => crate::retry::database_backoff(failures),
         };
         tracing::warn!(
             "sk: {error}; retrying in {wait:?} (waiting {:.1} s so far)",

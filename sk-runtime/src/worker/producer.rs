@@ -84,7 +84,7 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
             Some(e) => {
                 errors += 1;
                 Metrics::add(&shared.metrics.claim_errors, 1);
-                let wait = backoff(errors);
+                let wait = crate::retry::database_backoff(errors);
                 tracing::warn!("sk: claim failed (attempt {errors}), retrying in {wait:?}: {e}");
                 if !shared.pause(wait).await {
                     return;
@@ -280,10 +280,4 @@ async fn give_back_late(shared: &Shared, jobs: &[ClaimedJob], lease_until: DateT
             "sk: a claim came back too late for its lease ({over}), and handing its jobs back failed (their leases run out on their own): {e}"
         ),
     }
-}
-
-/// 100 ms doubling to 5 s: a worker whose database is down keeps trying without spinning.
-pub(crate) fn backoff(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(6);
-    Duration::from_millis(100 * (1u64 << exp)).min(Duration::from_secs(5))
 }

@@ -8,9 +8,9 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection as _, MySql, MySqlPool, QueryBuilder};
 use uuid::Uuid;
 
-use super::{dt, ts, BEGIN};
-use crate::control::{JobFilter, QueueState};
+use super::{dt, push_ids, ts, BEGIN};
 use crate::error::Result;
+use crate::model::{JobFilter, QueueState};
 use crate::store::{wake, CancelledRun, NewJob, QueueControls, Schema};
 
 /// A live job as a cancel reads it.
@@ -37,16 +37,6 @@ struct Live {
     task_claimed_at_ts: Option<DateTime<Utc>>,
     task_lost_attempts: Option<String>,
     task_dependants: bool,
-}
-
-/// `column IN (?, ?, ...)` over `ids`.
-pub(super) fn push_ids(query: &mut QueryBuilder<'_, MySql>, column: &str, ids: &[Uuid]) {
-    query.push(format!("{column} IN ("));
-    let mut list = query.separated(", ");
-    for id in ids {
-        list.push_bind(*id);
-    }
-    query.push(")");
 }
 
 /// Runs `$call` again while InnoDB picks it as a deadlock victim or a lock wait runs out
@@ -512,10 +502,10 @@ pub(crate) async fn queue_controls(pool: &MySqlPool, schema: &Schema) -> Result<
 pub(crate) async fn count_by(
     pool: &MySqlPool,
     schema: &Schema,
-    by: crate::insight::CountBy,
+    by: crate::model::CountBy,
     now: DateTime<Utc>,
-) -> Result<Vec<crate::insight::GroupCounts>> {
-    let column = crate::insight::group_column(by);
+) -> Result<Vec<crate::model::GroupCounts>> {
+    let column = crate::store::listing::group_column(by);
     let live = sqlx::query_as(&format!(
         "SELECT CAST({column} AS CHAR),
             count(CASE WHEN task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= ? THEN 1 END),
@@ -539,7 +529,7 @@ pub(crate) async fn count_by(
     ))
     .fetch_all(pool)
     .await?;
-    Ok(crate::insight::merge_group_counts(live, ended))
+    Ok(crate::store::listing::merge_group_counts(live, ended))
 }
 
 /// One page of the job list (`Client::jobs`).
@@ -550,7 +540,7 @@ pub(crate) async fn list_jobs(
     after: Option<Uuid>,
     limit: i64,
     now: DateTime<Utc>,
-) -> Result<Vec<crate::insight::JobSummary>> {
+) -> Result<Vec<crate::model::JobSummary>> {
     let (q, r) = (
         schema.flat_table("tasks_queue_t"),
         schema.flat_table("task_results_t"),
@@ -571,7 +561,7 @@ pub(crate) async fn list_jobs(
              WHERE NOT EXISTS (SELECT 1 FROM {r} x WHERE x.task_id = r.task_id)"
         ),
     ];
-    crate::insight::push_job_list!(
+    crate::store::listing::push_job_list!(
         query,
         branches,
         |column| format!("CAST({column} AS CHAR)"),
@@ -596,7 +586,7 @@ pub(crate) async fn error_groups(
     schema: &Schema,
     since: DateTime<Utc>,
     limit: i64,
-) -> Result<Vec<crate::insight::ErrorGroup>> {
+) -> Result<Vec<crate::model::ErrorGroup>> {
     Ok(sqlx::query_as(&format!(
         "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
             min(task_last_processing_attempted_at_ts) AS first_seen,
@@ -617,7 +607,7 @@ pub(crate) async fn workers(
     pool: &MySqlPool,
     schema: &Schema,
     now: DateTime<Utc>,
-) -> Result<Vec<crate::insight::WorkerInfo>> {
+) -> Result<Vec<crate::model::WorkerInfo>> {
     let rows = sqlx::query_as(&format!("SELECT * FROM {}", schema.flat_table("workers_t")))
         .fetch_all(pool)
         .await?;
@@ -629,7 +619,7 @@ pub(crate) async fn workers(
     .bind(dt(now))
     .fetch_all(pool)
     .await?;
-    Ok(crate::insight::workers_of(rows, running, now))
+    Ok(crate::store::listing::workers_of(rows, running, now))
 }
 
 /// Announces worker `id` (and forgets workers not seen for a day).
@@ -637,7 +627,7 @@ pub(crate) async fn worker_up(
     pool: &MySqlPool,
     schema: &Schema,
     id: &str,
-    up: &crate::insight::WorkerUp,
+    up: &crate::model::WorkerUp,
     now: DateTime<Utc>,
 ) -> Result<()> {
     let table = schema.flat_table("workers_t");
@@ -713,7 +703,7 @@ pub(crate) async fn job_stats(
     schema: &Schema,
     since: DateTime<Utc>,
     task_type: Option<&str>,
-) -> Result<Vec<crate::insight::StatRow>> {
+) -> Result<Vec<crate::model::StatRow>> {
     let filter = if task_type.is_some() {
         " AND task_type = ?"
     } else {
@@ -737,7 +727,7 @@ pub(crate) async fn write_job_stats(
     pool: &MySqlPool,
     schema: &Schema,
     owner: &str,
-    buckets: &[(DateTime<Utc>, String, crate::insight::StatBucket)],
+    buckets: &[(DateTime<Utc>, String, crate::model::StatBucket)],
 ) -> Result<()> {
     let sql = format!(
         "INSERT INTO {} (stat_minute_ts, task_type, stat_owner, stat_processed, stat_failed, stat_run_ms,
@@ -783,7 +773,7 @@ pub(crate) async fn prune(
     pool: &MySqlPool,
     schema: &Schema,
     before: DateTime<Utc>,
-) -> Result<crate::control::Pruned> {
+) -> Result<crate::model::Pruned> {
     let retired = super::partitions::retire(
         pool,
         schema,
@@ -793,7 +783,7 @@ pub(crate) async fn prune(
         &tokio_util::sync::CancellationToken::new(),
     )
     .await?;
-    Ok(crate::control::Pruned {
+    Ok(crate::model::Pruned {
         rows: retired.rows,
         partitions: retired.dropped,
         run_counts: prune_job_stats(pool, schema, before).await?,

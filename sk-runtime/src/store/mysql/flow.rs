@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection as _, MySql, MySqlConnection, QueryBuilder};
 use uuid::Uuid;
 
-use super::control::push_ids;
 use super::dt;
+use super::push_ids;
 use crate::error::Result;
 use crate::store::{dependency_kind, dependency_states, NewJob, Schema, WAITING_UNTIL};
 

@@ -36,7 +36,7 @@ use super::{
     Schema, Success,
 };
 use crate::error::{Error, Result};
-use crate::info::{Attempt, JobRecord, QueueCounts, QueuedJob};
+use crate::model::{Attempt, JobRecord, QueueCounts, QueuedJob};
 
 /// Versioned migrations, applied in order; `__PREFIX__` is substituted.
 const MIGRATIONS: &[(i32, &str, &str)] = &[
@@ -573,7 +573,7 @@ pub(crate) async fn enqueue_unique(
     conn: &mut MySqlConnection,
     schema: &Schema,
     job: NewJob,
-    mode: crate::client::UniqueMode,
+    mode: crate::model::UniqueMode,
     now: DateTime<Utc>,
 ) -> Result<(Uuid, bool, bool)> {
     let key = job.unique_key.as_deref().unwrap_or_default();
@@ -1724,7 +1724,7 @@ impl MySqlStore {
     pub(crate) async fn enqueue_unique(
         &self,
         job: NewJob,
-        mode: crate::client::UniqueMode,
+        mode: crate::model::UniqueMode,
         now: DateTime<Utc>,
     ) -> Result<(Uuid, bool, bool)> {
         enqueue_unique(&mut *self.acquire().await?, &self.schema, job, mode, now).await
@@ -1774,7 +1774,7 @@ impl MySqlStore {
             .await?;
             let mut job = job;
             job.unique_key = live_key.map(str::to_owned);
-            let mode = live_key.map(|_| crate::client::UniqueMode::Skip as i16);
+            let mode = live_key.map(|_| crate::model::UniqueMode::Skip as i16);
             bind_new!(sqlx::query(&self.sql().insert_queue), job, dt(now), mode)
                 .execute(&mut *tx)
                 .await?;
@@ -1801,7 +1801,7 @@ impl MySqlStore {
             self.schema.mysql.results
         ))
         .bind(ids)
-        .bind(crate::info::JobStatus::Processed as i32)
+        .bind(crate::model::JobStatus::Processed as i32)
         .bind(&self.worker_id)
         .fetch_all(&self.pool)
         .await?)
@@ -1887,7 +1887,7 @@ pub(crate) async fn counts(
         let n: i64 = row.try_get(1)?;
         counts
             .by_status
-            .push((crate::info::JobStatus::from_code(status), n));
+            .push((crate::model::JobStatus::from_code(status), n));
     }
     let row = sqlx::query(&schema.mysql.counts_live)
         .bind(dt(now))
@@ -1987,4 +1987,14 @@ pub(crate) async fn schedule_list(pool: &MySqlPool, schema: &Schema) -> Result<V
     ))
     .fetch_all(pool)
     .await?)
+}
+
+/// `column IN (?, ?, ...)` over `ids`.
+pub(super) fn push_ids(query: &mut QueryBuilder<'_, MySql>, column: &str, ids: &[Uuid]) {
+    query.push(format!("{column} IN ("));
+    let mut list = query.separated(", ");
+    for id in ids {
+        list.push_bind(*id);
+    }
+    query.push(")");
 }

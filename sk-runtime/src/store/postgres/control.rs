@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::control::{JobFilter, QueueState};
 use crate::error::Result;
+use crate::model::{JobFilter, QueueState};
 use crate::store::{NewJob, QueueControls, Schema};
 
 /// The ids a notification payload holds at most (a payload is under 8000 bytes).
@@ -359,10 +359,10 @@ pub(crate) async fn queue_controls(pool: &PgPool, schema: &Schema) -> Result<Que
 pub(crate) async fn count_by(
     pool: &PgPool,
     schema: &Schema,
-    by: crate::insight::CountBy,
+    by: crate::model::CountBy,
     now: DateTime<Utc>,
-) -> Result<Vec<crate::insight::GroupCounts>> {
-    let column = crate::insight::group_column(by);
+) -> Result<Vec<crate::model::GroupCounts>> {
+    let column = crate::store::listing::group_column(by);
     let live = sqlx::query_as(&format!(
         "SELECT {column}::text,
             count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= $1),
@@ -384,7 +384,7 @@ pub(crate) async fn count_by(
     ))
     .fetch_all(pool)
     .await?;
-    Ok(crate::insight::merge_group_counts(live, ended))
+    Ok(crate::store::listing::merge_group_counts(live, ended))
 }
 
 /// One page of the job list (`Client::jobs`).
@@ -395,7 +395,7 @@ pub(crate) async fn list_jobs(
     after: Option<Uuid>,
     limit: i64,
     now: DateTime<Utc>,
-) -> Result<Vec<crate::insight::JobSummary>> {
+) -> Result<Vec<crate::model::JobSummary>> {
     // Two branches under one filter, each newest first and limited, merged: the jobs with
     // a results row, and the jobs still waiting for their first outcome without one (a
     // job without a unique key, or one another producer posted), whose `r` the queue row
@@ -418,7 +418,7 @@ pub(crate) async fn list_jobs(
             r = schema.table("task_results_t")
         ),
     ];
-    crate::insight::push_job_list!(
+    crate::store::listing::push_job_list!(
         query,
         branches,
         str::to_owned,
@@ -443,7 +443,7 @@ pub(crate) async fn error_groups(
     schema: &Schema,
     since: DateTime<Utc>,
     limit: i64,
-) -> Result<Vec<crate::insight::ErrorGroup>> {
+) -> Result<Vec<crate::model::ErrorGroup>> {
     Ok(sqlx::query_as(&format!(
         "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
             min(task_last_processing_attempted_at_ts) AS first_seen,
@@ -464,7 +464,7 @@ pub(crate) async fn workers(
     pool: &PgPool,
     schema: &Schema,
     now: DateTime<Utc>,
-) -> Result<Vec<crate::insight::WorkerInfo>> {
+) -> Result<Vec<crate::model::WorkerInfo>> {
     let rows = sqlx::query_as(&format!("SELECT * FROM {}", schema.table("workers_t")))
         .fetch_all(pool)
         .await?;
@@ -476,7 +476,7 @@ pub(crate) async fn workers(
     .bind(now)
     .fetch_all(pool)
     .await?;
-    Ok(crate::insight::workers_of(rows, running, now))
+    Ok(crate::store::listing::workers_of(rows, running, now))
 }
 
 /// Announces worker `id` (and forgets workers not seen for a day).
@@ -484,7 +484,7 @@ pub(crate) async fn worker_up(
     pool: &PgPool,
     schema: &Schema,
     id: &str,
-    up: &crate::insight::WorkerUp,
+    up: &crate::model::WorkerUp,
     now: DateTime<Utc>,
 ) -> Result<()> {
     let table = schema.table("workers_t");
@@ -560,7 +560,7 @@ pub(crate) async fn job_stats(
     schema: &Schema,
     since: DateTime<Utc>,
     task_type: Option<&str>,
-) -> Result<Vec<crate::insight::StatRow>> {
+) -> Result<Vec<crate::model::StatRow>> {
     let filter = if task_type.is_some() {
         " AND task_type = $2"
     } else {
@@ -584,7 +584,7 @@ pub(crate) async fn write_job_stats(
     pool: &PgPool,
     schema: &Schema,
     owner: &str,
-    buckets: &[(DateTime<Utc>, String, crate::insight::StatBucket)],
+    buckets: &[(DateTime<Utc>, String, crate::model::StatBucket)],
 ) -> Result<()> {
     let sql = format!(
         "INSERT INTO {} (stat_minute_ts, task_type, stat_owner, stat_processed, stat_failed, stat_run_ms,
@@ -630,7 +630,7 @@ pub(crate) async fn prune(
     pool: &PgPool,
     schema: &Schema,
     before: DateTime<Utc>,
-) -> Result<crate::control::Pruned> {
+) -> Result<crate::model::Pruned> {
     let retired = super::partitions::retire(
         pool,
         schema,
@@ -640,7 +640,7 @@ pub(crate) async fn prune(
         &tokio_util::sync::CancellationToken::new(),
     )
     .await?;
-    Ok(crate::control::Pruned {
+    Ok(crate::model::Pruned {
         rows: retired.rows,
         partitions: retired.dropped,
         run_counts: prune_job_stats(pool, schema, before).await?,

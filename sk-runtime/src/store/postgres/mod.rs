@@ -23,7 +23,7 @@ use super::{
     ClaimedJob, Failure, Lease, NewJob, ProbeFailure, ScheduleRow, Schema, Success, TableHealth,
 };
 use crate::error::{Error, Result};
-use crate::info::{JobRecord, QueueCounts, QueuedJob};
+use crate::model::{JobRecord, QueueCounts, QueuedJob};
 
 /// Versioned migrations, applied in order; `__SCHEMA__`/`__PREFIX__` are substituted.
 const MIGRATIONS: &[(i32, &str, &str)] = &[
@@ -1076,7 +1076,7 @@ pub(crate) async fn enqueue_unique<'e, E: PgExecutor<'e>>(
     executor: E,
     schema: &Schema,
     job: NewJob,
-    mode: crate::client::UniqueMode,
+    mode: crate::model::UniqueMode,
     now: DateTime<Utc>,
 ) -> Result<(Uuid, bool, bool)> {
     let sql = &schema.sql;
@@ -1564,7 +1564,7 @@ impl PgStore {
     pub(crate) async fn enqueue_unique(
         &self,
         job: NewJob,
-        mode: crate::client::UniqueMode,
+        mode: crate::model::UniqueMode,
         now: DateTime<Utc>,
     ) -> Result<(Uuid, bool, bool)> {
         let mut conn = self.acquire().await?;
@@ -1615,7 +1615,7 @@ impl PgStore {
             self.schema.table("task_results_t")
         ))
         .bind(ids)
-        .bind(crate::info::JobStatus::Processed as i32)
+        .bind(crate::model::JobStatus::Processed as i32)
         .bind(&self.worker_id)
         .fetch_all(&self.pool)
         .await?)
@@ -1736,7 +1736,7 @@ pub(crate) async fn counts(
         let n: i64 = row.try_get(1)?;
         counts
             .by_status
-            .push((crate::info::JobStatus::from_code(status), n));
+            .push((crate::model::JobStatus::from_code(status), n));
     }
     let row = sqlx::query(&schema.sql.counts_live)
         .bind(now)

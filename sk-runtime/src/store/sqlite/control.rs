@@ -6,9 +6,9 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection as _, SqlitePool};
 use uuid::Uuid;
 
-use super::ts;
-use crate::control::{JobFilter, QueueState};
+use super::{id_list, ts};
 use crate::error::Result;
+use crate::model::{JobFilter, QueueState};
 use crate::store::{wake, CancelledRun, NewJob, QueueControls, Schema};
 
 /// A live job as a cancel reads it.
@@ -136,12 +136,6 @@ pub(crate) async fn cancel(
     super::flow::propagate(&mut tx, schema, roots, true, now).await?;
     tx.commit().await?;
     Ok(done)
-}
-
-/// The ids as a JSON array of hex strings, for `json_each`.
-pub(super) fn id_list(ids: &[Uuid]) -> String {
-    let hex: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
-    serde_json::to_string(&hex).unwrap_or_else(|_| "[]".to_owned())
 }
 
 /// Puts the fatal or cancelled jobs among `ids` back in the queue (as on PostgreSQL);
@@ -392,10 +386,10 @@ pub(crate) async fn queue_controls(pool: &SqlitePool, schema: &Schema) -> Result
 pub(crate) async fn count_by(
     pool: &SqlitePool,
     schema: &Schema,
-    by: crate::insight::CountBy,
+    by: crate::model::CountBy,
     now: DateTime<Utc>,
-) -> Result<Vec<crate::insight::GroupCounts>> {
-    let column = crate::insight::group_column(by);
+) -> Result<Vec<crate::model::GroupCounts>> {
+    let column = crate::store::listing::group_column(by);
     let live = sqlx::query_as(&format!(
         "SELECT {column},
             count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= $1),
@@ -417,7 +411,7 @@ pub(crate) async fn count_by(
     ))
     .fetch_all(pool)
     .await?;
-    Ok(crate::insight::merge_group_counts(live, ended))
+    Ok(crate::store::listing::merge_group_counts(live, ended))
 }
 
 /// One page of the job list (`Client::jobs`).
@@ -428,7 +422,7 @@ pub(crate) async fn list_jobs(
     after: Option<Uuid>,
     limit: i64,
     now: DateTime<Utc>,
-) -> Result<Vec<crate::insight::JobSummary>> {
+) -> Result<Vec<crate::model::JobSummary>> {
     let now = ts(now);
     let (q, r) = (
         schema.flat_table("tasks_queue_t"),
@@ -450,7 +444,7 @@ pub(crate) async fn list_jobs(
              WHERE NOT EXISTS (SELECT 1 FROM {r} x WHERE x.task_id = r.task_id)"
         ),
     ];
-    crate::insight::push_job_list!(
+    crate::store::listing::push_job_list!(
         query,
         branches,
         str::to_owned,
@@ -484,7 +478,7 @@ pub(crate) async fn error_groups(
     schema: &Schema,
     since: DateTime<Utc>,
     limit: i64,
-) -> Result<Vec<crate::insight::ErrorGroup>> {
+) -> Result<Vec<crate::model::ErrorGroup>> {
     Ok(sqlx::query_as(&format!(
         "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
             min(task_last_processing_attempted_at_ts) AS first_seen,
@@ -505,7 +499,7 @@ pub(crate) async fn workers(
     pool: &SqlitePool,
     schema: &Schema,
     now: DateTime<Utc>,
-) -> Result<Vec<crate::insight::WorkerInfo>> {
+) -> Result<Vec<crate::model::WorkerInfo>> {
     let rows = sqlx::query_as(&format!("SELECT * FROM {}", schema.flat_table("workers_t")))
         .fetch_all(pool)
         .await?;
@@ -517,7 +511,7 @@ pub(crate) async fn workers(
     .bind(ts(now))
     .fetch_all(pool)
     .await?;
-    Ok(crate::insight::workers_of(rows, running, now))
+    Ok(crate::store::listing::workers_of(rows, running, now))
 }
 
 /// Announces worker `id` (and forgets workers not seen for a day).
@@ -525,7 +519,7 @@ pub(crate) async fn worker_up(
     pool: &SqlitePool,
     schema: &Schema,
     id: &str,
-    up: &crate::insight::WorkerUp,
+    up: &crate::model::WorkerUp,
     now: DateTime<Utc>,
 ) -> Result<()> {
     let table = schema.flat_table("workers_t");
@@ -601,7 +595,7 @@ pub(crate) async fn job_stats(
     schema: &Schema,
     since: DateTime<Utc>,
     task_type: Option<&str>,
-) -> Result<Vec<crate::insight::StatRow>> {
+) -> Result<Vec<crate::model::StatRow>> {
     let filter = if task_type.is_some() {
         " AND task_type = $2"
     } else {
@@ -625,7 +619,7 @@ pub(crate) async fn write_job_stats(
     pool: &SqlitePool,
     schema: &Schema,
     owner: &str,
-    buckets: &[(DateTime<Utc>, String, crate::insight::StatBucket)],
+    buckets: &[(DateTime<Utc>, String, crate::model::StatBucket)],
 ) -> Result<()> {
     let sql = format!(
         "INSERT INTO {} (stat_minute_ts, task_type, stat_owner, stat_processed, stat_failed, stat_run_ms,
@@ -671,7 +665,7 @@ pub(crate) async fn prune(
     pool: &SqlitePool,
     schema: &Schema,
     before: DateTime<Utc>,
-) -> Result<crate::control::Pruned> {
+) -> Result<crate::model::Pruned> {
     let results = schema.flat_table("task_results_t");
     let statement = format!(
         "DELETE FROM {results} WHERE task_id IN (
@@ -694,7 +688,7 @@ pub(crate) async fn prune(
             break;
         }
     }
-    Ok(crate::control::Pruned {
+    Ok(crate::model::Pruned {
         rows,
         partitions: Vec::new(),
         run_counts: prune_job_stats(pool, schema, before).await?,

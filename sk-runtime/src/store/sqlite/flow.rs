@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection as _, SqliteConnection};
 use uuid::Uuid;
 
-use super::control::id_list;
+use super::id_list;
 use super::ts;
 use crate::error::Result;
 use crate::store::{dependency_kind, dependency_states, NewJob, Schema, WAITING_UNTIL};

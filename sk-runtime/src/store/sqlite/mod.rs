@@ -38,7 +38,7 @@ use super::{
     Schema, Success,
 };
 use crate::error::{Error, Result};
-use crate::info::{Attempt, JobRecord, QueueCounts, QueuedJob};
+use crate::model::{Attempt, JobRecord, QueueCounts, QueuedJob};
 
 /// Versioned migrations, applied in order; `__PREFIX__` is substituted.
 const MIGRATIONS: &[(i32, &str, &str)] = &[
@@ -694,7 +694,7 @@ pub(crate) async fn enqueue_unique<'e, E: sqlx::Executor<'e, Database = Sqlite>>
     executor: E,
     schema: &Schema,
     job: NewJob,
-    mode: crate::client::UniqueMode,
+    mode: crate::model::UniqueMode,
     now: DateTime<Utc>,
 ) -> Result<(Uuid, bool, bool)> {
     let new_id = job.id;
@@ -1433,7 +1433,7 @@ impl SqliteStore {
     pub(crate) async fn enqueue_unique(
         &self,
         job: NewJob,
-        mode: crate::client::UniqueMode,
+        mode: crate::model::UniqueMode,
         now: DateTime<Utc>,
     ) -> Result<(Uuid, bool, bool)> {
         enqueue_unique(&self.pool, &self.schema, job, mode, now).await
@@ -1502,7 +1502,7 @@ impl SqliteStore {
         .await?;
         let mut job = job;
         job.unique_key = live_key.map(str::to_owned);
-        let mode = live_key.map(|_| crate::client::UniqueMode::Skip as i16);
+        let mode = live_key.map(|_| crate::model::UniqueMode::Skip as i16);
         bind_new!(sqlx::query(&self.sql().again), job, now, mode)
             .execute(&mut *tx)
             .await?;
@@ -1520,7 +1520,7 @@ impl SqliteStore {
             self.schema.sqlite.results
         ))
         .bind(ids)
-        .bind(crate::info::JobStatus::Processed as i32)
+        .bind(crate::model::JobStatus::Processed as i32)
         .bind(&self.worker_id)
         .fetch_all(&self.pool)
         .await?)
@@ -1775,7 +1775,7 @@ pub(crate) async fn counts(
         let n: i64 = row.try_get(1)?;
         counts
             .by_status
-            .push((crate::info::JobStatus::from_code(status), n));
+            .push((crate::model::JobStatus::from_code(status), n));
     }
     let row = sqlx::query(&schema.sqlite.counts_live)
         .bind(ts(now))
@@ -1873,4 +1873,10 @@ pub(crate) async fn schedule_list(pool: &SqlitePool, schema: &Schema) -> Result<
     ))
     .fetch_all(pool)
     .await?)
+}
+
+/// The ids as a JSON array of hex strings, for `json_each`.
+pub(super) fn id_list(ids: &[Uuid]) -> String {
+    let hex: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
+    serde_json::to_string(&hex).unwrap_or_else(|_| "[]".to_owned())
 }

@@ -334,7 +334,7 @@ pub(crate) async fn start_periodic(shared: &Shared) {
                 Ok(()) => break,
                 Err(e) => {
                     failures += 1;
-                    let wait = crate::worker::backoff(failures);
+                    let wait = crate::retry::database_backoff(failures);
                     tracing::warn!(task_type = registration.task_type, "sk: cannot post the periodic job (attempt {failures}), retrying in {wait:?}: {e}");
                     if !shared.pause(wait).await {
                         return;
@@ -361,7 +361,7 @@ async fn post_periodic(shared: &Shared, registration: &Registration) -> Result<(
         run_at: now,
         max_attempts: registration.options.max_attempts,
         unique_key: Some(format!("sk-every:{}", registration.task_type)),
-        unique_mode: Some(crate::client::UniqueMode::Skip),
+        unique_mode: Some(crate::model::UniqueMode::Skip),
         tenant: None,
         correlation_id: None,
         metadata: None,
@@ -370,7 +370,7 @@ async fn post_periodic(shared: &Shared, registration: &Registration) -> Result<(
     };
     shared
         .store
-        .enqueue_unique(job, crate::client::UniqueMode::Skip, now)
+        .enqueue_unique(job, crate::model::UniqueMode::Skip, now)
         .await?;
     Ok(())
 }

@@ -1,0 +1,364 @@
+//! Lists, filters and groups of jobs and workers, as the client asks for and shows them.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::JobStatus;
+use crate::error::{Error, Result};
+
+/// The most jobs one page of [`Client::jobs`](crate::Client::jobs) returns.
+pub const MAX_PAGE: u32 = 1000;
+
+/// What [`Client::count_by`](crate::Client::count_by) groups by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CountBy {
+    /// The job's queue.
+    Queue,
+    /// The job's task type.
+    TaskType,
+    /// The job's tenant (`None` for jobs without one).
+    Tenant,
+}
+
+/// The jobs of one queue, task type or tenant by state ([`Client::count_by`](crate::Client::count_by)). Jobs that
+/// succeeded are not counted here: throughput says how many finished when.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct GroupCounts {
+    /// The queue, task type or tenant.
+    pub key: Option<String>,
+    /// Waiting jobs that can run now (never run yet).
+    pub available: i64,
+    /// Waiting jobs whose not-before time is still ahead (never run yet).
+    pub scheduled: i64,
+    /// Jobs waiting on other jobs to succeed (a workflow's later stages).
+    pub pending: i64,
+    /// Waiting jobs that ran before and failed, or lost their lease: retries.
+    pub retrying: i64,
+    /// Jobs a worker holds.
+    pub running: i64,
+    /// Jobs that failed for good, still in the results.
+    pub fatal: i64,
+    /// Jobs cancelled, still in the results.
+    pub cancelled: i64,
+}
+
+/// One job in a list ([`Client::jobs`](crate::Client::jobs)); [`Client::job`](crate::Client::job) has its whole record.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+#[non_exhaustive]
+pub struct JobSummary {
+    /// Job id.
+    #[sqlx(rename = "task_id")]
+    pub id: Uuid,
+    /// Task type.
+    #[sqlx(rename = "task_type")]
+    pub task_type: String,
+    /// Queue.
+    #[sqlx(rename = "task_queue")]
+    pub queue: String,
+    /// Status code; see [`JobSummary::status`].
+    #[sqlx(rename = "task_status")]
+    pub status_code: i32,
+    /// Priority.
+    #[sqlx(rename = "task_priority")]
+    pub priority: i32,
+    /// Attempts used, while the job is live.
+    #[sqlx(rename = "task_attempt")]
+    pub attempt: Option<i32>,
+    /// Tenant.
+    #[sqlx(rename = "task_tenant")]
+    pub tenant: Option<String>,
+    /// Correlation id.
+    #[sqlx(rename = "task_correlation_id")]
+    pub correlation_id: Option<String>,
+    /// When it was enqueued.
+    #[sqlx(rename = "task_posted_at_ts")]
+    pub posted_at: DateTime<Utc>,
+    /// Not-before time (waiting) or lease expiry (running), while the job is live.
+    #[sqlx(rename = "task_locked_until_ts")]
+    pub locked_until: Option<DateTime<Utc>>,
+    /// When it finished.
+    #[sqlx(rename = "task_processing_finalized_at_ts")]
+    pub finalized_at: Option<DateTime<Utc>>,
+    /// How many runs failed.
+    #[sqlx(rename = "task_error_count")]
+    pub error_count: i32,
+    /// The last error's type.
+    #[sqlx(rename = "task_last_error_type")]
+    pub last_error_type: Option<String>,
+    /// The last error's message.
+    #[sqlx(rename = "task_last_error_message")]
+    pub last_error_message: Option<String>,
+}
+
+impl JobSummary {
+    /// The status (processing while a worker holds it).
+    pub fn status(&self) -> JobStatus {
+        JobStatus::from_code(self.status_code)
+    }
+}
+
+/// One page of [`Client::jobs`](crate::Client::jobs).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct JobPage {
+    /// The jobs, newest first.
+    pub jobs: Vec<JobSummary>,
+    /// Pass it as `after` for the next page; `None` on the last page.
+    pub next: Option<Uuid>,
+}
+
+/// Jobs whose last run failed with one error ([`Client::error_groups`](crate::Client::error_groups)).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+#[non_exhaustive]
+pub struct ErrorGroup {
+    /// The error's type (`"timeout"`, `"panic"`, a Rust type name, ...).
+    #[sqlx(rename = "kind")]
+    pub kind: Option<String>,
+    /// The error's message.
+    #[sqlx(rename = "message")]
+    pub message: Option<String>,
+    /// How many jobs it is the last error of.
+    #[sqlx(rename = "jobs")]
+    pub count: i64,
+    /// The earliest of those failed runs' starts.
+    #[sqlx(rename = "first_seen")]
+    pub first_seen: Option<DateTime<Utc>>,
+    /// The latest of those failed runs' starts.
+    #[sqlx(rename = "last_seen")]
+    pub last_seen: Option<DateTime<Utc>>,
+    /// One of those jobs (the newest), to look at with [`Client::job`](crate::Client::job).
+    #[sqlx(rename = "sample")]
+    pub sample: Uuid,
+}
+
+/// A worker as [`Client::workers`](crate::Client::workers) shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct WorkerInfo {
+    /// Its id (`task_locked_by` of the jobs it runs).
+    pub id: String,
+    /// The host it runs on.
+    pub host: String,
+    /// Its process id there.
+    pub pid: i32,
+    /// The queues it takes jobs from; `None`: every queue.
+    pub queues: Option<Vec<String>>,
+    /// The task types it runs.
+    pub task_types: Vec<String>,
+    /// Its concurrency.
+    pub concurrency: i32,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+    /// Its last heartbeat.
+    pub seen_at: DateTime<Utc>,
+    /// Whether it heartbeat within three of its heartbeat intervals: a worker that is not
+    /// alive crashed or was cut off (a graceful stop removes its row).
+    pub alive: bool,
+    /// Jobs it holds under a valid lease.
+    pub running: i64,
+}
+
+/// The span of one [`Throughput`] row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Per {
+    /// A minute.
+    Minute,
+    /// An hour.
+    Hour,
+}
+
+/// Runs of one task type in one minute or hour ([`Client::throughput`](crate::Client::throughput)).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Throughput {
+    /// The start of the minute or hour (UTC).
+    pub at: DateTime<Utc>,
+    /// The task type.
+    pub task_type: String,
+    /// Runs that succeeded.
+    pub processed: i64,
+    /// Runs that failed (retried, or failed for good).
+    pub failed: i64,
+    /// Mean run time of all those runs, in milliseconds.
+    pub mean_ms: f64,
+    /// The 95th percentile of their run times, in milliseconds (the upper bound of the
+    /// histogram bucket it falls in: within 19 % of the true value).
+    pub p95_ms: f64,
+}
+
+/// Which jobs a bulk call or a listing takes: every condition given must hold (none
+/// given: every job).
+///
+/// ```
+/// use sk_runtime::{JobFilter, JobStatus};
+///
+/// let stuck_mail = JobFilter::new().queue("mail").status(JobStatus::Fatal);
+/// # let _ = stuck_mail;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobFilter {
+    /// The job's queue.
+    pub queue: Option<String>,
+    /// The job's task type.
+    pub task_type: Option<String>,
+    /// The job's tenant.
+    pub tenant: Option<String>,
+    /// The job's correlation id.
+    pub correlation_id: Option<String>,
+    /// The job's status. For live jobs, [`JobStatus::Processing`] takes the running ones
+    /// and the other live statuses the waiting ones.
+    pub status: Option<JobStatus>,
+    /// A key of the job's metadata and its value as text ([`Client::jobs`](crate::Client::jobs) only).
+    pub metadata: Option<(String, String)>,
+    /// Posted at or after this time ([`Client::jobs`](crate::Client::jobs) only; by the UUIDv7 id, so a job
+    /// another producer posted with a random id is outside every range).
+    pub posted_after: Option<DateTime<Utc>>,
+    /// Posted before this time ([`Client::jobs`](crate::Client::jobs) only, as `posted_after`).
+    pub posted_before: Option<DateTime<Utc>>,
+}
+
+impl JobFilter {
+    /// Every job.
+    pub fn new() -> Self {
+        JobFilter::default()
+    }
+
+    /// Refuses a filter no stored job could match and a database could not take: a text
+    /// with a NUL character (PostgreSQL's text cannot hold one, and answered with its own
+    /// error). Every backend refuses it alike.
+    pub(crate) fn check(&self) -> Result<()> {
+        let texts = [
+            ("job filter's queue", self.queue.as_deref()),
+            ("job filter's task type", self.task_type.as_deref()),
+            ("job filter's tenant", self.tenant.as_deref()),
+            (
+                "job filter's correlation id",
+                self.correlation_id.as_deref(),
+            ),
+            (
+                "job filter's metadata key",
+                self.metadata.as_ref().map(|m| m.0.as_str()),
+            ),
+            (
+                "job filter's metadata value",
+                self.metadata.as_ref().map(|m| m.1.as_str()),
+            ),
+        ];
+        for (what, text) in texts {
+            if text.is_some_and(|t| t.contains('\0')) {
+                return Err(Error::invalid(what, "must not contain a NUL character"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Only jobs of this queue.
+    #[must_use]
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Only jobs of this task type.
+    #[must_use]
+    pub fn task_type(mut self, task_type: impl Into<String>) -> Self {
+        self.task_type = Some(task_type.into());
+        self
+    }
+
+    /// Only jobs of this tenant.
+    #[must_use]
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Only jobs with this correlation id.
+    #[must_use]
+    pub fn correlation_id(mut self, id: impl Into<String>) -> Self {
+        self.correlation_id = Some(id.into());
+        self
+    }
+
+    /// Only jobs in this status.
+    #[must_use]
+    pub fn status(mut self, status: JobStatus) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Only jobs whose metadata has `key` with this value (a JSON string, number or
+    /// boolean compared as text).
+    #[must_use]
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata = Some((key.into(), value.into()));
+        self
+    }
+
+    /// Only jobs posted in `[from, to)`; either end may be open.
+    #[must_use]
+    pub fn posted(mut self, from: Option<DateTime<Utc>>, to: Option<DateTime<Utc>>) -> Self {
+        self.posted_after = from;
+        self.posted_before = to;
+        self
+    }
+
+    /// Whether a live job (in the queue table) may match: not a final status.
+    pub(crate) fn takes_live(&self) -> bool {
+        !self.status.is_some_and(JobStatus::is_final)
+    }
+
+    /// Whether only running live jobs match (`Some(true)`), only waiting ones
+    /// (`Some(false)`), or both.
+    pub(crate) fn running(&self) -> Option<bool> {
+        self.status.map(|s| s == JobStatus::Processing)
+    }
+
+    /// The condition on a live queue row for the jobs waiting on others: only those
+    /// (pending), none of those (unprocessed), or no condition.
+    pub(crate) fn pending_clause(&self) -> &'static str {
+        match self.status {
+            Some(JobStatus::Pending) => " AND coalesce(task_waiting_on, 0) > 0",
+            Some(JobStatus::Unprocessed) => " AND coalesce(task_waiting_on, 0) = 0",
+            _ => "",
+        }
+    }
+}
+
+/// What [`Client::prune`](crate::Client::prune) removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Pruned {
+    /// Results deleted row by row.
+    pub rows: u64,
+    /// Whole results partitions dropped (PostgreSQL and MySQL), with all their rows.
+    pub partitions: Vec<String>,
+    /// Rows of per-minute run counts deleted.
+    pub run_counts: u64,
+}
+
+/// One queue as [`Client::queues`](crate::Client::queues) shows it: its live jobs by state, whether it is
+/// paused, and its concurrency limit across workers.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct QueueState {
+    /// The queue's name.
+    pub name: String,
+    /// When an operator paused it; `None` while it runs.
+    pub paused_at: Option<DateTime<Utc>>,
+    /// At most this many of its jobs run at once over all workers
+    /// ([`Client::set_global_limit`](crate::Client::set_global_limit)).
+    pub global_limit: Option<u32>,
+    /// Jobs that can run now.
+    pub available: i64,
+    /// Jobs waiting for their not-before time (delayed or retrying).
+    pub scheduled: i64,
+    /// Jobs under a valid lease.
+    pub running: i64,
+    /// Jobs waiting on other jobs to succeed (a workflow's later stages).
+    pub pending: i64,
+}

@@ -1,0 +1,328 @@
+//! What a job is, as the store records it and the client shows it: statuses, records,
+//! counts and the queue's state.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::error::Result;
+
+/// A job's status in `task_results_t.task_status` (the seed's codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum JobStatus {
+    /// Posted, not yet run (1).
+    Unprocessed = 1,
+    /// A worker holds it now (2).
+    Processing = 2,
+    /// Succeeded (3).
+    Processed = 3,
+    /// Failed with a recoverable error and waits for its retry (4).
+    Error = 4,
+    /// Failed with a recoverable error and has one attempt left (5).
+    Faulted = 5,
+    /// Failed for good: attempts exhausted, a fatal error, or a payload that does not
+    /// deserialize (6).
+    Fatal = 6,
+    /// Cancelled by an operator, before or while it ran, or because a job it waited on
+    /// was (7).
+    Cancelled = 7,
+    /// Waits on other jobs, and runs once they have all succeeded (8; a workflow's later
+    /// stage, [`Workflow`](crate::Workflow)).
+    Pending = 8,
+    /// A code this version does not know.
+    Unknown = 0,
+}
+
+impl JobStatus {
+    pub(crate) fn from_code(code: i32) -> Self {
+        match code {
+            1 => JobStatus::Unprocessed,
+            2 => JobStatus::Processing,
+            3 => JobStatus::Processed,
+            4 => JobStatus::Error,
+            5 => JobStatus::Faulted,
+            6 => JobStatus::Fatal,
+            7 => JobStatus::Cancelled,
+            8 => JobStatus::Pending,
+            _ => JobStatus::Unknown,
+        }
+    }
+
+    /// Whether the job is finished (processed, fatal or cancelled).
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Processed | JobStatus::Fatal | JobStatus::Cancelled
+        )
+    }
+}
+
+/// Counts from [`QueueInfo::counts`](crate::QueueInfo::counts).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[non_exhaustive]
+pub struct QueueCounts {
+    /// Jobs per recorded status; a job waiting for its first outcome is unprocessed,
+    /// with or without its results row. A running job keeps its last recorded status
+    /// here (unprocessed, or error when retrying); see `running` for jobs under a lease,
+    /// and [`QueueInfo::job`](crate::QueueInfo::job), which reports a running job as processing.
+    pub by_status: Vec<(JobStatus, i64)>,
+    /// Live jobs that can run now.
+    pub available: i64,
+    /// Live jobs waiting for their not-before time (delayed or retrying).
+    pub scheduled: i64,
+    /// Live jobs waiting on other jobs to succeed (a workflow's later stages).
+    pub pending: i64,
+    /// Live jobs under a valid lease.
+    pub running: i64,
+    /// Live jobs whose holder's lease ran out; the next claim takes them.
+    pub lease_expired: i64,
+}
+
+impl QueueCounts {
+    /// The number of results rows with `status`.
+    pub fn status(&self, status: JobStatus) -> i64 {
+        self.by_status
+            .iter()
+            .filter(|(s, _)| *s == status)
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// A job at the head of the queue, from [`QueueInfo::peek`](crate::QueueInfo::peek).
+#[derive(Debug, Clone, sqlx::FromRow)]
+#[non_exhaustive]
+pub struct QueuedJob {
+    /// Job id.
+    #[sqlx(rename = "task_id")]
+    pub id: Uuid,
+    /// Task type.
+    #[sqlx(rename = "task_type")]
+    pub task_type: String,
+    /// Queue.
+    #[sqlx(rename = "task_queue")]
+    pub queue: String,
+    /// Priority (lower runs first).
+    #[sqlx(rename = "task_priority")]
+    pub priority: i32,
+    /// Attempts used so far.
+    #[sqlx(rename = "task_attempt")]
+    pub attempt: i32,
+    /// Attempt limit.
+    #[sqlx(rename = "task_max_attempts")]
+    pub max_attempts: i32,
+    /// Not-before time.
+    #[sqlx(rename = "task_locked_until_ts")]
+    pub run_at: DateTime<Utc>,
+    /// When it was enqueued.
+    #[sqlx(rename = "task_posted_at_ts")]
+    pub posted_at: DateTime<Utc>,
+}
+
+/// Everything recorded about one job, from [`QueueInfo::job`](crate::QueueInfo::job).
+#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[non_exhaustive]
+pub struct JobRecord {
+    /// Job id.
+    #[sqlx(rename = "task_id")]
+    pub id: Uuid,
+    /// Task type.
+    #[sqlx(rename = "task_type")]
+    pub task_type: String,
+    /// Who posted it.
+    #[sqlx(rename = "task_source")]
+    pub source: String,
+    /// Queue.
+    #[sqlx(rename = "task_queue")]
+    pub queue: String,
+    /// The JSON payload, while the job is live or after it failed for good (successful
+    /// jobs do not keep it).
+    #[sqlx(rename = "task_payload")]
+    pub payload: Option<String>,
+    /// Status code; see [`JobRecord::status`].
+    #[sqlx(rename = "task_status")]
+    pub status_code: i32,
+    /// Priority.
+    #[sqlx(rename = "task_priority")]
+    pub priority: i32,
+    /// How many runs failed.
+    #[sqlx(rename = "task_error_count")]
+    pub error_count: i32,
+    /// The last error's type.
+    #[sqlx(rename = "task_last_error_type")]
+    pub last_error_type: Option<String>,
+    /// The last error's message.
+    #[sqlx(rename = "task_last_error_message")]
+    pub last_error_message: Option<String>,
+    /// The last error's detail (source chain, panic location, ...).
+    #[sqlx(rename = "task_last_error_detail")]
+    pub last_error_detail: Option<String>,
+    /// Whether the last error was recoverable.
+    #[sqlx(rename = "task_last_error_is_recoverable")]
+    pub last_error_recoverable: Option<bool>,
+    /// Duration of the last run in milliseconds.
+    #[sqlx(rename = "task_processing_time_milliseconds")]
+    pub processing_time_ms: i64,
+    /// When it was enqueued.
+    #[sqlx(rename = "task_posted_at_ts")]
+    pub posted_at: DateTime<Utc>,
+    /// When it first started.
+    #[sqlx(rename = "task_first_processing_attempted_at_ts")]
+    pub first_attempt_at: Option<DateTime<Utc>>,
+    /// When it last started.
+    #[sqlx(rename = "task_last_processing_attempted_at_ts")]
+    pub last_attempt_at: Option<DateTime<Utc>>,
+    /// When it was finished (processed or fatal).
+    #[sqlx(rename = "task_processing_finalized_at_ts")]
+    pub finalized_at: Option<DateTime<Utc>>,
+    /// Attempts used, while the job is live.
+    #[sqlx(rename = "task_attempt")]
+    pub attempt: Option<i32>,
+    /// Attempt limit, while the job is live.
+    #[sqlx(rename = "task_max_attempts")]
+    pub max_attempts: Option<i32>,
+    /// Not-before time or lease expiry, while the job is live.
+    #[sqlx(rename = "task_locked_until_ts")]
+    pub locked_until: Option<DateTime<Utc>>,
+    /// The worker holding it, while running.
+    #[sqlx(rename = "task_locked_by")]
+    pub locked_by: Option<String>,
+    /// Every attempt that did not succeed, oldest first: failures, and leases that ran out
+    /// ("worker lost"). [`JobRecord::attempts`] adds the successful one.
+    #[sqlx(rename = "task_errors", json)]
+    pub failed_attempts: Vec<Attempt>,
+    /// The worker of the last recorded attempt.
+    #[sqlx(rename = "task_last_locked_by")]
+    pub last_worker: Option<String>,
+    /// What the handler returned with `Ok`, as JSON (`None` for `()`); see
+    /// [`JobRecord::output`].
+    #[sqlx(rename = "task_output")]
+    pub output_json: Option<String>,
+    /// The tenant it was enqueued for.
+    #[sqlx(rename = "task_tenant")]
+    pub tenant: Option<String>,
+    /// Its correlation id.
+    #[sqlx(rename = "task_correlation_id")]
+    pub correlation_id: Option<String>,
+    /// Its metadata, a JSON object as text.
+    #[sqlx(rename = "task_metadata")]
+    pub metadata: Option<String>,
+    /// Its unique key, if it has one.
+    #[sqlx(rename = "task_unique_key")]
+    pub unique_key: Option<String>,
+    #[sqlx(rename = "task_unique_mode")]
+    #[serde(skip)]
+    unique_mode_code: Option<i16>,
+}
+
+/// One recorded run of a job (seed 004's audit log).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[non_exhaustive]
+pub struct Attempt {
+    /// 1 for the first run, 2 for the first retry, ...
+    pub attempt: i32,
+    /// The worker that ran it (`task_locked_by`), where known.
+    #[serde(default)]
+    pub worker: Option<String>,
+    /// When it was claimed.
+    #[serde(default)]
+    pub started_at: Option<DateTime<Utc>>,
+    /// When its outcome was recorded (for a lost attempt: when the next claim noticed).
+    #[serde(default)]
+    pub ended_at: Option<DateTime<Utc>>,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The error's type (`"timeout"`, `"panic"`, `"worker_lost"`, ...), unless it succeeded.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// The error's message, unless it succeeded.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// The error's detail, where it had one.
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+/// How an [`Attempt`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AttemptOutcome {
+    /// It succeeded.
+    Processed,
+    /// It failed and the job was retried.
+    Retried,
+    /// It failed for good.
+    Fatal,
+    /// Its worker's lease ran out before it recorded an outcome (a crash, a stall, a lost
+    /// connection); it counts as a failed attempt.
+    Lost,
+    /// An operator cancelled the job while it ran ([`Client::cancel`](crate::Client::cancel)).
+    Cancelled,
+}
+
+impl JobRecord {
+    /// The status.
+    pub fn status(&self) -> JobStatus {
+        JobStatus::from_code(self.status_code)
+    }
+
+    /// The mode of its unique key: `None` without a key, and for the scheduler's ticks
+    /// (unique until their result is pruned).
+    pub fn unique_mode(&self) -> Option<crate::UniqueMode> {
+        match self.unique_mode_code {
+            Some(1) => Some(crate::UniqueMode::Skip),
+            Some(2) => Some(crate::UniqueMode::Restart),
+            Some(3) => Some(crate::UniqueMode::Replace),
+            _ => None,
+        }
+    }
+
+    /// Every recorded attempt, oldest first: the failed ones and, for a processed job,
+    /// the successful last one.
+    pub fn attempts(&self) -> Vec<Attempt> {
+        let mut all = self.failed_attempts.clone();
+        if self.status() == JobStatus::Processed {
+            all.push(Attempt {
+                attempt: all.last().map_or(1, |a| a.attempt + 1),
+                worker: self.last_worker.clone(),
+                started_at: self.last_attempt_at,
+                ended_at: self.finalized_at,
+                outcome: AttemptOutcome::Processed,
+                kind: None,
+                message: None,
+                detail: None,
+            });
+        }
+        all
+    }
+
+    /// The handler's `Ok` value, deserialized; `None` if it returned `()` or has not
+    /// succeeded.
+    ///
+    /// # Errors
+    /// The stored output is not a `T`.
+    pub fn output<T: serde::de::DeserializeOwned>(&self) -> Result<Option<T>, serde_json::Error> {
+        self.output_json
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+    }
+}
+
+/// What a duplicate unique key does while a job with that key is live. Modes hold among
+/// live jobs only: once the job has finished, its key is free and the next enqueue runs it
+/// again (seed 003's "restart a finished task when its data changes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UniqueMode {
+    /// Nothing changes; the live job's id is returned.
+    Skip = 1,
+    /// Seed 003's restart-on-update. A waiting job takes the new payload (any number of
+    /// re-posts while it waits coalesce into one run); a running job runs once more after
+    /// the current run, with the newest payload, as a new job with the same key.
+    Restart = 2,
+    /// A waiting job takes the new payload and run-at time; a running one is left alone.
+    Replace = 3,
+}
