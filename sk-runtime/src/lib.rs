@@ -45,10 +45,8 @@
 
 mod client;
 mod clock;
-mod control;
+mod enqueue;
 mod error;
-mod info;
-mod insight;
 mod job;
 mod model;
 mod registry;
@@ -60,11 +58,10 @@ mod transaction;
 mod worker;
 mod workflow;
 
-pub use client::{Enqueue, EnqueueOutcome, Enqueued, DEFAULT_MAX_PAYLOAD_BYTES};
+pub use client::{CancelOutcome, Client, QueueInfo, RescheduleOutcome, RetryOutcome};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use control::{CancelOutcome, Client, RescheduleOutcome, RetryOutcome};
+pub use enqueue::{Enqueue, EnqueueOutcome, Enqueued, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use error::{Error, JobError, Result};
-pub use info::QueueInfo;
 pub use job::{Data, Job, JobContext, JobOptions, StopReason, DEFAULT_MAX_ATTEMPTS};
 pub use model::{
     Attempt, AttemptOutcome, CountBy, ErrorGroup, GroupCounts, JobFilter, JobPage, JobRecord,

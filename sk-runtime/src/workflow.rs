@@ -47,7 +47,7 @@ use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
-use crate::client::Enqueue;
+use crate::enqueue::Enqueue;
 use crate::error::{JobError, Result};
 use crate::job::Job;
 use crate::job::Requirement;

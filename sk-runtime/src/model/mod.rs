@@ -2,6 +2,7 @@
 //! filters and groups, a worker's own record and statistics. Plain data, below both.
 
 mod list;
+mod names;
 mod record;
 mod stats;
 
@@ -9,6 +10,7 @@ pub use list::{
     CountBy, ErrorGroup, GroupCounts, JobFilter, JobPage, JobSummary, Per, Pruned, QueueState,
     Throughput, WorkerInfo, MAX_PAGE,
 };
+pub(crate) use names::check_name;
 pub use record::{
     Attempt, AttemptOutcome, JobRecord, JobStatus, QueueCounts, QueuedJob, UniqueMode,
 };

@@ -374,11 +374,11 @@ impl WorkerBuilder {
             }
         }
         for queue in self.queues.iter().flatten() {
-            crate::client::check_name("queue name", queue)?;
+            crate::model::check_name("queue name", queue)?;
         }
         let mut queue_limits = HashMap::new();
         for (queue, limit) in &self.queue_limits {
-            crate::client::check_name("queue name", queue)?;
+            crate::model::check_name("queue name", queue)?;
             if *limit == 0 {
                 return Err(Error::invalid(
                     "queue concurrency",
@@ -407,7 +407,7 @@ impl WorkerBuilder {
             }
         };
         for tenant in self.tenants.iter().flatten() {
-            crate::client::check_name("tenant", tenant)?;
+            crate::model::check_name("tenant", tenant)?;
         }
         let registry =
             Registry::collect(self.only.as_deref(), &self.data, self.pool.backend_name())?;
@@ -426,7 +426,7 @@ impl WorkerBuilder {
                 &Uuid::new_v4().simple().to_string()[..8]
             )
         });
-        crate::client::check_name("worker id", &id)?;
+        crate::model::check_name("worker id", &id)?;
         let mut config = self.config;
         config.heartbeat = Some(heartbeat);
         let runtime = Arc::new(crate::job::Runtime {

@@ -625,7 +625,7 @@ impl StoredSchedules {
         job: J,
         overlap: bool,
     ) -> Result<()> {
-        crate::client::check_name("schedule name", name)?;
+        crate::model::check_name("schedule name", name)?;
         parse(cron).map_err(|reason| Error::invalid("cron schedule", reason))?;
         let payload = serde_json::to_string(&job).map_err(|source| Error::Serialize {
             task_type: J::TASK_TYPE,

@@ -1,144 +1,20 @@
-//! The client handle: job control (cancel, retry, run now, reschedule, pause and resume
-//! queues, wait for a result, enqueue by name) and queue info, on one pool and schema.
+//! Job control on the client handle: cancel, retry, run now, reschedule, prune, pause
+//! and resume queues and their limits, wait for a result, enqueue by name.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::clock::{Clock, SystemClock};
+use super::{CancelOutcome, Client, RescheduleOutcome, RetryOutcome};
 use crate::error::{Error, Result};
 use crate::model::{JobFilter, JobRecord, JobStatus, Pruned, QueueCounts, QueueState, QueuedJob};
-use crate::store::{NewJob, Pool, Schema};
+use crate::store::NewJob;
 
 /// Jobs per statement of a bulk call ([`Client::cancel_where`], [`Client::retry_where`]).
 const BULK_BATCH: i64 = 500;
 
-/// The operator's handle on sk's tables: control calls and queue info on one pool and
-/// schema (set once), on every backend. Each call is safe against a worker finishing
-/// the same job at the same moment: of the two, exactly one takes effect, and the call's
-/// outcome says which.
-///
-/// ```no_run
-/// # async fn f(pool: sqlx::PgPool, id: uuid::Uuid) -> sk_runtime::Result<()> {
-/// use sk_runtime::{CancelOutcome, Client};
-///
-/// let client = Client::new(pool);
-/// match client.cancel(id).await? {
-///     CancelOutcome::Cancelled => println!("cancelled before it ran"),
-///     CancelOutcome::CancelledWhileRunning => println!("cancelled; its handler was asked to stop"),
-///     CancelOutcome::AlreadyFinished(status) => println!("too late: it is {status:?}"),
-///     other => println!("{other:?}"),
-/// }
-/// client.pause("mail").await?; // no worker starts a job of queue "mail" from now on
-/// # Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct Client {
-    pub(crate) pool: Pool,
-    pub(crate) schema: Schema,
-    clock: Arc<dyn Clock>,
-}
-
-impl std::fmt::Debug for Client {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client")
-            .field("pool", &self.pool)
-            .field("schema", &self.schema)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What [`Client::cancel`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CancelOutcome {
-    /// The job was waiting (or delayed, or waiting for a retry); it left the queue and is
-    /// recorded as cancelled.
-    Cancelled,
-    /// The job was running: it is recorded as cancelled (and will not be retried), and
-    /// its handler was asked to stop ([`JobContext::stop_reason`] is
-    /// [`StopReason::Cancelled`]); whatever the run returns is not recorded. The worker
-    /// running it learns at once on PostgreSQL and within this process, and at its next
-    /// heartbeat elsewhere.
-    ///
-    /// [`JobContext::stop_reason`]: crate::JobContext::stop_reason
-    /// [`StopReason::Cancelled`]: crate::StopReason::Cancelled
-    CancelledWhileRunning,
-    /// The job had finished already (processed, fatal or cancelled); nothing changed.
-    AlreadyFinished(JobStatus),
-    /// No job with this id exists.
-    NotFound,
-}
-
-/// What [`Client::retry`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RetryOutcome {
-    /// The fatal or cancelled job is back in its queue, due now, with a fresh attempt
-    /// budget (as many attempts as it had at first); its history is kept.
-    Retried,
-    /// The job was waiting (for its not-before time or a retry); it is due now.
-    MadeDue,
-    /// The job is running now; nothing changed.
-    Running,
-    /// The job succeeded; its payload is not kept, so it cannot run again: enqueue a new
-    /// one.
-    Succeeded,
-    /// Another live job holds the job's unique key now; nothing changed.
-    KeyHeld,
-    /// The job failed for good but its payload was not kept (posted by another producer
-    /// without one); nothing changed.
-    NoPayload,
-    /// No job with this id exists.
-    NotFound,
-}
-
-/// What [`Client::run_now`] and [`Client::reschedule`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum RescheduleOutcome {
-    /// The waiting job's not-before time is changed.
-    Rescheduled,
-    /// The job is running now; nothing changed.
-    Running,
-    /// The job has finished (see [`Client::retry`] to run a failed one again).
-    Finished(JobStatus),
-    /// The job waits on other jobs and runs when they have succeeded; nothing changed.
-    WaitingOnDependencies,
-    /// No job with this id exists.
-    NotFound,
-}
-
 impl Client {
-    /// A client on the default schema (`public`, prefix `sk_`).
-    pub fn new(pool: impl Into<Pool>) -> Self {
-        Client {
-            pool: pool.into(),
-            schema: Schema::default(),
-            clock: Arc::new(SystemClock),
-        }
-    }
-
-    /// Works on another schema/prefix.
-    #[must_use]
-    pub fn schema(mut self, schema: Schema) -> Self {
-        self.schema = schema;
-        self
-    }
-
-    /// Takes `now` from `clock` (the workers' clock, in tests).
-    #[must_use]
-    pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
-        self
-    }
-
-    pub(crate) fn now(&self) -> DateTime<Utc> {
-        self.clock.now()
-    }
-
     /// Cancels one job: a waiting job leaves the queue, a running one is recorded as
     /// cancelled at once and its handler is asked to stop; either way it is not retried.
     ///
@@ -294,7 +170,7 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`] for a bad queue name; the database fails.
     pub async fn pause(&self, queue: &str) -> Result<bool> {
-        crate::client::check_name("queue name", queue)?;
+        crate::model::check_name("queue name", queue)?;
         self.pool
             .set_paused(&self.schema, queue, true, self.now())
             .await
@@ -306,7 +182,7 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`] for a bad queue name; the database fails.
     pub async fn resume(&self, queue: &str) -> Result<bool> {
-        crate::client::check_name("queue name", queue)?;
+        crate::model::check_name("queue name", queue)?;
         self.pool
             .set_paused(&self.schema, queue, false, self.now())
             .await
@@ -327,7 +203,7 @@ impl Client {
     /// [`Error::Invalid`] for a bad queue name or a limit of 0 or over `i32::MAX`; the
     /// database fails.
     pub async fn set_global_limit(&self, queue: &str, limit: Option<u32>) -> Result<()> {
-        crate::client::check_name("queue name", queue)?;
+        crate::model::check_name("queue name", queue)?;
         let limit = crate::store::global_limit_value(limit)?;
         self.pool
             .set_global_limit(&self.schema, queue, limit, self.now())
@@ -432,7 +308,7 @@ impl Client {
         task_type: &str,
         payload: serde_json::Value,
     ) -> Result<Uuid> {
-        crate::client::check_name("task type", task_type)?;
+        crate::model::check_name("task type", task_type)?;
         let payload = json_object(payload)?;
         let options = crate::job::options(
             "default",

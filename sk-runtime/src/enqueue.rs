@@ -7,11 +7,9 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 use crate::job::Job;
-use crate::model::UniqueMode;
+use crate::model::{check_name, UniqueMode};
 use crate::store::{Backend, Executor, NewJob, Schema};
 
-/// The longest queue name, source or unique key accepted (the columns' width).
-pub(crate) const MAX_NAME_BYTES: usize = 255;
 /// The default payload limit.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
 
@@ -489,27 +487,6 @@ fn has_nul(value: &serde_json::Value) -> bool {
         serde_json::Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
         _ => false,
     }
-}
-
-/// Queue names, sources and keys are stored as data (always bound, never spliced into
-/// SQL); this only keeps them within the columns and readable.
-pub(crate) fn check_name(what: &'static str, value: &str) -> Result<()> {
-    if value.is_empty() {
-        return Err(Error::invalid(what, "must not be empty"));
-    }
-    if value.len() > MAX_NAME_BYTES {
-        return Err(Error::invalid(
-            what,
-            format!(
-                "is {} bytes long, over the limit of {MAX_NAME_BYTES}",
-                value.len()
-            ),
-        ));
-    }
-    if value.contains('\0') {
-        return Err(Error::invalid(what, "must not contain a NUL byte"));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::control::Client;
+use super::Client;
 use crate::error::{Error, Result};
 use crate::model::throughput_of;
 use crate::model::{
