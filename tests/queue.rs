@@ -2602,7 +2602,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
     let error = worker.run_until(std::future::pending()).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "the database schema is at version 99, newer than this sk (10); upgrade sk"
+        "the database schema is at version 99, newer than this sk (11); upgrade sk"
     );
     db.drop().await;
 }
