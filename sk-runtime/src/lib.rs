@@ -48,6 +48,7 @@ mod clock;
 mod enqueue;
 mod error;
 mod job;
+mod migrate;
 mod model;
 mod registry;
 mod retry;
@@ -63,6 +64,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use enqueue::{Enqueue, EnqueueOutcome, Enqueued, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use error::{Error, JobError, Result};
 pub use job::{Data, Job, JobContext, JobOptions, StopReason, DEFAULT_MAX_ATTEMPTS};
+pub use migrate::{migrate, migrations, Migration};
 pub use model::{
     Attempt, AttemptOutcome, CountBy, ErrorGroup, GroupCounts, JobFilter, JobPage, JobRecord,
     JobStatus, JobSummary, Per, Pruned, QueueCounts, QueueState, QueuedJob, Throughput, UniqueMode,
@@ -71,7 +73,7 @@ pub use model::{
 pub use retry::Backoff;
 pub use store::{Backend, Executor, Pool, Schema};
 pub use worker::schedule::{StoredSchedule, StoredSchedules};
-pub use worker::{migrate, migrations, Migration, Worker, WorkerBuilder};
+pub use worker::{Worker, WorkerBuilder};
 pub use workflow::{Accepts, Input, Inputs, Many, One, Workflow, WorkflowIds};
 
 /// Turns an `async fn` into a background job.
