@@ -1,4 +1,4 @@
-//! The worker: a builder, and the pipeline of DESIGN.md (listener + poll -> producer ->
+//! The worker: a builder, and the pipeline of docs/architecture.md (listener + poll -> producer ->
 //! executor -> completer; heartbeat, scheduler and maintenance beside them).
 
 mod builder;
