@@ -8,6 +8,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection as _, MySql, MySqlPool, QueryBuilder};
 use uuid::Uuid;
 
+use super::super::driver::{Control, WorkerRows};
+use super::MySqlStore;
 use super::{dt, push_ids, ts, BEGIN};
 use crate::error::Result;
 use crate::model::{JobFilter, QueueState};
@@ -51,17 +53,6 @@ macro_rules! again_on_conflict {
             }
         }
     }};
-}
-
-/// Cancels the live jobs among `ids` (as on PostgreSQL); the ids cancelled, and whether
-/// each was running.
-pub(crate) async fn cancel(
-    pool: &MySqlPool,
-    schema: &Schema,
-    ids: &[Uuid],
-    now: DateTime<Utc>,
-) -> Result<Vec<(Uuid, bool)>> {
-    again_on_conflict!(cancel_once(pool, schema, ids, now))
 }
 
 async fn cancel_once(
@@ -175,17 +166,6 @@ async fn cancel_once(
     Ok(done)
 }
 
-/// Puts the fatal or cancelled jobs among `ids` back in the queue (as on PostgreSQL);
-/// the ids put back.
-pub(crate) async fn retry(
-    pool: &MySqlPool,
-    schema: &Schema,
-    ids: &[Uuid],
-    now: DateTime<Utc>,
-) -> Result<Vec<Uuid>> {
-    again_on_conflict!(retry_once(pool, schema, ids, now))
-}
-
 async fn retry_once(
     pool: &MySqlPool,
     schema: &Schema,
@@ -278,486 +258,8 @@ async fn retry_once(
     Ok(back)
 }
 
-/// Moves a waiting job's not-before time; false when it is not waiting, or waits on
-/// other jobs.
-pub(crate) async fn reschedule(
-    pool: &MySqlPool,
-    schema: &Schema,
-    id: Uuid,
-    at: DateTime<Utc>,
-) -> Result<bool> {
-    // Matched rows, not changed ones: a job due already at `at` counts.
-    let mut conn = pool.acquire().await?;
-    let mut tx = conn.begin_with(BEGIN).await?;
-    let waiting: Option<i64> = sqlx::query_scalar(&format!(
-        "SELECT task_lock_handle_id FROM {} WHERE task_id = ? AND task_locked_by IS NULL
-            AND coalesce(task_waiting_on, 0) = 0 FOR UPDATE",
-        schema.flat_table("tasks_queue_t")
-    ))
-    .bind(id)
-    .fetch_optional(&mut *tx)
-    .await?;
-    if let Some(handle) = waiting {
-        sqlx::query(&format!(
-            "UPDATE {} SET task_locked_until_ts = ? WHERE task_lock_handle_id = ?",
-            schema.flat_table("tasks_queue_t")
-        ))
-        .bind(dt(at))
-        .bind(handle)
-        .execute(&mut *tx)
-        .await?;
-    }
-    tx.commit().await?;
-    if waiting.is_some() {
-        wake();
-    }
-    Ok(waiting.is_some())
-}
-
-/// Pauses or resumes a queue; whether that changed its state.
-pub(crate) async fn set_paused(
-    pool: &MySqlPool,
-    schema: &Schema,
-    queue: &str,
-    paused: bool,
-    now: DateTime<Utc>,
-) -> Result<bool> {
-    let t = schema.flat_table("queues_t");
-    let changed = if paused {
-        // A row that runs is paused; else a new row is (a paused row stays as it is).
-        let updated = sqlx::query(&format!(
-            "UPDATE {t} SET queue_paused_at_ts = ?, queue_updated_at_ts = ?
-             WHERE queue_name = ? AND queue_paused_at_ts IS NULL"
-        ))
-        .bind(dt(now))
-        .bind(dt(now))
-        .bind(queue)
-        .execute(pool)
-        .await?
-        .rows_affected();
-        if updated > 0 {
-            updated
-        } else {
-            sqlx::query(&format!(
-                "INSERT IGNORE INTO {t} (queue_name, queue_paused_at_ts, queue_updated_at_ts) VALUES (?, ?, ?)"
-            ))
-            .bind(queue)
-            .bind(dt(now))
-            .bind(dt(now))
-            .execute(pool)
-            .await?
-            .rows_affected()
-        }
-    } else {
-        sqlx::query(&format!(
-            "UPDATE {t} SET queue_paused_at_ts = NULL, queue_updated_at_ts = ?
-             WHERE queue_name = ? AND queue_paused_at_ts IS NOT NULL"
-        ))
-        .bind(dt(now))
-        .bind(queue)
-        .execute(pool)
-        .await?
-        .rows_affected()
-    };
-    if changed > 0 {
-        crate::store::pauses_changed();
-    }
-    if changed > 0 && !paused {
-        wake();
-    }
-    Ok(changed > 0)
-}
-
-/// Sets or (with `None`) removes a queue's concurrency limit across workers.
-pub(crate) async fn set_global_limit(
-    pool: &MySqlPool,
-    schema: &Schema,
-    queue: &str,
-    limit: Option<i32>,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    let t = schema.flat_table("queues_t");
-    let sql = if limit.is_some() {
-        format!(
-            "INSERT INTO {t} (queue_name, queue_global_limit, queue_updated_at_ts) VALUES (?, ?, ?)
-             ON DUPLICATE KEY UPDATE queue_global_limit = VALUES(queue_global_limit),
-                queue_updated_at_ts = VALUES(queue_updated_at_ts)"
-        )
-    } else {
-        format!("UPDATE {t} SET queue_global_limit = NULL, queue_updated_at_ts = ? WHERE queue_name = ?")
-    };
-    let query = sqlx::query(&sql);
-    let query = if limit.is_some() {
-        query.bind(queue).bind(limit).bind(dt(now))
-    } else {
-        query.bind(dt(now)).bind(queue)
-    };
-    query.execute(pool).await?;
-    crate::store::pauses_changed();
-    Ok(())
-}
-
-/// Live jobs per queue and state, with each queue's pause.
-pub(crate) async fn queue_states(
-    pool: &MySqlPool,
-    schema: &Schema,
-    now: DateTime<Utc>,
-) -> Result<Vec<QueueState>> {
-    let live: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(&format!(
-        "SELECT CAST(task_queue AS CHAR),
-            count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts <= ? THEN 1 END),
-            count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts > ?
-                AND coalesce(task_waiting_on, 0) = 0 THEN 1 END),
-            count(CASE WHEN task_locked_by IS NOT NULL AND task_locked_until_ts > ? THEN 1 END),
-            count(CASE WHEN task_waiting_on > 0 THEN 1 END)
-         FROM {} GROUP BY task_queue",
-        schema.flat_table("tasks_queue_t")
-    ))
-    .bind(dt(now))
-    .bind(dt(now))
-    .bind(dt(now))
-    .fetch_all(pool)
-    .await?;
-    let controlled = sqlx::query_as(&format!(
-        "SELECT CAST(queue_name AS CHAR), queue_paused_at_ts, CAST(queue_global_limit AS SIGNED) FROM {}",
-        schema.flat_table("queues_t")
-    ))
-    .fetch_all(pool)
-    .await?;
-    Ok(crate::store::merge_queue_states(live, controlled))
-}
-
-/// Up to `limit` ids of the jobs `filter` takes, after `after` in id order (as on
-/// PostgreSQL).
-pub(crate) async fn find_ids(
-    pool: &MySqlPool,
-    schema: &Schema,
-    filter: &JobFilter,
-    live: bool,
-    after: Option<Uuid>,
-    limit: i64,
-) -> Result<Vec<Uuid>> {
-    let table = if live {
-        schema.flat_table("tasks_queue_t")
-    } else {
-        schema.flat_table("task_results_t")
-    };
-    let mut query = QueryBuilder::<MySql>::new(format!("SELECT task_id FROM {table} WHERE true"));
-    if let Some(after) = after {
-        query.push(" AND task_id > ").push_bind(after);
-    }
-    for (column, value) in [
-        ("task_queue", &filter.queue),
-        ("task_type", &filter.task_type),
-        ("task_tenant", &filter.tenant),
-        ("task_correlation_id", &filter.correlation_id),
-    ] {
-        if let Some(value) = value {
-            query
-                .push(format!(" AND {column} = "))
-                .push_bind(value.clone());
-        }
-    }
-    if live {
-        match filter.running() {
-            Some(true) => query.push(" AND task_locked_by IS NOT NULL"),
-            Some(false) => query.push(" AND task_locked_by IS NULL"),
-            None => &mut query,
-        };
-        query.push(filter.pending_clause());
-    } else {
-        match filter.status {
-            Some(s) => query.push(" AND task_status = ").push_bind(s as i32),
-            None => query.push(" AND task_status IN (6, 7)"),
-        };
-    }
-    query.push(" ORDER BY task_id LIMIT ").push_bind(limit);
-    Ok(query.build_query_scalar().fetch_all(pool).await?)
-}
-
-/// Enqueues one job on the pool (`Client::enqueue_json`).
-pub(crate) async fn post(
-    pool: &MySqlPool,
-    schema: &Schema,
-    job: NewJob,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    super::enqueue_one(&mut *pool.acquire().await?, schema, job, now).await?;
-    Ok(())
-}
-
-/// The paused queues (every claim skips them) and those with a global limit.
-pub(crate) async fn queue_controls(pool: &MySqlPool, schema: &Schema) -> Result<QueueControls> {
-    let rows = sqlx::query_as(&format!(
-        "SELECT CAST(queue_name AS CHAR), queue_paused_at_ts IS NOT NULL, queue_global_limit IS NOT NULL FROM {}
-         WHERE queue_paused_at_ts IS NOT NULL OR queue_global_limit IS NOT NULL ORDER BY queue_name",
-        schema.flat_table("queues_t")
-    ))
-    .fetch_all(pool)
-    .await?;
-    Ok(QueueControls::from_rows(rows))
-}
-
-/// Jobs by queue, task type or tenant and state (`Client::count_by`).
-pub(crate) async fn count_by(
-    pool: &MySqlPool,
-    schema: &Schema,
-    by: crate::model::CountBy,
-    now: DateTime<Utc>,
-) -> Result<Vec<crate::model::GroupCounts>> {
-    let column = crate::store::listing::group_column(by);
-    let live = sqlx::query_as(&format!(
-        "SELECT CAST({column} AS CHAR),
-            count(CASE WHEN task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= ? THEN 1 END),
-            count(CASE WHEN task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > ?
-                AND coalesce(task_waiting_on, 0) = 0 THEN 1 END),
-            count(CASE WHEN task_locked_by IS NULL AND task_attempt > 0 THEN 1 END),
-            count(CASE WHEN task_locked_by IS NOT NULL THEN 1 END),
-            count(CASE WHEN task_waiting_on > 0 THEN 1 END)
-         FROM {} GROUP BY {column}",
-        schema.flat_table("tasks_queue_t")
-    ))
-    .bind(dt(now))
-    .bind(dt(now))
-    .fetch_all(pool)
-    .await?;
-    let ended = sqlx::query_as(&format!(
-        "SELECT CAST({column} AS CHAR), count(CASE WHEN task_status = 6 THEN 1 END),
-            count(CASE WHEN task_status = 7 THEN 1 END)
-         FROM {} WHERE task_status IN (6, 7) GROUP BY {column}",
-        schema.flat_table("task_results_t")
-    ))
-    .fetch_all(pool)
-    .await?;
-    Ok(crate::store::listing::merge_group_counts(live, ended))
-}
-
-/// One page of the job list (`Client::jobs`).
-pub(crate) async fn list_jobs(
-    pool: &MySqlPool,
-    schema: &Schema,
-    filter: &JobFilter,
-    after: Option<Uuid>,
-    limit: i64,
-    now: DateTime<Utc>,
-) -> Result<Vec<crate::model::JobSummary>> {
-    let (q, r) = (
-        schema.flat_table("tasks_queue_t"),
-        schema.flat_table("task_results_t"),
-    );
-    // As on PostgreSQL: the jobs with a results row, and those waiting for their first
-    // outcome without one, whose `r` the queue row stands in for.
-    let mut query = QueryBuilder::<MySql>::new("SELECT * FROM (");
-    let branches = [
-        format!("{r} r LEFT JOIN {q} q ON q.task_id = r.task_id WHERE true"),
-        format!(
-            "(SELECT task_id, task_type, task_queue, 1 AS task_status, task_priority, task_tenant,
-                task_correlation_id, task_metadata, task_posted_at_ts,
-                CAST(NULL AS DATETIME(6)) AS task_processing_finalized_at_ts,
-                CAST(coalesce(JSON_LENGTH(task_lost_attempts), 0) AS SIGNED) AS task_error_count,
-                NULL AS task_last_error_type, NULL AS task_last_error_message
-              FROM {q} WHERE task_has_result = 0) r
-             JOIN {q} q ON q.task_id = r.task_id
-             WHERE NOT EXISTS (SELECT 1 FROM {r} x WHERE x.task_id = r.task_id)"
-        ),
-    ];
-    crate::store::listing::push_job_list!(
-        query,
-        branches,
-        |column| format!("CAST({column} AS CHAR)"),
-        filter,
-        after,
-        limit,
-        dt(now),
-        |query, key, value| {
-            query
-                .push(" AND JSON_UNQUOTE(JSON_EXTRACT(r.task_metadata, ")
-                .push_bind(format!("$.{}", serde_json::Value::String(key)))
-                .push(")) = ")
-                .push_bind(value);
-        }
-    );
-    Ok(query.build_query_as().fetch_all(pool).await?)
-}
-
-/// The jobs whose last run failed since `since`, grouped by error (`Client::error_groups`).
-pub(crate) async fn error_groups(
-    pool: &MySqlPool,
-    schema: &Schema,
-    since: DateTime<Utc>,
-    limit: i64,
-) -> Result<Vec<crate::model::ErrorGroup>> {
-    Ok(sqlx::query_as(&format!(
-        "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
-            min(task_last_processing_attempted_at_ts) AS first_seen,
-            max(task_last_processing_attempted_at_ts) AS last_seen, max(task_id) AS sample
-         FROM {} WHERE task_status IN (4, 5, 6) AND task_last_processing_attempted_at_ts >= ?
-         GROUP BY task_last_error_type, task_last_error_message
-         ORDER BY jobs DESC, last_seen DESC LIMIT ?",
-        schema.flat_table("task_results_t")
-    ))
-    .bind(dt(since))
-    .bind(limit)
-    .fetch_all(pool)
-    .await?)
-}
-
-/// The workers' rows with the jobs each holds (`Client::workers`).
-pub(crate) async fn workers(
-    pool: &MySqlPool,
-    schema: &Schema,
-    now: DateTime<Utc>,
-) -> Result<Vec<crate::model::WorkerInfo>> {
-    let rows = sqlx::query_as(&format!("SELECT * FROM {}", schema.flat_table("workers_t")))
-        .fetch_all(pool)
-        .await?;
-    let running = sqlx::query_as(&format!(
-        "SELECT CAST(task_locked_by AS CHAR), count(*) FROM {}
-         WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > ? GROUP BY task_locked_by",
-        schema.flat_table("tasks_queue_t")
-    ))
-    .bind(dt(now))
-    .fetch_all(pool)
-    .await?;
-    Ok(crate::store::listing::workers_of(rows, running, now))
-}
-
-/// Announces worker `id` (and forgets workers not seen for a day).
-pub(crate) async fn worker_up(
-    pool: &MySqlPool,
-    schema: &Schema,
-    id: &str,
-    up: &crate::model::WorkerUp,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    let table = schema.flat_table("workers_t");
-    sqlx::query(&format!(
-        "INSERT INTO {table} (worker_id, worker_host, worker_pid, worker_queues, worker_task_types,
-            worker_concurrency, worker_heartbeat_ms, worker_started_at_ts, worker_seen_at_ts)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-         ON DUPLICATE KEY UPDATE worker_host = VALUES(worker_host), worker_pid = VALUES(worker_pid),
-                worker_queues = VALUES(worker_queues), worker_task_types = VALUES(worker_task_types),
-                worker_concurrency = VALUES(worker_concurrency), worker_heartbeat_ms = VALUES(worker_heartbeat_ms),
-                worker_started_at_ts = VALUES(worker_started_at_ts), worker_seen_at_ts = VALUES(worker_seen_at_ts)"
-    ))
-    .bind(id)
-    .bind(&up.host)
-    .bind(up.pid)
-    .bind(&up.queues)
-    .bind(&up.task_types)
-    .bind(up.concurrency)
-    .bind(up.heartbeat_ms)
-    .bind(dt(now))
-    .bind(dt(now))
-    .execute(pool)
-    .await?;
-    sqlx::query(&format!("DELETE FROM {table} WHERE worker_seen_at_ts < ?"))
-        .bind(dt(now - chrono::Duration::days(1)))
-        .execute(pool)
-        .await?;
-    // The metrics rows of workers gone for a day (a live worker writes its rows every
-    // maintenance interval).
-    sqlx::query(&format!(
-        "DELETE FROM {} WHERE metric_last_updated < ?",
-        schema.flat_table("metrics_t")
-    ))
-    .bind(dt(now - chrono::Duration::days(1)))
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// Stamps worker `id`'s row.
-pub(crate) async fn worker_seen(
-    pool: &MySqlPool,
-    schema: &Schema,
-    id: &str,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    sqlx::query(&format!(
-        "UPDATE {} SET worker_seen_at_ts = ? WHERE worker_id = ?",
-        schema.flat_table("workers_t")
-    ))
-    .bind(dt(now))
-    .bind(id)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// Removes worker `id`'s row.
-pub(crate) async fn worker_down(pool: &MySqlPool, schema: &Schema, id: &str) -> Result<()> {
-    sqlx::query(&format!(
-        "DELETE FROM {} WHERE worker_id = ?",
-        schema.flat_table("workers_t")
-    ))
-    .bind(id)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// The stored run counts per minute since `since` (`Client::throughput`).
-pub(crate) async fn job_stats(
-    pool: &MySqlPool,
-    schema: &Schema,
-    since: DateTime<Utc>,
-    task_type: Option<&str>,
-) -> Result<Vec<crate::model::StatRow>> {
-    let filter = if task_type.is_some() {
-        " AND task_type = ?"
-    } else {
-        ""
-    };
-    let sql = format!(
-        "SELECT stat_minute_ts, CAST(task_type AS CHAR), stat_processed, stat_failed, stat_run_ms, stat_histogram
-         FROM {} WHERE stat_minute_ts >= ?{filter} ORDER BY stat_minute_ts",
-        schema.flat_table("job_stats_t")
-    );
-    let query = sqlx::query_as(&sql).bind(dt(since));
-    let query = match task_type {
-        Some(t) => query.bind(t),
-        None => query,
-    };
-    Ok(query.fetch_all(pool).await?)
-}
-
-/// Writes worker `owner`'s run counts per minute and task type (absolute values).
-pub(crate) async fn write_job_stats(
-    pool: &MySqlPool,
-    schema: &Schema,
-    owner: &str,
-    buckets: &[(DateTime<Utc>, String, crate::model::StatBucket)],
-) -> Result<()> {
-    let sql = format!(
-        "INSERT INTO {} (stat_minute_ts, task_type, stat_owner, stat_processed, stat_failed, stat_run_ms,
-            stat_histogram) VALUES (?, ?, ?, ?, ?, ?, ?)
-         ON DUPLICATE KEY UPDATE stat_processed = VALUES(stat_processed), stat_failed = VALUES(stat_failed), stat_run_ms = VALUES(stat_run_ms), stat_histogram = VALUES(stat_histogram)",
-        schema.flat_table("job_stats_t")
-    );
-    let mut tx = pool.begin().await?;
-    for (minute, task_type, bucket) in buckets {
-        sqlx::query(&sql)
-            .bind(dt(*minute))
-            .bind(task_type)
-            .bind(owner)
-            .bind(bucket.processed)
-            .bind(bucket.failed)
-            .bind(bucket.run_ms)
-            .bind(bucket.histogram_json())
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await?;
-    Ok(())
-}
-
-/// Deletes the run counts of minutes before `before` (the results' retention).
-pub(crate) async fn prune_job_stats(
-    pool: &MySqlPool,
-    schema: &Schema,
-    before: DateTime<Utc>,
-) -> Result<u64> {
+/// Deletes the run counts of minutes before `before`.
+async fn delete_job_stats(pool: &MySqlPool, schema: &Schema, before: DateTime<Utc>) -> Result<u64> {
     Ok(sqlx::query(&format!(
         "DELETE FROM {} WHERE stat_minute_ts < ?",
         schema.flat_table("job_stats_t")
@@ -768,24 +270,513 @@ pub(crate) async fn prune_job_stats(
     .rows_affected())
 }
 
-/// `Client::prune`: what the workers' retention deletes, with `before` as its cutoff.
-pub(crate) async fn prune(
-    pool: &MySqlPool,
-    schema: &Schema,
-    before: DateTime<Utc>,
-) -> Result<crate::model::Pruned> {
-    let retired = super::partitions::retire(
-        pool,
-        schema,
-        before,
-        None,
-        true,
-        &tokio_util::sync::CancellationToken::new(),
-    )
-    .await?;
-    Ok(crate::model::Pruned {
-        rows: retired.rows,
-        partitions: retired.dropped,
-        run_counts: prune_job_stats(pool, schema, before).await?,
-    })
+impl Control for MySqlPool {
+    /// Cancels the live jobs among `ids` (as on PostgreSQL); the ids cancelled, and whether
+    /// each was running.
+    async fn cancel(
+        &self,
+        schema: &Schema,
+        ids: &[Uuid],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<(Uuid, bool)>> {
+        let pool = self;
+        again_on_conflict!(cancel_once(pool, schema, ids, now))
+    }
+
+    /// Puts the fatal or cancelled jobs among `ids` back in the queue (as on PostgreSQL);
+    /// the ids put back.
+    async fn retry(&self, schema: &Schema, ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        let pool = self;
+        again_on_conflict!(retry_once(pool, schema, ids, now))
+    }
+
+    /// Moves a waiting job's not-before time; false when it is not waiting, or waits on
+    /// other jobs.
+    async fn reschedule(&self, schema: &Schema, id: Uuid, at: DateTime<Utc>) -> Result<bool> {
+        let pool = self;
+        // Matched rows, not changed ones: a job due already at `at` counts.
+        let mut conn = pool.acquire().await?;
+        let mut tx = conn.begin_with(BEGIN).await?;
+        let waiting: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT task_lock_handle_id FROM {} WHERE task_id = ? AND task_locked_by IS NULL
+                AND coalesce(task_waiting_on, 0) = 0 FOR UPDATE",
+            schema.flat_table("tasks_queue_t")
+        ))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(handle) = waiting {
+            sqlx::query(&format!(
+                "UPDATE {} SET task_locked_until_ts = ? WHERE task_lock_handle_id = ?",
+                schema.flat_table("tasks_queue_t")
+            ))
+            .bind(dt(at))
+            .bind(handle)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        if waiting.is_some() {
+            wake();
+        }
+        Ok(waiting.is_some())
+    }
+
+    /// Pauses or resumes a queue; whether that changed its state.
+    async fn set_paused(
+        &self,
+        schema: &Schema,
+        queue: &str,
+        paused: bool,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let pool = self;
+        let t = schema.flat_table("queues_t");
+        let changed = if paused {
+            // A row that runs is paused; else a new row is (a paused row stays as it is).
+            let updated = sqlx::query(&format!(
+                "UPDATE {t} SET queue_paused_at_ts = ?, queue_updated_at_ts = ?
+                 WHERE queue_name = ? AND queue_paused_at_ts IS NULL"
+            ))
+            .bind(dt(now))
+            .bind(dt(now))
+            .bind(queue)
+            .execute(pool)
+            .await?
+            .rows_affected();
+            if updated > 0 {
+                updated
+            } else {
+                sqlx::query(&format!(
+                    "INSERT IGNORE INTO {t} (queue_name, queue_paused_at_ts, queue_updated_at_ts) VALUES (?, ?, ?)"
+                ))
+                .bind(queue)
+                .bind(dt(now))
+                .bind(dt(now))
+                .execute(pool)
+                .await?
+                .rows_affected()
+            }
+        } else {
+            sqlx::query(&format!(
+                "UPDATE {t} SET queue_paused_at_ts = NULL, queue_updated_at_ts = ?
+                 WHERE queue_name = ? AND queue_paused_at_ts IS NOT NULL"
+            ))
+            .bind(dt(now))
+            .bind(queue)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        };
+        if changed > 0 {
+            crate::store::pauses_changed();
+        }
+        if changed > 0 && !paused {
+            wake();
+        }
+        Ok(changed > 0)
+    }
+
+    /// Sets or (with `None`) removes a queue's concurrency limit across workers.
+    async fn set_global_limit(
+        &self,
+        schema: &Schema,
+        queue: &str,
+        limit: Option<i32>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let pool = self;
+        let t = schema.flat_table("queues_t");
+        let sql = if limit.is_some() {
+            format!(
+                "INSERT INTO {t} (queue_name, queue_global_limit, queue_updated_at_ts) VALUES (?, ?, ?)
+                 ON DUPLICATE KEY UPDATE queue_global_limit = VALUES(queue_global_limit),
+                    queue_updated_at_ts = VALUES(queue_updated_at_ts)"
+            )
+        } else {
+            format!("UPDATE {t} SET queue_global_limit = NULL, queue_updated_at_ts = ? WHERE queue_name = ?")
+        };
+        let query = sqlx::query(&sql);
+        let query = if limit.is_some() {
+            query.bind(queue).bind(limit).bind(dt(now))
+        } else {
+            query.bind(dt(now)).bind(queue)
+        };
+        query.execute(pool).await?;
+        crate::store::pauses_changed();
+        Ok(())
+    }
+
+    /// Live jobs per queue and state, with each queue's pause.
+    async fn queue_states(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<QueueState>> {
+        let pool = self;
+        let live: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(&format!(
+            "SELECT CAST(task_queue AS CHAR),
+                count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts <= ? THEN 1 END),
+                count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts > ?
+                    AND coalesce(task_waiting_on, 0) = 0 THEN 1 END),
+                count(CASE WHEN task_locked_by IS NOT NULL AND task_locked_until_ts > ? THEN 1 END),
+                count(CASE WHEN task_waiting_on > 0 THEN 1 END)
+             FROM {} GROUP BY task_queue",
+            schema.flat_table("tasks_queue_t")
+        ))
+        .bind(dt(now))
+        .bind(dt(now))
+        .bind(dt(now))
+        .fetch_all(pool)
+        .await?;
+        let controlled = sqlx::query_as(&format!(
+            "SELECT CAST(queue_name AS CHAR), queue_paused_at_ts, CAST(queue_global_limit AS SIGNED) FROM {}",
+            schema.flat_table("queues_t")
+        ))
+        .fetch_all(pool)
+        .await?;
+        Ok(crate::store::merge_queue_states(live, controlled))
+    }
+
+    /// Up to `limit` ids of the jobs `filter` takes, after `after` in id order (as on
+    /// PostgreSQL).
+    async fn find_ids(
+        &self,
+        schema: &Schema,
+        filter: &JobFilter,
+        live: bool,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<Uuid>> {
+        let pool = self;
+        let table = if live {
+            schema.flat_table("tasks_queue_t")
+        } else {
+            schema.flat_table("task_results_t")
+        };
+        let mut query =
+            QueryBuilder::<MySql>::new(format!("SELECT task_id FROM {table} WHERE true"));
+        if let Some(after) = after {
+            query.push(" AND task_id > ").push_bind(after);
+        }
+        for (column, value) in [
+            ("task_queue", &filter.queue),
+            ("task_type", &filter.task_type),
+            ("task_tenant", &filter.tenant),
+            ("task_correlation_id", &filter.correlation_id),
+        ] {
+            if let Some(value) = value {
+                query
+                    .push(format!(" AND {column} = "))
+                    .push_bind(value.clone());
+            }
+        }
+        if live {
+            match filter.running() {
+                Some(true) => query.push(" AND task_locked_by IS NOT NULL"),
+                Some(false) => query.push(" AND task_locked_by IS NULL"),
+                None => &mut query,
+            };
+            query.push(filter.pending_clause());
+        } else {
+            match filter.status {
+                Some(s) => query.push(" AND task_status = ").push_bind(s as i32),
+                None => query.push(" AND task_status IN (6, 7)"),
+            };
+        }
+        query.push(" ORDER BY task_id LIMIT ").push_bind(limit);
+        Ok(query.build_query_scalar().fetch_all(pool).await?)
+    }
+
+    /// Enqueues one job on the pool (`Client::enqueue_json`).
+    async fn post(&self, schema: &Schema, job: NewJob, now: DateTime<Utc>) -> Result<()> {
+        let pool = self;
+        super::enqueue_one(&mut *pool.acquire().await?, schema, job, now).await?;
+        Ok(())
+    }
+
+    /// `Client::prune`: what the workers' retention deletes, with `before` as its cutoff.
+    async fn prune(&self, schema: &Schema, before: DateTime<Utc>) -> Result<crate::model::Pruned> {
+        let pool = self;
+        let retired = super::partitions::retire(
+            pool,
+            schema,
+            before,
+            None,
+            true,
+            &tokio_util::sync::CancellationToken::new(),
+        )
+        .await?;
+        Ok(crate::model::Pruned {
+            rows: retired.rows,
+            partitions: retired.dropped,
+            run_counts: delete_job_stats(pool, schema, before).await?,
+        })
+    }
+
+    /// Jobs by queue, task type or tenant and state (`Client::count_by`).
+    async fn count_by(
+        &self,
+        schema: &Schema,
+        by: crate::model::CountBy,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::model::GroupCounts>> {
+        let pool = self;
+        let column = crate::store::listing::group_column(by);
+        let live = sqlx::query_as(&format!(
+            "SELECT CAST({column} AS CHAR),
+                count(CASE WHEN task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= ? THEN 1 END),
+                count(CASE WHEN task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > ?
+                    AND coalesce(task_waiting_on, 0) = 0 THEN 1 END),
+                count(CASE WHEN task_locked_by IS NULL AND task_attempt > 0 THEN 1 END),
+                count(CASE WHEN task_locked_by IS NOT NULL THEN 1 END),
+                count(CASE WHEN task_waiting_on > 0 THEN 1 END)
+             FROM {} GROUP BY {column}",
+            schema.flat_table("tasks_queue_t")
+        ))
+        .bind(dt(now))
+        .bind(dt(now))
+        .fetch_all(pool)
+        .await?;
+        let ended = sqlx::query_as(&format!(
+            "SELECT CAST({column} AS CHAR), count(CASE WHEN task_status = 6 THEN 1 END),
+                count(CASE WHEN task_status = 7 THEN 1 END)
+             FROM {} WHERE task_status IN (6, 7) GROUP BY {column}",
+            schema.flat_table("task_results_t")
+        ))
+        .fetch_all(pool)
+        .await?;
+        Ok(crate::store::listing::merge_group_counts(live, ended))
+    }
+
+    /// One page of the job list (`Client::jobs`).
+    async fn list_jobs(
+        &self,
+        schema: &Schema,
+        filter: &JobFilter,
+        after: Option<Uuid>,
+        limit: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::model::JobSummary>> {
+        let pool = self;
+        let (q, r) = (
+            schema.flat_table("tasks_queue_t"),
+            schema.flat_table("task_results_t"),
+        );
+        // As on PostgreSQL: the jobs with a results row, and those waiting for their first
+        // outcome without one, whose `r` the queue row stands in for.
+        let mut query = QueryBuilder::<MySql>::new("SELECT * FROM (");
+        let branches = [
+            format!("{r} r LEFT JOIN {q} q ON q.task_id = r.task_id WHERE true"),
+            format!(
+                "(SELECT task_id, task_type, task_queue, 1 AS task_status, task_priority, task_tenant,
+                    task_correlation_id, task_metadata, task_posted_at_ts,
+                    CAST(NULL AS DATETIME(6)) AS task_processing_finalized_at_ts,
+                    CAST(coalesce(JSON_LENGTH(task_lost_attempts), 0) AS SIGNED) AS task_error_count,
+                    NULL AS task_last_error_type, NULL AS task_last_error_message
+                  FROM {q} WHERE task_has_result = 0) r
+                 JOIN {q} q ON q.task_id = r.task_id
+                 WHERE NOT EXISTS (SELECT 1 FROM {r} x WHERE x.task_id = r.task_id)"
+            ),
+        ];
+        crate::store::listing::push_job_list!(
+            query,
+            branches,
+            |column| format!("CAST({column} AS CHAR)"),
+            filter,
+            after,
+            limit,
+            dt(now),
+            |query, key, value| {
+                query
+                    .push(" AND JSON_UNQUOTE(JSON_EXTRACT(r.task_metadata, ")
+                    .push_bind(format!("$.{}", serde_json::Value::String(key)))
+                    .push(")) = ")
+                    .push_bind(value);
+            }
+        );
+        Ok(query.build_query_as().fetch_all(pool).await?)
+    }
+
+    /// The jobs whose last run failed since `since`, grouped by error (`Client::error_groups`).
+    async fn error_groups(
+        &self,
+        schema: &Schema,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<crate::model::ErrorGroup>> {
+        let pool = self;
+        Ok(sqlx::query_as(&format!(
+            "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
+                min(task_last_processing_attempted_at_ts) AS first_seen,
+                max(task_last_processing_attempted_at_ts) AS last_seen, max(task_id) AS sample
+             FROM {} WHERE task_status IN (4, 5, 6) AND task_last_processing_attempted_at_ts >= ?
+             GROUP BY task_last_error_type, task_last_error_message
+             ORDER BY jobs DESC, last_seen DESC LIMIT ?",
+            schema.flat_table("task_results_t")
+        ))
+        .bind(dt(since))
+        .bind(limit)
+        .fetch_all(pool)
+        .await?)
+    }
+
+    /// The workers' rows with the jobs each holds (`Client::workers`).
+    async fn workers(
+        &self,
+        schema: &Schema,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::model::WorkerInfo>> {
+        let pool = self;
+        let rows = sqlx::query_as(&format!("SELECT * FROM {}", schema.flat_table("workers_t")))
+            .fetch_all(pool)
+            .await?;
+        let running = sqlx::query_as(&format!(
+            "SELECT CAST(task_locked_by AS CHAR), count(*) FROM {}
+             WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > ? GROUP BY task_locked_by",
+            schema.flat_table("tasks_queue_t")
+        ))
+        .bind(dt(now))
+        .fetch_all(pool)
+        .await?;
+        Ok(crate::store::listing::workers_of(rows, running, now))
+    }
+
+    /// The stored run counts per minute since `since` (`Client::throughput`).
+    async fn job_stats(
+        &self,
+        schema: &Schema,
+        since: DateTime<Utc>,
+        task_type: Option<&str>,
+    ) -> Result<Vec<crate::model::StatRow>> {
+        let pool = self;
+        let filter = if task_type.is_some() {
+            " AND task_type = ?"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT stat_minute_ts, CAST(task_type AS CHAR), stat_processed, stat_failed, stat_run_ms, stat_histogram
+             FROM {} WHERE stat_minute_ts >= ?{filter} ORDER BY stat_minute_ts",
+            schema.flat_table("job_stats_t")
+        );
+        let query = sqlx::query_as(&sql).bind(dt(since));
+        let query = match task_type {
+            Some(t) => query.bind(t),
+            None => query,
+        };
+        Ok(query.fetch_all(pool).await?)
+    }
+}
+
+impl WorkerRows for MySqlStore {
+    /// The paused queues (every claim skips them) and those with a global limit.
+    async fn queue_controls(&self) -> Result<QueueControls> {
+        let (pool, schema) = (&self.pool, &self.schema);
+        let rows = sqlx::query_as(&format!(
+            "SELECT CAST(queue_name AS CHAR), queue_paused_at_ts IS NOT NULL, queue_global_limit IS NOT NULL FROM {}
+             WHERE queue_paused_at_ts IS NOT NULL OR queue_global_limit IS NOT NULL ORDER BY queue_name",
+            schema.flat_table("queues_t")
+        ))
+        .fetch_all(pool)
+        .await?;
+        Ok(QueueControls::from_rows(rows))
+    }
+
+    /// Announces worker `id` (and forgets workers not seen for a day).
+    async fn worker_up(&self, up: &crate::model::WorkerUp, now: DateTime<Utc>) -> Result<()> {
+        let (pool, schema, id) = (&self.pool, &self.schema, &self.worker_id);
+        let table = schema.flat_table("workers_t");
+        sqlx::query(&format!(
+            "INSERT INTO {table} (worker_id, worker_host, worker_pid, worker_queues, worker_task_types,
+                worker_concurrency, worker_heartbeat_ms, worker_started_at_ts, worker_seen_at_ts)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE worker_host = VALUES(worker_host), worker_pid = VALUES(worker_pid),
+                    worker_queues = VALUES(worker_queues), worker_task_types = VALUES(worker_task_types),
+                    worker_concurrency = VALUES(worker_concurrency), worker_heartbeat_ms = VALUES(worker_heartbeat_ms),
+                    worker_started_at_ts = VALUES(worker_started_at_ts), worker_seen_at_ts = VALUES(worker_seen_at_ts)"
+        ))
+        .bind(id)
+        .bind(&up.host)
+        .bind(up.pid)
+        .bind(&up.queues)
+        .bind(&up.task_types)
+        .bind(up.concurrency)
+        .bind(up.heartbeat_ms)
+        .bind(dt(now))
+        .bind(dt(now))
+        .execute(pool)
+        .await?;
+        sqlx::query(&format!("DELETE FROM {table} WHERE worker_seen_at_ts < ?"))
+            .bind(dt(now - chrono::Duration::days(1)))
+            .execute(pool)
+            .await?;
+        // The metrics rows of workers gone for a day (a live worker writes its rows every
+        // maintenance interval).
+        sqlx::query(&format!(
+            "DELETE FROM {} WHERE metric_last_updated < ?",
+            schema.flat_table("metrics_t")
+        ))
+        .bind(dt(now - chrono::Duration::days(1)))
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Stamps worker `id`'s row.
+    async fn worker_seen(&self, now: DateTime<Utc>) -> Result<()> {
+        let (pool, schema, id) = (&self.pool, &self.schema, &self.worker_id);
+        sqlx::query(&format!(
+            "UPDATE {} SET worker_seen_at_ts = ? WHERE worker_id = ?",
+            schema.flat_table("workers_t")
+        ))
+        .bind(dt(now))
+        .bind(id)
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Removes worker `id`'s row.
+    async fn worker_down(&self) -> Result<()> {
+        let (pool, schema, id) = (&self.pool, &self.schema, &self.worker_id);
+        sqlx::query(&format!(
+            "DELETE FROM {} WHERE worker_id = ?",
+            schema.flat_table("workers_t")
+        ))
+        .bind(id)
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes the run counts of minutes before `before`.
+    async fn prune_job_stats(&self, before: DateTime<Utc>) -> Result<u64> {
+        delete_job_stats(&self.pool, &self.schema, before).await
+    }
+
+    /// Writes worker `owner`'s run counts per minute and task type (absolute values).
+    async fn write_job_stats(
+        &self,
+        buckets: &[(DateTime<Utc>, String, crate::model::StatBucket)],
+    ) -> Result<()> {
+        let (pool, schema, owner) = (&self.pool, &self.schema, &self.worker_id);
+        let sql = format!(
+            "INSERT INTO {} (stat_minute_ts, task_type, stat_owner, stat_processed, stat_failed, stat_run_ms,
+                stat_histogram) VALUES (?, ?, ?, ?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE stat_processed = VALUES(stat_processed), stat_failed = VALUES(stat_failed), stat_run_ms = VALUES(stat_run_ms), stat_histogram = VALUES(stat_histogram)",
+            schema.flat_table("job_stats_t")
+        );
+        let mut tx = pool.begin().await?;
+        for (minute, task_type, bucket) in buckets {
+            sqlx::query(&sql)
+                .bind(dt(*minute))
+                .bind(task_type)
+                .bind(owner)
+                .bind(bucket.processed)
+                .bind(bucket.failed)
+                .bind(bucket.run_ms)
+                .bind(bucket.histogram_json())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
 }

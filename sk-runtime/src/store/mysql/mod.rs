@@ -15,12 +15,6 @@ mod control;
 pub(crate) mod flow;
 mod partitions;
 
-pub(crate) use control::{
-    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, prune, prune_job_stats,
-    queue_controls, queue_states, reschedule, retry, set_global_limit, set_paused, worker_down,
-    worker_seen, worker_up, workers, write_job_stats,
-};
-
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -31,6 +25,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Connection as _, Executor as _, MySql, QueryBuilder, Row as _};
 use uuid::Uuid;
 
+use super::driver::{Admin, Work};
 use super::{
     wake, ClaimedJob, Failure, Lease, LeasedRow, NewJob, ProbeFailure, Retired, ScheduleRow,
     Schema, Success,
@@ -431,40 +426,6 @@ fn check_length(schema: &Schema) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// Brings the schema to the newest version, one worker at a time (a named lock). MySQL
-/// commits each DDL statement on its own: a migration interrupted halfway is finished by
-/// the next run (its statements are `IF NOT EXISTS`).
-pub(crate) async fn migrate(pool: &MySqlPool, schema: &Schema) -> Result<()> {
-    migrate_to(pool, schema, i32::MAX).await
-}
-
-/// This build's migrations, each with when it was applied to `schema` (`None`: not yet).
-pub(crate) async fn migrations(
-    pool: &MySqlPool,
-    schema: &Schema,
-) -> Result<Vec<(i32, &'static str, Option<DateTime<Utc>>)>> {
-    let versions = schema.flat_table("schema_migrations_t");
-    let applied: Vec<(i32, DateTime<Utc>)> =
-        match sqlx::query_as(&format!("SELECT version, applied_at FROM {versions}"))
-            .fetch_all(pool)
-            .await
-        {
-            Ok(rows) => rows,
-            Err(e) if super::no_such_table(&e) => Vec::new(),
-            Err(e) => return Err(e.into()),
-        };
-    Ok(MIGRATIONS
-        .iter()
-        .map(|&(version, description, _)| {
-            let at = applied
-                .iter()
-                .find(|(v, _)| *v == version)
-                .map(|(_, at)| *at);
-            (version, description, at)
-        })
-        .collect())
 }
 
 pub(crate) async fn migrate_to(pool: &MySqlPool, schema: &Schema, target: i32) -> Result<()> {
@@ -1075,45 +1036,549 @@ impl MySqlStore {
         }
     }
 
-    /// One connection attempt outside the pool, saying why it failed.
-    pub(crate) async fn probe(&self) -> std::result::Result<(), ProbeFailure> {
-        let options = self.pool.connect_options();
-        let unreachable = |cause: String| Error::Connect {
-            address: address(&options),
-            cause,
+    /// Posts a restart or a periodic job's next run after `row`'s outcome (as on
+    /// PostgreSQL: a new job with the same key, payload and period). Whether it posted one.
+    async fn again(&self, tx: &mut MySqlConnection, row: &Row, now: DateTime<Utc>) -> Result<bool> {
+        if !row.task_rerun && row.task_every_ms.is_none() {
+            return Ok(false);
+        }
+        let run_at = match row.task_every_ms {
+            Some(ms) if !row.task_rerun => crate::clock::add_millis(now, ms),
+            _ => now,
         };
-        let error =
-            match tokio::time::timeout(ACQUIRE_WAIT, MySqlConnection::connect_with(&options)).await
-            {
-                Ok(Ok(conn)) => {
-                    let _ = conn.close().await;
-                    return Ok(());
-                }
-                Ok(Err(e)) => e,
-                Err(_) => {
-                    return Err(ProbeFailure::Transient(unreachable(format!(
-                        "no answer within {}",
-                        humantime::format_duration(ACQUIRE_WAIT)
-                    ))))
-                }
-            };
-        Err(match &error {
-            sqlx::Error::Io(io) => ProbeFailure::Transient(unreachable(io.to_string())),
-            sqlx::Error::Protocol(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => {
-                ProbeFailure::Transient(unreachable(error.to_string()))
-            }
-            // 1040 too many connections, 1053 shutting down, 1203 user's connection limit.
-            sqlx::Error::Database(db) => match number(&error) {
-                Some(1040 | 1053 | 1203) => {
-                    ProbeFailure::Transient(unreachable(db.message().to_owned()))
-                }
-                _ => ProbeFailure::Permanent(unreachable(db.message().to_owned())),
-            },
-            _ => ProbeFailure::Permanent(unreachable(error.to_string())),
-        })
+        let id = uuid_v7(now);
+        sqlx::query(&self.sql().insert_result)
+            .bind(id)
+            .bind(&row.task_type)
+            .bind(&row.task_source)
+            .bind(&row.task_queue)
+            .bind(row.task_priority)
+            .bind(&row.task_unique_key)
+            .bind(row.task_unique_mode)
+            .bind(dt(now))
+            .bind(&row.task_tenant)
+            .bind(&row.task_correlation_id)
+            .bind(&row.task_metadata)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(&self.sql().insert_queue)
+            .bind(id)
+            .bind(&row.task_type)
+            .bind(&row.task_source)
+            .bind(&row.task_payload)
+            .bind(row.task_priority)
+            .bind(dt(now))
+            .bind(dt(run_at))
+            .bind(&row.task_queue)
+            .bind(row.task_max_attempts)
+            .bind(&row.task_tenant)
+            .bind(&row.task_correlation_id)
+            .bind(&row.task_metadata)
+            .bind(&row.task_unique_key)
+            .bind(row.task_unique_mode)
+            .bind(row.task_every_ms)
+            .bind(row.task_timeout_ms)
+            .execute(&mut *tx)
+            .await?;
+        Ok(true)
     }
 
-    pub(crate) async fn claim(&self, claim: &super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
+    async fn write_stats(
+        &self,
+        tx: &mut MySqlConnection,
+        stats: Stats,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let mut types: Vec<_> = stats.0.into_iter().collect();
+        types.sort_by(|a, b| a.0.cmp(&b.0));
+        for (task_type, (total, n, fastest, longest, last)) in types {
+            sqlx::query(&self.sql().stats)
+                .bind(task_type)
+                .bind(&self.worker_id)
+                .bind(total)
+                .bind(n)
+                .bind(fastest)
+                .bind(longest)
+                .bind(total)
+                .bind(n)
+                .bind(last)
+                .bind(dt(now))
+                .execute(&mut *tx)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The queue rows this worker holds under these claims, locked (fenced: a row whose
+    /// attempt moved on is not this claim's).
+    async fn held(&self, tx: &mut MySqlConnection, leases: &[Lease]) -> Result<Vec<Row>> {
+        // Through the job-id index, in id order, as the client's single-job statements
+        // (`WHERE task_id = ?`) do: a scan of the primary key would lock it before the
+        // id index, the other order, and a retry or cancel of a job in the batch would
+        // deadlock with it.
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "SELECT {QUEUE_ROW} FROM {} FORCE INDEX ({}tasks_queue_task_id) WHERE task_locked_by = ",
+            self.sql().queue,
+            self.schema.flat_prefix()
+        ));
+        query.push_bind(&self.worker_id).push(" AND ");
+        push_leases(&mut query, leases);
+        query.push(" ORDER BY task_id FOR UPDATE");
+        Ok(query.build_query_as().fetch_all(&mut *tx).await?)
+    }
+
+    /// Deletes queue rows by lock handle.
+    async fn delete(&self, tx: &mut MySqlConnection, rows: &[&Row]) -> Result<()> {
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "DELETE FROM {} WHERE task_lock_handle_id IN (",
+            self.sql().queue
+        ));
+        let mut list = query.separated(", ");
+        for row in rows {
+            list.push_bind(row.task_lock_handle_id);
+        }
+        query.push(")");
+        query.build().execute(&mut *tx).await?;
+        Ok(())
+    }
+
+    /// Records one successful run inside the job's own transaction (the caller commits);
+    /// false when the lease was lost (fenced), and the caller then rolls back.
+    pub(crate) async fn complete_in(
+        &self,
+        tx: &mut MySqlConnection,
+        done: &Success,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let (held, _posted) = self
+            .complete_on(tx, std::slice::from_ref(done), now)
+            .await?;
+        // A rerun or next run it posted is found by the next poll.
+        Ok(!held.is_empty())
+    }
+
+    /// The statements of a completion, in a transaction: the ids whose lease was held,
+    /// and whether a job was posted (a rerun, a periodic job's next run).
+    async fn complete_on(
+        &self,
+        tx: &mut MySqlConnection,
+        done: &[Success],
+        now: DateTime<Utc>,
+    ) -> Result<(Vec<Uuid>, bool)> {
+        let leases: Vec<Lease> = done.iter().map(|s| s.lease).collect();
+        let by_id: HashMap<Uuid, &Success> = done.iter().map(|s| (s.lease.id, s)).collect();
+        let rows = self.held(&mut *tx, &leases).await?;
+        if rows.is_empty() {
+            return Ok((Vec::new(), false));
+        }
+        self.delete(&mut *tx, &rows.iter().collect::<Vec<_>>())
+            .await?;
+        // Rows with lost attempts need their whole list of failed attempts written;
+        // the rest go in one statement.
+        let (lost, common): (Vec<&Row>, Vec<&Row>) =
+            rows.iter().partition(|r| r.task_lost_attempts.is_some());
+        let mut stats = Stats::default();
+        let size =
+            |row: &&Row| by_id[&row.task_id].output.as_ref().map_or(0, String::len) + row.bytes();
+        for part in super::parts(&common, ROWS_PER_STATEMENT, BYTES_PER_STATEMENT, size) {
+            let mut query = QueryBuilder::<MySql>::new(&self.sql().success);
+            query.push(" ");
+            query.push_values(&common[part], |mut v, row| {
+                let s = by_id[&row.task_id];
+                v.push_bind(row.task_id)
+                    .push_bind(&row.task_type)
+                    .push_bind(&row.task_source)
+                    .push_bind(&row.task_queue)
+                    .push_bind(row.task_priority)
+                    .push_bind(dt(row.task_posted_at_ts))
+                    .push_bind(&row.task_tenant)
+                    .push_bind(&row.task_correlation_id)
+                    .push_bind(&row.task_metadata)
+                    .push("3")
+                    .push_bind(s.millis)
+                    .push_bind(dt(now))
+                    .push_bind(&self.worker_id)
+                    .push_bind(s.output.as_deref())
+                    .push_bind(dt(row.task_claimed_at_ts))
+                    .push_bind(dt(row.task_claimed_at_ts));
+            });
+            query.push(format!(" ON DUPLICATE KEY UPDATE {SUCCESS_UPDATE}"));
+            query.build().execute(&mut *tx).await?;
+        }
+        for row in lost {
+            let s = by_id[&row.task_id];
+            let lost = row.lost();
+            let first = row.first_started(&lost);
+            let lost_count = lost.len() as i64;
+            let errors = errors_with(&mut *tx, &self.schema, row.task_id, lost).await?;
+            sqlx::query(&self.sql().success_again)
+                .bind(row.task_id)
+                .bind(&row.task_type)
+                .bind(&row.task_source)
+                .bind(&row.task_queue)
+                .bind(row.task_priority)
+                .bind(dt(row.task_posted_at_ts))
+                .bind(&row.task_tenant)
+                .bind(&row.task_correlation_id)
+                .bind(&row.task_metadata)
+                .bind(s.millis)
+                .bind(dt(now))
+                .bind(&self.worker_id)
+                .bind(s.output.as_deref())
+                .bind(dt(first))
+                .bind(dt(row.task_claimed_at_ts))
+                .bind(lost_count)
+                .bind(errors)
+                .execute(&mut *tx)
+                .await?;
+        }
+        // Restarts and periodic jobs' next runs.
+        let mut posted = false;
+        for row in rows.iter().filter(|r| r.posts_again()) {
+            posted |= self.again(&mut *tx, row, now).await?;
+        }
+        for row in &rows {
+            stats.add(&row.task_type, by_id[&row.task_id].millis);
+        }
+        self.write_stats(&mut *tx, stats, now).await?;
+        // Jobs others wait on, and jobs that waited.
+        let outputs: Vec<(Uuid, Option<&str>)> = rows
+            .iter()
+            .filter(|r| r.task_dependants)
+            .map(|r| (r.task_id, by_id[&r.task_id].output.as_deref()))
+            .collect();
+        let fed: Vec<Uuid> = rows
+            .iter()
+            .filter(|r| r.task_fed)
+            .map(|r| r.task_id)
+            .collect();
+        if !outputs.is_empty() || !fed.is_empty() {
+            posted |= flow::settle(&mut *tx, &self.schema, &outputs, &fed, now).await?;
+        }
+        Ok((rows.iter().map(|r| r.task_id).collect(), posted))
+    }
+
+    /// The statements of `fail`, in a transaction: the ids whose lease was held.
+    async fn fail_on(
+        &self,
+        tx: &mut MySqlConnection,
+        failures: &[Failure],
+        now: DateTime<Utc>,
+    ) -> Result<HashSet<Uuid>> {
+        let leases: Vec<Lease> = failures.iter().map(|f| f.lease).collect();
+        let by_id: HashMap<Uuid, &Failure> = failures.iter().map(|f| (f.lease.id, f)).collect();
+        let rows = self.held(&mut *tx, &leases).await?;
+        if rows.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let (retried, last): (Vec<&Row>, Vec<&Row>) = rows
+            .iter()
+            .partition(|r| by_id[&r.task_id].retry_at.is_some());
+        if !last.is_empty() {
+            self.delete(&mut *tx, &last).await?;
+        }
+        if !retried.is_empty() {
+            // The rows wait again, each until its retry time; their lost attempts move to
+            // the results rows.
+            let mut query = QueryBuilder::<MySql>::new(format!(
+                "UPDATE {} SET task_locked_until_ts = CASE task_lock_handle_id",
+                self.sql().queue
+            ));
+            for row in &retried {
+                query
+                    .push(" WHEN ")
+                    .push_bind(row.task_lock_handle_id)
+                    .push(" THEN ")
+                    .push_bind(dt(by_id[&row.task_id].retry_at));
+            }
+            query.push(
+                " END, task_locked_by = NULL, task_lost_attempts = NULL, task_has_result = 1
+                 WHERE task_lock_handle_id IN (",
+            );
+            let mut list = query.separated(", ");
+            for row in &retried {
+                list.push_bind(row.task_lock_handle_id);
+            }
+            query.push(")");
+            query.build().execute(&mut *tx).await?;
+        }
+        // Each results row's list of failed attempts gets this one (and the lost ones).
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "SELECT task_id, task_errors FROM {} WHERE task_id IN (",
+            self.schema.mysql.results
+        ));
+        let mut list = query.separated(", ");
+        for row in &rows {
+            list.push_bind(row.task_id);
+        }
+        query.push(")");
+        let recorded: HashMap<Uuid, Option<String>> = query
+            .build_query_as::<(Uuid, Option<String>)>()
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect();
+        let values = super::failed_runs(&rows, &by_id, &recorded, &self.worker_id, ts(now));
+        let size = |run: &super::FailedRun<'_, Row>| {
+            let f = run.failure;
+            let payload = match f.retry_at {
+                None => run.row.task_payload.as_ref().map_or(0, String::len),
+                Some(_) => 0,
+            };
+            run.row.bytes()
+                + payload
+                + run.log.len()
+                + f.kind.len()
+                + f.message.len()
+                + f.detail.as_ref().map_or(0, String::len)
+        };
+        for part in super::parts(&values, ROWS_PER_STATEMENT, BYTES_PER_STATEMENT, size) {
+            let mut query = QueryBuilder::<MySql>::new(&self.sql().failure);
+            query.push(" ");
+            query.push_values(&values[part], |mut v, run| {
+                let (row, f) = (run.row, run.failure);
+                let last_run = f.retry_at.is_none();
+                v.push_bind(row.task_id)
+                    .push_bind(&row.task_type)
+                    .push_bind(&row.task_source)
+                    .push_bind(&row.task_queue)
+                    .push_bind(row.task_priority)
+                    .push_bind(dt(row.task_posted_at_ts))
+                    .push_bind(&row.task_tenant)
+                    .push_bind(&row.task_correlation_id)
+                    .push_bind(&row.task_metadata)
+                    .push_bind(f.status as i32)
+                    .push_bind(run.failed)
+                    .push_bind(&f.kind)
+                    .push_bind(&f.message)
+                    .push_bind(&f.detail)
+                    .push_bind(f.seed_error())
+                    .push_bind(f.recoverable)
+                    .push_bind(f.millis)
+                    .push_bind(dt(last_run.then_some(now)))
+                    // A job that failed for good keeps its payload, to inspect or re-post.
+                    .push_bind(if last_run {
+                        row.task_payload.as_deref()
+                    } else {
+                        None
+                    })
+                    .push_bind(&self.worker_id)
+                    .push_bind(run.log.as_str())
+                    .push("NULL")
+                    .push_bind(dt(run.first))
+                    .push_bind(dt(row.task_claimed_at_ts))
+                    .push_bind(row.task_max_attempts)
+                    .push_bind(row.task_timeout_ms);
+            });
+            query.push(format!(" ON DUPLICATE KEY UPDATE {FAILURE_UPDATE}"));
+            query.build().execute(&mut *tx).await?;
+        }
+        // Periodic jobs' next runs, and jobs others wait on, which end with this one.
+        let mut roots = Vec::new();
+        for row in &last {
+            self.again(&mut *tx, row, now).await?;
+            if row.task_dependants {
+                let message = super::dependency_message(
+                    row.task_id,
+                    &row.task_type,
+                    false,
+                    &by_id[&row.task_id].message,
+                );
+                roots.push((row.task_id, message));
+            }
+        }
+        if !roots.is_empty() {
+            flow::propagate(&mut *tx, &self.schema, roots, false, now).await?;
+        }
+        let mut stats = Stats::default();
+        for row in &rows {
+            stats.add(&row.task_type, by_id[&row.task_id].millis);
+        }
+        self.write_stats(&mut *tx, stats, now).await?;
+        Ok(rows.iter().map(|r| r.task_id).collect())
+    }
+
+    /// Which of the ids (a JSON array of hex ids) this worker recorded as succeeded
+    /// (`Store::succeeded_here`), by the results table's primary key.
+    pub(crate) async fn succeeded_here(&self, ids: &str) -> Result<Vec<Uuid>> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT task_id FROM {} WHERE task_id IN
+                (SELECT UNHEX(id) FROM JSON_TABLE(?, '$[*]' COLUMNS (id CHAR(32) PATH '$')) AS ids)
+             AND task_status = ? AND task_last_locked_by = ?",
+            self.schema.mysql.results
+        ))
+        .bind(ids)
+        .bind(crate::model::JobStatus::Processed as i32)
+        .bind(&self.worker_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}
+
+/// `column IN (?, ?, ...)` over `ids`.
+pub(super) fn push_ids(query: &mut QueryBuilder<'_, MySql>, column: &str, ids: &[Uuid]) {
+    query.push(format!("{column} IN ("));
+    let mut list = query.separated(", ");
+    for id in ids {
+        list.push_bind(*id);
+    }
+    query.push(")");
+}
+
+impl Admin for MySqlPool {
+    /// Brings the schema to the newest version, one worker at a time (a named lock). MySQL
+    /// commits each DDL statement on its own: a migration interrupted halfway is finished by
+    /// the next run (its statements are `IF NOT EXISTS`).
+    async fn migrate(&self, schema: &Schema) -> Result<()> {
+        let pool = self;
+        migrate_to(pool, schema, i32::MAX).await
+    }
+
+    /// This build's migrations, each with when it was applied to `schema` (`None`: not yet).
+    async fn migrations(
+        &self,
+        schema: &Schema,
+    ) -> Result<Vec<(i32, &'static str, Option<DateTime<Utc>>)>> {
+        let pool = self;
+        let versions = schema.flat_table("schema_migrations_t");
+        let applied: Vec<(i32, DateTime<Utc>)> =
+            match sqlx::query_as(&format!("SELECT version, applied_at FROM {versions}"))
+                .fetch_all(pool)
+                .await
+            {
+                Ok(rows) => rows,
+                Err(e) if super::no_such_table(&e) => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+        Ok(MIGRATIONS
+            .iter()
+            .map(|&(version, description, _)| {
+                let at = applied
+                    .iter()
+                    .find(|(v, _)| *v == version)
+                    .map(|(_, at)| *at);
+                (version, description, at)
+            })
+            .collect())
+    }
+
+    async fn counts(&self, schema: &Schema, now: DateTime<Utc>) -> Result<QueueCounts> {
+        let pool = self;
+        let mut counts = QueueCounts::default();
+        for row in sqlx::query(&schema.mysql.counts_by_status)
+            .fetch_all(pool)
+            .await?
+        {
+            let status: i32 = row.try_get(0)?;
+            let n: i64 = row.try_get(1)?;
+            counts
+                .by_status
+                .push((crate::model::JobStatus::from_code(status), n));
+        }
+        let row = sqlx::query(&schema.mysql.counts_live)
+            .bind(dt(now))
+            .bind(dt(now))
+            .bind(dt(now))
+            .bind(dt(now))
+            .fetch_one(pool)
+            .await?;
+        counts.available = row.try_get(0)?;
+        counts.scheduled = row.try_get(1)?;
+        counts.running = row.try_get(2)?;
+        counts.lease_expired = row.try_get(3)?;
+        counts.pending = row.try_get(4)?;
+        Ok(counts)
+    }
+
+    async fn peek(&self, schema: &Schema, limit: i64) -> Result<Vec<QueuedJob>> {
+        let pool = self;
+        Ok(sqlx::query_as(&schema.mysql.peek)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?)
+    }
+
+    async fn job(
+        &self,
+        schema: &Schema,
+        id: Uuid,
+        now: DateTime<Utc>,
+    ) -> Result<Option<JobRecord>> {
+        let pool = self;
+        let Some(row) = sqlx::query(&schema.mysql.job)
+            .bind(dt(now))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut record = <JobRecord as sqlx::FromRow<_>>::from_row(&row)?;
+        let lost: Option<String> = row.try_get("lost")?;
+        if let Some(lost) = lost {
+            let lost: Vec<Attempt> = serde_json::from_str(&lost).map_err(|e| {
+                Error::Database(sqlx::Error::Decode(
+                    format!("task_lost_attempts of job {id}: {e}").into(),
+                ))
+            })?;
+            record.failed_attempts.extend(lost);
+        }
+        Ok(Some(record))
+    }
+
+    /// Adds or replaces a stored schedule.
+    async fn schedule_put(&self, schema: &Schema, row: &ScheduleRow) -> Result<()> {
+        let pool = self;
+        sqlx::query(&format!(
+            "INSERT INTO {} (schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
+                schedule_updated_at_ts)
+             VALUES (?, ?, ?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE task_type = VALUES(task_type), task_payload = VALUES(task_payload),
+                schedule_cron = VALUES(schedule_cron), schedule_overlap = VALUES(schedule_overlap),
+                schedule_updated_at_ts = VALUES(schedule_updated_at_ts)",
+            schema.flat_table("schedules_t")
+        ))
+        .bind(&row.schedule_name)
+        .bind(&row.task_type)
+        .bind(&row.task_payload)
+        .bind(&row.schedule_cron)
+        .bind(row.schedule_overlap)
+        .bind(dt(row.schedule_updated_at_ts))
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Removes a stored schedule; false if there was none of that name. A tick reads its
+    /// schedule under a shared lock, so none is enqueued after this.
+    async fn schedule_remove(&self, schema: &Schema, name: &str) -> Result<bool> {
+        let pool = self;
+        let done = sqlx::query(&format!(
+            "DELETE FROM {} WHERE schedule_name = ?",
+            schema.flat_table("schedules_t")
+        ))
+        .bind(name)
+        .execute(pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Every stored schedule, by name.
+    async fn schedule_list(&self, schema: &Schema) -> Result<Vec<ScheduleRow>> {
+        let pool = self;
+        Ok(sqlx::query_as(&format!(
+            "SELECT CAST(schedule_name AS CHAR) AS schedule_name, CAST(task_type AS CHAR) AS task_type,
+                task_payload, schedule_cron, schedule_overlap, schedule_updated_at_ts
+             FROM {} ORDER BY schedule_name",
+            schema.flat_table("schedules_t")
+        ))
+        .fetch_all(pool)
+        .await?)
+    }
+}
+
+impl Work for MySqlStore {
+    async fn claim(&self, claim: &super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
         let super::Claim {
             task_types,
             queues,
@@ -1260,114 +1725,8 @@ impl MySqlStore {
         })
     }
 
-    /// Posts a restart or a periodic job's next run after `row`'s outcome (as on
-    /// PostgreSQL: a new job with the same key, payload and period). Whether it posted one.
-    async fn again(&self, tx: &mut MySqlConnection, row: &Row, now: DateTime<Utc>) -> Result<bool> {
-        if !row.task_rerun && row.task_every_ms.is_none() {
-            return Ok(false);
-        }
-        let run_at = match row.task_every_ms {
-            Some(ms) if !row.task_rerun => crate::clock::add_millis(now, ms),
-            _ => now,
-        };
-        let id = uuid_v7(now);
-        sqlx::query(&self.sql().insert_result)
-            .bind(id)
-            .bind(&row.task_type)
-            .bind(&row.task_source)
-            .bind(&row.task_queue)
-            .bind(row.task_priority)
-            .bind(&row.task_unique_key)
-            .bind(row.task_unique_mode)
-            .bind(dt(now))
-            .bind(&row.task_tenant)
-            .bind(&row.task_correlation_id)
-            .bind(&row.task_metadata)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(&self.sql().insert_queue)
-            .bind(id)
-            .bind(&row.task_type)
-            .bind(&row.task_source)
-            .bind(&row.task_payload)
-            .bind(row.task_priority)
-            .bind(dt(now))
-            .bind(dt(run_at))
-            .bind(&row.task_queue)
-            .bind(row.task_max_attempts)
-            .bind(&row.task_tenant)
-            .bind(&row.task_correlation_id)
-            .bind(&row.task_metadata)
-            .bind(&row.task_unique_key)
-            .bind(row.task_unique_mode)
-            .bind(row.task_every_ms)
-            .bind(row.task_timeout_ms)
-            .execute(&mut *tx)
-            .await?;
-        Ok(true)
-    }
-
-    async fn write_stats(
-        &self,
-        tx: &mut MySqlConnection,
-        stats: Stats,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        let mut types: Vec<_> = stats.0.into_iter().collect();
-        types.sort_by(|a, b| a.0.cmp(&b.0));
-        for (task_type, (total, n, fastest, longest, last)) in types {
-            sqlx::query(&self.sql().stats)
-                .bind(task_type)
-                .bind(&self.worker_id)
-                .bind(total)
-                .bind(n)
-                .bind(fastest)
-                .bind(longest)
-                .bind(total)
-                .bind(n)
-                .bind(last)
-                .bind(dt(now))
-                .execute(&mut *tx)
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// The queue rows this worker holds under these claims, locked (fenced: a row whose
-    /// attempt moved on is not this claim's).
-    async fn held(&self, tx: &mut MySqlConnection, leases: &[Lease]) -> Result<Vec<Row>> {
-        // Through the job-id index, in id order, as the client's single-job statements
-        // (`WHERE task_id = ?`) do: a scan of the primary key would lock it before the
-        // id index, the other order, and a retry or cancel of a job in the batch would
-        // deadlock with it.
-        let mut query = QueryBuilder::<MySql>::new(format!(
-            "SELECT {QUEUE_ROW} FROM {} FORCE INDEX ({}tasks_queue_task_id) WHERE task_locked_by = ",
-            self.sql().queue,
-            self.schema.flat_prefix()
-        ));
-        query.push_bind(&self.worker_id).push(" AND ");
-        push_leases(&mut query, leases);
-        query.push(" ORDER BY task_id FOR UPDATE");
-        Ok(query.build_query_as().fetch_all(&mut *tx).await?)
-    }
-
-    /// Deletes queue rows by lock handle.
-    async fn delete(&self, tx: &mut MySqlConnection, rows: &[&Row]) -> Result<()> {
-        let mut query = QueryBuilder::<MySql>::new(format!(
-            "DELETE FROM {} WHERE task_lock_handle_id IN (",
-            self.sql().queue
-        ));
-        let mut list = query.separated(", ");
-        for row in rows {
-            list.push_bind(row.task_lock_handle_id);
-        }
-        query.push(")");
-        query.build().execute(&mut *tx).await?;
-        Ok(())
-    }
-
     /// Finalizes successful runs (fenced); the ids whose lease was still held.
-    pub(crate) async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+    async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
         if done.is_empty() {
             return Ok(Vec::new());
         }
@@ -1383,131 +1742,15 @@ impl MySqlStore {
         Ok(held)
     }
 
-    /// Records one successful run inside the job's own transaction (the caller commits);
-    /// false when the lease was lost (fenced), and the caller then rolls back.
-    pub(crate) async fn complete_in(
-        &self,
-        tx: &mut MySqlConnection,
-        done: &Success,
-        now: DateTime<Utc>,
-    ) -> Result<bool> {
-        let (held, _posted) = self
-            .complete_on(tx, std::slice::from_ref(done), now)
-            .await?;
-        // A rerun or next run it posted is found by the next poll.
-        Ok(!held.is_empty())
-    }
-
-    /// The statements of a completion, in a transaction: the ids whose lease was held,
-    /// and whether a job was posted (a rerun, a periodic job's next run).
-    async fn complete_on(
-        &self,
-        tx: &mut MySqlConnection,
-        done: &[Success],
-        now: DateTime<Utc>,
-    ) -> Result<(Vec<Uuid>, bool)> {
-        let leases: Vec<Lease> = done.iter().map(|s| s.lease).collect();
-        let by_id: HashMap<Uuid, &Success> = done.iter().map(|s| (s.lease.id, s)).collect();
-        let rows = self.held(&mut *tx, &leases).await?;
-        if rows.is_empty() {
-            return Ok((Vec::new(), false));
-        }
-        self.delete(&mut *tx, &rows.iter().collect::<Vec<_>>())
-            .await?;
-        // Rows with lost attempts need their whole list of failed attempts written;
-        // the rest go in one statement.
-        let (lost, common): (Vec<&Row>, Vec<&Row>) =
-            rows.iter().partition(|r| r.task_lost_attempts.is_some());
-        let mut stats = Stats::default();
-        let size =
-            |row: &&Row| by_id[&row.task_id].output.as_ref().map_or(0, String::len) + row.bytes();
-        for part in super::parts(&common, ROWS_PER_STATEMENT, BYTES_PER_STATEMENT, size) {
-            let mut query = QueryBuilder::<MySql>::new(&self.sql().success);
-            query.push(" ");
-            query.push_values(&common[part], |mut v, row| {
-                let s = by_id[&row.task_id];
-                v.push_bind(row.task_id)
-                    .push_bind(&row.task_type)
-                    .push_bind(&row.task_source)
-                    .push_bind(&row.task_queue)
-                    .push_bind(row.task_priority)
-                    .push_bind(dt(row.task_posted_at_ts))
-                    .push_bind(&row.task_tenant)
-                    .push_bind(&row.task_correlation_id)
-                    .push_bind(&row.task_metadata)
-                    .push("3")
-                    .push_bind(s.millis)
-                    .push_bind(dt(now))
-                    .push_bind(&self.worker_id)
-                    .push_bind(s.output.as_deref())
-                    .push_bind(dt(row.task_claimed_at_ts))
-                    .push_bind(dt(row.task_claimed_at_ts));
-            });
-            query.push(format!(" ON DUPLICATE KEY UPDATE {SUCCESS_UPDATE}"));
-            query.build().execute(&mut *tx).await?;
-        }
-        for row in lost {
-            let s = by_id[&row.task_id];
-            let lost = row.lost();
-            let first = row.first_started(&lost);
-            let lost_count = lost.len() as i64;
-            let errors = errors_with(&mut *tx, &self.schema, row.task_id, lost).await?;
-            sqlx::query(&self.sql().success_again)
-                .bind(row.task_id)
-                .bind(&row.task_type)
-                .bind(&row.task_source)
-                .bind(&row.task_queue)
-                .bind(row.task_priority)
-                .bind(dt(row.task_posted_at_ts))
-                .bind(&row.task_tenant)
-                .bind(&row.task_correlation_id)
-                .bind(&row.task_metadata)
-                .bind(s.millis)
-                .bind(dt(now))
-                .bind(&self.worker_id)
-                .bind(s.output.as_deref())
-                .bind(dt(first))
-                .bind(dt(row.task_claimed_at_ts))
-                .bind(lost_count)
-                .bind(errors)
-                .execute(&mut *tx)
-                .await?;
-        }
-        // Restarts and periodic jobs' next runs.
-        let mut posted = false;
-        for row in rows.iter().filter(|r| r.posts_again()) {
-            posted |= self.again(&mut *tx, row, now).await?;
-        }
-        for row in &rows {
-            stats.add(&row.task_type, by_id[&row.task_id].millis);
-        }
-        self.write_stats(&mut *tx, stats, now).await?;
-        // Jobs others wait on, and jobs that waited.
-        let outputs: Vec<(Uuid, Option<&str>)> = rows
-            .iter()
-            .filter(|r| r.task_dependants)
-            .map(|r| (r.task_id, by_id[&r.task_id].output.as_deref()))
-            .collect();
-        let fed: Vec<Uuid> = rows
-            .iter()
-            .filter(|r| r.task_fed)
-            .map(|r| r.task_id)
-            .collect();
-        if !outputs.is_empty() || !fed.is_empty() {
-            posted |= flow::settle(&mut *tx, &self.schema, &outputs, &fed, now).await?;
-        }
-        Ok((rows.iter().map(|r| r.task_id).collect(), posted))
-    }
-
     /// The outputs of job `id`'s dependencies, in order.
-    pub(crate) async fn inputs(&self, id: Uuid) -> Result<Vec<Option<Option<String>>>> {
+    async fn inputs(&self, id: Uuid) -> Result<Vec<Option<Option<String>>>> {
         let mut conn = self.pool.acquire().await?;
         flow::inputs(&mut conn, &self.schema, id).await
     }
 
     /// Records failed runs (retry or final) in one transaction, a few statements for the
     /// whole batch; per failure, false when its lease was lost (fenced).
-    pub(crate) async fn fail(&self, failures: &[Failure], now: DateTime<Utc>) -> Result<Vec<bool>> {
+    async fn fail(&self, failures: &[Failure], now: DateTime<Utc>) -> Result<Vec<bool>> {
         if failures.is_empty() {
             return Ok(Vec::new());
         }
@@ -1526,148 +1769,8 @@ impl MySqlStore {
             .collect())
     }
 
-    /// The statements of `fail`, in a transaction: the ids whose lease was held.
-    async fn fail_on(
-        &self,
-        tx: &mut MySqlConnection,
-        failures: &[Failure],
-        now: DateTime<Utc>,
-    ) -> Result<HashSet<Uuid>> {
-        let leases: Vec<Lease> = failures.iter().map(|f| f.lease).collect();
-        let by_id: HashMap<Uuid, &Failure> = failures.iter().map(|f| (f.lease.id, f)).collect();
-        let rows = self.held(&mut *tx, &leases).await?;
-        if rows.is_empty() {
-            return Ok(HashSet::new());
-        }
-        let (retried, last): (Vec<&Row>, Vec<&Row>) = rows
-            .iter()
-            .partition(|r| by_id[&r.task_id].retry_at.is_some());
-        if !last.is_empty() {
-            self.delete(&mut *tx, &last).await?;
-        }
-        if !retried.is_empty() {
-            // The rows wait again, each until its retry time; their lost attempts move to
-            // the results rows.
-            let mut query = QueryBuilder::<MySql>::new(format!(
-                "UPDATE {} SET task_locked_until_ts = CASE task_lock_handle_id",
-                self.sql().queue
-            ));
-            for row in &retried {
-                query
-                    .push(" WHEN ")
-                    .push_bind(row.task_lock_handle_id)
-                    .push(" THEN ")
-                    .push_bind(dt(by_id[&row.task_id].retry_at));
-            }
-            query.push(
-                " END, task_locked_by = NULL, task_lost_attempts = NULL, task_has_result = 1
-                 WHERE task_lock_handle_id IN (",
-            );
-            let mut list = query.separated(", ");
-            for row in &retried {
-                list.push_bind(row.task_lock_handle_id);
-            }
-            query.push(")");
-            query.build().execute(&mut *tx).await?;
-        }
-        // Each results row's list of failed attempts gets this one (and the lost ones).
-        let mut query = QueryBuilder::<MySql>::new(format!(
-            "SELECT task_id, task_errors FROM {} WHERE task_id IN (",
-            self.schema.mysql.results
-        ));
-        let mut list = query.separated(", ");
-        for row in &rows {
-            list.push_bind(row.task_id);
-        }
-        query.push(")");
-        let recorded: HashMap<Uuid, Option<String>> = query
-            .build_query_as::<(Uuid, Option<String>)>()
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .collect();
-        let values = super::failed_runs(&rows, &by_id, &recorded, &self.worker_id, ts(now));
-        let size = |run: &super::FailedRun<'_, Row>| {
-            let f = run.failure;
-            let payload = match f.retry_at {
-                None => run.row.task_payload.as_ref().map_or(0, String::len),
-                Some(_) => 0,
-            };
-            run.row.bytes()
-                + payload
-                + run.log.len()
-                + f.kind.len()
-                + f.message.len()
-                + f.detail.as_ref().map_or(0, String::len)
-        };
-        for part in super::parts(&values, ROWS_PER_STATEMENT, BYTES_PER_STATEMENT, size) {
-            let mut query = QueryBuilder::<MySql>::new(&self.sql().failure);
-            query.push(" ");
-            query.push_values(&values[part], |mut v, run| {
-                let (row, f) = (run.row, run.failure);
-                let last_run = f.retry_at.is_none();
-                v.push_bind(row.task_id)
-                    .push_bind(&row.task_type)
-                    .push_bind(&row.task_source)
-                    .push_bind(&row.task_queue)
-                    .push_bind(row.task_priority)
-                    .push_bind(dt(row.task_posted_at_ts))
-                    .push_bind(&row.task_tenant)
-                    .push_bind(&row.task_correlation_id)
-                    .push_bind(&row.task_metadata)
-                    .push_bind(f.status as i32)
-                    .push_bind(run.failed)
-                    .push_bind(&f.kind)
-                    .push_bind(&f.message)
-                    .push_bind(&f.detail)
-                    .push_bind(f.seed_error())
-                    .push_bind(f.recoverable)
-                    .push_bind(f.millis)
-                    .push_bind(dt(last_run.then_some(now)))
-                    // A job that failed for good keeps its payload, to inspect or re-post.
-                    .push_bind(if last_run {
-                        row.task_payload.as_deref()
-                    } else {
-                        None
-                    })
-                    .push_bind(&self.worker_id)
-                    .push_bind(run.log.as_str())
-                    .push("NULL")
-                    .push_bind(dt(run.first))
-                    .push_bind(dt(row.task_claimed_at_ts))
-                    .push_bind(row.task_max_attempts)
-                    .push_bind(row.task_timeout_ms);
-            });
-            query.push(format!(" ON DUPLICATE KEY UPDATE {FAILURE_UPDATE}"));
-            query.build().execute(&mut *tx).await?;
-        }
-        // Periodic jobs' next runs, and jobs others wait on, which end with this one.
-        let mut roots = Vec::new();
-        for row in &last {
-            self.again(&mut *tx, row, now).await?;
-            if row.task_dependants {
-                let message = super::dependency_message(
-                    row.task_id,
-                    &row.task_type,
-                    false,
-                    &by_id[&row.task_id].message,
-                );
-                roots.push((row.task_id, message));
-            }
-        }
-        if !roots.is_empty() {
-            flow::propagate(&mut *tx, &self.schema, roots, false, now).await?;
-        }
-        let mut stats = Stats::default();
-        for row in &rows {
-            stats.add(&row.task_type, by_id[&row.task_id].millis);
-        }
-        self.write_stats(&mut *tx, stats, now).await?;
-        Ok(rows.iter().map(|r| r.task_id).collect())
-    }
-
     /// Releases leases at once (graceful stop), without using up an attempt.
-    pub(crate) async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64> {
+    async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64> {
         if leases.is_empty() {
             return Ok(0);
         }
@@ -1693,7 +1796,7 @@ impl MySqlStore {
     }
 
     /// Extends the leases still held; their ids (a missing one was lost).
-    pub(crate) async fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>> {
+    async fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>> {
         if leases.is_empty() {
             return Ok(Vec::new());
         }
@@ -1721,7 +1824,7 @@ impl MySqlStore {
     }
 
     /// Posts one job with a unique key of mode `mode` (the periodic jobs' first runs).
-    pub(crate) async fn enqueue_unique(
+    async fn enqueue_unique(
         &self,
         job: NewJob,
         mode: crate::model::UniqueMode,
@@ -1734,7 +1837,7 @@ impl MySqlStore {
     /// `live_key`, only while no earlier tick holding that key is live; with `stored`, only
     /// while that stored schedule exists as it was read (read under a shared lock, so a
     /// removal waits for this and none is posted after it). False if it was not posted.
-    pub(crate) async fn enqueue_tick(
+    async fn enqueue_tick(
         &self,
         job: NewJob,
         live_key: Option<&str>,
@@ -1791,41 +1894,21 @@ impl MySqlStore {
         Ok(true)
     }
 
-    /// Which of the ids (a JSON array of hex ids) this worker recorded as succeeded
-    /// (`Store::succeeded_here`), by the results table's primary key.
-    pub(crate) async fn succeeded_here(&self, ids: &str) -> Result<Vec<Uuid>> {
-        Ok(sqlx::query_scalar(&format!(
-            "SELECT task_id FROM {} WHERE task_id IN
-                (SELECT UNHEX(id) FROM JSON_TABLE(?, '$[*]' COLUMNS (id CHAR(32) PATH '$')) AS ids)
-             AND task_status = ? AND task_last_locked_by = ?",
-            self.schema.mysql.results
-        ))
-        .bind(ids)
-        .bind(crate::model::JobStatus::Processed as i32)
-        .bind(&self.worker_id)
-        .fetch_all(&self.pool)
-        .await?)
+    async fn stored_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        Admin::schedule_list(&self.pool, &self.schema).await
     }
 
-    pub(crate) async fn stored_schedules(&self) -> Result<Vec<ScheduleRow>> {
-        schedule_list(&self.pool, &self.schema).await
-    }
-
-    pub(crate) async fn migrate(&self) -> Result<()> {
-        migrate(&self.pool, &self.schema).await
+    async fn migrate(&self) -> Result<()> {
+        Admin::migrate(&self.pool, &self.schema).await
     }
 
     /// Splits the open-ended partition into the next periods' (seed 002).
-    pub(crate) async fn ensure_partitions(
-        &self,
-        now: DateTime<Utc>,
-        span: Duration,
-    ) -> Result<Vec<String>> {
+    async fn ensure_partitions(&self, now: DateTime<Utc>, span: Duration) -> Result<Vec<String>> {
         partitions::ensure(&self.pool, &self.schema, now, span).await
     }
 
     /// Retires whole results partitions past the retention (`partitions::retire`).
-    pub(crate) async fn retire_partitions(
+    async fn retire_partitions(
         &self,
         cutoff: DateTime<Utc>,
         archive: Option<&str>,
@@ -1836,19 +1919,15 @@ impl MySqlStore {
     }
 
     /// InnoDB purges deleted rows itself: nothing to watch.
-    pub(crate) async fn table_health(&self) -> Result<Vec<super::TableHealth>> {
+    async fn table_health(&self) -> Result<Vec<super::TableHealth>> {
         Ok(Vec::new())
     }
 
-    pub(crate) async fn vacuum(&self, _table: &str) -> Result<bool> {
+    async fn vacuum(&self, _table: &str) -> Result<bool> {
         Ok(false)
     }
 
-    pub(crate) async fn write_metrics(
-        &self,
-        metrics: &[(&str, i64)],
-        now: DateTime<Utc>,
-    ) -> Result<()> {
+    async fn write_metrics(&self, metrics: &[(&str, i64)], now: DateTime<Utc>) -> Result<()> {
         if metrics.is_empty() {
             return Ok(());
         }
@@ -1871,130 +1950,42 @@ impl MySqlStore {
         query.build().execute(&mut *self.acquire().await?).await?;
         Ok(())
     }
-}
 
-pub(crate) async fn counts(
-    pool: &MySqlPool,
-    schema: &Schema,
-    now: DateTime<Utc>,
-) -> Result<QueueCounts> {
-    let mut counts = QueueCounts::default();
-    for row in sqlx::query(&schema.mysql.counts_by_status)
-        .fetch_all(pool)
-        .await?
-    {
-        let status: i32 = row.try_get(0)?;
-        let n: i64 = row.try_get(1)?;
-        counts
-            .by_status
-            .push((crate::model::JobStatus::from_code(status), n));
+    /// One connection attempt outside the pool, saying why it failed.
+    async fn probe(&self) -> std::result::Result<(), ProbeFailure> {
+        let options = self.pool.connect_options();
+        let unreachable = |cause: String| Error::Connect {
+            address: address(&options),
+            cause,
+        };
+        let error =
+            match tokio::time::timeout(ACQUIRE_WAIT, MySqlConnection::connect_with(&options)).await
+            {
+                Ok(Ok(conn)) => {
+                    let _ = conn.close().await;
+                    return Ok(());
+                }
+                Ok(Err(e)) => e,
+                Err(_) => {
+                    return Err(ProbeFailure::Transient(unreachable(format!(
+                        "no answer within {}",
+                        humantime::format_duration(ACQUIRE_WAIT)
+                    ))))
+                }
+            };
+        Err(match &error {
+            sqlx::Error::Io(io) => ProbeFailure::Transient(unreachable(io.to_string())),
+            sqlx::Error::Protocol(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => {
+                ProbeFailure::Transient(unreachable(error.to_string()))
+            }
+            // 1040 too many connections, 1053 shutting down, 1203 user's connection limit.
+            sqlx::Error::Database(db) => match number(&error) {
+                Some(1040 | 1053 | 1203) => {
+                    ProbeFailure::Transient(unreachable(db.message().to_owned()))
+                }
+                _ => ProbeFailure::Permanent(unreachable(db.message().to_owned())),
+            },
+            _ => ProbeFailure::Permanent(unreachable(error.to_string())),
+        })
     }
-    let row = sqlx::query(&schema.mysql.counts_live)
-        .bind(dt(now))
-        .bind(dt(now))
-        .bind(dt(now))
-        .bind(dt(now))
-        .fetch_one(pool)
-        .await?;
-    counts.available = row.try_get(0)?;
-    counts.scheduled = row.try_get(1)?;
-    counts.running = row.try_get(2)?;
-    counts.lease_expired = row.try_get(3)?;
-    counts.pending = row.try_get(4)?;
-    Ok(counts)
-}
-
-pub(crate) async fn peek(pool: &MySqlPool, schema: &Schema, limit: i64) -> Result<Vec<QueuedJob>> {
-    Ok(sqlx::query_as(&schema.mysql.peek)
-        .bind(limit)
-        .fetch_all(pool)
-        .await?)
-}
-
-pub(crate) async fn job(
-    pool: &MySqlPool,
-    schema: &Schema,
-    id: Uuid,
-    now: DateTime<Utc>,
-) -> Result<Option<JobRecord>> {
-    let Some(row) = sqlx::query(&schema.mysql.job)
-        .bind(dt(now))
-        .bind(id)
-        .fetch_optional(pool)
-        .await?
-    else {
-        return Ok(None);
-    };
-    let mut record = <JobRecord as sqlx::FromRow<_>>::from_row(&row)?;
-    let lost: Option<String> = row.try_get("lost")?;
-    if let Some(lost) = lost {
-        let lost: Vec<Attempt> = serde_json::from_str(&lost).map_err(|e| {
-            Error::Database(sqlx::Error::Decode(
-                format!("task_lost_attempts of job {id}: {e}").into(),
-            ))
-        })?;
-        record.failed_attempts.extend(lost);
-    }
-    Ok(Some(record))
-}
-
-/// Adds or replaces a stored schedule.
-pub(crate) async fn schedule_put(
-    pool: &MySqlPool,
-    schema: &Schema,
-    row: &ScheduleRow,
-) -> Result<()> {
-    sqlx::query(&format!(
-        "INSERT INTO {} (schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
-            schedule_updated_at_ts)
-         VALUES (?, ?, ?, ?, ?, ?)
-         ON DUPLICATE KEY UPDATE task_type = VALUES(task_type), task_payload = VALUES(task_payload),
-            schedule_cron = VALUES(schedule_cron), schedule_overlap = VALUES(schedule_overlap),
-            schedule_updated_at_ts = VALUES(schedule_updated_at_ts)",
-        schema.flat_table("schedules_t")
-    ))
-    .bind(&row.schedule_name)
-    .bind(&row.task_type)
-    .bind(&row.task_payload)
-    .bind(&row.schedule_cron)
-    .bind(row.schedule_overlap)
-    .bind(dt(row.schedule_updated_at_ts))
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// Removes a stored schedule; false if there was none of that name. A tick reads its
-/// schedule under a shared lock, so none is enqueued after this.
-pub(crate) async fn schedule_remove(pool: &MySqlPool, schema: &Schema, name: &str) -> Result<bool> {
-    let done = sqlx::query(&format!(
-        "DELETE FROM {} WHERE schedule_name = ?",
-        schema.flat_table("schedules_t")
-    ))
-    .bind(name)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// Every stored schedule, by name.
-pub(crate) async fn schedule_list(pool: &MySqlPool, schema: &Schema) -> Result<Vec<ScheduleRow>> {
-    Ok(sqlx::query_as(&format!(
-        "SELECT CAST(schedule_name AS CHAR) AS schedule_name, CAST(task_type AS CHAR) AS task_type,
-            task_payload, schedule_cron, schedule_overlap, schedule_updated_at_ts
-         FROM {} ORDER BY schedule_name",
-        schema.flat_table("schedules_t")
-    ))
-    .fetch_all(pool)
-    .await?)
-}
-
-/// `column IN (?, ?, ...)` over `ids`.
-pub(super) fn push_ids(query: &mut QueryBuilder<'_, MySql>, column: &str, ids: &[Uuid]) {
-    query.push(format!("{column} IN ("));
-    let mut list = query.separated(", ");
-    for id in ids {
-        list.push_bind(*id);
-    }
-    query.push(")");
 }

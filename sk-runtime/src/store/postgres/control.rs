@@ -7,217 +7,14 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::super::driver::{Control, WorkerRows};
+use super::PgStore;
 use crate::error::Result;
 use crate::model::{JobFilter, QueueState};
 use crate::store::{NewJob, QueueControls, Schema};
 
 /// The ids a notification payload holds at most (a payload is under 8000 bytes).
 const IDS_PER_NOTIFICATION: usize = 200;
-
-/// Cancels the live jobs among `ids`: their queue rows go, their results rows record
-/// status 7 (cancelled) with the payload and limits (for a retry), and a running one's
-/// attempt is recorded as cancelled; its worker is told on the control channel. The ids
-/// cancelled, and whether each was running.
-pub(crate) async fn cancel(
-    pool: &PgPool,
-    schema: &Schema,
-    ids: &[Uuid],
-    now: DateTime<Utc>,
-) -> Result<Vec<(Uuid, bool)>> {
-    let q = schema.table("tasks_queue_t");
-    let r = schema.table("task_results_t");
-    let lost_message = "'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)'";
-    let mut tx = pool.begin().await?;
-    let rows: Vec<(Uuid, bool, String, bool)> = sqlx::query_as(&format!(
-        "WITH gone AS (
-            DELETE FROM {q} WHERE task_id = ANY($1)
-            RETURNING *
-        ), rows AS (
-            SELECT *, task_locked_by IS NOT NULL AND task_locked_until_ts > $2 AS running,
-                coalesce(task_lost_attempts, '[]') || CASE WHEN task_locked_by IS NULL THEN '[]'::jsonb
-                    WHEN task_locked_until_ts > $2 THEN jsonb_build_array(jsonb_build_object(
-                        'attempt', task_attempt, 'worker', task_locked_by, 'started_at', task_claimed_at_ts,
-                        'ended_at', $2::timestamptz, 'outcome', 'cancelled', 'kind', 'cancelled',
-                        'message', 'cancelled while it ran', 'recoverable', false))
-                    ELSE jsonb_build_array(jsonb_build_object(
-                        'attempt', task_attempt, 'worker', task_locked_by, 'started_at', task_claimed_at_ts,
-                        'ended_at', $2::timestamptz, 'outcome', 'lost', 'kind', 'worker_lost',
-                        'message', {lost_message}, 'recoverable', true)) END AS attempts
-            FROM gone
-        ), res AS (
-            INSERT INTO {r} AS r (task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
-                task_status, task_error_count, task_processing_finalized_at_ts, task_payload, task_max_attempts,
-                task_timeout_ms, task_errors, task_last_locked_by, task_tenant, task_correlation_id, task_metadata,
-                task_unique_key, task_unique_mode, task_first_processing_attempted_at_ts,
-                task_last_processing_attempted_at_ts, task_last_error_type, task_last_error_message, task_last_error)
-            SELECT task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts, 7,
-                jsonb_array_length(attempts) - CASE WHEN running THEN 1 ELSE 0 END, $2, task_payload,
-                task_max_attempts, task_timeout_ms, attempts, task_locked_by, task_tenant, task_correlation_id,
-                task_metadata, task_unique_key, task_unique_mode,
-                coalesce((attempts -> 0 ->> 'started_at')::timestamptz, task_claimed_at_ts), task_claimed_at_ts,
-                'cancelled', 'cancelled by an operator', 'cancelled: cancelled by an operator'
-            FROM rows
-            ON CONFLICT (task_id) DO UPDATE SET task_status = 7,
-                task_error_count = r.task_error_count + EXCLUDED.task_error_count,
-                task_processing_finalized_at_ts = EXCLUDED.task_processing_finalized_at_ts,
-                task_payload = EXCLUDED.task_payload,
-                task_max_attempts = EXCLUDED.task_max_attempts,
-                task_timeout_ms = EXCLUDED.task_timeout_ms,
-                task_errors = r.task_errors || EXCLUDED.task_errors,
-                task_last_locked_by = coalesce(EXCLUDED.task_last_locked_by, r.task_last_locked_by),
-                task_first_processing_attempted_at_ts =
-                    coalesce(r.task_first_processing_attempted_at_ts, EXCLUDED.task_first_processing_attempted_at_ts),
-                task_last_processing_attempted_at_ts =
-                    coalesce(EXCLUDED.task_last_processing_attempted_at_ts, r.task_last_processing_attempted_at_ts),
-                task_last_error_type = EXCLUDED.task_last_error_type,
-                task_last_error_message = EXCLUDED.task_last_error_message,
-                task_last_error = EXCLUDED.task_last_error
-        )
-        SELECT task_id, running, task_type, task_dependants FROM rows ORDER BY task_id"
-    ))
-    .bind(ids)
-    .bind(now)
-    .fetch_all(&mut *tx)
-    .await?;
-    // The jobs waiting on a cancelled one are cancelled with it, naming it.
-    let roots: Vec<(Uuid, String)> = rows
-        .iter()
-        .filter(|row| row.3)
-        .map(|(id, _, task_type, _)| {
-            let message =
-                crate::store::dependency_message(*id, task_type, true, "cancelled by an operator");
-            (*id, message)
-        })
-        .collect();
-    super::flow::propagate(&mut tx, schema, roots, true, now).await?;
-    let rows: Vec<(Uuid, bool)> = rows
-        .into_iter()
-        .map(|(id, running, _, _)| (id, running))
-        .collect();
-    let running: Vec<String> = rows
-        .iter()
-        .filter(|(_, running)| *running)
-        .map(|(id, _)| id.to_string())
-        .collect();
-    for chunk in running.chunks(IDS_PER_NOTIFICATION) {
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(schema.control_channel())
-            .bind(format!("cancel:{}", chunk.join(",")))
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await?;
-    Ok(rows)
-}
-
-/// Puts the fatal or cancelled jobs among `ids` back in the queue, due at `now`, with a
-/// fresh attempt budget; a job whose unique key another live job holds stays as it is.
-/// The ids put back.
-pub(crate) async fn retry(
-    pool: &PgPool,
-    schema: &Schema,
-    ids: &[Uuid],
-    now: DateTime<Utc>,
-) -> Result<Vec<Uuid>> {
-    let q = schema.table("tasks_queue_t");
-    let r = schema.table("task_results_t");
-    let d = schema.table("task_deps_t");
-    let seed002 = "task_tenant, task_correlation_id, task_metadata";
-    Ok(sqlx::query_scalar(&format!(
-        "WITH back AS (
-            INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
-                task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, {seed002},
-                task_unique_key, task_unique_mode, task_timeout_ms)
-            SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, $2, task_queue,
-                jsonb_array_length(task_errors), jsonb_array_length(task_errors) + coalesce(task_max_attempts, {}),
-                true, {seed002}, CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode,
-                task_timeout_ms
-            FROM {r}
-            WHERE task_id = ANY($1) AND task_status IN (6, 7) AND task_payload IS NOT NULL
-            ORDER BY task_id
-            ON CONFLICT DO NOTHING
-            RETURNING task_id
-        ), res AS (
-            UPDATE {r} r SET task_status = 1, task_processing_finalized_at_ts = NULL, task_payload = NULL
-            FROM back WHERE r.task_id = back.task_id
-        ), fed AS (
-            -- A job that waited on others runs again with their outputs (migration 9).
-            UPDATE {q} q SET task_waiting_on = 0 FROM back
-            WHERE q.task_id = back.task_id AND EXISTS (SELECT 1 FROM {d} d WHERE d.task_id = back.task_id)
-        )
-        SELECT task_id FROM back, (SELECT pg_notify($3, '')) AS notify",
-        crate::DEFAULT_MAX_ATTEMPTS
-    ))
-    .bind(ids)
-    .bind(now)
-    .bind(schema.channel())
-    .fetch_all(pool)
-    .await?)
-}
-
-/// Moves a waiting job's not-before time; false when it is not waiting, or waits on
-/// other jobs (it runs when they have succeeded).
-pub(crate) async fn reschedule(
-    pool: &PgPool,
-    schema: &Schema,
-    id: Uuid,
-    at: DateTime<Utc>,
-) -> Result<bool> {
-    let found: Option<Uuid> = sqlx::query_scalar(&format!(
-        "UPDATE {} SET task_locked_until_ts = $2
-         WHERE task_id = $1 AND task_locked_by IS NULL AND coalesce(task_waiting_on, 0) = 0
-         RETURNING task_id",
-        schema.table("tasks_queue_t")
-    ))
-    .bind(id)
-    .bind(at)
-    .fetch_optional(pool)
-    .await?;
-    if found.is_some() {
-        sqlx::query("SELECT pg_notify($1, '')")
-            .bind(schema.channel())
-            .execute(pool)
-            .await?;
-    }
-    Ok(found.is_some())
-}
-
-/// Pauses or resumes a queue; whether that changed its state.
-pub(crate) async fn set_paused(
-    pool: &PgPool,
-    schema: &Schema,
-    queue: &str,
-    paused: bool,
-    now: DateTime<Utc>,
-) -> Result<bool> {
-    let t = schema.table("queues_t");
-    let changed = if paused {
-        sqlx::query(&format!(
-            "INSERT INTO {t} AS t (queue_name, queue_paused_at_ts, queue_updated_at_ts) VALUES ($1, $2, $2)
-             ON CONFLICT (queue_name) DO UPDATE SET queue_paused_at_ts = $2, queue_updated_at_ts = $2
-             WHERE t.queue_paused_at_ts IS NULL"
-        ))
-        .bind(queue)
-        .bind(now)
-        .execute(pool)
-        .await?
-        .rows_affected()
-    } else {
-        sqlx::query(&format!(
-            "UPDATE {t} SET queue_paused_at_ts = NULL, queue_updated_at_ts = $2
-             WHERE queue_name = $1 AND queue_paused_at_ts IS NOT NULL"
-        ))
-        .bind(queue)
-        .bind(now)
-        .execute(pool)
-        .await?
-        .rows_affected()
-    };
-    if changed > 0 {
-        queues_changed(pool, schema).await?;
-    }
-    Ok(changed > 0)
-}
 
 /// Every worker, in this process and (by a notification) in others, reads the queues
 /// table again (and, after a resume, claims).
@@ -230,391 +27,8 @@ async fn queues_changed(pool: &PgPool, schema: &Schema) -> Result<()> {
     Ok(())
 }
 
-/// Sets or (with `None`) removes a queue's concurrency limit across workers.
-pub(crate) async fn set_global_limit(
-    pool: &PgPool,
-    schema: &Schema,
-    queue: &str,
-    limit: Option<i32>,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    let t = schema.table("queues_t");
-    let sql = if limit.is_some() {
-        format!(
-            "INSERT INTO {t} (queue_name, queue_global_limit, queue_updated_at_ts) VALUES ($1, $2, $3)
-             ON CONFLICT (queue_name) DO UPDATE SET queue_global_limit = $2, queue_updated_at_ts = $3"
-        )
-    } else {
-        format!("UPDATE {t} SET queue_global_limit = $2, queue_updated_at_ts = $3 WHERE queue_name = $1")
-    };
-    sqlx::query(&sql)
-        .bind(queue)
-        .bind(limit)
-        .bind(now)
-        .execute(pool)
-        .await?;
-    queues_changed(pool, schema).await
-}
-
-/// Live jobs per queue and state, with each queue's pause.
-pub(crate) async fn queue_states(
-    pool: &PgPool,
-    schema: &Schema,
-    now: DateTime<Utc>,
-) -> Result<Vec<QueueState>> {
-    let live: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(&format!(
-        "SELECT task_queue,
-            count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
-            count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1
-                AND coalesce(task_waiting_on, 0) = 0),
-            count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1),
-            count(*) FILTER (WHERE task_waiting_on > 0)
-         FROM {} GROUP BY task_queue",
-        schema.table("tasks_queue_t")
-    ))
-    .bind(now)
-    .fetch_all(pool)
-    .await?;
-    let controlled = sqlx::query_as(&format!(
-        "SELECT queue_name, queue_paused_at_ts, queue_global_limit::bigint FROM {}",
-        schema.table("queues_t")
-    ))
-    .fetch_all(pool)
-    .await?;
-    Ok(crate::store::merge_queue_states(live, controlled))
-}
-
-/// Up to `limit` ids of the jobs `filter` takes, after `after` in id order: live jobs
-/// (`live`) from the queue table, else fatal and cancelled ones from the results.
-pub(crate) async fn find_ids(
-    pool: &PgPool,
-    schema: &Schema,
-    filter: &JobFilter,
-    live: bool,
-    after: Option<Uuid>,
-    limit: i64,
-) -> Result<Vec<Uuid>> {
-    let sql = if live {
-        format!(
-            "SELECT task_id FROM {} WHERE ($1::uuid IS NULL OR task_id > $1)
-                AND ($2::text IS NULL OR task_queue = $2) AND ($3::text IS NULL OR task_type = $3)
-                AND ($4::text IS NULL OR task_tenant = $4) AND ($5::text IS NULL OR task_correlation_id = $5)
-                AND ($6::bool IS NULL OR (task_locked_by IS NOT NULL) = $6){}
-             ORDER BY task_id LIMIT $7",
-            schema.table("tasks_queue_t"),
-            filter.pending_clause()
-        )
-    } else {
-        format!(
-            "SELECT task_id FROM {} WHERE ($1::uuid IS NULL OR task_id > $1)
-                AND ($2::text IS NULL OR task_queue = $2) AND ($3::text IS NULL OR task_type = $3)
-                AND ($4::text IS NULL OR task_tenant = $4) AND ($5::text IS NULL OR task_correlation_id = $5)
-                AND task_status = ANY($6)
-             ORDER BY task_id LIMIT $7",
-            schema.table("task_results_t")
-        )
-    };
-    let query = sqlx::query_scalar(&sql)
-        .bind(after)
-        .bind(&filter.queue)
-        .bind(&filter.task_type)
-        .bind(&filter.tenant)
-        .bind(&filter.correlation_id);
-    let query = if live {
-        query.bind(filter.running())
-    } else {
-        let statuses: Vec<i32> = match filter.status {
-            Some(s) => vec![s as i32],
-            None => vec![6, 7],
-        };
-        query.bind(statuses)
-    };
-    Ok(query.bind(limit).fetch_all(pool).await?)
-}
-
-/// Enqueues one job on the pool (`Client::enqueue_json`).
-pub(crate) async fn post(
-    pool: &PgPool,
-    schema: &Schema,
-    job: NewJob,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    super::enqueue_one(pool, schema, job, now).await?;
-    Ok(())
-}
-
-/// The paused queues (every claim skips them) and those with a global limit.
-pub(crate) async fn queue_controls(pool: &PgPool, schema: &Schema) -> Result<QueueControls> {
-    let rows = sqlx::query_as(&format!(
-        "SELECT queue_name, queue_paused_at_ts IS NOT NULL, queue_global_limit IS NOT NULL FROM {}
-         WHERE queue_paused_at_ts IS NOT NULL OR queue_global_limit IS NOT NULL ORDER BY queue_name",
-        schema.table("queues_t")
-    ))
-    .fetch_all(pool)
-    .await?;
-    Ok(QueueControls::from_rows(rows))
-}
-
-/// Jobs by queue, task type or tenant and state (`Client::count_by`).
-pub(crate) async fn count_by(
-    pool: &PgPool,
-    schema: &Schema,
-    by: crate::model::CountBy,
-    now: DateTime<Utc>,
-) -> Result<Vec<crate::model::GroupCounts>> {
-    let column = crate::store::listing::group_column(by);
-    let live = sqlx::query_as(&format!(
-        "SELECT {column}::text,
-            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= $1),
-            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > $1
-                AND coalesce(task_waiting_on, 0) = 0),
-            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt > 0),
-            count(*) FILTER (WHERE task_locked_by IS NOT NULL),
-            count(*) FILTER (WHERE task_waiting_on > 0)
-         FROM {} GROUP BY 1",
-        schema.table("tasks_queue_t")
-    ))
-    .bind(now)
-    .fetch_all(pool)
-    .await?;
-    let ended = sqlx::query_as(&format!(
-        "SELECT {column}::text, count(*) FILTER (WHERE task_status = 6), count(*) FILTER (WHERE task_status = 7)
-         FROM {} WHERE task_status IN (6, 7) GROUP BY 1",
-        schema.table("task_results_t")
-    ))
-    .fetch_all(pool)
-    .await?;
-    Ok(crate::store::listing::merge_group_counts(live, ended))
-}
-
-/// One page of the job list (`Client::jobs`).
-pub(crate) async fn list_jobs(
-    pool: &PgPool,
-    schema: &Schema,
-    filter: &JobFilter,
-    after: Option<Uuid>,
-    limit: i64,
-    now: DateTime<Utc>,
-) -> Result<Vec<crate::model::JobSummary>> {
-    // Two branches under one filter, each newest first and limited, merged: the jobs with
-    // a results row, and the jobs still waiting for their first outcome without one (a
-    // job without a unique key, or one another producer posted), whose `r` the queue row
-    // stands in for.
-    let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new("SELECT * FROM (");
-    let branches = [
-        format!(
-            "{} r LEFT JOIN {} q ON q.task_id = r.task_id WHERE true",
-            schema.table("task_results_t"),
-            schema.table("tasks_queue_t")
-        ),
-        format!(
-            "{q} q CROSS JOIN LATERAL (SELECT q.task_id, q.task_type, q.task_queue, 1 AS task_status,
-                q.task_priority, q.task_tenant, q.task_correlation_id, q.task_metadata, q.task_posted_at_ts,
-                NULL::timestamptz AS task_processing_finalized_at_ts,
-                jsonb_array_length(coalesce(q.task_lost_attempts, '[]')) AS task_error_count,
-                NULL::text AS task_last_error_type, NULL::text AS task_last_error_message) r
-             WHERE NOT q.task_has_result AND NOT EXISTS (SELECT 1 FROM {r} x WHERE x.task_id = q.task_id)",
-            q = schema.table("tasks_queue_t"),
-            r = schema.table("task_results_t")
-        ),
-    ];
-    crate::store::listing::push_job_list!(
-        query,
-        branches,
-        str::to_owned,
-        filter,
-        after,
-        limit,
-        now,
-        |query, key, value| {
-            query
-                .push(" AND r.task_metadata ->> ")
-                .push_bind(key)
-                .push(" = ")
-                .push_bind(value);
-        }
-    );
-    Ok(query.build_query_as().fetch_all(pool).await?)
-}
-
-/// The jobs whose last run failed since `since`, grouped by error (`Client::error_groups`).
-pub(crate) async fn error_groups(
-    pool: &PgPool,
-    schema: &Schema,
-    since: DateTime<Utc>,
-    limit: i64,
-) -> Result<Vec<crate::model::ErrorGroup>> {
-    Ok(sqlx::query_as(&format!(
-        "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
-            min(task_last_processing_attempted_at_ts) AS first_seen,
-            max(task_last_processing_attempted_at_ts) AS last_seen, (array_agg(task_id ORDER BY task_id DESC))[1] AS sample
-         FROM {} WHERE task_status IN (4, 5, 6) AND task_last_processing_attempted_at_ts >= $1
-         GROUP BY task_last_error_type, task_last_error_message
-         ORDER BY jobs DESC, last_seen DESC LIMIT $2",
-        schema.table("task_results_t")
-    ))
-    .bind(since)
-    .bind(limit)
-    .fetch_all(pool)
-    .await?)
-}
-
-/// The workers' rows with the jobs each holds (`Client::workers`).
-pub(crate) async fn workers(
-    pool: &PgPool,
-    schema: &Schema,
-    now: DateTime<Utc>,
-) -> Result<Vec<crate::model::WorkerInfo>> {
-    let rows = sqlx::query_as(&format!("SELECT * FROM {}", schema.table("workers_t")))
-        .fetch_all(pool)
-        .await?;
-    let running = sqlx::query_as(&format!(
-        "SELECT task_locked_by, count(*) FROM {}
-         WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1 GROUP BY task_locked_by",
-        schema.table("tasks_queue_t")
-    ))
-    .bind(now)
-    .fetch_all(pool)
-    .await?;
-    Ok(crate::store::listing::workers_of(rows, running, now))
-}
-
-/// Announces worker `id` (and forgets workers not seen for a day).
-pub(crate) async fn worker_up(
-    pool: &PgPool,
-    schema: &Schema,
-    id: &str,
-    up: &crate::model::WorkerUp,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    let table = schema.table("workers_t");
-    sqlx::query(&format!(
-        "INSERT INTO {table} (worker_id, worker_host, worker_pid, worker_queues, worker_task_types,
-            worker_concurrency, worker_heartbeat_ms, worker_started_at_ts, worker_seen_at_ts)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-         ON CONFLICT (worker_id) DO UPDATE SET worker_host = EXCLUDED.worker_host, worker_pid = EXCLUDED.worker_pid,
-                worker_queues = EXCLUDED.worker_queues, worker_task_types = EXCLUDED.worker_task_types,
-                worker_concurrency = EXCLUDED.worker_concurrency, worker_heartbeat_ms = EXCLUDED.worker_heartbeat_ms,
-                worker_started_at_ts = EXCLUDED.worker_started_at_ts, worker_seen_at_ts = EXCLUDED.worker_seen_at_ts"
-    ))
-    .bind(id)
-    .bind(&up.host)
-    .bind(up.pid)
-    .bind(&up.queues)
-    .bind(&up.task_types)
-    .bind(up.concurrency)
-    .bind(up.heartbeat_ms)
-    .bind(now)
-    .bind(now)
-    .execute(pool)
-    .await?;
-    sqlx::query(&format!("DELETE FROM {table} WHERE worker_seen_at_ts < $1"))
-        .bind(now - chrono::Duration::days(1))
-        .execute(pool)
-        .await?;
-    // The metrics rows of workers gone for a day (a live worker writes its rows every
-    // maintenance interval).
-    sqlx::query(&format!(
-        "DELETE FROM {} WHERE metric_last_updated < $1",
-        schema.table("metrics_t")
-    ))
-    .bind(now - chrono::Duration::days(1))
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// Stamps worker `id`'s row.
-pub(crate) async fn worker_seen(
-    pool: &PgPool,
-    schema: &Schema,
-    id: &str,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    sqlx::query(&format!(
-        "UPDATE {} SET worker_seen_at_ts = $1 WHERE worker_id = $2",
-        schema.table("workers_t")
-    ))
-    .bind(now)
-    .bind(id)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// Removes worker `id`'s row.
-pub(crate) async fn worker_down(pool: &PgPool, schema: &Schema, id: &str) -> Result<()> {
-    sqlx::query(&format!(
-        "DELETE FROM {} WHERE worker_id = $1",
-        schema.table("workers_t")
-    ))
-    .bind(id)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// The stored run counts per minute since `since` (`Client::throughput`).
-pub(crate) async fn job_stats(
-    pool: &PgPool,
-    schema: &Schema,
-    since: DateTime<Utc>,
-    task_type: Option<&str>,
-) -> Result<Vec<crate::model::StatRow>> {
-    let filter = if task_type.is_some() {
-        " AND task_type = $2"
-    } else {
-        ""
-    };
-    let sql = format!(
-        "SELECT stat_minute_ts, task_type, stat_processed, stat_failed, stat_run_ms, stat_histogram
-         FROM {} WHERE stat_minute_ts >= $1{filter} ORDER BY stat_minute_ts",
-        schema.table("job_stats_t")
-    );
-    let query = sqlx::query_as(&sql).bind(since);
-    let query = match task_type {
-        Some(t) => query.bind(t),
-        None => query,
-    };
-    Ok(query.fetch_all(pool).await?)
-}
-
-/// Writes worker `owner`'s run counts per minute and task type (absolute values).
-pub(crate) async fn write_job_stats(
-    pool: &PgPool,
-    schema: &Schema,
-    owner: &str,
-    buckets: &[(DateTime<Utc>, String, crate::model::StatBucket)],
-) -> Result<()> {
-    let sql = format!(
-        "INSERT INTO {} (stat_minute_ts, task_type, stat_owner, stat_processed, stat_failed, stat_run_ms,
-            stat_histogram) VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (stat_minute_ts, task_type, stat_owner) DO UPDATE SET stat_processed = EXCLUDED.stat_processed, stat_failed = EXCLUDED.stat_failed, stat_run_ms = EXCLUDED.stat_run_ms, stat_histogram = EXCLUDED.stat_histogram",
-        schema.table("job_stats_t")
-    );
-    let mut tx = pool.begin().await?;
-    for (minute, task_type, bucket) in buckets {
-        sqlx::query(&sql)
-            .bind(*minute)
-            .bind(task_type)
-            .bind(owner)
-            .bind(bucket.processed)
-            .bind(bucket.failed)
-            .bind(bucket.run_ms)
-            .bind(bucket.histogram_json())
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await?;
-    Ok(())
-}
-
-/// Deletes the run counts of minutes before `before` (the results' retention).
-pub(crate) async fn prune_job_stats(
-    pool: &PgPool,
-    schema: &Schema,
-    before: DateTime<Utc>,
-) -> Result<u64> {
+/// Deletes the run counts of minutes before `before`.
+async fn delete_job_stats(pool: &PgPool, schema: &Schema, before: DateTime<Utc>) -> Result<u64> {
     Ok(sqlx::query(&format!(
         "DELETE FROM {} WHERE stat_minute_ts < $1",
         schema.table("job_stats_t")
@@ -625,24 +39,604 @@ pub(crate) async fn prune_job_stats(
     .rows_affected())
 }
 
-/// `Client::prune`: what the workers' retention deletes, with `before` as its cutoff.
-pub(crate) async fn prune(
-    pool: &PgPool,
-    schema: &Schema,
-    before: DateTime<Utc>,
-) -> Result<crate::model::Pruned> {
-    let retired = super::partitions::retire(
-        pool,
-        schema,
-        before,
-        None,
-        true,
-        &tokio_util::sync::CancellationToken::new(),
-    )
-    .await?;
-    Ok(crate::model::Pruned {
-        rows: retired.rows,
-        partitions: retired.dropped,
-        run_counts: prune_job_stats(pool, schema, before).await?,
-    })
+impl Control for PgPool {
+    /// Cancels the live jobs among `ids`: their queue rows go, their results rows record
+    /// status 7 (cancelled) with the payload and limits (for a retry), and a running one's
+    /// attempt is recorded as cancelled; its worker is told on the control channel. The ids
+    /// cancelled, and whether each was running.
+    async fn cancel(
+        &self,
+        schema: &Schema,
+        ids: &[Uuid],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<(Uuid, bool)>> {
+        let pool = self;
+        let q = schema.table("tasks_queue_t");
+        let r = schema.table("task_results_t");
+        let lost_message = "'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)'";
+        let mut tx = pool.begin().await?;
+        let rows: Vec<(Uuid, bool, String, bool)> = sqlx::query_as(&format!(
+            "WITH gone AS (
+                DELETE FROM {q} WHERE task_id = ANY($1)
+                RETURNING *
+            ), rows AS (
+                SELECT *, task_locked_by IS NOT NULL AND task_locked_until_ts > $2 AS running,
+                    coalesce(task_lost_attempts, '[]') || CASE WHEN task_locked_by IS NULL THEN '[]'::jsonb
+                        WHEN task_locked_until_ts > $2 THEN jsonb_build_array(jsonb_build_object(
+                            'attempt', task_attempt, 'worker', task_locked_by, 'started_at', task_claimed_at_ts,
+                            'ended_at', $2::timestamptz, 'outcome', 'cancelled', 'kind', 'cancelled',
+                            'message', 'cancelled while it ran', 'recoverable', false))
+                        ELSE jsonb_build_array(jsonb_build_object(
+                            'attempt', task_attempt, 'worker', task_locked_by, 'started_at', task_claimed_at_ts,
+                            'ended_at', $2::timestamptz, 'outcome', 'lost', 'kind', 'worker_lost',
+                            'message', {lost_message}, 'recoverable', true)) END AS attempts
+                FROM gone
+            ), res AS (
+                INSERT INTO {r} AS r (task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
+                    task_status, task_error_count, task_processing_finalized_at_ts, task_payload, task_max_attempts,
+                    task_timeout_ms, task_errors, task_last_locked_by, task_tenant, task_correlation_id, task_metadata,
+                    task_unique_key, task_unique_mode, task_first_processing_attempted_at_ts,
+                    task_last_processing_attempted_at_ts, task_last_error_type, task_last_error_message, task_last_error)
+                SELECT task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts, 7,
+                    jsonb_array_length(attempts) - CASE WHEN running THEN 1 ELSE 0 END, $2, task_payload,
+                    task_max_attempts, task_timeout_ms, attempts, task_locked_by, task_tenant, task_correlation_id,
+                    task_metadata, task_unique_key, task_unique_mode,
+                    coalesce((attempts -> 0 ->> 'started_at')::timestamptz, task_claimed_at_ts), task_claimed_at_ts,
+                    'cancelled', 'cancelled by an operator', 'cancelled: cancelled by an operator'
+                FROM rows
+                ON CONFLICT (task_id) DO UPDATE SET task_status = 7,
+                    task_error_count = r.task_error_count + EXCLUDED.task_error_count,
+                    task_processing_finalized_at_ts = EXCLUDED.task_processing_finalized_at_ts,
+                    task_payload = EXCLUDED.task_payload,
+                    task_max_attempts = EXCLUDED.task_max_attempts,
+                    task_timeout_ms = EXCLUDED.task_timeout_ms,
+                    task_errors = r.task_errors || EXCLUDED.task_errors,
+                    task_last_locked_by = coalesce(EXCLUDED.task_last_locked_by, r.task_last_locked_by),
+                    task_first_processing_attempted_at_ts =
+                        coalesce(r.task_first_processing_attempted_at_ts, EXCLUDED.task_first_processing_attempted_at_ts),
+                    task_last_processing_attempted_at_ts =
+                        coalesce(EXCLUDED.task_last_processing_attempted_at_ts, r.task_last_processing_attempted_at_ts),
+                    task_last_error_type = EXCLUDED.task_last_error_type,
+                    task_last_error_message = EXCLUDED.task_last_error_message,
+                    task_last_error = EXCLUDED.task_last_error
+            )
+            SELECT task_id, running, task_type, task_dependants FROM rows ORDER BY task_id"
+        ))
+        .bind(ids)
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await?;
+        // The jobs waiting on a cancelled one are cancelled with it, naming it.
+        let roots: Vec<(Uuid, String)> = rows
+            .iter()
+            .filter(|row| row.3)
+            .map(|(id, _, task_type, _)| {
+                let message = crate::store::dependency_message(
+                    *id,
+                    task_type,
+                    true,
+                    "cancelled by an operator",
+                );
+                (*id, message)
+            })
+            .collect();
+        super::flow::propagate(&mut tx, schema, roots, true, now).await?;
+        let rows: Vec<(Uuid, bool)> = rows
+            .into_iter()
+            .map(|(id, running, _, _)| (id, running))
+            .collect();
+        let running: Vec<String> = rows
+            .iter()
+            .filter(|(_, running)| *running)
+            .map(|(id, _)| id.to_string())
+            .collect();
+        for chunk in running.chunks(IDS_PER_NOTIFICATION) {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(schema.control_channel())
+                .bind(format!("cancel:{}", chunk.join(",")))
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(rows)
+    }
+
+    /// Puts the fatal or cancelled jobs among `ids` back in the queue, due at `now`, with a
+    /// fresh attempt budget; a job whose unique key another live job holds stays as it is.
+    /// The ids put back.
+    async fn retry(&self, schema: &Schema, ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        let pool = self;
+        let q = schema.table("tasks_queue_t");
+        let r = schema.table("task_results_t");
+        let d = schema.table("task_deps_t");
+        let seed002 = "task_tenant, task_correlation_id, task_metadata";
+        Ok(sqlx::query_scalar(&format!(
+            "WITH back AS (
+                INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
+                    task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, {seed002},
+                    task_unique_key, task_unique_mode, task_timeout_ms)
+                SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, $2, task_queue,
+                    jsonb_array_length(task_errors), jsonb_array_length(task_errors) + coalesce(task_max_attempts, {}),
+                    true, {seed002}, CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode,
+                    task_timeout_ms
+                FROM {r}
+                WHERE task_id = ANY($1) AND task_status IN (6, 7) AND task_payload IS NOT NULL
+                ORDER BY task_id
+                ON CONFLICT DO NOTHING
+                RETURNING task_id
+            ), res AS (
+                UPDATE {r} r SET task_status = 1, task_processing_finalized_at_ts = NULL, task_payload = NULL
+                FROM back WHERE r.task_id = back.task_id
+            ), fed AS (
+                -- A job that waited on others runs again with their outputs (migration 9).
+                UPDATE {q} q SET task_waiting_on = 0 FROM back
+                WHERE q.task_id = back.task_id AND EXISTS (SELECT 1 FROM {d} d WHERE d.task_id = back.task_id)
+            )
+            SELECT task_id FROM back, (SELECT pg_notify($3, '')) AS notify",
+            crate::DEFAULT_MAX_ATTEMPTS
+        ))
+        .bind(ids)
+        .bind(now)
+        .bind(schema.channel())
+        .fetch_all(pool)
+        .await?)
+    }
+
+    /// Moves a waiting job's not-before time; false when it is not waiting, or waits on
+    /// other jobs (it runs when they have succeeded).
+    async fn reschedule(&self, schema: &Schema, id: Uuid, at: DateTime<Utc>) -> Result<bool> {
+        let pool = self;
+        let found: Option<Uuid> = sqlx::query_scalar(&format!(
+            "UPDATE {} SET task_locked_until_ts = $2
+             WHERE task_id = $1 AND task_locked_by IS NULL AND coalesce(task_waiting_on, 0) = 0
+             RETURNING task_id",
+            schema.table("tasks_queue_t")
+        ))
+        .bind(id)
+        .bind(at)
+        .fetch_optional(pool)
+        .await?;
+        if found.is_some() {
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(schema.channel())
+                .execute(pool)
+                .await?;
+        }
+        Ok(found.is_some())
+    }
+
+    /// Pauses or resumes a queue; whether that changed its state.
+    async fn set_paused(
+        &self,
+        schema: &Schema,
+        queue: &str,
+        paused: bool,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let pool = self;
+        let t = schema.table("queues_t");
+        let changed = if paused {
+            sqlx::query(&format!(
+                "INSERT INTO {t} AS t (queue_name, queue_paused_at_ts, queue_updated_at_ts) VALUES ($1, $2, $2)
+                 ON CONFLICT (queue_name) DO UPDATE SET queue_paused_at_ts = $2, queue_updated_at_ts = $2
+                 WHERE t.queue_paused_at_ts IS NULL"
+            ))
+            .bind(queue)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        } else {
+            sqlx::query(&format!(
+                "UPDATE {t} SET queue_paused_at_ts = NULL, queue_updated_at_ts = $2
+                 WHERE queue_name = $1 AND queue_paused_at_ts IS NOT NULL"
+            ))
+            .bind(queue)
+            .bind(now)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        };
+        if changed > 0 {
+            queues_changed(pool, schema).await?;
+        }
+        Ok(changed > 0)
+    }
+
+    /// Sets or (with `None`) removes a queue's concurrency limit across workers.
+    async fn set_global_limit(
+        &self,
+        schema: &Schema,
+        queue: &str,
+        limit: Option<i32>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let pool = self;
+        let t = schema.table("queues_t");
+        let sql = if limit.is_some() {
+            format!(
+                "INSERT INTO {t} (queue_name, queue_global_limit, queue_updated_at_ts) VALUES ($1, $2, $3)
+                 ON CONFLICT (queue_name) DO UPDATE SET queue_global_limit = $2, queue_updated_at_ts = $3"
+            )
+        } else {
+            format!("UPDATE {t} SET queue_global_limit = $2, queue_updated_at_ts = $3 WHERE queue_name = $1")
+        };
+        sqlx::query(&sql)
+            .bind(queue)
+            .bind(limit)
+            .bind(now)
+            .execute(pool)
+            .await?;
+        queues_changed(pool, schema).await
+    }
+
+    /// Live jobs per queue and state, with each queue's pause.
+    async fn queue_states(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<QueueState>> {
+        let pool = self;
+        let live: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(&format!(
+            "SELECT task_queue,
+                count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
+                count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1
+                    AND coalesce(task_waiting_on, 0) = 0),
+                count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1),
+                count(*) FILTER (WHERE task_waiting_on > 0)
+             FROM {} GROUP BY task_queue",
+            schema.table("tasks_queue_t")
+        ))
+        .bind(now)
+        .fetch_all(pool)
+        .await?;
+        let controlled = sqlx::query_as(&format!(
+            "SELECT queue_name, queue_paused_at_ts, queue_global_limit::bigint FROM {}",
+            schema.table("queues_t")
+        ))
+        .fetch_all(pool)
+        .await?;
+        Ok(crate::store::merge_queue_states(live, controlled))
+    }
+
+    /// Up to `limit` ids of the jobs `filter` takes, after `after` in id order: live jobs
+    /// (`live`) from the queue table, else fatal and cancelled ones from the results.
+    async fn find_ids(
+        &self,
+        schema: &Schema,
+        filter: &JobFilter,
+        live: bool,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<Uuid>> {
+        let pool = self;
+        let sql = if live {
+            format!(
+                "SELECT task_id FROM {} WHERE ($1::uuid IS NULL OR task_id > $1)
+                    AND ($2::text IS NULL OR task_queue = $2) AND ($3::text IS NULL OR task_type = $3)
+                    AND ($4::text IS NULL OR task_tenant = $4) AND ($5::text IS NULL OR task_correlation_id = $5)
+                    AND ($6::bool IS NULL OR (task_locked_by IS NOT NULL) = $6){}
+                 ORDER BY task_id LIMIT $7",
+                schema.table("tasks_queue_t"),
+                filter.pending_clause()
+            )
+        } else {
+            format!(
+                "SELECT task_id FROM {} WHERE ($1::uuid IS NULL OR task_id > $1)
+                    AND ($2::text IS NULL OR task_queue = $2) AND ($3::text IS NULL OR task_type = $3)
+                    AND ($4::text IS NULL OR task_tenant = $4) AND ($5::text IS NULL OR task_correlation_id = $5)
+                    AND task_status = ANY($6)
+                 ORDER BY task_id LIMIT $7",
+                schema.table("task_results_t")
+            )
+        };
+        let query = sqlx::query_scalar(&sql)
+            .bind(after)
+            .bind(&filter.queue)
+            .bind(&filter.task_type)
+            .bind(&filter.tenant)
+            .bind(&filter.correlation_id);
+        let query = if live {
+            query.bind(filter.running())
+        } else {
+            let statuses: Vec<i32> = match filter.status {
+                Some(s) => vec![s as i32],
+                None => vec![6, 7],
+            };
+            query.bind(statuses)
+        };
+        Ok(query.bind(limit).fetch_all(pool).await?)
+    }
+
+    /// Enqueues one job on the pool (`Client::enqueue_json`).
+    async fn post(&self, schema: &Schema, job: NewJob, now: DateTime<Utc>) -> Result<()> {
+        let pool = self;
+        super::enqueue_one(pool, schema, job, now).await?;
+        Ok(())
+    }
+
+    /// `Client::prune`: what the workers' retention deletes, with `before` as its cutoff.
+    async fn prune(&self, schema: &Schema, before: DateTime<Utc>) -> Result<crate::model::Pruned> {
+        let pool = self;
+        let retired = super::partitions::retire(
+            pool,
+            schema,
+            before,
+            None,
+            true,
+            &tokio_util::sync::CancellationToken::new(),
+        )
+        .await?;
+        Ok(crate::model::Pruned {
+            rows: retired.rows,
+            partitions: retired.dropped,
+            run_counts: delete_job_stats(pool, schema, before).await?,
+        })
+    }
+
+    /// Jobs by queue, task type or tenant and state (`Client::count_by`).
+    async fn count_by(
+        &self,
+        schema: &Schema,
+        by: crate::model::CountBy,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::model::GroupCounts>> {
+        let pool = self;
+        let column = crate::store::listing::group_column(by);
+        let live = sqlx::query_as(&format!(
+            "SELECT {column}::text,
+                count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= $1),
+                count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > $1
+                    AND coalesce(task_waiting_on, 0) = 0),
+                count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt > 0),
+                count(*) FILTER (WHERE task_locked_by IS NOT NULL),
+                count(*) FILTER (WHERE task_waiting_on > 0)
+             FROM {} GROUP BY 1",
+            schema.table("tasks_queue_t")
+        ))
+        .bind(now)
+        .fetch_all(pool)
+        .await?;
+        let ended = sqlx::query_as(&format!(
+            "SELECT {column}::text, count(*) FILTER (WHERE task_status = 6), count(*) FILTER (WHERE task_status = 7)
+             FROM {} WHERE task_status IN (6, 7) GROUP BY 1",
+            schema.table("task_results_t")
+        ))
+        .fetch_all(pool)
+        .await?;
+        Ok(crate::store::listing::merge_group_counts(live, ended))
+    }
+
+    /// One page of the job list (`Client::jobs`).
+    async fn list_jobs(
+        &self,
+        schema: &Schema,
+        filter: &JobFilter,
+        after: Option<Uuid>,
+        limit: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::model::JobSummary>> {
+        let pool = self;
+        // Two branches under one filter, each newest first and limited, merged: the jobs with
+        // a results row, and the jobs still waiting for their first outcome without one (a
+        // job without a unique key, or one another producer posted), whose `r` the queue row
+        // stands in for.
+        let mut query = sqlx::QueryBuilder::<sqlx::Postgres>::new("SELECT * FROM (");
+        let branches = [
+            format!(
+                "{} r LEFT JOIN {} q ON q.task_id = r.task_id WHERE true",
+                schema.table("task_results_t"),
+                schema.table("tasks_queue_t")
+            ),
+            format!(
+                "{q} q CROSS JOIN LATERAL (SELECT q.task_id, q.task_type, q.task_queue, 1 AS task_status,
+                    q.task_priority, q.task_tenant, q.task_correlation_id, q.task_metadata, q.task_posted_at_ts,
+                    NULL::timestamptz AS task_processing_finalized_at_ts,
+                    jsonb_array_length(coalesce(q.task_lost_attempts, '[]')) AS task_error_count,
+                    NULL::text AS task_last_error_type, NULL::text AS task_last_error_message) r
+                 WHERE NOT q.task_has_result AND NOT EXISTS (SELECT 1 FROM {r} x WHERE x.task_id = q.task_id)",
+                q = schema.table("tasks_queue_t"),
+                r = schema.table("task_results_t")
+            ),
+        ];
+        crate::store::listing::push_job_list!(
+            query,
+            branches,
+            str::to_owned,
+            filter,
+            after,
+            limit,
+            now,
+            |query, key, value| {
+                query
+                    .push(" AND r.task_metadata ->> ")
+                    .push_bind(key)
+                    .push(" = ")
+                    .push_bind(value);
+            }
+        );
+        Ok(query.build_query_as().fetch_all(pool).await?)
+    }
+
+    /// The jobs whose last run failed since `since`, grouped by error (`Client::error_groups`).
+    async fn error_groups(
+        &self,
+        schema: &Schema,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<crate::model::ErrorGroup>> {
+        let pool = self;
+        Ok(sqlx::query_as(&format!(
+            "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
+                min(task_last_processing_attempted_at_ts) AS first_seen,
+                max(task_last_processing_attempted_at_ts) AS last_seen, (array_agg(task_id ORDER BY task_id DESC))[1] AS sample
+             FROM {} WHERE task_status IN (4, 5, 6) AND task_last_processing_attempted_at_ts >= $1
+             GROUP BY task_last_error_type, task_last_error_message
+             ORDER BY jobs DESC, last_seen DESC LIMIT $2",
+            schema.table("task_results_t")
+        ))
+        .bind(since)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?)
+    }
+
+    /// The workers' rows with the jobs each holds (`Client::workers`).
+    async fn workers(
+        &self,
+        schema: &Schema,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::model::WorkerInfo>> {
+        let pool = self;
+        let rows = sqlx::query_as(&format!("SELECT * FROM {}", schema.table("workers_t")))
+            .fetch_all(pool)
+            .await?;
+        let running = sqlx::query_as(&format!(
+            "SELECT task_locked_by, count(*) FROM {}
+             WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1 GROUP BY task_locked_by",
+            schema.table("tasks_queue_t")
+        ))
+        .bind(now)
+        .fetch_all(pool)
+        .await?;
+        Ok(crate::store::listing::workers_of(rows, running, now))
+    }
+
+    /// The stored run counts per minute since `since` (`Client::throughput`).
+    async fn job_stats(
+        &self,
+        schema: &Schema,
+        since: DateTime<Utc>,
+        task_type: Option<&str>,
+    ) -> Result<Vec<crate::model::StatRow>> {
+        let pool = self;
+        let filter = if task_type.is_some() {
+            " AND task_type = $2"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT stat_minute_ts, task_type, stat_processed, stat_failed, stat_run_ms, stat_histogram
+             FROM {} WHERE stat_minute_ts >= $1{filter} ORDER BY stat_minute_ts",
+            schema.table("job_stats_t")
+        );
+        let query = sqlx::query_as(&sql).bind(since);
+        let query = match task_type {
+            Some(t) => query.bind(t),
+            None => query,
+        };
+        Ok(query.fetch_all(pool).await?)
+    }
+}
+
+impl WorkerRows for PgStore {
+    /// The paused queues (every claim skips them) and those with a global limit.
+    async fn queue_controls(&self) -> Result<QueueControls> {
+        let (pool, schema) = (&self.pool, &self.schema);
+        let rows = sqlx::query_as(&format!(
+            "SELECT queue_name, queue_paused_at_ts IS NOT NULL, queue_global_limit IS NOT NULL FROM {}
+             WHERE queue_paused_at_ts IS NOT NULL OR queue_global_limit IS NOT NULL ORDER BY queue_name",
+            schema.table("queues_t")
+        ))
+        .fetch_all(pool)
+        .await?;
+        Ok(QueueControls::from_rows(rows))
+    }
+
+    /// Announces worker `id` (and forgets workers not seen for a day).
+    async fn worker_up(&self, up: &crate::model::WorkerUp, now: DateTime<Utc>) -> Result<()> {
+        let (pool, schema, id) = (&self.pool, &self.schema, &self.worker_id);
+        let table = schema.table("workers_t");
+        sqlx::query(&format!(
+            "INSERT INTO {table} (worker_id, worker_host, worker_pid, worker_queues, worker_task_types,
+                worker_concurrency, worker_heartbeat_ms, worker_started_at_ts, worker_seen_at_ts)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT (worker_id) DO UPDATE SET worker_host = EXCLUDED.worker_host, worker_pid = EXCLUDED.worker_pid,
+                    worker_queues = EXCLUDED.worker_queues, worker_task_types = EXCLUDED.worker_task_types,
+                    worker_concurrency = EXCLUDED.worker_concurrency, worker_heartbeat_ms = EXCLUDED.worker_heartbeat_ms,
+                    worker_started_at_ts = EXCLUDED.worker_started_at_ts, worker_seen_at_ts = EXCLUDED.worker_seen_at_ts"
+        ))
+        .bind(id)
+        .bind(&up.host)
+        .bind(up.pid)
+        .bind(&up.queues)
+        .bind(&up.task_types)
+        .bind(up.concurrency)
+        .bind(up.heartbeat_ms)
+        .bind(now)
+        .bind(now)
+        .execute(pool)
+        .await?;
+        sqlx::query(&format!("DELETE FROM {table} WHERE worker_seen_at_ts < $1"))
+            .bind(now - chrono::Duration::days(1))
+            .execute(pool)
+            .await?;
+        // The metrics rows of workers gone for a day (a live worker writes its rows every
+        // maintenance interval).
+        sqlx::query(&format!(
+            "DELETE FROM {} WHERE metric_last_updated < $1",
+            schema.table("metrics_t")
+        ))
+        .bind(now - chrono::Duration::days(1))
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Stamps worker `id`'s row.
+    async fn worker_seen(&self, now: DateTime<Utc>) -> Result<()> {
+        let (pool, schema, id) = (&self.pool, &self.schema, &self.worker_id);
+        sqlx::query(&format!(
+            "UPDATE {} SET worker_seen_at_ts = $1 WHERE worker_id = $2",
+            schema.table("workers_t")
+        ))
+        .bind(now)
+        .bind(id)
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Removes worker `id`'s row.
+    async fn worker_down(&self) -> Result<()> {
+        let (pool, schema, id) = (&self.pool, &self.schema, &self.worker_id);
+        sqlx::query(&format!(
+            "DELETE FROM {} WHERE worker_id = $1",
+            schema.table("workers_t")
+        ))
+        .bind(id)
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes the run counts of minutes before `before`.
+    async fn prune_job_stats(&self, before: DateTime<Utc>) -> Result<u64> {
+        delete_job_stats(&self.pool, &self.schema, before).await
+    }
+
+    /// Writes worker `owner`'s run counts per minute and task type (absolute values).
+    async fn write_job_stats(
+        &self,
+        buckets: &[(DateTime<Utc>, String, crate::model::StatBucket)],
+    ) -> Result<()> {
+        let (pool, schema, owner) = (&self.pool, &self.schema, &self.worker_id);
+        let sql = format!(
+            "INSERT INTO {} (stat_minute_ts, task_type, stat_owner, stat_processed, stat_failed, stat_run_ms,
+                stat_histogram) VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (stat_minute_ts, task_type, stat_owner) DO UPDATE SET stat_processed = EXCLUDED.stat_processed, stat_failed = EXCLUDED.stat_failed, stat_run_ms = EXCLUDED.stat_run_ms, stat_histogram = EXCLUDED.stat_histogram",
+            schema.table("job_stats_t")
+        );
+        let mut tx = pool.begin().await?;
+        for (minute, task_type, bucket) in buckets {
+            sqlx::query(&sql)
+                .bind(*minute)
+                .bind(task_type)
+                .bind(owner)
+                .bind(bucket.processed)
+                .bind(bucket.failed)
+                .bind(bucket.run_ms)
+                .bind(bucket.histogram_json())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
 }

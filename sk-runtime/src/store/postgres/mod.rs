@@ -8,17 +8,12 @@ mod control;
 pub(crate) mod flow;
 pub(crate) mod partitions;
 
-pub(crate) use control::{
-    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, prune, prune_job_stats,
-    queue_controls, queue_states, reschedule, retry, set_global_limit, set_paused, worker_down,
-    worker_seen, worker_up, workers, write_job_stats,
-};
-
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection as _, Executor, PgConnection, PgExecutor, PgPool, Postgres, Row};
 use uuid::Uuid;
 
+use super::driver::{Admin, Work};
 use super::{
     ClaimedJob, Failure, Lease, NewJob, ProbeFailure, ScheduleRow, Schema, Success, TableHealth,
 };
@@ -754,43 +749,6 @@ impl Statements {
     }
 }
 
-/// Brings the schema to the newest version. Concurrent callers serialize on an advisory
-/// lock, so several workers starting at once apply each migration exactly once.
-/// Then creates the results partitions for now and the next days, so jobs enqueued before
-/// a worker starts land in them.
-pub(crate) async fn migrate(pool: &PgPool, schema: &Schema) -> Result<()> {
-    migrate_to(pool, schema, i32::MAX).await?;
-    partitions::ensure(pool, schema, Utc::now(), partitions::DEFAULT_PERIOD, None).await?;
-    Ok(())
-}
-
-/// This build's migrations, each with when it was applied to `schema` (`None`: not yet).
-pub(crate) async fn migrations(
-    pool: &PgPool,
-    schema: &Schema,
-) -> Result<Vec<(i32, &'static str, Option<DateTime<Utc>>)>> {
-    let versions = schema.table("schema_migrations_t");
-    let applied: Vec<(i32, DateTime<Utc>)> =
-        match sqlx::query_as(&format!("SELECT version, applied_at FROM {versions}"))
-            .fetch_all(pool)
-            .await
-        {
-            Ok(rows) => rows,
-            Err(e) if super::no_such_table(&e) => Vec::new(),
-            Err(e) => return Err(e.into()),
-        };
-    Ok(MIGRATIONS
-        .iter()
-        .map(|&(version, description, _)| {
-            let at = applied
-                .iter()
-                .find(|(v, _)| *v == version)
-                .map(|(_, at)| *at);
-            (version, description, at)
-        })
-        .collect())
-}
-
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with
 /// its id, column and value (`None`: every row passes).
 async fn infinite_time(tx: &mut PgConnection, schema: &Schema) -> Result<Option<String>> {
@@ -1242,68 +1200,6 @@ impl PgStore {
         }
     }
 
-    /// One connection attempt outside the pool, whose own retries hide the cause.
-    pub(crate) async fn probe(&self) -> Result<(), ProbeFailure> {
-        let options = self.pool.connect_options();
-        let unreachable = |cause: String| Error::Connect {
-            address: address(&options),
-            cause,
-        };
-        let error =
-            match tokio::time::timeout(ACQUIRE_WAIT, PgConnection::connect_with(&options)).await {
-                Ok(Ok(conn)) => {
-                    let _ = conn.close().await;
-                    return Ok(());
-                }
-                Ok(Err(e)) => e,
-                Err(_) => {
-                    return Err(ProbeFailure::Transient(unreachable(format!(
-                        "no answer within {}",
-                        humantime::format_duration(ACQUIRE_WAIT)
-                    ))))
-                }
-            };
-        Err(match &error {
-            sqlx::Error::Io(io) => ProbeFailure::Transient(unreachable(io.to_string())),
-            sqlx::Error::Protocol(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => {
-                ProbeFailure::Transient(unreachable(error.to_string()))
-            }
-            sqlx::Error::Database(db) => {
-                // 57P03: the server is starting up or shutting down; 53300: too many
-                // connections; class 08: connection exceptions.
-                let code = db.code().unwrap_or_default();
-                let cause = db.message().to_owned();
-                if code == "57P03" || code == "53300" || code.starts_with("08") {
-                    ProbeFailure::Transient(unreachable(cause))
-                } else {
-                    ProbeFailure::Permanent(unreachable(cause))
-                }
-            }
-            _ => ProbeFailure::Permanent(unreachable(error.to_string())),
-        })
-    }
-
-    pub(crate) async fn claim(&self, claim: &super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
-        let mut conn = self.acquire().await?;
-        let capped = match claim.queues {
-            Some([queue]) if claim.capped => queue,
-            _ => return self.claim_on(&mut conn, claim).await,
-        };
-        if claim.paused.contains(capped) {
-            return Ok(Vec::new());
-        }
-        // A queue with a limit across workers: the claim locks the queue's row
-        // (`queue_room`), so claims of it take turns, each counting the running jobs
-        // after the one before committed.
-        let rows = self
-            .claim_query(&self.schema.sql.claim_capped, claim)
-            .bind(capped)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(|e| self.lost(e))?;
-        Ok(claimed(&rows))
-    }
-
     /// Runs `claim` (or `claim_skipping`, with paused queues) on `conn`.
     async fn claim_on(
         &self,
@@ -1347,60 +1243,6 @@ impl PgStore {
         Ok(conn
             .begin_with("BEGIN; SET LOCAL enable_seqscan = off")
             .await?)
-    }
-
-    /// Finalizes successful runs; returns the ids whose lease was still held.
-    pub(crate) async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
-        let mut done: Vec<&Success> = done.iter().collect();
-        done.sort_unstable_by_key(|s| s.lease.id);
-        let ids: Vec<Uuid> = done.iter().map(|s| s.lease.id).collect();
-        let attempts: Vec<i32> = done.iter().map(|s| s.lease.attempt).collect();
-        let millis: Vec<i64> = done.iter().map(|s| s.millis).collect();
-        let outputs: Vec<Option<&str>> = done.iter().map(|s| s.output.as_deref()).collect();
-        // The jobs' results rows are updated in their partition when one holds them all
-        // (`partitions::Known`); through the partitioned table otherwise, and if that
-        // partition is gone (42P01: maintenance retired it since it was read, which it
-        // does only when none of its jobs is live, so these rows are not there).
-        let mut partition = self.partitions.of(&ids);
-        // The plain insert of new results rows first; the upsert if one was there (23505:
-        // a row another producer posted with the id of a job on record; `complete_plain`).
-        let mut plain = true;
-        loop {
-            let statement = match &partition {
-                Some(name) => self.schema.sql.complete_in(&self.schema, name, plain),
-                None => self.schema.sql.completion(plain).clone(),
-            };
-            let mut conn = self.acquire().await?;
-            let mut tx = Self::batched(&mut conn)
-                .await
-                .map_err(|e| self.lost_in(e))?;
-            let held = sqlx::query_as(&statement)
-                .bind(&ids)
-                .bind(&attempts)
-                .bind(&millis)
-                .bind(&self.worker_id)
-                .bind(now)
-                .bind(&outputs)
-                .bind(self.schema.done_channel())
-                .fetch_all(&mut *tx)
-                .await;
-            match held {
-                Err(sqlx::Error::Database(e))
-                    if partition.is_some() && e.code().as_deref() == Some("42P01") =>
-                {
-                    partition = None;
-                }
-                Err(sqlx::Error::Database(e)) if plain && e.code().as_deref() == Some("23505") => {
-                    plain = false;
-                }
-                held => {
-                    let held = held.map_err(|e| self.lost(e))?;
-                    let held = self.settle(&mut tx, &done, held, now).await?;
-                    tx.commit().await.map_err(|e| self.lost(e))?;
-                    return Ok(held);
-                }
-            }
-        }
     }
 
     /// Records one successful run inside the job's own transaction (the caller commits);
@@ -1455,15 +1297,280 @@ impl PgStore {
         Ok(held.into_iter().map(|(id, _, _)| id).collect())
     }
 
+    /// The stored schedules (migration 6).
+    /// Which of the ids (a JSON array of simple hex ids) this worker recorded as
+    /// succeeded (`Store::succeeded_here`), by the results table's primary key.
+    pub(crate) async fn succeeded_here(&self, ids: &str) -> Result<Vec<Uuid>> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT task_id FROM {} WHERE task_id IN
+                (SELECT value::uuid FROM jsonb_array_elements_text($1::jsonb))
+             AND task_status = $2 AND task_last_locked_by = $3",
+            self.schema.table("task_results_t")
+        ))
+        .bind(ids)
+        .bind(crate::model::JobStatus::Processed as i32)
+        .bind(&self.worker_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}
+
+/// Locks a stored schedule as the worker read it (same update time) until `tx` ends, so a
+/// tick is enqueued only while its schedule exists unchanged; false if it was removed or
+/// changed since.
+pub(crate) async fn schedule_hold(
+    tx: &mut PgConnection,
+    schema: &Schema,
+    name: &str,
+    updated_at: DateTime<Utc>,
+) -> Result<bool> {
+    Ok(sqlx::query_scalar::<_, i32>(&format!(
+        "SELECT 1 FROM {} WHERE schedule_name = $1 AND schedule_updated_at_ts = $2 FOR SHARE",
+        schema.table("schedules_t")
+    ))
+    .bind(name)
+    .bind(updated_at)
+    .fetch_optional(tx)
+    .await?
+    .is_some())
+}
+
+/// A claim's rows, each decoded on its own (`super::claimed_row`); a row of which not even
+/// the lease can be read is left to its lease, named in the log.
+fn claimed(rows: &[sqlx::postgres::PgRow]) -> Vec<ClaimedJob> {
+    rows.iter()
+        .filter_map(|row| {
+            super::claimed_row(row, 0)
+                .map_err(|e| super::unleasable(&e))
+                .ok()
+        })
+        .collect()
+}
+
+impl Admin for PgPool {
+    /// Brings the schema to the newest version. Concurrent callers serialize on an advisory
+    /// lock, so several workers starting at once apply each migration exactly once.
+    /// Then creates the results partitions for now and the next days, so jobs enqueued before
+    /// a worker starts land in them.
+    async fn migrate(&self, schema: &Schema) -> Result<()> {
+        let pool = self;
+        migrate_to(pool, schema, i32::MAX).await?;
+        partitions::ensure(pool, schema, Utc::now(), partitions::DEFAULT_PERIOD, None).await?;
+        Ok(())
+    }
+
+    /// This build's migrations, each with when it was applied to `schema` (`None`: not yet).
+    async fn migrations(
+        &self,
+        schema: &Schema,
+    ) -> Result<Vec<(i32, &'static str, Option<DateTime<Utc>>)>> {
+        let pool = self;
+        let versions = schema.table("schema_migrations_t");
+        let applied: Vec<(i32, DateTime<Utc>)> =
+            match sqlx::query_as(&format!("SELECT version, applied_at FROM {versions}"))
+                .fetch_all(pool)
+                .await
+            {
+                Ok(rows) => rows,
+                Err(e) if super::no_such_table(&e) => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+        Ok(MIGRATIONS
+            .iter()
+            .map(|&(version, description, _)| {
+                let at = applied
+                    .iter()
+                    .find(|(v, _)| *v == version)
+                    .map(|(_, at)| *at);
+                (version, description, at)
+            })
+            .collect())
+    }
+
+    async fn counts(&self, schema: &Schema, now: DateTime<Utc>) -> Result<QueueCounts> {
+        let pool = self;
+        let mut counts = QueueCounts::default();
+        for row in sqlx::query(&schema.sql.counts_by_status)
+            .fetch_all(pool)
+            .await?
+        {
+            let status: i32 = row.try_get(0)?;
+            let n: i64 = row.try_get(1)?;
+            counts
+                .by_status
+                .push((crate::model::JobStatus::from_code(status), n));
+        }
+        let row = sqlx::query(&schema.sql.counts_live)
+            .bind(now)
+            .fetch_one(pool)
+            .await?;
+        counts.available = row.try_get(0)?;
+        counts.scheduled = row.try_get(1)?;
+        counts.running = row.try_get(2)?;
+        counts.lease_expired = row.try_get(3)?;
+        counts.pending = row.try_get(4)?;
+        Ok(counts)
+    }
+
+    async fn peek(&self, schema: &Schema, limit: i64) -> Result<Vec<QueuedJob>> {
+        let pool = self;
+        Ok(sqlx::query_as(&schema.sql.peek)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?)
+    }
+
+    async fn job(
+        &self,
+        schema: &Schema,
+        id: Uuid,
+        now: DateTime<Utc>,
+    ) -> Result<Option<JobRecord>> {
+        let pool = self;
+        Ok(sqlx::query_as(&schema.sql.job)
+            .bind(id)
+            .bind(now)
+            .fetch_optional(pool)
+            .await?)
+    }
+
+    /// Adds or replaces a stored schedule.
+    async fn schedule_put(&self, schema: &Schema, row: &ScheduleRow) -> Result<()> {
+        let pool = self;
+        sqlx::query(&format!(
+            "INSERT INTO {} (schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
+                schedule_updated_at_ts)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (schedule_name) DO UPDATE SET task_type = EXCLUDED.task_type,
+                task_payload = EXCLUDED.task_payload, schedule_cron = EXCLUDED.schedule_cron,
+                schedule_overlap = EXCLUDED.schedule_overlap,
+                schedule_updated_at_ts = EXCLUDED.schedule_updated_at_ts",
+            schema.table("schedules_t")
+        ))
+        .bind(&row.schedule_name)
+        .bind(&row.task_type)
+        .bind(&row.task_payload)
+        .bind(&row.schedule_cron)
+        .bind(row.schedule_overlap)
+        .bind(row.schedule_updated_at_ts)
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Removes a stored schedule; false if there was none of that name. Waits for a tick of
+    /// it being enqueued (`schedule_hold`); none is enqueued after this returns.
+    async fn schedule_remove(&self, schema: &Schema, name: &str) -> Result<bool> {
+        let pool = self;
+        let done = sqlx::query(&format!(
+            "DELETE FROM {} WHERE schedule_name = $1",
+            schema.table("schedules_t")
+        ))
+        .bind(name)
+        .execute(pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Every stored schedule, by name.
+    async fn schedule_list(&self, schema: &Schema) -> Result<Vec<ScheduleRow>> {
+        let executor = self;
+        Ok(sqlx::query_as(&format!(
+            "SELECT schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
+                schedule_updated_at_ts
+             FROM {} ORDER BY schedule_name",
+            schema.table("schedules_t")
+        ))
+        .fetch_all(executor)
+        .await?)
+    }
+}
+
+impl Work for PgStore {
+    async fn claim(&self, claim: &super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
+        let mut conn = self.acquire().await?;
+        let capped = match claim.queues {
+            Some([queue]) if claim.capped => queue,
+            _ => return self.claim_on(&mut conn, claim).await,
+        };
+        if claim.paused.contains(capped) {
+            return Ok(Vec::new());
+        }
+        // A queue with a limit across workers: the claim locks the queue's row
+        // (`queue_room`), so claims of it take turns, each counting the running jobs
+        // after the one before committed.
+        let rows = self
+            .claim_query(&self.schema.sql.claim_capped, claim)
+            .bind(capped)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| self.lost(e))?;
+        Ok(claimed(&rows))
+    }
+
+    /// Finalizes successful runs; returns the ids whose lease was still held.
+    async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        let mut done: Vec<&Success> = done.iter().collect();
+        done.sort_unstable_by_key(|s| s.lease.id);
+        let ids: Vec<Uuid> = done.iter().map(|s| s.lease.id).collect();
+        let attempts: Vec<i32> = done.iter().map(|s| s.lease.attempt).collect();
+        let millis: Vec<i64> = done.iter().map(|s| s.millis).collect();
+        let outputs: Vec<Option<&str>> = done.iter().map(|s| s.output.as_deref()).collect();
+        // The jobs' results rows are updated in their partition when one holds them all
+        // (`partitions::Known`); through the partitioned table otherwise, and if that
+        // partition is gone (42P01: maintenance retired it since it was read, which it
+        // does only when none of its jobs is live, so these rows are not there).
+        let mut partition = self.partitions.of(&ids);
+        // The plain insert of new results rows first; the upsert if one was there (23505:
+        // a row another producer posted with the id of a job on record; `complete_plain`).
+        let mut plain = true;
+        loop {
+            let statement = match &partition {
+                Some(name) => self.schema.sql.complete_in(&self.schema, name, plain),
+                None => self.schema.sql.completion(plain).clone(),
+            };
+            let mut conn = self.acquire().await?;
+            let mut tx = Self::batched(&mut conn)
+                .await
+                .map_err(|e| self.lost_in(e))?;
+            let held = sqlx::query_as(&statement)
+                .bind(&ids)
+                .bind(&attempts)
+                .bind(&millis)
+                .bind(&self.worker_id)
+                .bind(now)
+                .bind(&outputs)
+                .bind(self.schema.done_channel())
+                .fetch_all(&mut *tx)
+                .await;
+            match held {
+                Err(sqlx::Error::Database(e))
+                    if partition.is_some() && e.code().as_deref() == Some("42P01") =>
+                {
+                    partition = None;
+                }
+                Err(sqlx::Error::Database(e)) if plain && e.code().as_deref() == Some("23505") => {
+                    plain = false;
+                }
+                held => {
+                    let held = held.map_err(|e| self.lost(e))?;
+                    let held = self.settle(&mut tx, &done, held, now).await?;
+                    tx.commit().await.map_err(|e| self.lost(e))?;
+                    return Ok(held);
+                }
+            }
+        }
+    }
+
     /// The outputs of job `id`'s dependencies, in order.
-    pub(crate) async fn inputs(&self, id: Uuid) -> Result<Vec<Option<Option<String>>>> {
+    async fn inputs(&self, id: Uuid) -> Result<Vec<Option<Option<String>>>> {
         let mut conn = self.acquire().await?;
         flow::inputs(&mut conn, &self.schema, id).await
     }
 
     /// Records failed runs (retry or final) in one statement and one transaction, rows
     /// locked in id order; per failure, false when its lease was lost (fenced).
-    pub(crate) async fn fail(&self, failures: &[Failure], now: DateTime<Utc>) -> Result<Vec<bool>> {
+    async fn fail(&self, failures: &[Failure], now: DateTime<Utc>) -> Result<Vec<bool>> {
         let mut sorted: Vec<&Failure> = failures.iter().collect();
         sorted.sort_unstable_by_key(|f| f.lease.id);
         let ids: Vec<Uuid> = sorted.iter().map(|f| f.lease.id).collect();
@@ -1523,7 +1630,7 @@ impl PgStore {
     }
 
     /// Releases leases at once (graceful stop), without using up an attempt.
-    pub(crate) async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64> {
+    async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64> {
         let (ids, attempts) = in_lock_order(leases);
         let mut conn = self.acquire().await?;
         let mut tx = Self::batched(&mut conn)
@@ -1542,7 +1649,7 @@ impl PgStore {
     }
 
     /// Extends the leases still held; returns their ids (a missing one was lost).
-    pub(crate) async fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>> {
+    async fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>> {
         let (ids, attempts) = in_lock_order(leases);
         let mut conn = self.acquire().await?;
         let mut tx = Self::batched(&mut conn)
@@ -1561,7 +1668,7 @@ impl PgStore {
     }
 
     /// Posts one job with a unique key of mode `mode` (the periodic jobs' first runs).
-    pub(crate) async fn enqueue_unique(
+    async fn enqueue_unique(
         &self,
         job: NewJob,
         mode: crate::model::UniqueMode,
@@ -1576,7 +1683,7 @@ impl PgStore {
     /// `stored`, only while that stored schedule exists as it was read (name and update
     /// time), so none goes in after `StoredSchedules::remove` returns. False if it was not
     /// posted.
-    pub(crate) async fn enqueue_tick(
+    async fn enqueue_tick(
         &self,
         job: NewJob,
         live_key: Option<&str>,
@@ -1604,45 +1711,24 @@ impl PgStore {
         Ok(true)
     }
 
-    /// The stored schedules (migration 6).
-    /// Which of the ids (a JSON array of simple hex ids) this worker recorded as
-    /// succeeded (`Store::succeeded_here`), by the results table's primary key.
-    pub(crate) async fn succeeded_here(&self, ids: &str) -> Result<Vec<Uuid>> {
-        Ok(sqlx::query_scalar(&format!(
-            "SELECT task_id FROM {} WHERE task_id IN
-                (SELECT value::uuid FROM jsonb_array_elements_text($1::jsonb))
-             AND task_status = $2 AND task_last_locked_by = $3",
-            self.schema.table("task_results_t")
-        ))
-        .bind(ids)
-        .bind(crate::model::JobStatus::Processed as i32)
-        .bind(&self.worker_id)
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    pub(crate) async fn stored_schedules(&self) -> Result<Vec<ScheduleRow>> {
-        schedule_list(&self.pool, &self.schema).await
+    async fn stored_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        Admin::schedule_list(&self.pool, &self.schema).await
     }
 
     /// Applies the migrations and creates the results partitions for `now` and ahead.
-    pub(crate) async fn migrate(&self) -> Result<()> {
-        migrate(&self.pool, &self.schema).await
+    async fn migrate(&self) -> Result<()> {
+        Admin::migrate(&self.pool, &self.schema).await
     }
 
     /// Creates the results partitions from `now`'s span to two spans ahead (their names),
     /// and keeps the map of partitions the completions address directly.
-    pub(crate) async fn ensure_partitions(
-        &self,
-        now: DateTime<Utc>,
-        span: Duration,
-    ) -> Result<Vec<String>> {
+    async fn ensure_partitions(&self, now: DateTime<Utc>, span: Duration) -> Result<Vec<String>> {
         partitions::ensure(&self.pool, &self.schema, now, span, Some(&self.partitions)).await
     }
 
     /// Retires the results partitions past `cutoff` (`partitions::retire`), and reads the
     /// partitions again for the completions' map if it retired any.
-    pub(crate) async fn retire_partitions(
+    async fn retire_partitions(
         &self,
         cutoff: DateTime<Utc>,
         archive: Option<&str>,
@@ -1659,7 +1745,7 @@ impl PgStore {
     }
 
     /// Live and dead tuples of the queue table and of each results partition.
-    pub(crate) async fn table_health(&self) -> Result<Vec<TableHealth>> {
+    async fn table_health(&self) -> Result<Vec<TableHealth>> {
         let rows: Vec<(String, bool, i64, i64, i64, bool)> =
             sqlx::query_as(&self.schema.sql.dead_tuples)
                 .fetch_all(&mut *self.acquire().await?)
@@ -1682,7 +1768,7 @@ impl PgStore {
 
     /// Vacuums one of sk's tables (`name` as [`TableHealth`] gives it) unless another
     /// worker is doing it; returns whether this worker did.
-    pub(crate) async fn vacuum(&self, table: &str) -> Result<bool> {
+    async fn vacuum(&self, table: &str) -> Result<bool> {
         let mut conn = self.acquire().await?;
         let key = format!("sk-vacuum:{table}");
         let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext($1))")
@@ -1704,11 +1790,7 @@ impl PgStore {
         Ok(true)
     }
 
-    pub(crate) async fn write_metrics(
-        &self,
-        metrics: &[(&str, i64)],
-        now: DateTime<Utc>,
-    ) -> Result<()> {
+    async fn write_metrics(&self, metrics: &[(&str, i64)], now: DateTime<Utc>) -> Result<()> {
         let (ids, values): (Vec<&str>, Vec<i64>) = metrics.iter().copied().unzip();
         sqlx::query(&self.schema.sql.metrics)
             .bind(&self.worker_id)
@@ -1720,135 +1802,45 @@ impl PgStore {
             .map_err(|e| self.lost(e))?;
         Ok(())
     }
-}
 
-pub(crate) async fn counts(
-    pool: &PgPool,
-    schema: &Schema,
-    now: DateTime<Utc>,
-) -> Result<QueueCounts> {
-    let mut counts = QueueCounts::default();
-    for row in sqlx::query(&schema.sql.counts_by_status)
-        .fetch_all(pool)
-        .await?
-    {
-        let status: i32 = row.try_get(0)?;
-        let n: i64 = row.try_get(1)?;
-        counts
-            .by_status
-            .push((crate::model::JobStatus::from_code(status), n));
-    }
-    let row = sqlx::query(&schema.sql.counts_live)
-        .bind(now)
-        .fetch_one(pool)
-        .await?;
-    counts.available = row.try_get(0)?;
-    counts.scheduled = row.try_get(1)?;
-    counts.running = row.try_get(2)?;
-    counts.lease_expired = row.try_get(3)?;
-    counts.pending = row.try_get(4)?;
-    Ok(counts)
-}
-
-pub(crate) async fn peek(pool: &PgPool, schema: &Schema, limit: i64) -> Result<Vec<QueuedJob>> {
-    Ok(sqlx::query_as(&schema.sql.peek)
-        .bind(limit)
-        .fetch_all(pool)
-        .await?)
-}
-
-pub(crate) async fn job(
-    pool: &PgPool,
-    schema: &Schema,
-    id: Uuid,
-    now: DateTime<Utc>,
-) -> Result<Option<JobRecord>> {
-    Ok(sqlx::query_as(&schema.sql.job)
-        .bind(id)
-        .bind(now)
-        .fetch_optional(pool)
-        .await?)
-}
-
-/// Adds or replaces a stored schedule.
-pub(crate) async fn schedule_put(pool: &PgPool, schema: &Schema, row: &ScheduleRow) -> Result<()> {
-    sqlx::query(&format!(
-        "INSERT INTO {} (schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
-            schedule_updated_at_ts)
-         VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (schedule_name) DO UPDATE SET task_type = EXCLUDED.task_type,
-            task_payload = EXCLUDED.task_payload, schedule_cron = EXCLUDED.schedule_cron,
-            schedule_overlap = EXCLUDED.schedule_overlap,
-            schedule_updated_at_ts = EXCLUDED.schedule_updated_at_ts",
-        schema.table("schedules_t")
-    ))
-    .bind(&row.schedule_name)
-    .bind(&row.task_type)
-    .bind(&row.task_payload)
-    .bind(&row.schedule_cron)
-    .bind(row.schedule_overlap)
-    .bind(row.schedule_updated_at_ts)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// Removes a stored schedule; false if there was none of that name. Waits for a tick of
-/// it being enqueued (`schedule_hold`); none is enqueued after this returns.
-pub(crate) async fn schedule_remove(pool: &PgPool, schema: &Schema, name: &str) -> Result<bool> {
-    let done = sqlx::query(&format!(
-        "DELETE FROM {} WHERE schedule_name = $1",
-        schema.table("schedules_t")
-    ))
-    .bind(name)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// Every stored schedule, by name.
-pub(crate) async fn schedule_list<'e, E: PgExecutor<'e>>(
-    executor: E,
-    schema: &Schema,
-) -> Result<Vec<ScheduleRow>> {
-    Ok(sqlx::query_as(&format!(
-        "SELECT schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
-            schedule_updated_at_ts
-         FROM {} ORDER BY schedule_name",
-        schema.table("schedules_t")
-    ))
-    .fetch_all(executor)
-    .await?)
-}
-
-/// Locks a stored schedule as the worker read it (same update time) until `tx` ends, so a
-/// tick is enqueued only while its schedule exists unchanged; false if it was removed or
-/// changed since.
-pub(crate) async fn schedule_hold(
-    tx: &mut PgConnection,
-    schema: &Schema,
-    name: &str,
-    updated_at: DateTime<Utc>,
-) -> Result<bool> {
-    Ok(sqlx::query_scalar::<_, i32>(&format!(
-        "SELECT 1 FROM {} WHERE schedule_name = $1 AND schedule_updated_at_ts = $2 FOR SHARE",
-        schema.table("schedules_t")
-    ))
-    .bind(name)
-    .bind(updated_at)
-    .fetch_optional(tx)
-    .await?
-    .is_some())
-}
-
-/// A claim's rows, each decoded on its own (`super::claimed_row`); a row of which not even
-/// the lease can be read is left to its lease, named in the log.
-fn claimed(rows: &[sqlx::postgres::PgRow]) -> Vec<ClaimedJob> {
-    rows.iter()
-        .filter_map(|row| {
-            super::claimed_row(row, 0)
-                .map_err(|e| super::unleasable(&e))
-                .ok()
+    /// One connection attempt outside the pool, whose own retries hide the cause.
+    async fn probe(&self) -> Result<(), ProbeFailure> {
+        let options = self.pool.connect_options();
+        let unreachable = |cause: String| Error::Connect {
+            address: address(&options),
+            cause,
+        };
+        let error =
+            match tokio::time::timeout(ACQUIRE_WAIT, PgConnection::connect_with(&options)).await {
+                Ok(Ok(conn)) => {
+                    let _ = conn.close().await;
+                    return Ok(());
+                }
+                Ok(Err(e)) => e,
+                Err(_) => {
+                    return Err(ProbeFailure::Transient(unreachable(format!(
+                        "no answer within {}",
+                        humantime::format_duration(ACQUIRE_WAIT)
+                    ))))
+                }
+            };
+        Err(match &error {
+            sqlx::Error::Io(io) => ProbeFailure::Transient(unreachable(io.to_string())),
+            sqlx::Error::Protocol(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => {
+                ProbeFailure::Transient(unreachable(error.to_string()))
+            }
+            sqlx::Error::Database(db) => {
+                // 57P03: the server is starting up or shutting down; 53300: too many
+                // connections; class 08: connection exceptions.
+                let code = db.code().unwrap_or_default();
+                let cause = db.message().to_owned();
+                if code == "57P03" || code == "53300" || code.starts_with("08") {
+                    ProbeFailure::Transient(unreachable(cause))
+                } else {
+                    ProbeFailure::Permanent(unreachable(cause))
+                }
+            }
+            _ => ProbeFailure::Permanent(unreachable(error.to_string())),
         })
-        .collect()
+    }
 }

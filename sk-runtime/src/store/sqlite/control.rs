@@ -6,6 +6,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection as _, SqlitePool};
 use uuid::Uuid;
 
+use super::super::driver::{Control, WorkerRows};
+use super::SqliteStore;
 use super::{id_list, ts};
 use crate::error::Result;
 use crate::model::{JobFilter, QueueState};
@@ -36,616 +38,13 @@ struct Live {
     task_dependants: bool,
 }
 
-/// Cancels the live jobs among `ids` (as on PostgreSQL); the ids cancelled, and whether
-/// each was running.
-pub(crate) async fn cancel(
-    pool: &SqlitePool,
-    schema: &Schema,
-    ids: &[Uuid],
-    now: DateTime<Utc>,
-) -> Result<Vec<(Uuid, bool)>> {
-    let q = schema.flat_table("tasks_queue_t");
-    let r = schema.flat_table("task_results_t");
-    let now_text = ts(now);
-    let mut conn = pool.acquire().await?;
-    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-    let mut done = Vec::new();
-    let mut roots = Vec::new();
-    for &id in ids {
-        let Some(live): Option<Live> =
-            sqlx::query_as(&format!("DELETE FROM {q} WHERE task_id = $1 RETURNING *"))
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?
-        else {
-            continue;
-        };
-        let run = CancelledRun {
-            lost: live.task_lost_attempts.as_deref(),
-            holder: live.task_locked_by.as_deref(),
-            attempt: live.task_attempt,
-            started_at: live.task_claimed_at_ts.clone(),
-            lease_valid: live.task_locked_until_ts > now_text,
-        };
-        let (attempts, running, failed) = run.attempts(&now_text);
-        let first = attempts
-            .first()
-            .and_then(|a| a.get("started_at"))
-            .and_then(|s| s.as_str())
-            .map(str::to_owned)
-            .or_else(|| live.task_claimed_at_ts.clone());
-        let all = super::errors_with(&mut tx, schema, id, attempts).await?;
-        sqlx::query(&format!(
-            "INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
-                task_tenant, task_correlation_id, task_metadata, task_status, task_error_count,
-                task_processing_finalized_at_ts, task_payload, task_max_attempts, task_timeout_ms, task_errors,
-                task_last_locked_by, task_unique_key, task_unique_mode, task_first_processing_attempted_at_ts,
-                task_last_processing_attempted_at_ts, task_last_error_type, task_last_error_message, task_last_error)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 7, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
-                'cancelled', 'cancelled by an operator', 'cancelled: cancelled by an operator')
-             ON CONFLICT (task_id) DO UPDATE SET task_status = 7,
-                task_error_count = task_error_count + excluded.task_error_count,
-                task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,
-                task_payload = excluded.task_payload,
-                task_max_attempts = excluded.task_max_attempts,
-                task_timeout_ms = excluded.task_timeout_ms,
-                task_errors = excluded.task_errors,
-                task_last_locked_by = coalesce(excluded.task_last_locked_by, task_last_locked_by),
-                task_first_processing_attempted_at_ts =
-                    coalesce(task_first_processing_attempted_at_ts, excluded.task_first_processing_attempted_at_ts),
-                task_last_processing_attempted_at_ts =
-                    coalesce(excluded.task_last_processing_attempted_at_ts, task_last_processing_attempted_at_ts),
-                task_last_error_type = excluded.task_last_error_type,
-                task_last_error_message = excluded.task_last_error_message,
-                task_last_error = excluded.task_last_error"
-        ))
-        .bind(id)
-        .bind(&live.task_type)
-        .bind(&live.task_source)
-        .bind(&live.task_queue)
-        .bind(live.task_priority)
-        .bind(&live.task_posted_at_ts)
-        .bind(&live.task_tenant)
-        .bind(&live.task_correlation_id)
-        .bind(&live.task_metadata)
-        .bind(failed)
-        .bind(&now_text)
-        .bind(&live.task_payload)
-        .bind(live.task_max_attempts)
-        .bind(live.task_timeout_ms)
-        .bind(all)
-        .bind(&live.task_locked_by)
-        .bind(&live.task_unique_key)
-        .bind(live.task_unique_mode)
-        .bind(first)
-        .bind(&live.task_claimed_at_ts)
-        .execute(&mut *tx)
-        .await?;
-        done.push((live.task_id, running));
-        if live.task_dependants {
-            // The jobs waiting on it are cancelled with it, naming it.
-            let message = crate::store::dependency_message(
-                id,
-                &live.task_type,
-                true,
-                "cancelled by an operator",
-            );
-            roots.push((id, message));
-        }
-    }
-    super::flow::propagate(&mut tx, schema, roots, true, now).await?;
-    tx.commit().await?;
-    Ok(done)
-}
-
-/// Puts the fatal or cancelled jobs among `ids` back in the queue (as on PostgreSQL);
-/// the ids put back.
-pub(crate) async fn retry(
-    pool: &SqlitePool,
-    schema: &Schema,
-    ids: &[Uuid],
-    now: DateTime<Utc>,
-) -> Result<Vec<Uuid>> {
-    let q = schema.flat_table("tasks_queue_t");
-    let r = schema.flat_table("task_results_t");
-    let mut conn = pool.acquire().await?;
-    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-    let back: Vec<Uuid> = sqlx::query_scalar(&format!(
-        "INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
-            task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, task_tenant,
-            task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_timeout_ms)
-         SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, $2, task_queue,
-            json_array_length(task_errors), json_array_length(task_errors) + coalesce(task_max_attempts, {}),
-            1, task_tenant, task_correlation_id, task_metadata,
-            CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode, task_timeout_ms
-         FROM {r}
-         WHERE task_id IN (SELECT unhex(value) FROM json_each($1)) AND task_status IN (6, 7)
-            AND task_payload IS NOT NULL
-         ORDER BY task_id
-         ON CONFLICT DO NOTHING
-         RETURNING task_id",
-        crate::DEFAULT_MAX_ATTEMPTS
-    ))
-    .bind(id_list(ids))
-    .bind(ts(now))
-    .fetch_all(&mut *tx)
-    .await?;
-    sqlx::query(&format!(
-        "UPDATE {r} SET task_status = 1, task_processing_finalized_at_ts = NULL, task_payload = NULL
-         WHERE task_id IN (SELECT unhex(value) FROM json_each($1))"
-    ))
-    .bind(id_list(&back))
-    .execute(&mut *tx)
-    .await?;
-    // A job that waited on others runs again with their outputs (migration 4).
-    sqlx::query(&format!(
-        "UPDATE {q} SET task_waiting_on = 0
-         WHERE task_id IN (SELECT unhex(value) FROM json_each($1))
-            AND EXISTS (SELECT 1 FROM {d} d WHERE d.task_id = {q}.task_id)",
-        d = schema.flat_table("task_deps_t")
-    ))
-    .bind(id_list(&back))
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    if !back.is_empty() {
-        wake();
-    }
-    Ok(back)
-}
-
-/// Moves a waiting job's not-before time; false when it is not waiting, or waits on
-/// other jobs.
-pub(crate) async fn reschedule(
-    pool: &SqlitePool,
-    schema: &Schema,
-    id: Uuid,
-    at: DateTime<Utc>,
-) -> Result<bool> {
-    let changed = sqlx::query(&format!(
-        "UPDATE {} SET task_locked_until_ts = $2
-         WHERE task_id = $1 AND task_locked_by IS NULL AND coalesce(task_waiting_on, 0) = 0",
-        schema.flat_table("tasks_queue_t")
-    ))
-    .bind(id)
-    .bind(ts(at))
-    .execute(pool)
-    .await?
-    .rows_affected();
-    if changed > 0 {
-        wake();
-    }
-    Ok(changed > 0)
-}
-
-/// Pauses or resumes a queue; whether that changed its state.
-pub(crate) async fn set_paused(
-    pool: &SqlitePool,
-    schema: &Schema,
-    queue: &str,
-    paused: bool,
-    now: DateTime<Utc>,
-) -> Result<bool> {
-    let t = schema.flat_table("queues_t");
-    let sql = if paused {
-        format!(
-            "INSERT INTO {t} (queue_name, queue_paused_at_ts, queue_updated_at_ts) VALUES ($1, $2, $2)
-             ON CONFLICT (queue_name) DO UPDATE SET queue_paused_at_ts = $2, queue_updated_at_ts = $2
-             WHERE queue_paused_at_ts IS NULL"
-        )
-    } else {
-        format!(
-            "UPDATE {t} SET queue_paused_at_ts = NULL, queue_updated_at_ts = $2
-             WHERE queue_name = $1 AND queue_paused_at_ts IS NOT NULL"
-        )
-    };
-    let changed = sqlx::query(&sql)
-        .bind(queue)
-        .bind(ts(now))
-        .execute(pool)
-        .await?
-        .rows_affected();
-    if changed > 0 {
-        crate::store::pauses_changed();
-    }
-    if changed > 0 && !paused {
-        wake();
-    }
-    Ok(changed > 0)
-}
-
-/// Sets or (with `None`) removes a queue's concurrency limit across workers.
-pub(crate) async fn set_global_limit(
-    pool: &SqlitePool,
-    schema: &Schema,
-    queue: &str,
-    limit: Option<i32>,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    let t = schema.flat_table("queues_t");
-    let sql = if limit.is_some() {
-        format!(
-            "INSERT INTO {t} (queue_name, queue_global_limit, queue_updated_at_ts) VALUES ($1, $2, $3)
-             ON CONFLICT (queue_name) DO UPDATE SET queue_global_limit = $2, queue_updated_at_ts = $3"
-        )
-    } else {
-        format!("UPDATE {t} SET queue_global_limit = $2, queue_updated_at_ts = $3 WHERE queue_name = $1")
-    };
-    sqlx::query(&sql)
-        .bind(queue)
-        .bind(limit)
-        .bind(ts(now))
-        .execute(pool)
-        .await?;
-    crate::store::pauses_changed();
-    Ok(())
-}
-
-/// Live jobs per queue and state, with each queue's pause.
-pub(crate) async fn queue_states(
-    pool: &SqlitePool,
-    schema: &Schema,
-    now: DateTime<Utc>,
-) -> Result<Vec<QueueState>> {
-    let live: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(&format!(
-        "SELECT task_queue,
-            count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
-            count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1
-                AND coalesce(task_waiting_on, 0) = 0),
-            count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1),
-            count(*) FILTER (WHERE task_waiting_on > 0)
-         FROM {} GROUP BY task_queue",
-        schema.flat_table("tasks_queue_t")
-    ))
-    .bind(ts(now))
-    .fetch_all(pool)
-    .await?;
-    let controlled: Vec<(String, Option<String>, Option<i64>)> = sqlx::query_as(&format!(
-        "SELECT queue_name, queue_paused_at_ts, queue_global_limit FROM {}",
-        schema.flat_table("queues_t")
-    ))
-    .fetch_all(pool)
-    .await?;
-    let controlled = controlled
-        .into_iter()
-        .map(|(name, at, limit)| (name, at.and_then(|at| at.parse().ok()), limit))
-        .collect();
-    Ok(crate::store::merge_queue_states(live, controlled))
-}
-
-/// Up to `limit` ids of the jobs `filter` takes, after `after` in id order (as on
-/// PostgreSQL).
-pub(crate) async fn find_ids(
-    pool: &SqlitePool,
-    schema: &Schema,
-    filter: &JobFilter,
-    live: bool,
-    after: Option<Uuid>,
-    limit: i64,
-) -> Result<Vec<Uuid>> {
-    let conditions = "($1 IS NULL OR task_id > $1) AND ($2 IS NULL OR task_queue = $2)
-        AND ($3 IS NULL OR task_type = $3) AND ($4 IS NULL OR task_tenant = $4)
-        AND ($5 IS NULL OR task_correlation_id = $5)";
-    let sql = if live {
-        format!(
-            "SELECT task_id FROM {} WHERE {conditions}
-                AND ($6 IS NULL OR (task_locked_by IS NOT NULL) = $6){}
-             ORDER BY task_id LIMIT $7",
-            schema.flat_table("tasks_queue_t"),
-            filter.pending_clause()
-        )
-    } else {
-        format!(
-            "SELECT task_id FROM {} WHERE {conditions}
-                AND task_status IN (SELECT value FROM json_each($6))
-             ORDER BY task_id LIMIT $7",
-            schema.flat_table("task_results_t")
-        )
-    };
-    let query = sqlx::query_scalar(&sql)
-        .bind(after)
-        .bind(&filter.queue)
-        .bind(&filter.task_type)
-        .bind(&filter.tenant)
-        .bind(&filter.correlation_id);
-    let query = if live {
-        query.bind(filter.running())
-    } else {
-        query.bind(match filter.status {
-            Some(s) => format!("[{}]", s as i32),
-            None => "[6, 7]".to_owned(),
-        })
-    };
-    Ok(query.bind(limit).fetch_all(pool).await?)
-}
-
-/// Enqueues one job on the pool (`Client::enqueue_json`).
-pub(crate) async fn post(
-    pool: &SqlitePool,
-    schema: &Schema,
-    job: NewJob,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    super::enqueue_one(pool, schema, job, now).await?;
-    Ok(())
-}
-
-/// The paused queues (every claim skips them) and those with a global limit.
-pub(crate) async fn queue_controls(pool: &SqlitePool, schema: &Schema) -> Result<QueueControls> {
-    let rows = sqlx::query_as(&format!(
-        "SELECT queue_name, queue_paused_at_ts IS NOT NULL, queue_global_limit IS NOT NULL FROM {}
-         WHERE queue_paused_at_ts IS NOT NULL OR queue_global_limit IS NOT NULL ORDER BY queue_name",
-        schema.flat_table("queues_t")
-    ))
-    .fetch_all(pool)
-    .await?;
-    Ok(QueueControls::from_rows(rows))
-}
-
-/// Jobs by queue, task type or tenant and state (`Client::count_by`).
-pub(crate) async fn count_by(
-    pool: &SqlitePool,
-    schema: &Schema,
-    by: crate::model::CountBy,
-    now: DateTime<Utc>,
-) -> Result<Vec<crate::model::GroupCounts>> {
-    let column = crate::store::listing::group_column(by);
-    let live = sqlx::query_as(&format!(
-        "SELECT {column},
-            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= $1),
-            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > $1
-                AND coalesce(task_waiting_on, 0) = 0),
-            count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt > 0),
-            count(*) FILTER (WHERE task_locked_by IS NOT NULL),
-            count(*) FILTER (WHERE task_waiting_on > 0)
-         FROM {} GROUP BY 1",
-        schema.flat_table("tasks_queue_t")
-    ))
-    .bind(ts(now))
-    .fetch_all(pool)
-    .await?;
-    let ended = sqlx::query_as(&format!(
-        "SELECT {column}, count(*) FILTER (WHERE task_status = 6), count(*) FILTER (WHERE task_status = 7)
-         FROM {} WHERE task_status IN (6, 7) GROUP BY 1",
-        schema.flat_table("task_results_t")
-    ))
-    .fetch_all(pool)
-    .await?;
-    Ok(crate::store::listing::merge_group_counts(live, ended))
-}
-
-/// One page of the job list (`Client::jobs`).
-pub(crate) async fn list_jobs(
-    pool: &SqlitePool,
-    schema: &Schema,
-    filter: &JobFilter,
-    after: Option<Uuid>,
-    limit: i64,
-    now: DateTime<Utc>,
-) -> Result<Vec<crate::model::JobSummary>> {
-    let now = ts(now);
-    let (q, r) = (
-        schema.flat_table("tasks_queue_t"),
-        schema.flat_table("task_results_t"),
-    );
-    // As on PostgreSQL: the jobs with a results row, and those waiting for their first
-    // outcome without one, whose `r` the queue row stands in for.
-    let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new("SELECT * FROM (");
-    let branches = [
-        format!("{r} r LEFT JOIN {q} q ON q.task_id = r.task_id WHERE true"),
-        format!(
-            "(SELECT task_id, task_type, task_queue, 1 AS task_status, task_priority, task_tenant,
-                task_correlation_id, task_metadata, task_posted_at_ts,
-                NULL AS task_processing_finalized_at_ts,
-                json_array_length(coalesce(task_lost_attempts, '[]')) AS task_error_count,
-                NULL AS task_last_error_type, NULL AS task_last_error_message
-              FROM {q} WHERE NOT task_has_result) r
-             JOIN {q} q ON q.task_id = r.task_id
-             WHERE NOT EXISTS (SELECT 1 FROM {r} x WHERE x.task_id = r.task_id)"
-        ),
-    ];
-    crate::store::listing::push_job_list!(
-        query,
-        branches,
-        str::to_owned,
-        filter,
-        after,
-        limit,
-        now,
-        |query, key, value| {
-            // As text, as PostgreSQL's `->>` gives it (booleans as true/false).
-            let path = json_path(&key);
-            query
-            .push(" AND CASE json_type(r.task_metadata, ")
-            .push_bind(path.clone())
-            .push(") WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE CAST(json_extract(r.task_metadata, ")
-            .push_bind(path)
-            .push(") AS TEXT) END = ")
-            .push_bind(value);
-        }
-    );
-    Ok(query.build_query_as().fetch_all(pool).await?)
-}
-
 /// The JSON path of one object key, quoted (`$."a.b"`), so the key is data.
 fn json_path(key: &str) -> String {
     format!("$.{}", serde_json::Value::String(key.to_owned()))
 }
 
-/// The jobs whose last run failed since `since`, grouped by error (`Client::error_groups`).
-pub(crate) async fn error_groups(
-    pool: &SqlitePool,
-    schema: &Schema,
-    since: DateTime<Utc>,
-    limit: i64,
-) -> Result<Vec<crate::model::ErrorGroup>> {
-    Ok(sqlx::query_as(&format!(
-        "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
-            min(task_last_processing_attempted_at_ts) AS first_seen,
-            max(task_last_processing_attempted_at_ts) AS last_seen, max(task_id) AS sample
-         FROM {} WHERE task_status IN (4, 5, 6) AND task_last_processing_attempted_at_ts >= $1
-         GROUP BY task_last_error_type, task_last_error_message
-         ORDER BY jobs DESC, last_seen DESC LIMIT $2",
-        schema.flat_table("task_results_t")
-    ))
-    .bind(ts(since))
-    .bind(limit)
-    .fetch_all(pool)
-    .await?)
-}
-
-/// The workers' rows with the jobs each holds (`Client::workers`).
-pub(crate) async fn workers(
-    pool: &SqlitePool,
-    schema: &Schema,
-    now: DateTime<Utc>,
-) -> Result<Vec<crate::model::WorkerInfo>> {
-    let rows = sqlx::query_as(&format!("SELECT * FROM {}", schema.flat_table("workers_t")))
-        .fetch_all(pool)
-        .await?;
-    let running = sqlx::query_as(&format!(
-        "SELECT task_locked_by, count(*) FROM {}
-         WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1 GROUP BY task_locked_by",
-        schema.flat_table("tasks_queue_t")
-    ))
-    .bind(ts(now))
-    .fetch_all(pool)
-    .await?;
-    Ok(crate::store::listing::workers_of(rows, running, now))
-}
-
-/// Announces worker `id` (and forgets workers not seen for a day).
-pub(crate) async fn worker_up(
-    pool: &SqlitePool,
-    schema: &Schema,
-    id: &str,
-    up: &crate::model::WorkerUp,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    let table = schema.flat_table("workers_t");
-    sqlx::query(&format!(
-        "INSERT INTO {table} (worker_id, worker_host, worker_pid, worker_queues, worker_task_types,
-            worker_concurrency, worker_heartbeat_ms, worker_started_at_ts, worker_seen_at_ts)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-         ON CONFLICT (worker_id) DO UPDATE SET worker_host = excluded.worker_host, worker_pid = excluded.worker_pid,
-                worker_queues = excluded.worker_queues, worker_task_types = excluded.worker_task_types,
-                worker_concurrency = excluded.worker_concurrency, worker_heartbeat_ms = excluded.worker_heartbeat_ms,
-                worker_started_at_ts = excluded.worker_started_at_ts, worker_seen_at_ts = excluded.worker_seen_at_ts"
-    ))
-    .bind(id)
-    .bind(&up.host)
-    .bind(up.pid)
-    .bind(&up.queues)
-    .bind(&up.task_types)
-    .bind(up.concurrency)
-    .bind(up.heartbeat_ms)
-    .bind(ts(now))
-    .bind(ts(now))
-    .execute(pool)
-    .await?;
-    sqlx::query(&format!("DELETE FROM {table} WHERE worker_seen_at_ts < $1"))
-        .bind(ts(now - chrono::Duration::days(1)))
-        .execute(pool)
-        .await?;
-    // The metrics rows of workers gone for a day (a live worker writes its rows every
-    // maintenance interval).
-    sqlx::query(&format!(
-        "DELETE FROM {} WHERE metric_last_updated < $1",
-        schema.flat_table("metrics_t")
-    ))
-    .bind(ts(now - chrono::Duration::days(1)))
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// Stamps worker `id`'s row.
-pub(crate) async fn worker_seen(
-    pool: &SqlitePool,
-    schema: &Schema,
-    id: &str,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    sqlx::query(&format!(
-        "UPDATE {} SET worker_seen_at_ts = $1 WHERE worker_id = $2",
-        schema.flat_table("workers_t")
-    ))
-    .bind(ts(now))
-    .bind(id)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// Removes worker `id`'s row.
-pub(crate) async fn worker_down(pool: &SqlitePool, schema: &Schema, id: &str) -> Result<()> {
-    sqlx::query(&format!(
-        "DELETE FROM {} WHERE worker_id = $1",
-        schema.flat_table("workers_t")
-    ))
-    .bind(id)
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// The stored run counts per minute since `since` (`Client::throughput`).
-pub(crate) async fn job_stats(
-    pool: &SqlitePool,
-    schema: &Schema,
-    since: DateTime<Utc>,
-    task_type: Option<&str>,
-) -> Result<Vec<crate::model::StatRow>> {
-    let filter = if task_type.is_some() {
-        " AND task_type = $2"
-    } else {
-        ""
-    };
-    let sql = format!(
-        "SELECT stat_minute_ts, task_type, stat_processed, stat_failed, stat_run_ms, stat_histogram
-         FROM {} WHERE stat_minute_ts >= $1{filter} ORDER BY stat_minute_ts",
-        schema.flat_table("job_stats_t")
-    );
-    let query = sqlx::query_as(&sql).bind(ts(since));
-    let query = match task_type {
-        Some(t) => query.bind(t),
-        None => query,
-    };
-    Ok(query.fetch_all(pool).await?)
-}
-
-/// Writes worker `owner`'s run counts per minute and task type (absolute values).
-pub(crate) async fn write_job_stats(
-    pool: &SqlitePool,
-    schema: &Schema,
-    owner: &str,
-    buckets: &[(DateTime<Utc>, String, crate::model::StatBucket)],
-) -> Result<()> {
-    let sql = format!(
-        "INSERT INTO {} (stat_minute_ts, task_type, stat_owner, stat_processed, stat_failed, stat_run_ms,
-            stat_histogram) VALUES ($1, $2, $3, $4, $5, $6, $7)
-         ON CONFLICT (stat_minute_ts, task_type, stat_owner) DO UPDATE SET stat_processed = excluded.stat_processed, stat_failed = excluded.stat_failed, stat_run_ms = excluded.stat_run_ms, stat_histogram = excluded.stat_histogram",
-        schema.flat_table("job_stats_t")
-    );
-    let mut tx = pool.begin().await?;
-    for (minute, task_type, bucket) in buckets {
-        sqlx::query(&sql)
-            .bind(ts(*minute))
-            .bind(task_type)
-            .bind(owner)
-            .bind(bucket.processed)
-            .bind(bucket.failed)
-            .bind(bucket.run_ms)
-            .bind(bucket.histogram_json())
-            .execute(&mut *tx)
-            .await?;
-    }
-    tx.commit().await?;
-    Ok(())
-}
-
-/// Deletes the run counts of minutes before `before` (the results' retention).
-pub(crate) async fn prune_job_stats(
+/// Deletes the run counts of minutes before `before`.
+async fn delete_job_stats(
     pool: &SqlitePool,
     schema: &Schema,
     before: DateTime<Utc>,
@@ -660,37 +59,632 @@ pub(crate) async fn prune_job_stats(
     .rows_affected())
 }
 
-/// `Client::prune`: what the workers' retention deletes, with `before` as its cutoff.
-pub(crate) async fn prune(
-    pool: &SqlitePool,
-    schema: &Schema,
-    before: DateTime<Utc>,
-) -> Result<crate::model::Pruned> {
-    let results = schema.flat_table("task_results_t");
-    let statement = format!(
-        "DELETE FROM {results} WHERE task_id IN (
-            SELECT task_id FROM {results}
-            WHERE task_processing_finalized_at_ts IS NOT NULL AND task_processing_finalized_at_ts < $1
-              AND task_id NOT IN (SELECT task_id FROM {})
-            LIMIT 1000)",
-        schema.flat_table("tasks_queue_t")
-    );
-    let mut rows = 0;
-    loop {
-        // A statement at a time: workers' claims go between them.
-        let n = sqlx::query(&statement)
-            .bind(ts(before))
+impl Control for SqlitePool {
+    /// Cancels the live jobs among `ids` (as on PostgreSQL); the ids cancelled, and whether
+    /// each was running.
+    async fn cancel(
+        &self,
+        schema: &Schema,
+        ids: &[Uuid],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<(Uuid, bool)>> {
+        let pool = self;
+        let q = schema.flat_table("tasks_queue_t");
+        let r = schema.flat_table("task_results_t");
+        let now_text = ts(now);
+        let mut conn = pool.acquire().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+        let mut done = Vec::new();
+        let mut roots = Vec::new();
+        for &id in ids {
+            let Some(live): Option<Live> =
+                sqlx::query_as(&format!("DELETE FROM {q} WHERE task_id = $1 RETURNING *"))
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+            else {
+                continue;
+            };
+            let run = CancelledRun {
+                lost: live.task_lost_attempts.as_deref(),
+                holder: live.task_locked_by.as_deref(),
+                attempt: live.task_attempt,
+                started_at: live.task_claimed_at_ts.clone(),
+                lease_valid: live.task_locked_until_ts > now_text,
+            };
+            let (attempts, running, failed) = run.attempts(&now_text);
+            let first = attempts
+                .first()
+                .and_then(|a| a.get("started_at"))
+                .and_then(|s| s.as_str())
+                .map(str::to_owned)
+                .or_else(|| live.task_claimed_at_ts.clone());
+            let all = super::errors_with(&mut tx, schema, id, attempts).await?;
+            sqlx::query(&format!(
+                "INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_priority, task_posted_at_ts,
+                    task_tenant, task_correlation_id, task_metadata, task_status, task_error_count,
+                    task_processing_finalized_at_ts, task_payload, task_max_attempts, task_timeout_ms, task_errors,
+                    task_last_locked_by, task_unique_key, task_unique_mode, task_first_processing_attempted_at_ts,
+                    task_last_processing_attempted_at_ts, task_last_error_type, task_last_error_message, task_last_error)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 7, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
+                    'cancelled', 'cancelled by an operator', 'cancelled: cancelled by an operator')
+                 ON CONFLICT (task_id) DO UPDATE SET task_status = 7,
+                    task_error_count = task_error_count + excluded.task_error_count,
+                    task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,
+                    task_payload = excluded.task_payload,
+                    task_max_attempts = excluded.task_max_attempts,
+                    task_timeout_ms = excluded.task_timeout_ms,
+                    task_errors = excluded.task_errors,
+                    task_last_locked_by = coalesce(excluded.task_last_locked_by, task_last_locked_by),
+                    task_first_processing_attempted_at_ts =
+                        coalesce(task_first_processing_attempted_at_ts, excluded.task_first_processing_attempted_at_ts),
+                    task_last_processing_attempted_at_ts =
+                        coalesce(excluded.task_last_processing_attempted_at_ts, task_last_processing_attempted_at_ts),
+                    task_last_error_type = excluded.task_last_error_type,
+                    task_last_error_message = excluded.task_last_error_message,
+                    task_last_error = excluded.task_last_error"
+            ))
+            .bind(id)
+            .bind(&live.task_type)
+            .bind(&live.task_source)
+            .bind(&live.task_queue)
+            .bind(live.task_priority)
+            .bind(&live.task_posted_at_ts)
+            .bind(&live.task_tenant)
+            .bind(&live.task_correlation_id)
+            .bind(&live.task_metadata)
+            .bind(failed)
+            .bind(&now_text)
+            .bind(&live.task_payload)
+            .bind(live.task_max_attempts)
+            .bind(live.task_timeout_ms)
+            .bind(all)
+            .bind(&live.task_locked_by)
+            .bind(&live.task_unique_key)
+            .bind(live.task_unique_mode)
+            .bind(first)
+            .bind(&live.task_claimed_at_ts)
+            .execute(&mut *tx)
+            .await?;
+            done.push((live.task_id, running));
+            if live.task_dependants {
+                // The jobs waiting on it are cancelled with it, naming it.
+                let message = crate::store::dependency_message(
+                    id,
+                    &live.task_type,
+                    true,
+                    "cancelled by an operator",
+                );
+                roots.push((id, message));
+            }
+        }
+        super::flow::propagate(&mut tx, schema, roots, true, now).await?;
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    /// Puts the fatal or cancelled jobs among `ids` back in the queue (as on PostgreSQL);
+    /// the ids put back.
+    async fn retry(&self, schema: &Schema, ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        let pool = self;
+        let q = schema.flat_table("tasks_queue_t");
+        let r = schema.flat_table("task_results_t");
+        let mut conn = pool.acquire().await?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+        let back: Vec<Uuid> = sqlx::query_scalar(&format!(
+            "INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
+                task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, task_tenant,
+                task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_timeout_ms)
+             SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, $2, task_queue,
+                json_array_length(task_errors), json_array_length(task_errors) + coalesce(task_max_attempts, {}),
+                1, task_tenant, task_correlation_id, task_metadata,
+                CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode, task_timeout_ms
+             FROM {r}
+             WHERE task_id IN (SELECT unhex(value) FROM json_each($1)) AND task_status IN (6, 7)
+                AND task_payload IS NOT NULL
+             ORDER BY task_id
+             ON CONFLICT DO NOTHING
+             RETURNING task_id",
+            crate::DEFAULT_MAX_ATTEMPTS
+        ))
+        .bind(id_list(ids))
+        .bind(ts(now))
+        .fetch_all(&mut *tx)
+        .await?;
+        sqlx::query(&format!(
+            "UPDATE {r} SET task_status = 1, task_processing_finalized_at_ts = NULL, task_payload = NULL
+             WHERE task_id IN (SELECT unhex(value) FROM json_each($1))"
+        ))
+        .bind(id_list(&back))
+        .execute(&mut *tx)
+        .await?;
+        // A job that waited on others runs again with their outputs (migration 4).
+        sqlx::query(&format!(
+            "UPDATE {q} SET task_waiting_on = 0
+             WHERE task_id IN (SELECT unhex(value) FROM json_each($1))
+                AND EXISTS (SELECT 1 FROM {d} d WHERE d.task_id = {q}.task_id)",
+            d = schema.flat_table("task_deps_t")
+        ))
+        .bind(id_list(&back))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        if !back.is_empty() {
+            wake();
+        }
+        Ok(back)
+    }
+
+    /// Moves a waiting job's not-before time; false when it is not waiting, or waits on
+    /// other jobs.
+    async fn reschedule(&self, schema: &Schema, id: Uuid, at: DateTime<Utc>) -> Result<bool> {
+        let pool = self;
+        let changed = sqlx::query(&format!(
+            "UPDATE {} SET task_locked_until_ts = $2
+             WHERE task_id = $1 AND task_locked_by IS NULL AND coalesce(task_waiting_on, 0) = 0",
+            schema.flat_table("tasks_queue_t")
+        ))
+        .bind(id)
+        .bind(ts(at))
+        .execute(pool)
+        .await?
+        .rows_affected();
+        if changed > 0 {
+            wake();
+        }
+        Ok(changed > 0)
+    }
+
+    /// Pauses or resumes a queue; whether that changed its state.
+    async fn set_paused(
+        &self,
+        schema: &Schema,
+        queue: &str,
+        paused: bool,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let pool = self;
+        let t = schema.flat_table("queues_t");
+        let sql = if paused {
+            format!(
+                "INSERT INTO {t} (queue_name, queue_paused_at_ts, queue_updated_at_ts) VALUES ($1, $2, $2)
+                 ON CONFLICT (queue_name) DO UPDATE SET queue_paused_at_ts = $2, queue_updated_at_ts = $2
+                 WHERE queue_paused_at_ts IS NULL"
+            )
+        } else {
+            format!(
+                "UPDATE {t} SET queue_paused_at_ts = NULL, queue_updated_at_ts = $2
+                 WHERE queue_name = $1 AND queue_paused_at_ts IS NOT NULL"
+            )
+        };
+        let changed = sqlx::query(&sql)
+            .bind(queue)
+            .bind(ts(now))
             .execute(pool)
             .await?
             .rows_affected();
-        rows += n;
-        if n < 1000 {
-            break;
+        if changed > 0 {
+            crate::store::pauses_changed();
         }
+        if changed > 0 && !paused {
+            wake();
+        }
+        Ok(changed > 0)
     }
-    Ok(crate::model::Pruned {
-        rows,
-        partitions: Vec::new(),
-        run_counts: prune_job_stats(pool, schema, before).await?,
-    })
+
+    /// Sets or (with `None`) removes a queue's concurrency limit across workers.
+    async fn set_global_limit(
+        &self,
+        schema: &Schema,
+        queue: &str,
+        limit: Option<i32>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let pool = self;
+        let t = schema.flat_table("queues_t");
+        let sql = if limit.is_some() {
+            format!(
+                "INSERT INTO {t} (queue_name, queue_global_limit, queue_updated_at_ts) VALUES ($1, $2, $3)
+                 ON CONFLICT (queue_name) DO UPDATE SET queue_global_limit = $2, queue_updated_at_ts = $3"
+            )
+        } else {
+            format!("UPDATE {t} SET queue_global_limit = $2, queue_updated_at_ts = $3 WHERE queue_name = $1")
+        };
+        sqlx::query(&sql)
+            .bind(queue)
+            .bind(limit)
+            .bind(ts(now))
+            .execute(pool)
+            .await?;
+        crate::store::pauses_changed();
+        Ok(())
+    }
+
+    /// Live jobs per queue and state, with each queue's pause.
+    async fn queue_states(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<QueueState>> {
+        let pool = self;
+        let live: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(&format!(
+            "SELECT task_queue,
+                count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
+                count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1
+                    AND coalesce(task_waiting_on, 0) = 0),
+                count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1),
+                count(*) FILTER (WHERE task_waiting_on > 0)
+             FROM {} GROUP BY task_queue",
+            schema.flat_table("tasks_queue_t")
+        ))
+        .bind(ts(now))
+        .fetch_all(pool)
+        .await?;
+        let controlled: Vec<(String, Option<String>, Option<i64>)> = sqlx::query_as(&format!(
+            "SELECT queue_name, queue_paused_at_ts, queue_global_limit FROM {}",
+            schema.flat_table("queues_t")
+        ))
+        .fetch_all(pool)
+        .await?;
+        let controlled = controlled
+            .into_iter()
+            .map(|(name, at, limit)| (name, at.and_then(|at| at.parse().ok()), limit))
+            .collect();
+        Ok(crate::store::merge_queue_states(live, controlled))
+    }
+
+    /// Up to `limit` ids of the jobs `filter` takes, after `after` in id order (as on
+    /// PostgreSQL).
+    async fn find_ids(
+        &self,
+        schema: &Schema,
+        filter: &JobFilter,
+        live: bool,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<Uuid>> {
+        let pool = self;
+        let conditions = "($1 IS NULL OR task_id > $1) AND ($2 IS NULL OR task_queue = $2)
+            AND ($3 IS NULL OR task_type = $3) AND ($4 IS NULL OR task_tenant = $4)
+            AND ($5 IS NULL OR task_correlation_id = $5)";
+        let sql = if live {
+            format!(
+                "SELECT task_id FROM {} WHERE {conditions}
+                    AND ($6 IS NULL OR (task_locked_by IS NOT NULL) = $6){}
+                 ORDER BY task_id LIMIT $7",
+                schema.flat_table("tasks_queue_t"),
+                filter.pending_clause()
+            )
+        } else {
+            format!(
+                "SELECT task_id FROM {} WHERE {conditions}
+                    AND task_status IN (SELECT value FROM json_each($6))
+                 ORDER BY task_id LIMIT $7",
+                schema.flat_table("task_results_t")
+            )
+        };
+        let query = sqlx::query_scalar(&sql)
+            .bind(after)
+            .bind(&filter.queue)
+            .bind(&filter.task_type)
+            .bind(&filter.tenant)
+            .bind(&filter.correlation_id);
+        let query = if live {
+            query.bind(filter.running())
+        } else {
+            query.bind(match filter.status {
+                Some(s) => format!("[{}]", s as i32),
+                None => "[6, 7]".to_owned(),
+            })
+        };
+        Ok(query.bind(limit).fetch_all(pool).await?)
+    }
+
+    /// Enqueues one job on the pool (`Client::enqueue_json`).
+    async fn post(&self, schema: &Schema, job: NewJob, now: DateTime<Utc>) -> Result<()> {
+        let pool = self;
+        super::enqueue_one(pool, schema, job, now).await?;
+        Ok(())
+    }
+
+    /// `Client::prune`: what the workers' retention deletes, with `before` as its cutoff.
+    async fn prune(&self, schema: &Schema, before: DateTime<Utc>) -> Result<crate::model::Pruned> {
+        let pool = self;
+        let results = schema.flat_table("task_results_t");
+        let statement = format!(
+            "DELETE FROM {results} WHERE task_id IN (
+                SELECT task_id FROM {results}
+                WHERE task_processing_finalized_at_ts IS NOT NULL AND task_processing_finalized_at_ts < $1
+                  AND task_id NOT IN (SELECT task_id FROM {})
+                LIMIT 1000)",
+            schema.flat_table("tasks_queue_t")
+        );
+        let mut rows = 0;
+        loop {
+            // A statement at a time: workers' claims go between them.
+            let n = sqlx::query(&statement)
+                .bind(ts(before))
+                .execute(pool)
+                .await?
+                .rows_affected();
+            rows += n;
+            if n < 1000 {
+                break;
+            }
+        }
+        Ok(crate::model::Pruned {
+            rows,
+            partitions: Vec::new(),
+            run_counts: delete_job_stats(pool, schema, before).await?,
+        })
+    }
+
+    /// Jobs by queue, task type or tenant and state (`Client::count_by`).
+    async fn count_by(
+        &self,
+        schema: &Schema,
+        by: crate::model::CountBy,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::model::GroupCounts>> {
+        let pool = self;
+        let column = crate::store::listing::group_column(by);
+        let live = sqlx::query_as(&format!(
+            "SELECT {column},
+                count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= $1),
+                count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > $1
+                    AND coalesce(task_waiting_on, 0) = 0),
+                count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt > 0),
+                count(*) FILTER (WHERE task_locked_by IS NOT NULL),
+                count(*) FILTER (WHERE task_waiting_on > 0)
+             FROM {} GROUP BY 1",
+            schema.flat_table("tasks_queue_t")
+        ))
+        .bind(ts(now))
+        .fetch_all(pool)
+        .await?;
+        let ended = sqlx::query_as(&format!(
+            "SELECT {column}, count(*) FILTER (WHERE task_status = 6), count(*) FILTER (WHERE task_status = 7)
+             FROM {} WHERE task_status IN (6, 7) GROUP BY 1",
+            schema.flat_table("task_results_t")
+        ))
+        .fetch_all(pool)
+        .await?;
+        Ok(crate::store::listing::merge_group_counts(live, ended))
+    }
+
+    /// One page of the job list (`Client::jobs`).
+    async fn list_jobs(
+        &self,
+        schema: &Schema,
+        filter: &JobFilter,
+        after: Option<Uuid>,
+        limit: i64,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::model::JobSummary>> {
+        let pool = self;
+        let now = ts(now);
+        let (q, r) = (
+            schema.flat_table("tasks_queue_t"),
+            schema.flat_table("task_results_t"),
+        );
+        // As on PostgreSQL: the jobs with a results row, and those waiting for their first
+        // outcome without one, whose `r` the queue row stands in for.
+        let mut query = sqlx::QueryBuilder::<sqlx::Sqlite>::new("SELECT * FROM (");
+        let branches = [
+            format!("{r} r LEFT JOIN {q} q ON q.task_id = r.task_id WHERE true"),
+            format!(
+                "(SELECT task_id, task_type, task_queue, 1 AS task_status, task_priority, task_tenant,
+                    task_correlation_id, task_metadata, task_posted_at_ts,
+                    NULL AS task_processing_finalized_at_ts,
+                    json_array_length(coalesce(task_lost_attempts, '[]')) AS task_error_count,
+                    NULL AS task_last_error_type, NULL AS task_last_error_message
+                  FROM {q} WHERE NOT task_has_result) r
+                 JOIN {q} q ON q.task_id = r.task_id
+                 WHERE NOT EXISTS (SELECT 1 FROM {r} x WHERE x.task_id = r.task_id)"
+            ),
+        ];
+        crate::store::listing::push_job_list!(
+            query,
+            branches,
+            str::to_owned,
+            filter,
+            after,
+            limit,
+            now,
+            |query, key, value| {
+                // As text, as PostgreSQL's `->>` gives it (booleans as true/false).
+                let path = json_path(&key);
+                query
+                .push(" AND CASE json_type(r.task_metadata, ")
+                .push_bind(path.clone())
+                .push(") WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE CAST(json_extract(r.task_metadata, ")
+                .push_bind(path)
+                .push(") AS TEXT) END = ")
+                .push_bind(value);
+            }
+        );
+        Ok(query.build_query_as().fetch_all(pool).await?)
+    }
+
+    /// The jobs whose last run failed since `since`, grouped by error (`Client::error_groups`).
+    async fn error_groups(
+        &self,
+        schema: &Schema,
+        since: DateTime<Utc>,
+        limit: i64,
+    ) -> Result<Vec<crate::model::ErrorGroup>> {
+        let pool = self;
+        Ok(sqlx::query_as(&format!(
+            "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
+                min(task_last_processing_attempted_at_ts) AS first_seen,
+                max(task_last_processing_attempted_at_ts) AS last_seen, max(task_id) AS sample
+             FROM {} WHERE task_status IN (4, 5, 6) AND task_last_processing_attempted_at_ts >= $1
+             GROUP BY task_last_error_type, task_last_error_message
+             ORDER BY jobs DESC, last_seen DESC LIMIT $2",
+            schema.flat_table("task_results_t")
+        ))
+        .bind(ts(since))
+        .bind(limit)
+        .fetch_all(pool)
+        .await?)
+    }
+
+    /// The workers' rows with the jobs each holds (`Client::workers`).
+    async fn workers(
+        &self,
+        schema: &Schema,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::model::WorkerInfo>> {
+        let pool = self;
+        let rows = sqlx::query_as(&format!("SELECT * FROM {}", schema.flat_table("workers_t")))
+            .fetch_all(pool)
+            .await?;
+        let running = sqlx::query_as(&format!(
+            "SELECT task_locked_by, count(*) FROM {}
+             WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1 GROUP BY task_locked_by",
+            schema.flat_table("tasks_queue_t")
+        ))
+        .bind(ts(now))
+        .fetch_all(pool)
+        .await?;
+        Ok(crate::store::listing::workers_of(rows, running, now))
+    }
+
+    /// The stored run counts per minute since `since` (`Client::throughput`).
+    async fn job_stats(
+        &self,
+        schema: &Schema,
+        since: DateTime<Utc>,
+        task_type: Option<&str>,
+    ) -> Result<Vec<crate::model::StatRow>> {
+        let pool = self;
+        let filter = if task_type.is_some() {
+            " AND task_type = $2"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT stat_minute_ts, task_type, stat_processed, stat_failed, stat_run_ms, stat_histogram
+             FROM {} WHERE stat_minute_ts >= $1{filter} ORDER BY stat_minute_ts",
+            schema.flat_table("job_stats_t")
+        );
+        let query = sqlx::query_as(&sql).bind(ts(since));
+        let query = match task_type {
+            Some(t) => query.bind(t),
+            None => query,
+        };
+        Ok(query.fetch_all(pool).await?)
+    }
+}
+
+impl WorkerRows for SqliteStore {
+    /// The paused queues (every claim skips them) and those with a global limit.
+    async fn queue_controls(&self) -> Result<QueueControls> {
+        let (pool, schema) = (&self.pool, &self.schema);
+        let rows = sqlx::query_as(&format!(
+            "SELECT queue_name, queue_paused_at_ts IS NOT NULL, queue_global_limit IS NOT NULL FROM {}
+             WHERE queue_paused_at_ts IS NOT NULL OR queue_global_limit IS NOT NULL ORDER BY queue_name",
+            schema.flat_table("queues_t")
+        ))
+        .fetch_all(pool)
+        .await?;
+        Ok(QueueControls::from_rows(rows))
+    }
+
+    /// Announces worker `id` (and forgets workers not seen for a day).
+    async fn worker_up(&self, up: &crate::model::WorkerUp, now: DateTime<Utc>) -> Result<()> {
+        let (pool, schema, id) = (&self.pool, &self.schema, &self.worker_id);
+        let table = schema.flat_table("workers_t");
+        sqlx::query(&format!(
+            "INSERT INTO {table} (worker_id, worker_host, worker_pid, worker_queues, worker_task_types,
+                worker_concurrency, worker_heartbeat_ms, worker_started_at_ts, worker_seen_at_ts)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT (worker_id) DO UPDATE SET worker_host = excluded.worker_host, worker_pid = excluded.worker_pid,
+                    worker_queues = excluded.worker_queues, worker_task_types = excluded.worker_task_types,
+                    worker_concurrency = excluded.worker_concurrency, worker_heartbeat_ms = excluded.worker_heartbeat_ms,
+                    worker_started_at_ts = excluded.worker_started_at_ts, worker_seen_at_ts = excluded.worker_seen_at_ts"
+        ))
+        .bind(id)
+        .bind(&up.host)
+        .bind(up.pid)
+        .bind(&up.queues)
+        .bind(&up.task_types)
+        .bind(up.concurrency)
+        .bind(up.heartbeat_ms)
+        .bind(ts(now))
+        .bind(ts(now))
+        .execute(pool)
+        .await?;
+        sqlx::query(&format!("DELETE FROM {table} WHERE worker_seen_at_ts < $1"))
+            .bind(ts(now - chrono::Duration::days(1)))
+            .execute(pool)
+            .await?;
+        // The metrics rows of workers gone for a day (a live worker writes its rows every
+        // maintenance interval).
+        sqlx::query(&format!(
+            "DELETE FROM {} WHERE metric_last_updated < $1",
+            schema.flat_table("metrics_t")
+        ))
+        .bind(ts(now - chrono::Duration::days(1)))
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Stamps worker `id`'s row.
+    async fn worker_seen(&self, now: DateTime<Utc>) -> Result<()> {
+        let (pool, schema, id) = (&self.pool, &self.schema, &self.worker_id);
+        sqlx::query(&format!(
+            "UPDATE {} SET worker_seen_at_ts = $1 WHERE worker_id = $2",
+            schema.flat_table("workers_t")
+        ))
+        .bind(ts(now))
+        .bind(id)
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Removes worker `id`'s row.
+    async fn worker_down(&self) -> Result<()> {
+        let (pool, schema, id) = (&self.pool, &self.schema, &self.worker_id);
+        sqlx::query(&format!(
+            "DELETE FROM {} WHERE worker_id = $1",
+            schema.flat_table("workers_t")
+        ))
+        .bind(id)
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes the run counts of minutes before `before`.
+    async fn prune_job_stats(&self, before: DateTime<Utc>) -> Result<u64> {
+        delete_job_stats(&self.pool, &self.schema, before).await
+    }
+
+    /// Writes worker `owner`'s run counts per minute and task type (absolute values).
+    async fn write_job_stats(
+        &self,
+        buckets: &[(DateTime<Utc>, String, crate::model::StatBucket)],
+    ) -> Result<()> {
+        let (pool, schema, owner) = (&self.pool, &self.schema, &self.worker_id);
+        let sql = format!(
+            "INSERT INTO {} (stat_minute_ts, task_type, stat_owner, stat_processed, stat_failed, stat_run_ms,
+                stat_histogram) VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (stat_minute_ts, task_type, stat_owner) DO UPDATE SET stat_processed = excluded.stat_processed, stat_failed = excluded.stat_failed, stat_run_ms = excluded.stat_run_ms, stat_histogram = excluded.stat_histogram",
+            schema.flat_table("job_stats_t")
+        );
+        let mut tx = pool.begin().await?;
+        for (minute, task_type, bucket) in buckets {
+            sqlx::query(&sql)
+                .bind(ts(*minute))
+                .bind(task_type)
+                .bind(owner)
+                .bind(bucket.processed)
+                .bind(bucket.failed)
+                .bind(bucket.run_ms)
+                .bind(bucket.histogram_json())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
 }

@@ -19,12 +19,6 @@
 mod control;
 pub(crate) mod flow;
 
-pub(crate) use control::{
-    cancel, count_by, error_groups, find_ids, job_stats, list_jobs, post, prune, prune_job_stats,
-    queue_controls, queue_states, reschedule, retry, set_global_limit, set_paused, worker_down,
-    worker_seen, worker_up, workers, write_job_stats,
-};
-
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -33,6 +27,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePool};
 use sqlx::{Connection as _, Executor as _, Row as _, Sqlite};
 use uuid::Uuid;
 
+use super::driver::{Admin, Work};
 use super::{
     wake, ClaimedJob, Failure, Lease, LeasedRow, NewJob, ProbeFailure, Retired, ScheduleRow,
     Schema, Success,
@@ -574,40 +569,6 @@ macro_rules! bind_new {
     };
 }
 
-/// Brings the schema to the newest version: in a `BEGIN IMMEDIATE` transaction, so
-/// workers starting at once apply each migration exactly once. Puts the file in WAL mode
-/// (readers never wait for the writer; the mode stays with the file).
-pub(crate) async fn migrate(pool: &SqlitePool, schema: &Schema) -> Result<()> {
-    migrate_to(pool, schema, i32::MAX).await
-}
-
-/// This build's migrations, each with when it was applied to `schema` (`None`: not yet).
-pub(crate) async fn migrations(
-    pool: &SqlitePool,
-    schema: &Schema,
-) -> Result<Vec<(i32, &'static str, Option<DateTime<Utc>>)>> {
-    let versions = schema.flat_table("schema_migrations_t");
-    let applied: Vec<(i32, DateTime<Utc>)> =
-        match sqlx::query_as(&format!("SELECT version, applied_at FROM {versions}"))
-            .fetch_all(pool)
-            .await
-        {
-            Ok(rows) => rows,
-            Err(e) if super::no_such_table(&e) => Vec::new(),
-            Err(e) => return Err(e.into()),
-        };
-    Ok(MIGRATIONS
-        .iter()
-        .map(|&(version, description, _)| {
-            let at = applied
-                .iter()
-                .find(|(v, _)| *v == version)
-                .map(|(_, at)| *at);
-            (version, description, at)
-        })
-        .collect())
-}
-
 pub(crate) async fn migrate_to(pool: &SqlitePool, schema: &Schema, target: i32) -> Result<()> {
     let mut conn = pool.acquire().await?;
     // An in-memory database answers "memory", and keeps it.
@@ -971,95 +932,6 @@ impl SqliteStore {
         Ok(conn.begin_with("BEGIN IMMEDIATE").await?)
     }
 
-    /// Opens the file outside the pool, saying why it cannot.
-    pub(crate) async fn probe(&self) -> std::result::Result<(), ProbeFailure> {
-        let options = self.pool.connect_options();
-        match SqliteConnection::connect_with(&options).await {
-            Ok(conn) => {
-                let _ = conn.close().await;
-                Ok(())
-            }
-            Err(e) => {
-                let busy =
-                    matches!(&e, sqlx::Error::Database(db) if db.code().as_deref() == Some("5"));
-                let error = Error::Connect {
-                    address: address(&options),
-                    cause: e.to_string(),
-                };
-                Err(if busy {
-                    ProbeFailure::Transient(error)
-                } else {
-                    ProbeFailure::Permanent(error)
-                })
-            }
-        }
-    }
-
-    pub(crate) async fn claim(&self, claim: &super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
-        let super::Claim {
-            task_types,
-            queues,
-            tenants,
-            paused,
-            capped,
-            limit,
-            now,
-            lease_until,
-        } = *claim;
-        let capped = match queues {
-            Some([queue]) if capped => Some(queue),
-            _ => None,
-        };
-        let list = |l: &[String]| serde_json::to_string(l).unwrap_or_default();
-        let query = |sql, limit: i64| {
-            sqlx::query(sql)
-                .bind(ts(now))
-                .bind(list(task_types))
-                .bind(queues.map(list))
-                .bind(limit)
-                .bind(ts(lease_until))
-                .bind(&self.worker_id)
-                .bind(tenants.map(list))
-                .bind((!paused.is_empty()).then(|| list(paused)))
-        };
-        let mut jobs = Vec::new();
-        let (_turn, mut conn) = self.writing().await?;
-        if let Some(queue) = capped {
-            let rows = query(&self.sql().claim_capped, limit)
-                .bind(queue)
-                .fetch_all(&mut *conn)
-                .await?;
-            for row in rows {
-                let handle: i64 = row.try_get("task_lock_handle_id")?;
-                match super::claimed_row(&row, 0) {
-                    Ok(job) => jobs.push((handle, job)),
-                    Err(e) => super::unleasable(&e),
-                }
-            }
-        } else {
-            // Candidates another writer leased between the claim's steps are claimed for
-            // again at once, until the claim has its limit or lost none.
-            let mut want = limit;
-            while want > 0 {
-                let rows = query(&self.sql().claim, want).fetch_all(&mut *conn).await?;
-                let row = last_row(&rows, "the claim")?;
-                let candidates: i64 = row.try_get(0)?;
-                let leased = claimed(row.try_get(1)?)?;
-                let n = leased.len() as i64;
-                jobs.extend(leased);
-                want -= n;
-                if n == candidates {
-                    break;
-                }
-            }
-        }
-        drop((_turn, conn));
-        // Back to the claim's order (the rows come in lock-handle order, and a job of
-        // another claim round may come first).
-        jobs.sort_by_key(|(handle, job)| (job.task_priority, *handle));
-        Ok(jobs.into_iter().map(|(_, job)| job).collect())
-    }
-
     /// Posts a restart or a periodic job's next run after `row`'s outcome (as on
     /// PostgreSQL: a new job with the same key, payload and period).
     /// Whether it posted one.
@@ -1120,20 +992,6 @@ impl SqliteStore {
                 .await?;
         }
         Ok(())
-    }
-
-    /// Finalizes successful runs (fenced); the ids whose lease was still held.
-    pub(crate) async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
-        let (_turn, mut conn) = self.writing().await?;
-        let mut tx = Self::write(&mut conn).await?;
-        let (held, posted) = self.complete_on(&mut tx, done, now).await?;
-        tx.commit().await?;
-        drop((_turn, conn));
-        self.checkpoint(held.len());
-        if posted {
-            wake();
-        }
-        Ok(held)
     }
 
     /// Records one successful run inside the job's own transaction (the caller commits);
@@ -1236,31 +1094,6 @@ impl SqliteStore {
         }
         let held: Vec<Uuid> = from_json(&held, "completed ids")?;
         Ok((held, posted))
-    }
-
-    /// The outputs of job `id`'s dependencies, in order.
-    pub(crate) async fn inputs(&self, id: Uuid) -> Result<Vec<Option<Option<String>>>> {
-        let mut conn = self.pool.acquire().await?;
-        flow::inputs(&mut conn, &self.schema, id).await
-    }
-
-    /// Records failed runs (retry or final) in one transaction, a few statements for the
-    /// whole batch; per failure, false when its lease was lost (fenced).
-    pub(crate) async fn fail(&self, failures: &[Failure], now: DateTime<Utc>) -> Result<Vec<bool>> {
-        if failures.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (_turn, mut conn) = self.writing().await?;
-        let mut tx = Self::write(&mut conn).await?;
-        let held = self.fail_on(&mut tx, failures, now).await?;
-        tx.commit().await?;
-        if !held.is_empty() {
-            wake();
-        }
-        Ok(failures
-            .iter()
-            .map(|f| held.contains(&f.lease.id))
-            .collect())
     }
 
     /// The statements of `fail`, in a write transaction: the ids whose lease was held.
@@ -1404,113 +1237,6 @@ impl SqliteStore {
         Ok(rows.iter().map(|r| r.task_id).collect())
     }
 
-    /// Releases leases at once (graceful stop), without using up an attempt.
-    pub(crate) async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64> {
-        let (_turn, mut conn) = self.writing().await?;
-        let n = sqlx::query(&self.sql().give_back)
-            .bind(ts(now))
-            .bind(lease_list(leases))
-            .bind(&self.worker_id)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-        wake();
-        Ok(n)
-    }
-
-    /// Extends the leases still held; their ids (a missing one was lost).
-    pub(crate) async fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>> {
-        let (_turn, mut conn) = self.writing().await?;
-        Ok(sqlx::query_scalar(&self.sql().extend)
-            .bind(ts(until))
-            .bind(lease_list(leases))
-            .bind(&self.worker_id)
-            .fetch_all(&mut *conn)
-            .await?)
-    }
-
-    /// Posts one job with a unique key of mode `mode` (the periodic jobs' first runs).
-    pub(crate) async fn enqueue_unique(
-        &self,
-        job: NewJob,
-        mode: crate::model::UniqueMode,
-        now: DateTime<Utc>,
-    ) -> Result<(Uuid, bool, bool)> {
-        enqueue_unique(&self.pool, &self.schema, job, mode, now).await
-    }
-
-    /// Posts a cron tick once across workers (its id comes from its key); with
-    /// `live_key`, only while no earlier tick holding that key is live; with `stored`, only
-    /// while that stored schedule exists as it was read. False if it was not posted.
-    pub(crate) async fn enqueue_tick(
-        &self,
-        job: NewJob,
-        live_key: Option<&str>,
-        stored: Option<(&str, DateTime<Utc>)>,
-        now: DateTime<Utc>,
-    ) -> Result<bool> {
-        let (_turn, mut conn) = self.writing().await?;
-        let mut tx = Self::write(&mut conn).await?;
-        if let Some((name, updated_at)) = stored {
-            let exists: Option<i32> = sqlx::query_scalar(&format!(
-                "SELECT 1 FROM {} WHERE schedule_name = $1 AND schedule_updated_at_ts = $2",
-                self.schema.flat_table("schedules_t")
-            ))
-            .bind(name)
-            .bind(ts(updated_at))
-            .fetch_optional(&mut *tx)
-            .await?;
-            if exists.is_none() {
-                return Ok(false);
-            }
-        }
-        let results = &self.sql().results;
-        let queue = &self.sql().queue;
-        let seen: Option<i32> =
-            sqlx::query_scalar(&format!("SELECT 1 FROM {results} WHERE task_id = $1"))
-                .bind(job.id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if seen.is_some() {
-            return Ok(false);
-        }
-        if let Some(key) = live_key {
-            let live: Option<i32> =
-                sqlx::query_scalar(&format!("SELECT 1 FROM {queue} WHERE task_unique_key = $1"))
-                    .bind(key)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            if live.is_some() {
-                return Ok(false);
-            }
-        }
-        // The results row keeps the tick's key; the queue row holds the live key (mode
-        // skip) or none.
-        sqlx::query(&format!(
-            "INSERT INTO {results} (task_id, task_type, task_source, task_queue, task_status, task_priority,
-                task_unique_key, task_posted_at_ts)
-             VALUES ($1, $2, $3, $4, 1, $5, $6, $7)"
-        ))
-        .bind(job.id)
-        .bind(&*job.task_type)
-        .bind(&job.source)
-        .bind(&job.queue)
-        .bind(job.priority)
-        .bind(&job.unique_key)
-        .bind(ts(now))
-        .execute(&mut *tx)
-        .await?;
-        let mut job = job;
-        job.unique_key = live_key.map(str::to_owned);
-        let mode = live_key.map(|_| crate::model::UniqueMode::Skip as i16);
-        bind_new!(sqlx::query(&self.sql().again), job, now, mode)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        wake();
-        Ok(true)
-    }
-
     /// Which of the ids (a JSON array of hex ids) this worker recorded as succeeded
     /// (`Store::succeeded_here`), by the results table's primary key.
     pub(crate) async fn succeeded_here(&self, ids: &str) -> Result<Vec<Uuid>> {
@@ -1524,86 +1250,6 @@ impl SqliteStore {
         .bind(&self.worker_id)
         .fetch_all(&self.pool)
         .await?)
-    }
-
-    pub(crate) async fn stored_schedules(&self) -> Result<Vec<ScheduleRow>> {
-        schedule_list(&self.pool, &self.schema).await
-    }
-
-    pub(crate) async fn migrate(&self) -> Result<()> {
-        migrate(&self.pool, &self.schema).await
-    }
-
-    /// SQLite has no partitions: results are pruned row by row (`retire_partitions`).
-    pub(crate) async fn ensure_partitions(
-        &self,
-        _now: DateTime<Utc>,
-        _span: Duration,
-    ) -> Result<Vec<String>> {
-        Ok(Vec::new())
-    }
-
-    /// Deletes the results of jobs finished before `cutoff`, a thousand rows per
-    /// statement (each a short write, so workers' claims go between them). The archive
-    /// schema does not apply (`WorkerBuilder::build` refuses it on SQLite).
-    pub(crate) async fn retire_partitions(
-        &self,
-        cutoff: DateTime<Utc>,
-        _archive: Option<&str>,
-        _within: bool,
-        stopping: &tokio_util::sync::CancellationToken,
-    ) -> Result<Retired> {
-        let results = &self.sql().results;
-        let statement = format!(
-            "DELETE FROM {results} WHERE task_id IN (
-                SELECT task_id FROM {results}
-                WHERE task_processing_finalized_at_ts IS NOT NULL AND task_processing_finalized_at_ts < $1
-                  AND task_id NOT IN (SELECT task_id FROM {})
-                LIMIT 1000)",
-            self.sql().queue
-        );
-        let mut retired = Retired::default();
-        while !stopping.is_cancelled() {
-            let n = sqlx::query(&statement)
-                .bind(ts(cutoff))
-                .execute(&mut *self.writing().await?.1)
-                .await?
-                .rows_affected();
-            retired.rows += n;
-            if n < 1000 {
-                break;
-            }
-        }
-        Ok(retired)
-    }
-
-    /// SQLite reuses the pages of deleted rows without a vacuum: nothing to watch.
-    pub(crate) async fn table_health(&self) -> Result<Vec<super::TableHealth>> {
-        Ok(Vec::new())
-    }
-
-    pub(crate) async fn vacuum(&self, _table: &str) -> Result<bool> {
-        Ok(false)
-    }
-
-    pub(crate) async fn write_metrics(
-        &self,
-        metrics: &[(&str, i64)],
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        let (_turn, mut conn) = self.writing().await?;
-        let mut tx = Self::write(&mut conn).await?;
-        for (id, value) in metrics {
-            sqlx::query(&self.sql().metrics)
-                .bind(&self.worker_id)
-                .bind(id)
-                .bind(value)
-                .bind(ts(now))
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(())
     }
 }
 
@@ -1761,122 +1407,463 @@ fn address(options: &SqliteConnectOptions) -> String {
     format!("sqlite:{}", options.get_filename().display())
 }
 
-pub(crate) async fn counts(
-    pool: &SqlitePool,
-    schema: &Schema,
-    now: DateTime<Utc>,
-) -> Result<QueueCounts> {
-    let mut counts = QueueCounts::default();
-    for row in sqlx::query(&schema.sqlite.counts_by_status)
-        .fetch_all(pool)
-        .await?
-    {
-        let status: i32 = row.try_get(0)?;
-        let n: i64 = row.try_get(1)?;
-        counts
-            .by_status
-            .push((crate::model::JobStatus::from_code(status), n));
-    }
-    let row = sqlx::query(&schema.sqlite.counts_live)
-        .bind(ts(now))
-        .fetch_one(pool)
-        .await?;
-    counts.available = row.try_get(0)?;
-    counts.scheduled = row.try_get(1)?;
-    counts.running = row.try_get(2)?;
-    counts.lease_expired = row.try_get(3)?;
-    counts.pending = row.try_get(4)?;
-    Ok(counts)
-}
-
-pub(crate) async fn peek(pool: &SqlitePool, schema: &Schema, limit: i64) -> Result<Vec<QueuedJob>> {
-    Ok(sqlx::query_as(&schema.sqlite.peek)
-        .bind(limit)
-        .fetch_all(pool)
-        .await?)
-}
-
-pub(crate) async fn job(
-    pool: &SqlitePool,
-    schema: &Schema,
-    id: Uuid,
-    now: DateTime<Utc>,
-) -> Result<Option<JobRecord>> {
-    let Some(row) = sqlx::query(&schema.sqlite.job)
-        .bind(id)
-        .bind(ts(now))
-        .fetch_optional(pool)
-        .await?
-    else {
-        return Ok(None);
-    };
-    let mut record = <JobRecord as sqlx::FromRow<_>>::from_row(&row)?;
-    let lost: Option<String> = row.try_get("lost")?;
-    if let Some(lost) = lost {
-        let lost: Vec<Attempt> = from_json(&lost, &format!("task_lost_attempts of job {id}"))?;
-        record.failed_attempts.extend(lost);
-    }
-    Ok(Some(record))
-}
-
-/// Adds or replaces a stored schedule.
-pub(crate) async fn schedule_put(
-    pool: &SqlitePool,
-    schema: &Schema,
-    row: &ScheduleRow,
-) -> Result<()> {
-    sqlx::query(&format!(
-        "INSERT INTO {} (schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
-            schedule_updated_at_ts)
-         VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (schedule_name) DO UPDATE SET task_type = excluded.task_type,
-            task_payload = excluded.task_payload, schedule_cron = excluded.schedule_cron,
-            schedule_overlap = excluded.schedule_overlap,
-            schedule_updated_at_ts = excluded.schedule_updated_at_ts",
-        schema.flat_table("schedules_t")
-    ))
-    .bind(&row.schedule_name)
-    .bind(&row.task_type)
-    .bind(&row.task_payload)
-    .bind(&row.schedule_cron)
-    .bind(row.schedule_overlap)
-    .bind(ts(row.schedule_updated_at_ts))
-    .execute(pool)
-    .await?;
-    Ok(())
-}
-
-/// Removes a stored schedule; false if there was none of that name. A tick is enqueued
-/// in a write transaction that checks the schedule first, so none is enqueued after this.
-pub(crate) async fn schedule_remove(
-    pool: &SqlitePool,
-    schema: &Schema,
-    name: &str,
-) -> Result<bool> {
-    let done = sqlx::query(&format!(
-        "DELETE FROM {} WHERE schedule_name = $1",
-        schema.flat_table("schedules_t")
-    ))
-    .bind(name)
-    .execute(pool)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// Every stored schedule, by name.
-pub(crate) async fn schedule_list(pool: &SqlitePool, schema: &Schema) -> Result<Vec<ScheduleRow>> {
-    Ok(sqlx::query_as(&format!(
-        "SELECT schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
-            schedule_updated_at_ts
-         FROM {} ORDER BY schedule_name",
-        schema.flat_table("schedules_t")
-    ))
-    .fetch_all(pool)
-    .await?)
-}
-
 /// The ids as a JSON array of hex strings, for `json_each`.
 pub(super) fn id_list(ids: &[Uuid]) -> String {
     let hex: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
     serde_json::to_string(&hex).unwrap_or_else(|_| "[]".to_owned())
+}
+
+impl Admin for SqlitePool {
+    /// Brings the schema to the newest version: in a `BEGIN IMMEDIATE` transaction, so
+    /// workers starting at once apply each migration exactly once. Puts the file in WAL mode
+    /// (readers never wait for the writer; the mode stays with the file).
+    async fn migrate(&self, schema: &Schema) -> Result<()> {
+        let pool = self;
+        migrate_to(pool, schema, i32::MAX).await
+    }
+
+    /// This build's migrations, each with when it was applied to `schema` (`None`: not yet).
+    async fn migrations(
+        &self,
+        schema: &Schema,
+    ) -> Result<Vec<(i32, &'static str, Option<DateTime<Utc>>)>> {
+        let pool = self;
+        let versions = schema.flat_table("schema_migrations_t");
+        let applied: Vec<(i32, DateTime<Utc>)> =
+            match sqlx::query_as(&format!("SELECT version, applied_at FROM {versions}"))
+                .fetch_all(pool)
+                .await
+            {
+                Ok(rows) => rows,
+                Err(e) if super::no_such_table(&e) => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+        Ok(MIGRATIONS
+            .iter()
+            .map(|&(version, description, _)| {
+                let at = applied
+                    .iter()
+                    .find(|(v, _)| *v == version)
+                    .map(|(_, at)| *at);
+                (version, description, at)
+            })
+            .collect())
+    }
+
+    async fn counts(&self, schema: &Schema, now: DateTime<Utc>) -> Result<QueueCounts> {
+        let pool = self;
+        let mut counts = QueueCounts::default();
+        for row in sqlx::query(&schema.sqlite.counts_by_status)
+            .fetch_all(pool)
+            .await?
+        {
+            let status: i32 = row.try_get(0)?;
+            let n: i64 = row.try_get(1)?;
+            counts
+                .by_status
+                .push((crate::model::JobStatus::from_code(status), n));
+        }
+        let row = sqlx::query(&schema.sqlite.counts_live)
+            .bind(ts(now))
+            .fetch_one(pool)
+            .await?;
+        counts.available = row.try_get(0)?;
+        counts.scheduled = row.try_get(1)?;
+        counts.running = row.try_get(2)?;
+        counts.lease_expired = row.try_get(3)?;
+        counts.pending = row.try_get(4)?;
+        Ok(counts)
+    }
+
+    async fn peek(&self, schema: &Schema, limit: i64) -> Result<Vec<QueuedJob>> {
+        let pool = self;
+        Ok(sqlx::query_as(&schema.sqlite.peek)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?)
+    }
+
+    async fn job(
+        &self,
+        schema: &Schema,
+        id: Uuid,
+        now: DateTime<Utc>,
+    ) -> Result<Option<JobRecord>> {
+        let pool = self;
+        let Some(row) = sqlx::query(&schema.sqlite.job)
+            .bind(id)
+            .bind(ts(now))
+            .fetch_optional(pool)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut record = <JobRecord as sqlx::FromRow<_>>::from_row(&row)?;
+        let lost: Option<String> = row.try_get("lost")?;
+        if let Some(lost) = lost {
+            let lost: Vec<Attempt> = from_json(&lost, &format!("task_lost_attempts of job {id}"))?;
+            record.failed_attempts.extend(lost);
+        }
+        Ok(Some(record))
+    }
+
+    /// Adds or replaces a stored schedule.
+    async fn schedule_put(&self, schema: &Schema, row: &ScheduleRow) -> Result<()> {
+        let pool = self;
+        sqlx::query(&format!(
+            "INSERT INTO {} (schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
+                schedule_updated_at_ts)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (schedule_name) DO UPDATE SET task_type = excluded.task_type,
+                task_payload = excluded.task_payload, schedule_cron = excluded.schedule_cron,
+                schedule_overlap = excluded.schedule_overlap,
+                schedule_updated_at_ts = excluded.schedule_updated_at_ts",
+            schema.flat_table("schedules_t")
+        ))
+        .bind(&row.schedule_name)
+        .bind(&row.task_type)
+        .bind(&row.task_payload)
+        .bind(&row.schedule_cron)
+        .bind(row.schedule_overlap)
+        .bind(ts(row.schedule_updated_at_ts))
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Removes a stored schedule; false if there was none of that name. A tick is enqueued
+    /// in a write transaction that checks the schedule first, so none is enqueued after this.
+    async fn schedule_remove(&self, schema: &Schema, name: &str) -> Result<bool> {
+        let pool = self;
+        let done = sqlx::query(&format!(
+            "DELETE FROM {} WHERE schedule_name = $1",
+            schema.flat_table("schedules_t")
+        ))
+        .bind(name)
+        .execute(pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Every stored schedule, by name.
+    async fn schedule_list(&self, schema: &Schema) -> Result<Vec<ScheduleRow>> {
+        let pool = self;
+        Ok(sqlx::query_as(&format!(
+            "SELECT schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
+                schedule_updated_at_ts
+             FROM {} ORDER BY schedule_name",
+            schema.flat_table("schedules_t")
+        ))
+        .fetch_all(pool)
+        .await?)
+    }
+}
+
+impl Work for SqliteStore {
+    async fn claim(&self, claim: &super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
+        let super::Claim {
+            task_types,
+            queues,
+            tenants,
+            paused,
+            capped,
+            limit,
+            now,
+            lease_until,
+        } = *claim;
+        let capped = match queues {
+            Some([queue]) if capped => Some(queue),
+            _ => None,
+        };
+        let list = |l: &[String]| serde_json::to_string(l).unwrap_or_default();
+        let query = |sql, limit: i64| {
+            sqlx::query(sql)
+                .bind(ts(now))
+                .bind(list(task_types))
+                .bind(queues.map(list))
+                .bind(limit)
+                .bind(ts(lease_until))
+                .bind(&self.worker_id)
+                .bind(tenants.map(list))
+                .bind((!paused.is_empty()).then(|| list(paused)))
+        };
+        let mut jobs = Vec::new();
+        let (_turn, mut conn) = self.writing().await?;
+        if let Some(queue) = capped {
+            let rows = query(&self.sql().claim_capped, limit)
+                .bind(queue)
+                .fetch_all(&mut *conn)
+                .await?;
+            for row in rows {
+                let handle: i64 = row.try_get("task_lock_handle_id")?;
+                match super::claimed_row(&row, 0) {
+                    Ok(job) => jobs.push((handle, job)),
+                    Err(e) => super::unleasable(&e),
+                }
+            }
+        } else {
+            // Candidates another writer leased between the claim's steps are claimed for
+            // again at once, until the claim has its limit or lost none.
+            let mut want = limit;
+            while want > 0 {
+                let rows = query(&self.sql().claim, want).fetch_all(&mut *conn).await?;
+                let row = last_row(&rows, "the claim")?;
+                let candidates: i64 = row.try_get(0)?;
+                let leased = claimed(row.try_get(1)?)?;
+                let n = leased.len() as i64;
+                jobs.extend(leased);
+                want -= n;
+                if n == candidates {
+                    break;
+                }
+            }
+        }
+        drop((_turn, conn));
+        // Back to the claim's order (the rows come in lock-handle order, and a job of
+        // another claim round may come first).
+        jobs.sort_by_key(|(handle, job)| (job.task_priority, *handle));
+        Ok(jobs.into_iter().map(|(_, job)| job).collect())
+    }
+
+    /// Finalizes successful runs (fenced); the ids whose lease was still held.
+    async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        let (_turn, mut conn) = self.writing().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        let (held, posted) = self.complete_on(&mut tx, done, now).await?;
+        tx.commit().await?;
+        drop((_turn, conn));
+        self.checkpoint(held.len());
+        if posted {
+            wake();
+        }
+        Ok(held)
+    }
+
+    /// The outputs of job `id`'s dependencies, in order.
+    async fn inputs(&self, id: Uuid) -> Result<Vec<Option<Option<String>>>> {
+        let mut conn = self.pool.acquire().await?;
+        flow::inputs(&mut conn, &self.schema, id).await
+    }
+
+    /// Records failed runs (retry or final) in one transaction, a few statements for the
+    /// whole batch; per failure, false when its lease was lost (fenced).
+    async fn fail(&self, failures: &[Failure], now: DateTime<Utc>) -> Result<Vec<bool>> {
+        if failures.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (_turn, mut conn) = self.writing().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        let held = self.fail_on(&mut tx, failures, now).await?;
+        tx.commit().await?;
+        if !held.is_empty() {
+            wake();
+        }
+        Ok(failures
+            .iter()
+            .map(|f| held.contains(&f.lease.id))
+            .collect())
+    }
+
+    /// Releases leases at once (graceful stop), without using up an attempt.
+    async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64> {
+        let (_turn, mut conn) = self.writing().await?;
+        let n = sqlx::query(&self.sql().give_back)
+            .bind(ts(now))
+            .bind(lease_list(leases))
+            .bind(&self.worker_id)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        wake();
+        Ok(n)
+    }
+
+    /// Extends the leases still held; their ids (a missing one was lost).
+    async fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        let (_turn, mut conn) = self.writing().await?;
+        Ok(sqlx::query_scalar(&self.sql().extend)
+            .bind(ts(until))
+            .bind(lease_list(leases))
+            .bind(&self.worker_id)
+            .fetch_all(&mut *conn)
+            .await?)
+    }
+
+    /// Posts one job with a unique key of mode `mode` (the periodic jobs' first runs).
+    async fn enqueue_unique(
+        &self,
+        job: NewJob,
+        mode: crate::model::UniqueMode,
+        now: DateTime<Utc>,
+    ) -> Result<(Uuid, bool, bool)> {
+        enqueue_unique(&self.pool, &self.schema, job, mode, now).await
+    }
+
+    /// Posts a cron tick once across workers (its id comes from its key); with
+    /// `live_key`, only while no earlier tick holding that key is live; with `stored`, only
+    /// while that stored schedule exists as it was read. False if it was not posted.
+    async fn enqueue_tick(
+        &self,
+        job: NewJob,
+        live_key: Option<&str>,
+        stored: Option<(&str, DateTime<Utc>)>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let (_turn, mut conn) = self.writing().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        if let Some((name, updated_at)) = stored {
+            let exists: Option<i32> = sqlx::query_scalar(&format!(
+                "SELECT 1 FROM {} WHERE schedule_name = $1 AND schedule_updated_at_ts = $2",
+                self.schema.flat_table("schedules_t")
+            ))
+            .bind(name)
+            .bind(ts(updated_at))
+            .fetch_optional(&mut *tx)
+            .await?;
+            if exists.is_none() {
+                return Ok(false);
+            }
+        }
+        let results = &self.sql().results;
+        let queue = &self.sql().queue;
+        let seen: Option<i32> =
+            sqlx::query_scalar(&format!("SELECT 1 FROM {results} WHERE task_id = $1"))
+                .bind(job.id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if seen.is_some() {
+            return Ok(false);
+        }
+        if let Some(key) = live_key {
+            let live: Option<i32> =
+                sqlx::query_scalar(&format!("SELECT 1 FROM {queue} WHERE task_unique_key = $1"))
+                    .bind(key)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if live.is_some() {
+                return Ok(false);
+            }
+        }
+        // The results row keeps the tick's key; the queue row holds the live key (mode
+        // skip) or none.
+        sqlx::query(&format!(
+            "INSERT INTO {results} (task_id, task_type, task_source, task_queue, task_status, task_priority,
+                task_unique_key, task_posted_at_ts)
+             VALUES ($1, $2, $3, $4, 1, $5, $6, $7)"
+        ))
+        .bind(job.id)
+        .bind(&*job.task_type)
+        .bind(&job.source)
+        .bind(&job.queue)
+        .bind(job.priority)
+        .bind(&job.unique_key)
+        .bind(ts(now))
+        .execute(&mut *tx)
+        .await?;
+        let mut job = job;
+        job.unique_key = live_key.map(str::to_owned);
+        let mode = live_key.map(|_| crate::model::UniqueMode::Skip as i16);
+        bind_new!(sqlx::query(&self.sql().again), job, now, mode)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        wake();
+        Ok(true)
+    }
+
+    async fn stored_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        Admin::schedule_list(&self.pool, &self.schema).await
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        Admin::migrate(&self.pool, &self.schema).await
+    }
+
+    /// SQLite has no partitions: results are pruned row by row (`retire_partitions`).
+    async fn ensure_partitions(&self, _now: DateTime<Utc>, _span: Duration) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+
+    /// Deletes the results of jobs finished before `cutoff`, a thousand rows per
+    /// statement (each a short write, so workers' claims go between them). The archive
+    /// schema does not apply (`WorkerBuilder::build` refuses it on SQLite).
+    async fn retire_partitions(
+        &self,
+        cutoff: DateTime<Utc>,
+        _archive: Option<&str>,
+        _within: bool,
+        stopping: &tokio_util::sync::CancellationToken,
+    ) -> Result<Retired> {
+        let results = &self.sql().results;
+        let statement = format!(
+            "DELETE FROM {results} WHERE task_id IN (
+                SELECT task_id FROM {results}
+                WHERE task_processing_finalized_at_ts IS NOT NULL AND task_processing_finalized_at_ts < $1
+                  AND task_id NOT IN (SELECT task_id FROM {})
+                LIMIT 1000)",
+            self.sql().queue
+        );
+        let mut retired = Retired::default();
+        while !stopping.is_cancelled() {
+            let n = sqlx::query(&statement)
+                .bind(ts(cutoff))
+                .execute(&mut *self.writing().await?.1)
+                .await?
+                .rows_affected();
+            retired.rows += n;
+            if n < 1000 {
+                break;
+            }
+        }
+        Ok(retired)
+    }
+
+    /// SQLite reuses the pages of deleted rows without a vacuum: nothing to watch.
+    async fn table_health(&self) -> Result<Vec<super::TableHealth>> {
+        Ok(Vec::new())
+    }
+
+    async fn vacuum(&self, _table: &str) -> Result<bool> {
+        Ok(false)
+    }
+
+    async fn write_metrics(&self, metrics: &[(&str, i64)], now: DateTime<Utc>) -> Result<()> {
+        let (_turn, mut conn) = self.writing().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        for (id, value) in metrics {
+            sqlx::query(&self.sql().metrics)
+                .bind(&self.worker_id)
+                .bind(id)
+                .bind(value)
+                .bind(ts(now))
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Opens the file outside the pool, saying why it cannot.
+    async fn probe(&self) -> std::result::Result<(), ProbeFailure> {
+        let options = self.pool.connect_options();
+        match SqliteConnection::connect_with(&options).await {
+            Ok(conn) => {
+                let _ = conn.close().await;
+                Ok(())
+            }
+            Err(e) => {
+                let busy =
+                    matches!(&e, sqlx::Error::Database(db) if db.code().as_deref() == Some("5"));
+                let error = Error::Connect {
+                    address: address(&options),
+                    cause: e.to_string(),
+                };
+                Err(if busy {
+                    ProbeFailure::Transient(error)
+                } else {
+                    ProbeFailure::Permanent(error)
+                })
+            }
+        }
+    }
 }
