@@ -351,8 +351,9 @@ impl Statements {
         // Fenced: only the holder of this exact claim (id, attempt, worker) may finish it.
         // Runs with sequential scans off (`PgStore::batched`): a primary-key probe per job,
         // in the input's (task_id) order, as every batched statement (`in_lock_order`).
-        // The results rows of the jobs flagged without one: an upsert unless `plain`.
-        // Keyed jobs always take the upsert.
+        // The results rows of the jobs flagged without one: an upsert unless `plain`. A
+        // scheduler's tick is flagged so though its enqueue wrote the row (`enqueue_tick`),
+        // so keyed jobs always take the upsert.
         let insert_new = |filter: &str, plain: bool| {
             let conflict = if plain {
                 String::new()
@@ -537,13 +538,17 @@ impl Statements {
             // lose a race to another worker's of the same tick, whose whole run ended
             // after this statement's snapshot: the second column is then false and
             // `enqueue_tick` rolls the queue row back. (The same tick live in another
-            // worker's row conflicts on both the key and the id: no arbiter.)
+            // worker's row conflicts on both the key and the id: no arbiter.) The queue
+            // row says it has no results row (`task_has_result = false`), so its outcome
+            // is an upsert through the partitioned table: a tick's id is its tick's time,
+            // whose results partition may be made (its rows moved out of the default
+            // partition) while the tick waits, where an update by partition would miss it.
             enqueue_tick: format!(
                 "WITH q AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result,
                         task_unique_key, task_unique_mode)
-                    SELECT $1, $2, $3, $4, $6, $8, $9, $5, $10, true, $12, 1::int2
+                    SELECT $1, $2, $3, $4, $6, $8, $9, $5, $10, false, $12, 1::int2
                     WHERE NOT EXISTS (SELECT 1 FROM {r} WHERE task_id = $1)
                     ON CONFLICT DO NOTHING
                     RETURNING task_id
@@ -652,11 +657,13 @@ impl Statements {
                  WHERE id NOT IN (SELECT task_id FROM locked)
                    AND EXISTS (SELECT 1 FROM {q} b WHERE b.task_id = id)"
             ),
-            // Jobs without a results row yet (`enqueue_one_plain`) are unprocessed.
+            // Jobs without a results row yet (`enqueue_one_plain`) are unprocessed. A keyed
+            // job always has its results row (a cron tick's says otherwise, see
+            // `enqueue_tick`), so it is counted there.
             counts_by_status: format!(
                 "SELECT task_status, sum(n)::int8 FROM (
                     SELECT task_status::int4 AS task_status, count(*) AS n FROM {r} GROUP BY task_status
-                    UNION ALL SELECT 1, count(*) FROM {q} WHERE NOT task_has_result
+                    UNION ALL SELECT 1, count(*) FROM {q} WHERE NOT task_has_result AND task_unique_key IS NULL
                  ) c GROUP BY task_status HAVING sum(n) > 0"
             ),
             counts_live: format!(
