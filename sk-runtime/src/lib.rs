@@ -43,6 +43,7 @@
 //! the worker logs the task types it runs at start. To force-link a job crate, reference
 //! it from the binary, e.g. `use my_jobs as _;`, or name one of its job types.
 
+mod bus;
 mod client;
 mod clock;
 mod enqueue;

@@ -23,7 +23,7 @@ impl Client {
     pub async fn cancel(&self, id: Uuid) -> Result<CancelOutcome> {
         let done = self.pool.cancel(&self.schema, &[id], self.now()).await?;
         if let Some(&(_, running)) = done.first() {
-            crate::store::cancelled(&[id]);
+            crate::bus::cancelled(&[id]);
             return Ok(if running {
                 CancelOutcome::CancelledWhileRunning
             } else {
@@ -67,7 +67,7 @@ impl Client {
             after = Some(last);
             let done = self.pool.cancel(&self.schema, &ids, self.now()).await?;
             let ids: Vec<Uuid> = done.iter().map(|(id, _)| *id).collect();
-            crate::store::cancelled(&ids);
+            crate::bus::cancelled(&ids);
             total += ids.len() as u64;
         }
         Ok(total)

@@ -34,7 +34,7 @@ pub(super) async fn run(shared: Arc<Shared>) {
 
 /// Stops the jobs cancelled in this process (`store::cancelled`) that this worker runs.
 async fn cancels(shared: &Shared) {
-    let mut cancels = crate::store::cancels();
+    let mut cancels = crate::bus::cancels();
     loop {
         tokio::select! {
             () = shared.stopping.cancelled() => return,
@@ -57,7 +57,7 @@ fn signal(shared: &Shared, id: uuid::Uuid) {
 /// Wakes the producer whenever this process enqueues on SQLite or MySQL (`store::wake`).
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
 async fn in_process(shared: &Shared) {
-    let mut wake_ups = crate::store::wake_ups();
+    let mut wake_ups = crate::bus::wake_ups();
     loop {
         tokio::select! {
             () = shared.stopping.cancelled() => return,

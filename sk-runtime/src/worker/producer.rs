@@ -117,7 +117,7 @@ impl Controls {
 
     fn new() -> Self {
         Controls {
-            local: crate::store::pauses(),
+            local: crate::bus::pauses(),
             read_at: None,
         }
     }

@@ -11,9 +11,10 @@ use uuid::Uuid;
 use super::super::driver::{Control, WorkerRows};
 use super::MySqlStore;
 use super::{dt, push_ids, ts, BEGIN};
+use crate::bus::wake;
 use crate::error::Result;
 use crate::model::{JobFilter, QueueState};
-use crate::store::{wake, CancelledRun, NewJob, QueueControls, Schema};
+use crate::store::{CancelledRun, NewJob, QueueControls, Schema};
 
 /// A live job as a cancel reads it.
 #[derive(sqlx::FromRow)]
@@ -369,7 +370,7 @@ impl Control for MySqlPool {
             .rows_affected()
         };
         if changed > 0 {
-            crate::store::pauses_changed();
+            crate::bus::pauses_changed();
         }
         if changed > 0 && !paused {
             wake();
@@ -403,7 +404,7 @@ impl Control for MySqlPool {
             query.bind(dt(now)).bind(queue)
         };
         query.execute(pool).await?;
-        crate::store::pauses_changed();
+        crate::bus::pauses_changed();
         Ok(())
     }
 

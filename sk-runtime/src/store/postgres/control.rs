@@ -19,7 +19,7 @@ const IDS_PER_NOTIFICATION: usize = 200;
 /// Every worker, in this process and (by a notification) in others, reads the queues
 /// table again (and, after a resume, claims).
 async fn queues_changed(pool: &PgPool, schema: &Schema) -> Result<()> {
-    crate::store::pauses_changed();
+    crate::bus::pauses_changed();
     sqlx::query("SELECT pg_notify($1, 'pauses')")
         .bind(schema.control_channel())
         .execute(pool)

@@ -9,9 +9,10 @@ use uuid::Uuid;
 use super::super::driver::{Control, WorkerRows};
 use super::SqliteStore;
 use super::{id_list, ts};
+use crate::bus::wake;
 use crate::error::Result;
 use crate::model::{JobFilter, QueueState};
-use crate::store::{wake, CancelledRun, NewJob, QueueControls, Schema};
+use crate::store::{CancelledRun, NewJob, QueueControls, Schema};
 
 /// A live job as a cancel reads it.
 #[derive(sqlx::FromRow)]
@@ -264,7 +265,7 @@ impl Control for SqlitePool {
             .await?
             .rows_affected();
         if changed > 0 {
-            crate::store::pauses_changed();
+            crate::bus::pauses_changed();
         }
         if changed > 0 && !paused {
             wake();
@@ -296,7 +297,7 @@ impl Control for SqlitePool {
             .bind(ts(now))
             .execute(pool)
             .await?;
-        crate::store::pauses_changed();
+        crate::bus::pauses_changed();
         Ok(())
     }
 

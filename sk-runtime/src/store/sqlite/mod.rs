@@ -29,9 +29,10 @@ use uuid::Uuid;
 
 use super::driver::{Admin, Work};
 use super::{
-    wake, ClaimedJob, Failure, Lease, LeasedRow, NewJob, ProbeFailure, Retired, ScheduleRow,
-    Schema, Success,
+    ClaimedJob, Failure, Lease, LeasedRow, NewJob, ProbeFailure, Retired, ScheduleRow, Schema,
+    Success,
 };
+use crate::bus::wake;
 use crate::error::{Error, Result};
 use crate::model::{Attempt, JobRecord, QueueCounts, QueuedJob};
 

@@ -242,7 +242,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
             leases.push(*lease);
         }
         Metrics::add(&shared.metrics.succeeded, committed.len() as u64);
-        crate::store::jobs_finished();
+        crate::bus::jobs_finished();
     }
     // Outcomes not written at all (given up while stopping, or refused by the database
     // even without their output or error text): their leases run out, they run again.
@@ -259,7 +259,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
             }
         }
         if !done.is_empty() {
-            crate::store::jobs_finished();
+            crate::bus::jobs_finished();
         }
         Metrics::add(&shared.metrics.succeeded, done.len() as u64);
         for s in &successes {
@@ -293,7 +293,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 telemetry::finished(outcome, task_type, queue, *millis);
             }
             if held && f.retry_at.is_none() {
-                crate::store::jobs_finished();
+                crate::bus::jobs_finished();
             }
         }
         leases.extend(failures.iter().map(|f| f.lease));

@@ -1,0 +1,248 @@
+//! The `Backend` trait (sealed): what `.enqueue()` and a job's own transaction need of
+//! a sqlx database type, filled for each backend by `backend!`.
+
+use futures_util::future::BoxFuture;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+#[cfg(feature = "mysql")]
+use super::mysql;
+#[cfg(feature = "postgres")]
+use super::postgres;
+#[cfg(feature = "sqlite")]
+use super::sqlite;
+use super::{check_dependants, NewJob, Pool, Schema, Store, Success};
+use crate::error::Result;
+
+mod sealed {
+    pub trait Sealed {}
+    #[cfg(feature = "postgres")]
+    impl Sealed for sqlx::Postgres {}
+    #[cfg(feature = "sqlite")]
+    impl Sealed for sqlx::Sqlite {}
+    #[cfg(feature = "mysql")]
+    impl Sealed for sqlx::MySql {}
+}
+
+/// A database sk runs on, chosen by the pool or transaction you pass: `sqlx::Postgres`
+/// (cargo feature `postgres`, the default), `sqlx::Sqlite` (feature `sqlite`) or
+/// `sqlx::MySql` (feature `mysql`, for MySQL 8 and MariaDB 10.6+). Sealed:
+/// its methods are sk's own store.
+#[allow(private_interfaces)]
+pub trait Backend: sqlx::Database + sealed::Sealed {
+    // Boxed futures: an opaque future returned by a trait method could not be shown to be
+    // `Send` for every lifetime, which an enqueue inside a spawned task needs.
+    #[doc(hidden)]
+    fn enqueue_one<'e, 'a, E>(
+        executor: E,
+        schema: &'a Schema,
+        job: NewJob,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<Option<Uuid>>>
+    where
+        E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
+        'e: 'a;
+
+    #[doc(hidden)]
+    fn enqueue_unique<'e, 'a, E>(
+        executor: E,
+        schema: &'a Schema,
+        job: NewJob,
+        mode: crate::model::UniqueMode,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<(Uuid, bool, bool)>>
+    where
+        E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
+        'e: 'a;
+
+    #[doc(hidden)]
+    fn enqueue_many<'e, 'a, E>(
+        executor: E,
+        schema: &'a Schema,
+        jobs: Vec<NewJob>,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<Vec<Uuid>>>
+    where
+        E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
+        'e: 'a;
+
+    /// Inserts jobs that wait on `deps` (all of them, in that order) in one transaction.
+    #[doc(hidden)]
+    fn enqueue_after<'e, 'a, E>(
+        executor: E,
+        schema: &'a Schema,
+        jobs: Vec<NewJob>,
+        deps: Vec<Uuid>,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<Vec<Uuid>>>
+    where
+        E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
+        'e: 'a;
+
+    /// The backend's name in messages.
+    #[doc(hidden)]
+    const NAME: &'static str;
+
+    /// Begins a job's transaction on `pool`; `None` when the pool is of another backend.
+    #[doc(hidden)]
+    fn begin_job(pool: &Pool) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>>;
+
+    /// Records a job's success inside its transaction; false when the lease was lost.
+    #[doc(hidden)]
+    fn complete_in<'a>(
+        store: &'a Store,
+        tx: &'a mut Self::Connection,
+        done: &'a Success,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<bool>>;
+}
+
+/// What `.enqueue()` takes: a pool (`&pool`), a connection (`&mut conn`) or a transaction
+/// (`&mut tx`, or `&mut *tx`) of a [`Backend`], so a job can be enqueued inside the
+/// application's own transaction (it is stored, and its workers woken, only if that
+/// transaction commits). Anything sqlx can acquire a connection from: a backend whose
+/// enqueue takes more than one statement runs them on that one connection.
+pub trait Executor<'e>: sqlx::Acquire<'e, Database: Backend> + Send {}
+
+impl<'e, T> Executor<'e> for T
+where
+    T: sqlx::Acquire<'e> + Send,
+    T::Database: Backend,
+{
+}
+
+/// `Backend` for a sqlx database, by the enqueue functions of its store module.
+macro_rules! backend {
+    ($feature:literal, $db:ty, $module:ident, $variant:ident, $name:literal, $begin:expr) => {
+        #[cfg(feature = $feature)]
+        #[allow(private_interfaces)]
+        impl Backend for $db {
+            const NAME: &'static str = $name;
+
+            fn begin_job(
+                pool: &Pool,
+            ) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>> {
+                #[allow(unreachable_patterns)]
+                match pool {
+                    Pool::$variant(pool) => {
+                        Some(Box::pin(async move { Ok(pool.begin_with($begin).await?) }))
+                    }
+                    _ => None,
+                }
+            }
+
+            fn complete_in<'a>(
+                store: &'a Store,
+                tx: &'a mut Self::Connection,
+                done: &'a Success,
+                now: DateTime<Utc>,
+            ) -> BoxFuture<'a, Result<bool>> {
+                Box::pin(async move {
+                    #[allow(unreachable_patterns)]
+                    match store {
+                        Store::$variant(store) => store.complete_in(tx, done, now).await,
+                        _ => Err(crate::Error::invalid(
+                            "transaction",
+                            concat!(
+                                "a job's ",
+                                $name,
+                                " transaction on a worker of another backend"
+                            ),
+                        )),
+                    }
+                })
+            }
+
+            fn enqueue_one<'e, 'a, E>(
+                executor: E,
+                schema: &'a Schema,
+                job: NewJob,
+                now: DateTime<Utc>,
+            ) -> BoxFuture<'a, Result<Option<Uuid>>>
+            where
+                E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
+                'e: 'a,
+            {
+                Box::pin(async move {
+                    let mut conn = executor.acquire().await?;
+                    $module::enqueue_one(&mut *conn, schema, job, now).await
+                })
+            }
+
+            fn enqueue_unique<'e, 'a, E>(
+                executor: E,
+                schema: &'a Schema,
+                job: NewJob,
+                mode: crate::model::UniqueMode,
+                now: DateTime<Utc>,
+            ) -> BoxFuture<'a, Result<(Uuid, bool, bool)>>
+            where
+                E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
+                'e: 'a,
+            {
+                Box::pin(async move {
+                    let mut conn = executor.acquire().await?;
+                    $module::enqueue_unique(&mut *conn, schema, job, mode, now).await
+                })
+            }
+
+            fn enqueue_many<'e, 'a, E>(
+                executor: E,
+                schema: &'a Schema,
+                jobs: Vec<NewJob>,
+                now: DateTime<Utc>,
+            ) -> BoxFuture<'a, Result<Vec<Uuid>>>
+            where
+                E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
+                'e: 'a,
+            {
+                Box::pin(async move {
+                    let mut conn = executor.acquire().await?;
+                    $module::enqueue_many(&mut *conn, schema, jobs, now).await
+                })
+            }
+
+            fn enqueue_after<'e, 'a, E>(
+                executor: E,
+                schema: &'a Schema,
+                jobs: Vec<NewJob>,
+                mut deps: Vec<Uuid>,
+                now: DateTime<Utc>,
+            ) -> BoxFuture<'a, Result<Vec<Uuid>>>
+            where
+                E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
+                'e: 'a,
+            {
+                Box::pin(async move {
+                    check_dependants(&jobs, &mut deps, now)?;
+                    let mut conn = executor.acquire().await?;
+                    $module::flow::enqueue_after(&mut *conn, schema, jobs, deps, now).await
+                })
+            }
+        }
+    };
+}
+
+backend!(
+    "postgres",
+    sqlx::Postgres,
+    postgres,
+    Postgres,
+    "PostgreSQL",
+    "BEGIN"
+);
+
+// The write lock from the start: a deferred transaction that reads, then writes after
+// another connection committed, fails at once (SQLITE_BUSY_SNAPSHOT).
+backend!(
+    "sqlite",
+    sqlx::Sqlite,
+    sqlite,
+    Sqlite,
+    "SQLite",
+    "BEGIN IMMEDIATE"
+);
+
+// READ COMMITTED, as every worker transaction (the mysql module's docs).
+backend!("mysql", sqlx::MySql, mysql, MySql, "MySQL", mysql::BEGIN);

@@ -1,0 +1,304 @@
+//! `Pool`: the client's handle on one database, whichever backend; its probe, the
+//! explanation of its timeouts, and the queue controls it reads.
+
+use chrono::{DateTime, Utc};
+
+#[cfg(feature = "mysql")]
+use super::mysql;
+#[cfg(feature = "postgres")]
+use super::postgres;
+#[cfg(feature = "sqlite")]
+use super::sqlite;
+use super::{Backend, Schema, Store};
+use crate::error::{Error, Result};
+
+/// A pool's open connections, its most, and how long it waits for one.
+pub(super) fn pool_state<DB: sqlx::Database>(
+    pool: &sqlx::Pool<DB>,
+) -> (u32, u32, std::time::Duration) {
+    let options = pool.options();
+    (
+        pool.size(),
+        options.get_max_connections(),
+        options.get_acquire_timeout(),
+    )
+}
+
+/// The error of a pool that gave no connection within `waited` while a direct connection
+/// succeeds: exhausted when all its connections were open (and busy), stalled when it had
+/// room (its new connections failed: "give the pool more connections" with 4 of 37 open
+/// sent an operator the wrong way during an outage).
+pub(crate) fn pool_timed_out(waited: std::time::Duration, size: u32, max: u32) -> Error {
+    if size >= max {
+        Error::PoolExhausted { waited, size, max }
+    } else {
+        Error::PoolStalled { waited, size, max }
+    }
+}
+
+/// A connection pool of a [`Backend`]: what the worker, queue info, stored schedules and
+/// [`migrate`](crate::migrate) take. Made from a `sqlx::PgPool`, `sqlx::SqlitePool` or
+/// `sqlx::MySqlPool`
+/// (pass the pool, or a reference); the backend follows from the pool.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Pool {
+    /// PostgreSQL (cargo feature `postgres`).
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgPool),
+    /// SQLite (cargo feature `sqlite`).
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::SqlitePool),
+    /// MySQL 8 or MariaDB 10.6+ (cargo feature `mysql`).
+    #[cfg(feature = "mysql")]
+    MySql(sqlx::MySqlPool),
+}
+
+/// `From` a backend's pool and a reference to it.
+macro_rules! pool_from {
+    ($feature:literal, $variant:ident, $pool:ty) => {
+        #[cfg(feature = $feature)]
+        impl From<$pool> for Pool {
+            fn from(pool: $pool) -> Self {
+                Pool::$variant(pool)
+            }
+        }
+
+        #[cfg(feature = $feature)]
+        impl From<&$pool> for Pool {
+            fn from(pool: &$pool) -> Self {
+                Pool::$variant(pool.clone())
+            }
+        }
+    };
+}
+
+impl Pool {
+    /// Connects to the database a URL names, on the backend its scheme says:
+    /// `postgres://` (or `postgresql://`), `sqlite:` and `mysql://` (or `mariadb://`).
+    /// For tools and scripts; an application usually builds its own sqlx pool.
+    ///
+    /// ```no_run
+    /// # async fn f() -> sk_runtime::Result<()> {
+    /// let pool = sk_runtime::Pool::connect("postgres://postgres@127.0.0.1:5432/app").await?;
+    /// let client = sk_runtime::Client::new(pool);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Invalid`](crate::Error::Invalid) for a URL of no known scheme or of a
+    /// backend this build leaves out (its cargo feature is off);
+    /// [`Error::Connect`](crate::Error::Connect) when the database cannot be reached, with
+    /// the address (never the password) and the cause.
+    pub async fn connect(url: &str) -> Result<Pool> {
+        let scheme = url.split(':').next().unwrap_or_default();
+        let connect_error = |e: sqlx::Error| crate::Error::Connect {
+            address: without_password(url),
+            cause: e.to_string(),
+        };
+        // One direct connection first: a pool retries a refused connection in silence
+        // until its timeout, this one says why at once.
+        match scheme {
+            #[cfg(feature = "postgres")]
+            "postgres" | "postgresql" => {
+                probe::<sqlx::PgConnection>(url)
+                    .await
+                    .map_err(connect_error)?;
+                Ok(Pool::Postgres(
+                    sqlx::PgPool::connect_lazy(url).map_err(connect_error)?,
+                ))
+            }
+            #[cfg(feature = "sqlite")]
+            "sqlite" => {
+                probe::<sqlx::SqliteConnection>(url)
+                    .await
+                    .map_err(connect_error)?;
+                Ok(Pool::Sqlite(
+                    sqlx::SqlitePool::connect_lazy(url).map_err(connect_error)?,
+                ))
+            }
+            #[cfg(feature = "mysql")]
+            "mysql" | "mariadb" => {
+                let url = url.replacen("mariadb:", "mysql:", 1);
+                probe::<sqlx::MySqlConnection>(&url)
+                    .await
+                    .map_err(connect_error)?;
+                Ok(Pool::MySql(
+                    sqlx::MySqlPool::connect_lazy(&url).map_err(connect_error)?,
+                ))
+            }
+            // Reached only when the backend's feature is off.
+            #[allow(unreachable_patterns)]
+            "postgres" | "postgresql" | "sqlite" | "mysql" | "mariadb" => {
+                Err(crate::Error::invalid(
+                    "database url",
+                    format!("this build of sk has no {scheme} backend (its cargo feature is off)"),
+                ))
+            }
+            _ => Err(crate::Error::invalid(
+                "database url",
+                format!(
+                    "{:?} names no known database: use postgres://, sqlite: or mysql://",
+                    without_password(url)
+                ),
+            )),
+        }
+    }
+}
+
+/// Opens and closes one connection.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+async fn probe<C: sqlx::Connection>(url: &str) -> std::result::Result<(), sqlx::Error> {
+    C::connect(url).await?.close().await
+}
+
+/// A database URL without its password, for messages.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((user, host)) if user.contains(':') => {
+            let name = user.split(':').next().unwrap_or_default();
+            format!("{scheme}://{name}:***@{host}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// What every claim obeys from the queues table, as a worker last read it.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct QueueControls {
+    /// Queues an operator paused: no claim takes their jobs.
+    pub(crate) paused: Vec<String>,
+    /// Queues with a concurrency limit across workers: each claimed on its own, under
+    /// its row's lock.
+    pub(crate) capped: Vec<String>,
+}
+
+impl QueueControls {
+    /// From rows of the queues table: (name, paused, has a global limit).
+    pub(crate) fn from_rows(rows: Vec<(String, bool, bool)>) -> Self {
+        let mut controls = QueueControls::default();
+        for (name, paused, capped) in rows {
+            if capped {
+                controls.capped.push(name.clone());
+            }
+            if paused {
+                controls.paused.push(name);
+            }
+        }
+        controls
+    }
+}
+
+/// Checks a global limit and turns it into the column's value.
+pub(crate) fn global_limit_value(limit: Option<u32>) -> Result<Option<i32>> {
+    limit
+        .map(|n| match i32::try_from(n) {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(crate::Error::invalid(
+                "global limit",
+                format!("{n} is not between 1 and {}", i32::MAX),
+            )),
+        })
+        .transpose()
+}
+
+/// Queue states from live counts per queue (available, scheduled, running) and the
+/// queues table's rows (name, pause time, global limit), by name.
+pub(crate) fn merge_queue_states(
+    live: Vec<(String, i64, i64, i64, i64)>,
+    controlled: Vec<(String, Option<DateTime<Utc>>, Option<i64>)>,
+) -> Vec<crate::model::QueueState> {
+    let mut by_name: std::collections::BTreeMap<String, crate::model::QueueState> = live
+        .into_iter()
+        .map(|(name, available, scheduled, running, pending)| {
+            let state = crate::model::QueueState {
+                name: name.clone(),
+                paused_at: None,
+                global_limit: None,
+                available,
+                scheduled,
+                running,
+                pending,
+            };
+            (name, state)
+        })
+        .collect();
+    for (name, paused_at, global_limit) in controlled {
+        let state = by_name
+            .entry(name.clone())
+            .or_insert_with(|| crate::model::QueueState {
+                name,
+                paused_at: None,
+                global_limit: None,
+                available: 0,
+                scheduled: 0,
+                running: 0,
+                pending: 0,
+            });
+        state.paused_at = paused_at;
+        state.global_limit = global_limit.and_then(|n| u32::try_from(n).ok());
+    }
+    by_name.into_values().collect()
+}
+
+impl Pool {
+    /// The backend's name in messages.
+    pub(crate) fn backend_name(&self) -> &'static str {
+        match self {
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(_) => <sqlx::Postgres as Backend>::NAME,
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(_) => <sqlx::Sqlite as Backend>::NAME,
+            #[cfg(feature = "mysql")]
+            Pool::MySql(_) => <sqlx::MySql as Backend>::NAME,
+        }
+    }
+
+    /// How often a worker polls unless told otherwise: on MySQL, without notifications
+    /// from other processes, more often.
+    pub(crate) fn default_poll_interval(&self) -> std::time::Duration {
+        match self {
+            #[cfg(feature = "mysql")]
+            Pool::MySql(_) => std::time::Duration::from_millis(200),
+            #[allow(unreachable_patterns)]
+            _ => std::time::Duration::from_secs(1),
+        }
+    }
+
+    /// The worker's store on this pool.
+    pub(crate) fn store(self, schema: Schema, worker_id: String) -> Store {
+        match self {
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => Store::Postgres(postgres::PgStore {
+                pool,
+                schema,
+                worker_id,
+                partitions: Default::default(),
+            }),
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => Store::Sqlite(sqlite::SqliteStore {
+                pool,
+                schema,
+                worker_id,
+                writer: Default::default(),
+                checkpointing: Default::default(),
+                since_checkpoint: Default::default(),
+            }),
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => Store::MySql(mysql::MySqlStore {
+                pool,
+                schema,
+                worker_id,
+            }),
+        }
+    }
+}
+
+pool_from!("postgres", Postgres, sqlx::PgPool);
+
+pool_from!("sqlite", Sqlite, sqlx::SqlitePool);
+
+pool_from!("mysql", MySql, sqlx::MySqlPool);
