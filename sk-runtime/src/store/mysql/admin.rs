@@ -1,0 +1,155 @@
+//! The admin side of the driver contract on a pool: migrations, queue info, stored schedules.
+
+use super::*;
+
+impl Admin for MySqlPool {
+    /// Brings the schema to the newest version, one worker at a time (a named lock). MySQL
+    /// commits each DDL statement on its own: a migration interrupted halfway is finished by
+    /// the next run (its statements are `IF NOT EXISTS`).
+    async fn migrate(&self, schema: &Schema) -> Result<()> {
+        let pool = self;
+        migrate_to(pool, schema, i32::MAX).await
+    }
+
+    /// This build's migrations, each with when it was applied to `schema` (`None`: not yet).
+    async fn migrations(
+        &self,
+        schema: &Schema,
+    ) -> Result<Vec<(i32, &'static str, Option<DateTime<Utc>>)>> {
+        let pool = self;
+        let versions = schema.flat_table("schema_migrations_t");
+        let applied: Vec<(i32, DateTime<Utc>)> =
+            match sqlx::query_as(&format!("SELECT version, applied_at FROM {versions}"))
+                .fetch_all(pool)
+                .await
+            {
+                Ok(rows) => rows,
+                Err(e) if super::super::no_such_table(&e) => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+        Ok(MIGRATIONS
+            .iter()
+            .map(|&(version, description, _)| {
+                let at = applied
+                    .iter()
+                    .find(|(v, _)| *v == version)
+                    .map(|(_, at)| *at);
+                (version, description, at)
+            })
+            .collect())
+    }
+
+    async fn counts(&self, schema: &Schema, now: DateTime<Utc>) -> Result<QueueCounts> {
+        let pool = self;
+        let mut counts = QueueCounts::default();
+        for row in sqlx::query(&schema.mysql.counts_by_status)
+            .fetch_all(pool)
+            .await?
+        {
+            let status: i32 = row.try_get(0)?;
+            let n: i64 = row.try_get(1)?;
+            counts
+                .by_status
+                .push((crate::model::JobStatus::from_code(status), n));
+        }
+        let row = sqlx::query(&schema.mysql.counts_live)
+            .bind(dt(now))
+            .bind(dt(now))
+            .bind(dt(now))
+            .bind(dt(now))
+            .fetch_one(pool)
+            .await?;
+        counts.available = row.try_get(0)?;
+        counts.scheduled = row.try_get(1)?;
+        counts.running = row.try_get(2)?;
+        counts.lease_expired = row.try_get(3)?;
+        counts.pending = row.try_get(4)?;
+        Ok(counts)
+    }
+
+    async fn peek(&self, schema: &Schema, limit: i64) -> Result<Vec<QueuedJob>> {
+        let pool = self;
+        Ok(sqlx::query_as(&schema.mysql.peek)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?)
+    }
+
+    async fn job(
+        &self,
+        schema: &Schema,
+        id: Uuid,
+        now: DateTime<Utc>,
+    ) -> Result<Option<JobRecord>> {
+        let pool = self;
+        let Some(row) = sqlx::query(&schema.mysql.job)
+            .bind(dt(now))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let mut record = <JobRecord as sqlx::FromRow<_>>::from_row(&row)?;
+        let lost: Option<String> = row.try_get("lost")?;
+        if let Some(lost) = lost {
+            let lost: Vec<Attempt> = serde_json::from_str(&lost).map_err(|e| {
+                Error::Database(sqlx::Error::Decode(
+                    format!("task_lost_attempts of job {id}: {e}").into(),
+                ))
+            })?;
+            record.failed_attempts.extend(lost);
+        }
+        Ok(Some(record))
+    }
+
+    /// Adds or replaces a stored schedule.
+    async fn schedule_put(&self, schema: &Schema, row: &ScheduleRow) -> Result<()> {
+        let pool = self;
+        sqlx::query(&format!(
+            "INSERT INTO {} (schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
+                schedule_updated_at_ts)
+             VALUES (?, ?, ?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE task_type = VALUES(task_type), task_payload = VALUES(task_payload),
+                schedule_cron = VALUES(schedule_cron), schedule_overlap = VALUES(schedule_overlap),
+                schedule_updated_at_ts = VALUES(schedule_updated_at_ts)",
+            schema.flat_table("schedules_t")
+        ))
+        .bind(&row.schedule_name)
+        .bind(&row.task_type)
+        .bind(&row.task_payload)
+        .bind(&row.schedule_cron)
+        .bind(row.schedule_overlap)
+        .bind(dt(row.schedule_updated_at_ts))
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Removes a stored schedule; false if there was none of that name. A tick reads its
+    /// schedule under a shared lock, so none is enqueued after this.
+    async fn schedule_remove(&self, schema: &Schema, name: &str) -> Result<bool> {
+        let pool = self;
+        let done = sqlx::query(&format!(
+            "DELETE FROM {} WHERE schedule_name = ?",
+            schema.flat_table("schedules_t")
+        ))
+        .bind(name)
+        .execute(pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Every stored schedule, by name.
+    async fn schedule_list(&self, schema: &Schema) -> Result<Vec<ScheduleRow>> {
+        let pool = self;
+        Ok(sqlx::query_as(&format!(
+            "SELECT CAST(schedule_name AS CHAR) AS schedule_name, CAST(task_type AS CHAR) AS task_type,
+                task_payload, schedule_cron, schedule_overlap, schedule_updated_at_ts
+             FROM {} ORDER BY schedule_name",
+            schema.flat_table("schedules_t")
+        ))
+        .fetch_all(pool)
+        .await?)
+    }
+}

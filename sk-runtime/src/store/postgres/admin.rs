@@ -1,0 +1,142 @@
+//! The admin side of the driver contract on a pool: migrations, queue info, stored schedules.
+
+use super::*;
+
+impl Admin for PgPool {
+    /// Brings the schema to the newest version. Concurrent callers serialize on an advisory
+    /// lock, so several workers starting at once apply each migration exactly once.
+    /// Then creates the results partitions for now and the next days, so jobs enqueued before
+    /// a worker starts land in them.
+    async fn migrate(&self, schema: &Schema) -> Result<()> {
+        let pool = self;
+        migrate_to(pool, schema, i32::MAX).await?;
+        partitions::ensure(pool, schema, Utc::now(), partitions::DEFAULT_PERIOD, None).await?;
+        Ok(())
+    }
+
+    /// This build's migrations, each with when it was applied to `schema` (`None`: not yet).
+    async fn migrations(
+        &self,
+        schema: &Schema,
+    ) -> Result<Vec<(i32, &'static str, Option<DateTime<Utc>>)>> {
+        let pool = self;
+        let versions = schema.table("schema_migrations_t");
+        let applied: Vec<(i32, DateTime<Utc>)> =
+            match sqlx::query_as(&format!("SELECT version, applied_at FROM {versions}"))
+                .fetch_all(pool)
+                .await
+            {
+                Ok(rows) => rows,
+                Err(e) if super::super::no_such_table(&e) => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+        Ok(MIGRATIONS
+            .iter()
+            .map(|&(version, description, _)| {
+                let at = applied
+                    .iter()
+                    .find(|(v, _)| *v == version)
+                    .map(|(_, at)| *at);
+                (version, description, at)
+            })
+            .collect())
+    }
+
+    async fn counts(&self, schema: &Schema, now: DateTime<Utc>) -> Result<QueueCounts> {
+        let pool = self;
+        let mut counts = QueueCounts::default();
+        for row in sqlx::query(&schema.sql.counts_by_status)
+            .fetch_all(pool)
+            .await?
+        {
+            let status: i32 = row.try_get(0)?;
+            let n: i64 = row.try_get(1)?;
+            counts
+                .by_status
+                .push((crate::model::JobStatus::from_code(status), n));
+        }
+        let row = sqlx::query(&schema.sql.counts_live)
+            .bind(now)
+            .fetch_one(pool)
+            .await?;
+        counts.available = row.try_get(0)?;
+        counts.scheduled = row.try_get(1)?;
+        counts.running = row.try_get(2)?;
+        counts.lease_expired = row.try_get(3)?;
+        counts.pending = row.try_get(4)?;
+        Ok(counts)
+    }
+
+    async fn peek(&self, schema: &Schema, limit: i64) -> Result<Vec<QueuedJob>> {
+        let pool = self;
+        Ok(sqlx::query_as(&schema.sql.peek)
+            .bind(limit)
+            .fetch_all(pool)
+            .await?)
+    }
+
+    async fn job(
+        &self,
+        schema: &Schema,
+        id: Uuid,
+        now: DateTime<Utc>,
+    ) -> Result<Option<JobRecord>> {
+        let pool = self;
+        Ok(sqlx::query_as(&schema.sql.job)
+            .bind(id)
+            .bind(now)
+            .fetch_optional(pool)
+            .await?)
+    }
+
+    /// Adds or replaces a stored schedule.
+    async fn schedule_put(&self, schema: &Schema, row: &ScheduleRow) -> Result<()> {
+        let pool = self;
+        sqlx::query(&format!(
+            "INSERT INTO {} (schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
+                schedule_updated_at_ts)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (schedule_name) DO UPDATE SET task_type = EXCLUDED.task_type,
+                task_payload = EXCLUDED.task_payload, schedule_cron = EXCLUDED.schedule_cron,
+                schedule_overlap = EXCLUDED.schedule_overlap,
+                schedule_updated_at_ts = EXCLUDED.schedule_updated_at_ts",
+            schema.table("schedules_t")
+        ))
+        .bind(&row.schedule_name)
+        .bind(&row.task_type)
+        .bind(&row.task_payload)
+        .bind(&row.schedule_cron)
+        .bind(row.schedule_overlap)
+        .bind(row.schedule_updated_at_ts)
+        .execute(pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Removes a stored schedule; false if there was none of that name. Waits for a tick of
+    /// it being enqueued (`schedule_hold`); none is enqueued after this returns.
+    async fn schedule_remove(&self, schema: &Schema, name: &str) -> Result<bool> {
+        let pool = self;
+        let done = sqlx::query(&format!(
+            "DELETE FROM {} WHERE schedule_name = $1",
+            schema.table("schedules_t")
+        ))
+        .bind(name)
+        .execute(pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Every stored schedule, by name.
+    async fn schedule_list(&self, schema: &Schema) -> Result<Vec<ScheduleRow>> {
+        let executor = self;
+        Ok(sqlx::query_as(&format!(
+            "SELECT schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
+                schedule_updated_at_ts
+             FROM {} ORDER BY schedule_name",
+            schema.table("schedules_t")
+        ))
+        .fetch_all(executor)
+        .await?)
+    }
+}

@@ -1,0 +1,156 @@
+//! The migrations, applied in order under an advisory lock, and the checks that refuse one whose rows would not fit.
+
+use super::*;
+
+/// Versioned migrations, applied in order; `__SCHEMA__`/`__PREFIX__` are substituted.
+pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "initial seed schema",
+        include_str!("../../../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        2,
+        "results table autovacuum",
+        include_str!("../../../migrations/postgres/0002_results_autovacuum.sql"),
+    ),
+    (
+        3,
+        "lean writes per job",
+        include_str!("../../../migrations/postgres/0003_lean_writes.sql"),
+    ),
+    (
+        4,
+        "the seeds' own contracts",
+        include_str!("../../../migrations/postgres/0004_seed_contracts.sql"),
+    ),
+    (
+        5,
+        "results partitioned by time",
+        include_str!("../../../migrations/postgres/0005_results_partitions.sql"),
+    ),
+    (
+        6,
+        "schedules stored in the database",
+        include_str!("../../../migrations/postgres/0006_schedules.sql"),
+    ),
+    (
+        7,
+        "job control",
+        include_str!("../../../migrations/postgres/0007_control.sql"),
+    ),
+    (
+        8,
+        "a concurrency limit per queue across workers",
+        include_str!("../../../migrations/postgres/0008_global_limits.sql"),
+    ),
+    (
+        9,
+        "workflows: jobs that wait on other jobs",
+        include_str!("../../../migrations/postgres/0009_workflows.sql"),
+    ),
+    (
+        10,
+        "only jobs waited on notify the done channel",
+        include_str!("../../../migrations/postgres/0010_waited.sql"),
+    ),
+    (
+        11,
+        "every time in the queue and results tables is finite",
+        include_str!("../../../migrations/postgres/0011_finite_times.sql"),
+    ),
+];
+
+/// The first row of `schema`'s queue that migration 11's check would refuse, named with
+/// its id, column and value (`None`: every row passes).
+pub(super) async fn infinite_time(
+    tx: &mut PgConnection,
+    schema: &Schema,
+) -> Result<Option<String>> {
+    let table = schema.table("tasks_queue_t");
+    let found: Option<(Uuid, String)> = sqlx::query_as(&format!(
+        "SELECT task_id, CASE
+             WHEN NOT isfinite(task_posted_at_ts) THEN 'task_posted_at_ts = ' || task_posted_at_ts
+             WHEN NOT isfinite(task_locked_until_ts) THEN 'task_locked_until_ts = ' || task_locked_until_ts
+             ELSE 'task_claimed_at_ts = ' || task_claimed_at_ts END
+         FROM {table}
+         WHERE NOT (isfinite(task_posted_at_ts) AND isfinite(task_locked_until_ts)
+                    AND coalesce(isfinite(task_claimed_at_ts), true))
+         LIMIT 1"
+    ))
+    .fetch_optional(&mut *tx)
+    .await?;
+    Ok(found.map(|(id, value)| {
+        format!(
+            "the row of job {id} in {table} has {value}, which sk cannot read; correct or delete it, then migrate again"
+        )
+    }))
+}
+
+/// Applies the migrations up to `target` (tests use it to build an older schema).
+pub(crate) async fn migrate_to(pool: &PgPool, schema: &Schema, target: i32) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    // `CREATE ... IF NOT EXISTS` on an existing schema sends notices, which sqlx logs at
+    // INFO on every worker start; they say nothing a user needs.
+    sqlx::query("SET LOCAL client_min_messages = warning")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+        .bind(format!("sk-migrate:{}", schema.table("")))
+        .execute(&mut *tx)
+        .await?;
+    let versions = schema.table("schema_migrations_t");
+    let bootstrap = format!(
+        "CREATE SCHEMA IF NOT EXISTS {s};
+         CREATE TABLE IF NOT EXISTS {versions} (
+             version integer NOT NULL PRIMARY KEY,
+             description text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         );",
+        s = schema.schema_name()
+    );
+    // A plain string runs through the simple protocol, which allows several statements.
+    (&mut *tx).execute(bootstrap.as_str()).await?;
+    let current: Option<i32> = sqlx::query_scalar(&format!("SELECT max(version) FROM {versions}"))
+        .fetch_one(&mut *tx)
+        .await?;
+    let current = current.unwrap_or(0);
+    let known = MIGRATIONS.last().map_or(0, |m| m.0);
+    if current > known {
+        return Err(Error::SchemaTooNew {
+            found: current,
+            known,
+        });
+    }
+    for (version, description, sql) in MIGRATIONS.iter().filter(|m| m.0 > current && m.0 <= target)
+    {
+        if *version == 11 {
+            if let Some(reason) = infinite_time(&mut tx, schema).await? {
+                return Err(Error::MigrationRefused {
+                    version: *version,
+                    reason,
+                });
+            }
+        }
+        let sql = sql
+            .replace("__SCHEMA__", schema.schema_name())
+            .replace("__PREFIX__", schema.prefix());
+        (&mut *tx)
+            .execute(sql.as_str())
+            .await
+            .map_err(|source| Error::Migration {
+                version: *version,
+                source,
+            })?;
+        sqlx::query(&format!(
+            "INSERT INTO {versions} (version, description) VALUES ($1, $2)"
+        ))
+        .bind(version)
+        .bind(description)
+        .execute(&mut *tx)
+        .await?;
+        tracing::info!(version, description, "sk: applied migration");
+    }
+    tx.commit().await?;
+    Ok(())
+}

@@ -1,0 +1,312 @@
+//! The worker's pipeline on SQLite (the driver contract's `Work`): claims, outcomes, leases, ticks and upkeep.
+
+use super::*;
+
+impl Work for SqliteStore {
+    async fn claim(&self, claim: &super::super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
+        let super::super::Claim {
+            task_types,
+            queues,
+            tenants,
+            paused,
+            capped,
+            limit,
+            now,
+            lease_until,
+        } = *claim;
+        let capped = match queues {
+            Some([queue]) if capped => Some(queue),
+            _ => None,
+        };
+        let list = |l: &[String]| serde_json::to_string(l).unwrap_or_default();
+        let query = |sql, limit: i64| {
+            sqlx::query(sql)
+                .bind(ts(now))
+                .bind(list(task_types))
+                .bind(queues.map(list))
+                .bind(limit)
+                .bind(ts(lease_until))
+                .bind(&self.worker_id)
+                .bind(tenants.map(list))
+                .bind((!paused.is_empty()).then(|| list(paused)))
+        };
+        let mut jobs = Vec::new();
+        let (_turn, mut conn) = self.writing().await?;
+        if let Some(queue) = capped {
+            let rows = query(&self.sql().claim_capped, limit)
+                .bind(queue)
+                .fetch_all(&mut *conn)
+                .await?;
+            for row in rows {
+                let handle: i64 = row.try_get("task_lock_handle_id")?;
+                match super::super::claimed_row(&row, 0) {
+                    Ok(job) => jobs.push((handle, job)),
+                    Err(e) => super::super::unleasable(&e),
+                }
+            }
+        } else {
+            // Candidates another writer leased between the claim's steps are claimed for
+            // again at once, until the claim has its limit or lost none.
+            let mut want = limit;
+            while want > 0 {
+                let rows = query(&self.sql().claim, want).fetch_all(&mut *conn).await?;
+                let row = last_row(&rows, "the claim")?;
+                let candidates: i64 = row.try_get(0)?;
+                let leased = claimed(row.try_get(1)?)?;
+                let n = leased.len() as i64;
+                jobs.extend(leased);
+                want -= n;
+                if n == candidates {
+                    break;
+                }
+            }
+        }
+        drop((_turn, conn));
+        // Back to the claim's order (the rows come in lock-handle order, and a job of
+        // another claim round may come first).
+        jobs.sort_by_key(|(handle, job)| (job.task_priority, *handle));
+        Ok(jobs.into_iter().map(|(_, job)| job).collect())
+    }
+
+    /// Finalizes successful runs (fenced); the ids whose lease was still held.
+    async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        let (_turn, mut conn) = self.writing().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        let (held, posted) = self.complete_on(&mut tx, done, now).await?;
+        tx.commit().await?;
+        drop((_turn, conn));
+        self.checkpoint(held.len());
+        if posted {
+            wake();
+        }
+        Ok(held)
+    }
+
+    /// The outputs of job `id`'s dependencies, in order.
+    async fn inputs(&self, id: Uuid) -> Result<Vec<Option<Option<String>>>> {
+        let mut conn = self.pool.acquire().await?;
+        flow::inputs(&mut conn, &self.schema, id).await
+    }
+
+    /// Records failed runs (retry or final) in one transaction, a few statements for the
+    /// whole batch; per failure, false when its lease was lost (fenced).
+    async fn fail(&self, failures: &[Failure], now: DateTime<Utc>) -> Result<Vec<bool>> {
+        if failures.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (_turn, mut conn) = self.writing().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        let held = self.fail_on(&mut tx, failures, now).await?;
+        tx.commit().await?;
+        if !held.is_empty() {
+            wake();
+        }
+        Ok(failures
+            .iter()
+            .map(|f| held.contains(&f.lease.id))
+            .collect())
+    }
+
+    /// Releases leases at once (graceful stop), without using up an attempt.
+    async fn give_back(&self, leases: &[Lease], now: DateTime<Utc>) -> Result<u64> {
+        let (_turn, mut conn) = self.writing().await?;
+        let n = sqlx::query(&self.sql().give_back)
+            .bind(ts(now))
+            .bind(lease_list(leases))
+            .bind(&self.worker_id)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        wake();
+        Ok(n)
+    }
+
+    /// Extends the leases still held; their ids (a missing one was lost).
+    async fn extend(&self, leases: &[Lease], until: DateTime<Utc>) -> Result<Vec<Uuid>> {
+        let (_turn, mut conn) = self.writing().await?;
+        Ok(sqlx::query_scalar(&self.sql().extend)
+            .bind(ts(until))
+            .bind(lease_list(leases))
+            .bind(&self.worker_id)
+            .fetch_all(&mut *conn)
+            .await?)
+    }
+
+    /// Posts one job with a unique key of mode `mode` (the periodic jobs' first runs).
+    async fn enqueue_unique(
+        &self,
+        job: NewJob,
+        mode: crate::model::UniqueMode,
+        now: DateTime<Utc>,
+    ) -> Result<(Uuid, bool, bool)> {
+        enqueue_unique(&self.pool, &self.schema, job, mode, now).await
+    }
+
+    /// Posts a cron tick once across workers (its id comes from its key); with
+    /// `live_key`, only while no earlier tick holding that key is live; with `stored`, only
+    /// while that stored schedule exists as it was read. False if it was not posted.
+    async fn enqueue_tick(
+        &self,
+        job: NewJob,
+        live_key: Option<&str>,
+        stored: Option<(&str, DateTime<Utc>)>,
+        now: DateTime<Utc>,
+    ) -> Result<bool> {
+        let (_turn, mut conn) = self.writing().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        if let Some((name, updated_at)) = stored {
+            let exists: Option<i32> = sqlx::query_scalar(&format!(
+                "SELECT 1 FROM {} WHERE schedule_name = $1 AND schedule_updated_at_ts = $2",
+                self.schema.flat_table("schedules_t")
+            ))
+            .bind(name)
+            .bind(ts(updated_at))
+            .fetch_optional(&mut *tx)
+            .await?;
+            if exists.is_none() {
+                return Ok(false);
+            }
+        }
+        let results = &self.sql().results;
+        let queue = &self.sql().queue;
+        let seen: Option<i32> =
+            sqlx::query_scalar(&format!("SELECT 1 FROM {results} WHERE task_id = $1"))
+                .bind(job.id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if seen.is_some() {
+            return Ok(false);
+        }
+        if let Some(key) = live_key {
+            let live: Option<i32> =
+                sqlx::query_scalar(&format!("SELECT 1 FROM {queue} WHERE task_unique_key = $1"))
+                    .bind(key)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if live.is_some() {
+                return Ok(false);
+            }
+        }
+        // The results row keeps the tick's key; the queue row holds the live key (mode
+        // skip) or none.
+        sqlx::query(&format!(
+            "INSERT INTO {results} (task_id, task_type, task_source, task_queue, task_status, task_priority,
+                task_unique_key, task_posted_at_ts)
+             VALUES ($1, $2, $3, $4, 1, $5, $6, $7)"
+        ))
+        .bind(job.id)
+        .bind(&*job.task_type)
+        .bind(&job.source)
+        .bind(&job.queue)
+        .bind(job.priority)
+        .bind(&job.unique_key)
+        .bind(ts(now))
+        .execute(&mut *tx)
+        .await?;
+        let mut job = job;
+        job.unique_key = live_key.map(str::to_owned);
+        let mode = live_key.map(|_| crate::model::UniqueMode::Skip as i16);
+        bind_new!(sqlx::query(&self.sql().again), job, now, mode)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        wake();
+        Ok(true)
+    }
+
+    async fn stored_schedules(&self) -> Result<Vec<ScheduleRow>> {
+        Admin::schedule_list(&self.pool, &self.schema).await
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        Admin::migrate(&self.pool, &self.schema).await
+    }
+
+    /// SQLite has no partitions: results are pruned row by row (`retire_partitions`).
+    async fn ensure_partitions(&self, _now: DateTime<Utc>, _span: Duration) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+
+    /// Deletes the results of jobs finished before `cutoff`, a thousand rows per
+    /// statement (each a short write, so workers' claims go between them). The archive
+    /// schema does not apply (`WorkerBuilder::build` refuses it on SQLite).
+    async fn retire_partitions(
+        &self,
+        cutoff: DateTime<Utc>,
+        _archive: Option<&str>,
+        _within: bool,
+        stopping: &tokio_util::sync::CancellationToken,
+    ) -> Result<Retired> {
+        let results = &self.sql().results;
+        let statement = format!(
+            "DELETE FROM {results} WHERE task_id IN (
+                SELECT task_id FROM {results}
+                WHERE task_processing_finalized_at_ts IS NOT NULL AND task_processing_finalized_at_ts < $1
+                  AND task_id NOT IN (SELECT task_id FROM {})
+                LIMIT 1000)",
+            self.sql().queue
+        );
+        let mut retired = Retired::default();
+        while !stopping.is_cancelled() {
+            let n = sqlx::query(&statement)
+                .bind(ts(cutoff))
+                .execute(&mut *self.writing().await?.1)
+                .await?
+                .rows_affected();
+            retired.rows += n;
+            if n < 1000 {
+                break;
+            }
+        }
+        Ok(retired)
+    }
+
+    /// SQLite reuses the pages of deleted rows without a vacuum: nothing to watch.
+    async fn table_health(&self) -> Result<Vec<super::super::TableHealth>> {
+        Ok(Vec::new())
+    }
+
+    async fn vacuum(&self, _table: &str) -> Result<bool> {
+        Ok(false)
+    }
+
+    async fn write_metrics(&self, metrics: &[(&str, i64)], now: DateTime<Utc>) -> Result<()> {
+        let (_turn, mut conn) = self.writing().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        for (id, value) in metrics {
+            sqlx::query(&self.sql().metrics)
+                .bind(&self.worker_id)
+                .bind(id)
+                .bind(value)
+                .bind(ts(now))
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Opens the file outside the pool, saying why it cannot.
+    async fn probe(&self) -> std::result::Result<(), ProbeFailure> {
+        let options = self.pool.connect_options();
+        match SqliteConnection::connect_with(&options).await {
+            Ok(conn) => {
+                let _ = conn.close().await;
+                Ok(())
+            }
+            Err(e) => {
+                let busy =
+                    matches!(&e, sqlx::Error::Database(db) if db.code().as_deref() == Some("5"));
+                let error = Error::Connect {
+                    address: address(&options),
+                    cause: e.to_string(),
+                };
+                Err(if busy {
+                    ProbeFailure::Transient(error)
+                } else {
+                    ProbeFailure::Permanent(error)
+                })
+            }
+        }
+    }
+}
