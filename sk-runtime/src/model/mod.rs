@@ -11,6 +11,7 @@ pub use list::{
     Throughput, WorkerInfo, MAX_PAGE,
 };
 pub(crate) use names::check_name;
+pub(crate) use record::status;
 pub use record::{
     Attempt, AttemptOutcome, JobRecord, JobStatus, QueueCounts, QueuedJob, UniqueMode,
 };

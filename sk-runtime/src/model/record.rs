@@ -6,30 +6,43 @@ use uuid::Uuid;
 
 use crate::error::Result;
 
+/// The job states' codes (the seed's), named for the SQL sk writes:
+/// `format!("… WHERE task_status = {FATAL}")`. [`JobStatus`] has the same values.
+pub(crate) mod status {
+    pub(crate) const UNPROCESSED: i32 = 1;
+    pub(crate) const PROCESSING: i32 = 2;
+    pub(crate) const PROCESSED: i32 = 3;
+    pub(crate) const ERROR: i32 = 4;
+    pub(crate) const FAULTED: i32 = 5;
+    pub(crate) const FATAL: i32 = 6;
+    pub(crate) const CANCELLED: i32 = 7;
+    pub(crate) const PENDING: i32 = 8;
+}
+
 /// A job's status in `task_results_t.task_status` (the seed's codes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum JobStatus {
     /// Posted, not yet run (1).
-    Unprocessed = 1,
+    Unprocessed = status::UNPROCESSED as isize,
     /// A worker holds it now (2).
-    Processing = 2,
+    Processing = status::PROCESSING as isize,
     /// Succeeded (3).
-    Processed = 3,
+    Processed = status::PROCESSED as isize,
     /// Failed with a recoverable error and waits for its retry (4).
-    Error = 4,
+    Error = status::ERROR as isize,
     /// Failed with a recoverable error and has one attempt left (5).
-    Faulted = 5,
+    Faulted = status::FAULTED as isize,
     /// Failed for good: attempts exhausted, a fatal error, or a payload that does not
     /// deserialize (6).
-    Fatal = 6,
+    Fatal = status::FATAL as isize,
     /// Cancelled by an operator, before or while it ran, or because a job it waited on
     /// was (7).
-    Cancelled = 7,
+    Cancelled = status::CANCELLED as isize,
     /// Waits on other jobs, and runs once they have all succeeded (8; a workflow's later
     /// stage, [`Workflow`](crate::Workflow)).
-    Pending = 8,
+    Pending = status::PENDING as isize,
     /// A code this version does not know.
     Unknown = 0,
 }
@@ -37,14 +50,14 @@ pub enum JobStatus {
 impl JobStatus {
     pub(crate) fn from_code(code: i32) -> Self {
         match code {
-            1 => JobStatus::Unprocessed,
-            2 => JobStatus::Processing,
-            3 => JobStatus::Processed,
-            4 => JobStatus::Error,
-            5 => JobStatus::Faulted,
-            6 => JobStatus::Fatal,
-            7 => JobStatus::Cancelled,
-            8 => JobStatus::Pending,
+            status::UNPROCESSED => JobStatus::Unprocessed,
+            status::PROCESSING => JobStatus::Processing,
+            status::PROCESSED => JobStatus::Processed,
+            status::ERROR => JobStatus::Error,
+            status::FAULTED => JobStatus::Faulted,
+            status::FATAL => JobStatus::Fatal,
+            status::CANCELLED => JobStatus::Cancelled,
+            status::PENDING => JobStatus::Pending,
             _ => JobStatus::Unknown,
         }
     }

@@ -125,7 +125,7 @@ macro_rules! push_job_list {
                 ))
                 .push_bind($now.clone())
                 .push(format!(
-                    " THEN 2 ELSE r.task_status END AS task_status,
+                    " THEN {processing} ELSE r.task_status END AS task_status,
                         coalesce(q.task_priority, r.task_priority) AS task_priority, q.task_attempt,
                         {} AS task_tenant, {} AS task_correlation_id, r.task_posted_at_ts, q.task_locked_until_ts,
                         r.task_processing_finalized_at_ts, r.task_error_count,
@@ -134,7 +134,8 @@ macro_rules! push_job_list {
                     text("r.task_tenant"),
                     text("r.task_correlation_id"),
                     text("r.task_last_error_type"),
-                    text("r.task_last_error_message")
+                    text("r.task_last_error_message"),
+                    processing = $crate::model::status::PROCESSING,
                 ))
                 .push(from);
             $crate::store::listing::push_list_filter!($query, $filter, $after, $now, |$q, $key, $value| $metadata);

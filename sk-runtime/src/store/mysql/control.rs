@@ -13,6 +13,7 @@ use super::worker_rows::delete_job_stats;
 use super::{dt, push_ids, ts, BEGIN};
 use crate::bus::wake;
 use crate::error::Result;
+use crate::model::status::{CANCELLED, ERROR, FATAL, FAULTED, UNPROCESSED};
 use crate::model::{JobFilter, QueueState};
 use crate::store::{CancelledRun, NewJob, Schema};
 
@@ -112,7 +113,7 @@ async fn cancel_once(
                 task_last_processing_attempted_at_ts, task_last_error_type, task_last_error_message, task_last_error)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 7, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
                 'cancelled', 'cancelled by an operator', 'cancelled: cancelled by an operator')
-             ON DUPLICATE KEY UPDATE task_status = 7,
+             ON DUPLICATE KEY UPDATE task_status = {CANCELLED},
                 task_error_count = task_error_count + VALUES(task_error_count),
                 task_processing_finalized_at_ts = VALUES(task_processing_finalized_at_ts),
                 task_payload = VALUES(task_payload),
@@ -181,7 +182,7 @@ async fn retry_once(
     let mut conn = pool.acquire().await?;
     let mut tx = conn.begin_with(BEGIN).await?;
     let mut query = QueryBuilder::<MySql>::new(format!(
-        "SELECT task_id FROM {r} WHERE task_status IN (6, 7) AND task_payload IS NOT NULL AND "
+        "SELECT task_id FROM {r} WHERE task_status IN ({FATAL}, {CANCELLED}) AND task_payload IS NOT NULL AND "
     ));
     push_ids(&mut query, "task_id", ids);
     query.push(" ORDER BY task_id FOR UPDATE");
@@ -239,7 +240,7 @@ async fn retry_once(
     let back: Vec<Uuid> = query.build_query_scalar().fetch_all(&mut *tx).await?;
     if !back.is_empty() {
         let mut query = QueryBuilder::<MySql>::new(format!(
-            "UPDATE {r} SET task_status = 1, task_processing_finalized_at_ts = NULL, task_payload = NULL WHERE "
+            "UPDATE {r} SET task_status = {UNPROCESSED}, task_processing_finalized_at_ts = NULL, task_payload = NULL WHERE "
         ));
         push_ids(&mut query, "task_id", &back);
         query.build().execute(&mut *tx).await?;
@@ -466,7 +467,7 @@ impl Control for MySqlPool {
         } else {
             match filter.status {
                 Some(s) => query.push(" AND task_status = ").push_bind(s as i32),
-                None => query.push(" AND task_status IN (6, 7)"),
+                None => query.push(format!(" AND task_status IN ({FATAL}, {CANCELLED})")),
             };
         }
         query.push(" ORDER BY task_id LIMIT ").push_bind(limit);
@@ -524,9 +525,9 @@ impl Control for MySqlPool {
         .fetch_all(pool)
         .await?;
         let ended = sqlx::query_as(&format!(
-            "SELECT CAST({column} AS CHAR), count(CASE WHEN task_status = 6 THEN 1 END),
-                count(CASE WHEN task_status = 7 THEN 1 END)
-             FROM {} WHERE task_status IN (6, 7) GROUP BY {column}",
+            "SELECT CAST({column} AS CHAR), count(CASE WHEN task_status = {FATAL} THEN 1 END),
+                count(CASE WHEN task_status = {CANCELLED} THEN 1 END)
+             FROM {} WHERE task_status IN ({FATAL}, {CANCELLED}) GROUP BY {column}",
             schema.flat_table("task_results_t")
         ))
         .fetch_all(pool)
@@ -554,7 +555,7 @@ impl Control for MySqlPool {
         let branches = [
             format!("{r} r LEFT JOIN {q} q ON q.task_id = r.task_id WHERE true"),
             format!(
-                "(SELECT task_id, task_type, task_queue, 1 AS task_status, task_priority, task_tenant,
+                "(SELECT task_id, task_type, task_queue, {UNPROCESSED} AS task_status, task_priority, task_tenant,
                     task_correlation_id, task_metadata, task_posted_at_ts,
                     CAST(NULL AS DATETIME(6)) AS task_processing_finalized_at_ts,
                     CAST(coalesce(JSON_LENGTH(task_lost_attempts), 0) AS SIGNED) AS task_error_count,
@@ -595,7 +596,7 @@ impl Control for MySqlPool {
             "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
                 min(task_last_processing_attempted_at_ts) AS first_seen,
                 max(task_last_processing_attempted_at_ts) AS last_seen, max(task_id) AS sample
-             FROM {} WHERE task_status IN (4, 5, 6) AND task_last_processing_attempted_at_ts >= ?
+             FROM {} WHERE task_status IN ({ERROR}, {FAULTED}, {FATAL}) AND task_last_processing_attempted_at_ts >= ?
              GROUP BY task_last_error_type, task_last_error_message
              ORDER BY jobs DESC, last_seen DESC LIMIT ?",
             schema.flat_table("task_results_t")

@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::dt;
 use super::push_ids;
 use crate::error::Result;
+use crate::model::status::{PENDING, UNPROCESSED};
 use crate::store::{dependency_kind, dependency_states, NewJob, Schema, WAITING_UNTIL};
 
 /// Inserts `jobs`, each waiting on all of `deps` (in a transaction, or a savepoint of the
@@ -113,7 +114,7 @@ pub(crate) async fn enqueue_after(
                  FROM {q} WHERE "
             ));
             push_ids(&mut query, "task_id", chunk);
-            query.push(" ON DUPLICATE KEY UPDATE task_status = 8");
+            query.push(format!(" ON DUPLICATE KEY UPDATE task_status = {PENDING}"));
             query.build().execute(&mut *tx).await?;
         }
     }
@@ -180,7 +181,7 @@ pub(crate) async fn settle(
             .await?;
             if due {
                 sqlx::query(&format!(
-                    "UPDATE {r} SET task_status = 1 WHERE task_id = ? AND task_status = 8"
+                    "UPDATE {r} SET task_status = {UNPROCESSED} WHERE task_id = ? AND task_status = {PENDING}"
                 ))
                 .bind(dependant)
                 .execute(&mut *conn)

@@ -1,6 +1,7 @@
 //! The statements of one schema, formatted once and reused.
 
 use super::*;
+use crate::model::status::{PROCESSED, PROCESSING, UNPROCESSED};
 
 /// The statements of one schema, formatted once.
 #[derive(Default)]
@@ -78,7 +79,7 @@ pub(super) const FAILURE_UPDATE: &str = "task_status = VALUES(task_status),
         coalesce(task_first_processing_attempted_at_ts, VALUES(task_first_processing_attempted_at_ts)),
     task_last_processing_attempted_at_ts = VALUES(task_last_processing_attempted_at_ts)";
 
-pub(super) const SUCCESS_UPDATE: &str = "task_status = 3,
+pub(super) const SUCCESS_UPDATE: &str = "task_status = VALUES(task_status),
     task_processing_time_milliseconds = VALUES(task_processing_time_milliseconds),
     task_processing_finalized_at_ts = VALUES(task_processing_finalized_at_ts),
     task_last_locked_by = VALUES(task_last_locked_by),
@@ -126,7 +127,7 @@ impl Statements {
                     task_processing_finalized_at_ts, task_last_locked_by, task_output,
                     task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts,
                     task_error_count, task_errors)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 3, ?, ?, ?, ?, ?, ?, ?, ?)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, {PROCESSED}, ?, ?, ?, ?, ?, ?, ?, ?)
                  ON DUPLICATE KEY UPDATE task_error_count = task_error_count + VALUES(task_error_count),
                     task_errors = VALUES(task_errors), {SUCCESS_UPDATE}"
             ),
@@ -185,8 +186,8 @@ impl Statements {
                     coalesce(r.task_source, q.task_source) AS task_source,
                     CAST(coalesce(r.task_queue, q.task_queue) AS CHAR) AS task_queue,
                     coalesce(q.task_payload, r.task_payload) AS task_payload,
-                    CAST(CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > ? THEN 2
-                         ELSE coalesce(r.task_status, 1) END AS SIGNED) AS task_status,
+                    CAST(CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > ? THEN {PROCESSING}
+                         ELSE coalesce(r.task_status, {UNPROCESSED}) END AS SIGNED) AS task_status,
                     coalesce(q.task_priority, r.task_priority) AS task_priority,
                     CAST(coalesce(r.task_error_count, 0) + coalesce(JSON_LENGTH(q.task_lost_attempts), 0) AS SIGNED)
                         AS task_error_count, r.task_last_error_type,

@@ -1,6 +1,7 @@
 //! The worker's store on MySQL/MariaDB: its connections, the leases it writes, and the rows an outcome reads back.
 
 use super::*;
+use crate::model::status::PROCESSED;
 
 /// A queue row as it was when its run ended (`QUEUE_ROW`).
 #[derive(sqlx::FromRow)]
@@ -352,7 +353,7 @@ impl MySqlStore {
                     .push_bind(&row.task_tenant)
                     .push_bind(&row.task_correlation_id)
                     .push_bind(&row.task_metadata)
-                    .push("3")
+                    .push(PROCESSED)
                     .push_bind(s.millis)
                     .push_bind(dt(now))
                     .push_bind(&self.worker_id)

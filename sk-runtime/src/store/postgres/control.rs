@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::super::driver::Control;
 use super::worker_rows::delete_job_stats;
 use crate::error::Result;
+use crate::model::status::{CANCELLED, ERROR, FATAL, FAULTED, UNPROCESSED};
 use crate::model::{JobFilter, QueueState};
 use crate::store::{NewJob, Schema};
 
@@ -72,7 +73,7 @@ impl Control for PgPool {
                     coalesce((attempts -> 0 ->> 'started_at')::timestamptz, task_claimed_at_ts), task_claimed_at_ts,
                     'cancelled', 'cancelled by an operator', 'cancelled: cancelled by an operator'
                 FROM rows
-                ON CONFLICT (task_id) DO UPDATE SET task_status = 7,
+                ON CONFLICT (task_id) DO UPDATE SET task_status = {CANCELLED},
                     task_error_count = r.task_error_count + EXCLUDED.task_error_count,
                     task_processing_finalized_at_ts = EXCLUDED.task_processing_finalized_at_ts,
                     task_payload = EXCLUDED.task_payload,
@@ -148,12 +149,12 @@ impl Control for PgPool {
                     true, {seed002}, CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode,
                     task_timeout_ms
                 FROM {r}
-                WHERE task_id = ANY($1) AND task_status IN (6, 7) AND task_payload IS NOT NULL
+                WHERE task_id = ANY($1) AND task_status IN ({FATAL}, {CANCELLED}) AND task_payload IS NOT NULL
                 ORDER BY task_id
                 ON CONFLICT DO NOTHING
                 RETURNING task_id
             ), res AS (
-                UPDATE {r} r SET task_status = 1, task_processing_finalized_at_ts = NULL, task_payload = NULL
+                UPDATE {r} r SET task_status = {UNPROCESSED}, task_processing_finalized_at_ts = NULL, task_payload = NULL
                 FROM back WHERE r.task_id = back.task_id
             ), fed AS (
                 -- A job that waited on others runs again with their outputs (migration 9).
@@ -382,8 +383,8 @@ impl Control for PgPool {
         .fetch_all(pool)
         .await?;
         let ended = sqlx::query_as(&format!(
-            "SELECT {column}::text, count(*) FILTER (WHERE task_status = 6), count(*) FILTER (WHERE task_status = 7)
-             FROM {} WHERE task_status IN (6, 7) GROUP BY 1",
+            "SELECT {column}::text, count(*) FILTER (WHERE task_status = {FATAL}), count(*) FILTER (WHERE task_status = {CANCELLED})
+             FROM {} WHERE task_status IN ({FATAL}, {CANCELLED}) GROUP BY 1",
             schema.table("task_results_t")
         ))
         .fetch_all(pool)
@@ -413,7 +414,7 @@ impl Control for PgPool {
                 schema.table("tasks_queue_t")
             ),
             format!(
-                "{q} q CROSS JOIN LATERAL (SELECT q.task_id, q.task_type, q.task_queue, 1 AS task_status,
+                "{q} q CROSS JOIN LATERAL (SELECT q.task_id, q.task_type, q.task_queue, {UNPROCESSED} AS task_status,
                     q.task_priority, q.task_tenant, q.task_correlation_id, q.task_metadata, q.task_posted_at_ts,
                     NULL::timestamptz AS task_processing_finalized_at_ts,
                     jsonb_array_length(coalesce(q.task_lost_attempts, '[]')) AS task_error_count,
@@ -454,7 +455,7 @@ impl Control for PgPool {
             "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
                 min(task_last_processing_attempted_at_ts) AS first_seen,
                 max(task_last_processing_attempted_at_ts) AS last_seen, (array_agg(task_id ORDER BY task_id DESC))[1] AS sample
-             FROM {} WHERE task_status IN (4, 5, 6) AND task_last_processing_attempted_at_ts >= $1
+             FROM {} WHERE task_status IN ({ERROR}, {FAULTED}, {FATAL}) AND task_last_processing_attempted_at_ts >= $1
              GROUP BY task_last_error_type, task_last_error_message
              ORDER BY jobs DESC, last_seen DESC LIMIT $2",
             schema.table("task_results_t")

@@ -9,6 +9,7 @@ use sqlx::{Connection as _, PgConnection};
 use uuid::Uuid;
 
 use crate::error::Result;
+use crate::model::status::{PENDING, UNPROCESSED};
 use crate::store::{dependency_kind, dependency_states, NewJob, Schema, WAITING_UNTIL};
 
 /// Inserts `jobs`, each waiting on all of `deps` (in a transaction, or a savepoint of the
@@ -80,7 +81,7 @@ pub(crate) async fn enqueue_after(
              SELECT task_id, task_type, task_source, task_queue, 8, task_priority, task_unique_key,
                 task_unique_mode, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata
              FROM {q} WHERE task_id = ANY($1)
-             ON CONFLICT (task_id) DO UPDATE SET task_status = 8"
+             ON CONFLICT (task_id) DO UPDATE SET task_status = {PENDING}"
         ))
         .bind(&ids)
         .execute(&mut *tx)
@@ -142,7 +143,7 @@ pub(crate) async fn settle(
     .collect();
     if !released.is_empty() {
         sqlx::query(&format!(
-            "UPDATE {r} SET task_status = 1 WHERE task_id = ANY($1) AND task_status = 8"
+            "UPDATE {r} SET task_status = {UNPROCESSED} WHERE task_id = ANY($1) AND task_status = {PENDING}"
         ))
         .bind(&released)
         .execute(&mut *conn)

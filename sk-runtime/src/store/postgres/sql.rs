@@ -1,6 +1,7 @@
 //! The statements of one schema, formatted once and reused, so each is prepared once per connection.
 
 use super::*;
+use crate::model::status::{PROCESSED, PROCESSING, UNPROCESSED};
 
 /// Completion statements addressed to one results partition, by its name.
 pub(super) type CompleteIn = std::collections::HashMap<String, [Option<std::sync::Arc<str>>; 2]>;
@@ -75,7 +76,7 @@ impl Statements {
         }
         let results = schema.table("task_results_t");
         let qualified = format!("{}.{partition}", schema.schema_name());
-        let update = |table: &str| format!("UPDATE {table} r SET task_status = 3,");
+        let update = |table: &str| format!("UPDATE {table} r SET task_status = {PROCESSED},");
         let insert = |table: &str| format!("INSERT INTO {table} AS r (");
         let sql: std::sync::Arc<str> = self
             .completion(plain)
@@ -281,7 +282,7 @@ impl Statements {
             let conflict = if plain {
                 String::new()
             } else {
-                format!("ON CONFLICT (task_id) DO UPDATE SET task_status = 3, {update_results}")
+                format!("ON CONFLICT (task_id) DO UPDATE SET task_status = {PROCESSED}, {update_results}")
             };
             format!(
                 "{record_results}
@@ -307,7 +308,7 @@ impl Statements {
                         q.task_has_result, q.task_dependants, q.task_waiting_on IS NOT NULL AS task_fed,
                         q.task_waited
                 ), res AS (
-                    UPDATE {r} r SET task_status = 3, task_processing_time_milliseconds = done.ms,
+                    UPDATE {r} r SET task_status = {PROCESSED}, task_processing_time_milliseconds = done.ms,
                         task_processing_finalized_at_ts = $5,
                         task_first_processing_attempted_at_ts = coalesce(r.task_first_processing_attempted_at_ts,
                             (done.task_lost_attempts -> 0 ->> 'started_at')::timestamptz, done.task_claimed_at_ts),
@@ -613,8 +614,8 @@ impl Statements {
                     coalesce(r.task_source, q.task_source) AS task_source,
                     coalesce(r.task_queue, q.task_queue) AS task_queue,
                     coalesce(q.task_payload, r.task_payload) AS task_payload,
-                    CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > $2 THEN 2
-                         ELSE coalesce(r.task_status, 1) END AS task_status,
+                    CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > $2 THEN {PROCESSING}
+                         ELSE coalesce(r.task_status, {UNPROCESSED}) END AS task_status,
                     coalesce(q.task_priority, r.task_priority) AS task_priority,
                     coalesce(r.task_error_count, 0) + jsonb_array_length(coalesce(q.task_lost_attempts, '[]'))
                         AS task_error_count, r.task_last_error_type,

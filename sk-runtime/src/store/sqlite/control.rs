@@ -11,6 +11,7 @@ use super::worker_rows::delete_job_stats;
 use super::{id_list, ts};
 use crate::bus::wake;
 use crate::error::Result;
+use crate::model::status::{CANCELLED, ERROR, FATAL, FAULTED, UNPROCESSED};
 use crate::model::{JobFilter, QueueState};
 use crate::store::{CancelledRun, NewJob, Schema};
 
@@ -93,7 +94,7 @@ impl Control for SqlitePool {
                     task_last_processing_attempted_at_ts, task_last_error_type, task_last_error_message, task_last_error)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 7, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20,
                     'cancelled', 'cancelled by an operator', 'cancelled: cancelled by an operator')
-                 ON CONFLICT (task_id) DO UPDATE SET task_status = 7,
+                 ON CONFLICT (task_id) DO UPDATE SET task_status = {CANCELLED},
                     task_error_count = task_error_count + excluded.task_error_count,
                     task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,
                     task_payload = excluded.task_payload,
@@ -165,7 +166,7 @@ impl Control for SqlitePool {
                 1, task_tenant, task_correlation_id, task_metadata,
                 CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode, task_timeout_ms
              FROM {r}
-             WHERE task_id IN (SELECT unhex(value) FROM json_each($1)) AND task_status IN (6, 7)
+             WHERE task_id IN (SELECT unhex(value) FROM json_each($1)) AND task_status IN ({FATAL}, {CANCELLED})
                 AND task_payload IS NOT NULL
              ORDER BY task_id
              ON CONFLICT DO NOTHING
@@ -177,7 +178,7 @@ impl Control for SqlitePool {
         .fetch_all(&mut *tx)
         .await?;
         sqlx::query(&format!(
-            "UPDATE {r} SET task_status = 1, task_processing_finalized_at_ts = NULL, task_payload = NULL
+            "UPDATE {r} SET task_status = {UNPROCESSED}, task_processing_finalized_at_ts = NULL, task_payload = NULL
              WHERE task_id IN (SELECT unhex(value) FROM json_each($1))"
         ))
         .bind(id_list(&back))
@@ -424,8 +425,8 @@ impl Control for SqlitePool {
         .fetch_all(pool)
         .await?;
         let ended = sqlx::query_as(&format!(
-            "SELECT {column}, count(*) FILTER (WHERE task_status = 6), count(*) FILTER (WHERE task_status = 7)
-             FROM {} WHERE task_status IN (6, 7) GROUP BY 1",
+            "SELECT {column}, count(*) FILTER (WHERE task_status = {FATAL}), count(*) FILTER (WHERE task_status = {CANCELLED})
+             FROM {} WHERE task_status IN ({FATAL}, {CANCELLED}) GROUP BY 1",
             schema.flat_table("task_results_t")
         ))
         .fetch_all(pool)
@@ -454,7 +455,7 @@ impl Control for SqlitePool {
         let branches = [
             format!("{r} r LEFT JOIN {q} q ON q.task_id = r.task_id WHERE true"),
             format!(
-                "(SELECT task_id, task_type, task_queue, 1 AS task_status, task_priority, task_tenant,
+                "(SELECT task_id, task_type, task_queue, {UNPROCESSED} AS task_status, task_priority, task_tenant,
                     task_correlation_id, task_metadata, task_posted_at_ts,
                     NULL AS task_processing_finalized_at_ts,
                     json_array_length(coalesce(task_lost_attempts, '[]')) AS task_error_count,
@@ -499,7 +500,7 @@ impl Control for SqlitePool {
             "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
                 min(task_last_processing_attempted_at_ts) AS first_seen,
                 max(task_last_processing_attempted_at_ts) AS last_seen, max(task_id) AS sample
-             FROM {} WHERE task_status IN (4, 5, 6) AND task_last_processing_attempted_at_ts >= $1
+             FROM {} WHERE task_status IN ({ERROR}, {FAULTED}, {FATAL}) AND task_last_processing_attempted_at_ts >= $1
              GROUP BY task_last_error_type, task_last_error_message
              ORDER BY jobs DESC, last_seen DESC LIMIT $2",
             schema.flat_table("task_results_t")

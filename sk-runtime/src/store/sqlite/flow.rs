@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::id_list;
 use super::ts;
 use crate::error::Result;
+use crate::model::status::{PENDING, UNPROCESSED};
 use crate::store::{dependency_kind, dependency_states, NewJob, Schema, WAITING_UNTIL};
 
 /// Inserts `jobs`, each waiting on all of `deps` (in a transaction, or a savepoint of the
@@ -85,7 +86,7 @@ pub(crate) async fn enqueue_after(
              SELECT task_id, task_type, task_source, task_queue, 8, task_priority, task_unique_key,
                 task_unique_mode, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata
              FROM {q} WHERE task_id IN (SELECT unhex(value) FROM json_each($1)) AND true
-             ON CONFLICT (task_id) DO UPDATE SET task_status = 8"
+             ON CONFLICT (task_id) DO UPDATE SET task_status = {PENDING}"
         ))
         .bind(&ids_json)
         .execute(&mut *tx)
@@ -137,7 +138,7 @@ pub(crate) async fn settle(
             .flatten();
             if let Some(due) = due {
                 sqlx::query(&format!(
-                    "UPDATE {r} SET task_status = 1 WHERE task_id = $1 AND task_status = 8"
+                    "UPDATE {r} SET task_status = {UNPROCESSED} WHERE task_id = $1 AND task_status = {PENDING}"
                 ))
                 .bind(due)
                 .execute(&mut *conn)

@@ -1,6 +1,7 @@
 //! The statements of one schema, formatted once and reused.
 
 use super::*;
+use crate::model::status::{PROCESSED, PROCESSING, UNPROCESSED};
 
 /// The statements of one schema, formatted once.
 #[derive(Default)]
@@ -215,7 +216,7 @@ impl Statements {
                     task_output, task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts,
                     task_errors)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 3, $10, $11, $12, $13, $14, $15, $16, coalesce($17, '[]'))
-                 ON CONFLICT (task_id) DO UPDATE SET task_status = 3,
+                 ON CONFLICT (task_id) DO UPDATE SET task_status = {PROCESSED},
                     task_error_count = task_error_count + excluded.task_error_count,
                     task_processing_time_milliseconds = excluded.task_processing_time_milliseconds,
                     task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,
@@ -292,7 +293,7 @@ impl Statements {
                  SELECT {q_job_columns}, 3, g.ms, $3, $2, g.output, q.task_claimed_at_ts, q.task_claimed_at_ts
                  FROM temp.sk_went g CROSS JOIN {q} q ON q.task_lock_handle_id = g.handle
                  WHERE q.task_lost_attempts IS NULL
-                 ON CONFLICT (task_id) DO UPDATE SET task_status = 3,
+                 ON CONFLICT (task_id) DO UPDATE SET task_status = {PROCESSED},
                     task_processing_time_milliseconds = excluded.task_processing_time_milliseconds,
                     task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,
                     task_last_locked_by = excluded.task_last_locked_by,
@@ -363,8 +364,8 @@ impl Statements {
                     coalesce(r.task_source, q.task_source) AS task_source,
                     coalesce(r.task_queue, q.task_queue) AS task_queue,
                     coalesce(q.task_payload, r.task_payload) AS task_payload,
-                    CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > $2 THEN 2
-                         ELSE coalesce(r.task_status, 1) END AS task_status,
+                    CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > $2 THEN {PROCESSING}
+                         ELSE coalesce(r.task_status, {UNPROCESSED}) END AS task_status,
                     coalesce(q.task_priority, r.task_priority) AS task_priority,
                     coalesce(r.task_error_count, 0) + json_array_length(coalesce(q.task_lost_attempts, '[]'))
                         AS task_error_count, r.task_last_error_type,
