@@ -21,6 +21,7 @@ mod control;
 mod devkit;
 mod partitions;
 mod seeds;
+mod store;
 mod trust;
 mod web;
 mod workflow;

@@ -7,6 +7,7 @@
 //! (`wait`), and the `Backend` trait of enqueue and a job's transaction (`backend`).
 
 mod backend;
+pub(crate) mod conformance;
 mod driver;
 mod flow;
 pub(crate) mod listing;
