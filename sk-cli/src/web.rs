@@ -24,7 +24,7 @@ use sk_runtime::{
 };
 use uuid::Uuid;
 
-use crate::time;
+use crate::output::time;
 
 mod hosts;
 

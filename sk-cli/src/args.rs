@@ -1,0 +1,271 @@
+//! The command line: the commands, their arguments and filters (clap).
+
+use clap::{Parser, Subcommand, ValueEnum};
+use sk_runtime::{JobFilter, JobStatus};
+use uuid::Uuid;
+
+use crate::output::ago;
+use crate::{fail, Failure};
+
+pub(crate) const EXAMPLES: &str = "\
+Examples:
+  sk --database-url postgres://postgres@127.0.0.1/app status
+  DATABASE_URL=sqlite:jobs.db sk jobs --state fatal --queue mail
+  sk job 0193a5e2-7c1f-7d3e-9a51-2b7e8c7d1f00
+  sk retry 0193a5e2-7c1f-7d3e-9a51-2b7e8c7d1f00
+  sk retry --queue mail --state fatal --yes
+  sk cancel --type send_email --state waiting
+  sk pause mail
+  sk prune --older-than 30d
+  sk web --bind 127.0.0.1:8080
+  sk errors --since 1h --json
+
+Exit codes: 0 done, 1 failed (the database, bad input), 2 usage (or a bulk action\nnot confirmed without a terminal), 3 no such job.";
+
+/// Operate sk's job queues.
+#[derive(Parser)]
+#[command(name = "sk", version, after_help = EXAMPLES)]
+pub(crate) struct Cli {
+    /// The database: a postgres://, sqlite: or mysql:// URL.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub(crate) database_url: Option<String>,
+    /// sk's schema on PostgreSQL; elsewhere a prefix of its table names.
+    #[arg(long, default_value = "public", global = true)]
+    pub(crate) schema: String,
+    /// The prefix of sk's table names.
+    #[arg(long, default_value = "sk_", global = true)]
+    pub(crate) prefix: String,
+    /// Print JSON for scripts instead of tables.
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Create sk's tables, or bring them to this version.
+    Migrate {
+        /// Only say which migrations the database has and which are pending.
+        #[arg(long)]
+        status: bool,
+    },
+    /// Jobs per queue and state, paused and limited queues, live workers.
+    Status,
+    /// Jobs, newest first, a page at a time.
+    Jobs(ListArgs),
+    /// One job's whole record: payload, output, every attempt.
+    Job {
+        /// The job's id.
+        id: Uuid,
+    },
+    /// Run fatal or cancelled jobs again (a waiting job is made due now): by id, or every
+    /// job a filter takes.
+    Retry(BulkArgs),
+    /// Cancel waiting or running jobs: by id, or every job a filter takes.
+    Cancel(BulkArgs),
+    /// Make waiting jobs due now: by id, or every job a filter takes.
+    RunNow(BulkArgs),
+    /// Delete the results of jobs that ended before a time (what the workers' retention
+    /// does), and the run counts of that time.
+    Prune {
+        /// Jobs that ended longer ago than this, e.g. `30d`.
+        #[arg(long)]
+        older_than: humantime::Duration,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Stop every worker from starting jobs of a queue (running ones finish).
+    ///
+    /// A queue sk has never seen (no job, no paused or limited state, no worker that
+    /// names it) is refused, as a typo would be, unless `--force` is given.
+    Pause {
+        /// The queue.
+        queue: String,
+        /// Pause it even if sk has never seen it (a queue whose jobs are yet to come).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Let a paused queue run again.
+    Resume {
+        /// The queue.
+        queue: String,
+        /// Resume it even if sk has never seen it.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Set a queue's concurrency limit across all workers, or remove it with `none`.
+    Limit {
+        /// The queue.
+        queue: String,
+        /// At most this many of its jobs at once, or `none`.
+        limit: String,
+    },
+    /// Errors grouped by type and message.
+    Errors {
+        /// How far back, e.g. `1h`, `24h`, `7d`.
+        #[arg(long, default_value = "24h")]
+        since: humantime::Duration,
+        /// At most this many groups.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Runs per hour (or minute) and task type: succeeded, failed, mean and p95 time.
+    Stats {
+        /// How far back.
+        #[arg(long, default_value = "24h")]
+        since: humantime::Duration,
+        /// Rows per hour or per minute.
+        #[arg(long, value_enum, default_value = "hour")]
+        per: PerArg,
+        /// Only this task type.
+        #[arg(long = "type")]
+        task_type: Option<String>,
+    },
+    /// Live workers and the jobs they run.
+    Workers,
+    /// Serve the dashboard (binds to loopback unless told otherwise).
+    Web {
+        /// Where to listen. Anywhere but loopback needs `--token` or `--read-only`.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        bind: std::net::SocketAddr,
+        /// Show everything, change nothing.
+        #[arg(long)]
+        read_only: bool,
+        /// Require this token of every request: basic auth's password, or a bearer token.
+        #[arg(long, env = "SK_WEB_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// Answer to this host name too (a reverse proxy's; `name` or `name:port`).
+        /// Besides it, only the bound address, localhost, 127.0.0.1 and [::1] are served:
+        /// a request naming another host is refused (421), against DNS rebinding.
+        #[arg(long = "allow-host", value_name = "NAME")]
+        allow_hosts: Vec<String>,
+    },
+    /// Enqueue a job by task type and JSON arguments (the type is not checked here).
+    Enqueue {
+        /// The task type, as `#[job]` names it.
+        task_type: String,
+        /// The arguments as a JSON object, e.g. '{"user_id": 42}'.
+        payload: String,
+    },
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    pub(crate) filter: FilterArgs,
+    /// The page after this job id (the `next` of the page before).
+    #[arg(long)]
+    pub(crate) after: Option<Uuid>,
+    /// Jobs per page (at most 1,000).
+    #[arg(long, default_value_t = 50)]
+    pub(crate) limit: u32,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct BulkArgs {
+    /// Job ids; or none, and a filter.
+    pub(crate) ids: Vec<Uuid>,
+    #[command(flatten)]
+    pub(crate) filter: FilterArgs,
+    /// Do not ask before acting on more than one job.
+    #[arg(long)]
+    pub(crate) yes: bool,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct FilterArgs {
+    /// Only this queue.
+    #[arg(long)]
+    pub(crate) queue: Option<String>,
+    /// Only this task type.
+    #[arg(long = "type")]
+    pub(crate) task_type: Option<String>,
+    /// Only this tenant.
+    #[arg(long)]
+    pub(crate) tenant: Option<String>,
+    /// Only this correlation id.
+    #[arg(long)]
+    pub(crate) correlation_id: Option<String>,
+    /// Only jobs in this state.
+    #[arg(long, value_enum)]
+    pub(crate) state: Option<StateArg>,
+    /// Only jobs whose metadata has KEY=VALUE.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub(crate) meta: Option<String>,
+    /// Jobs posted within this long.
+    #[arg(long)]
+    pub(crate) since: Option<humantime::Duration>,
+}
+
+impl FilterArgs {
+    pub(crate) fn given(&self) -> bool {
+        self.queue.is_some()
+            || self.task_type.is_some()
+            || self.tenant.is_some()
+            || self.correlation_id.is_some()
+            || self.state.is_some()
+            || self.meta.is_some()
+            || self.since.is_some()
+    }
+
+    pub(crate) fn to_filter(&self) -> Result<JobFilter, Failure> {
+        let mut filter = JobFilter::new();
+        if let Some(q) = &self.queue {
+            filter = filter.queue(q);
+        }
+        if let Some(t) = &self.task_type {
+            filter = filter.task_type(t);
+        }
+        if let Some(t) = &self.tenant {
+            filter = filter.tenant(t);
+        }
+        if let Some(c) = &self.correlation_id {
+            filter = filter.correlation_id(c);
+        }
+        if let Some(s) = self.state {
+            filter = filter.status(s.status());
+        }
+        if let Some(kv) = &self.meta {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| fail(format!("--meta {kv:?}: write KEY=VALUE"), 1))?;
+            filter = filter.metadata(k, v);
+        }
+        if let Some(since) = self.since {
+            filter = filter.posted(Some(ago(since)?), None);
+        }
+        Ok(filter)
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum StateArg {
+    Waiting,
+    /// Waiting on other jobs to succeed (a workflow's later stages).
+    Pending,
+    Running,
+    Processed,
+    Fatal,
+    Cancelled,
+}
+
+impl StateArg {
+    fn status(self) -> JobStatus {
+        match self {
+            StateArg::Waiting => JobStatus::Unprocessed,
+            StateArg::Pending => JobStatus::Pending,
+            StateArg::Running => JobStatus::Processing,
+            StateArg::Processed => JobStatus::Processed,
+            StateArg::Fatal => JobStatus::Fatal,
+            StateArg::Cancelled => JobStatus::Cancelled,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum PerArg {
+    Minute,
+    Hour,
+}
