@@ -153,3 +153,20 @@ each_backend! {
         db.drop().await;
     }
 }
+
+each_backend! {
+    /// A completion retried after its reply was lost reads back what it committed: the
+    /// jobs this worker recorded as succeeded, not another worker's, not one still held.
+    async fn a_completion_reads_back_its_own_committed_outcome(db) {
+        let done = Record::new("done".into()).enqueue(&db.pool).await.unwrap();
+        let held = Record::new("held".into()).enqueue(&db.pool).await.unwrap();
+        let now = Utc::now();
+        let (a, b) = (Driver::new(db.pool.clone(), "a"), Driver::new(db.pool.clone(), "b"));
+        assert_eq!(ids(&a.claim(RECORD, 10, now, now + LEASE).await.unwrap()), [done, held]);
+        assert_eq!(a.complete(&[(done, 1)], now).await.unwrap(), [done]);
+        assert!(a.complete(&[(done, 1)], now).await.unwrap().is_empty(), "the retry finds no lease");
+        assert_eq!(a.succeeded_here(&[done, held]).await.unwrap(), [done]);
+        assert!(b.succeeded_here(&[done, held]).await.unwrap().is_empty());
+        db.drop().await;
+    }
+}

@@ -149,6 +149,15 @@ impl Driver {
         self.store.give_back(&leases_of(leases), at).await
     }
 
+    /// The read-back of a completion retried after its reply was lost: which of `ids`
+    /// this worker recorded as succeeded.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn succeeded_here(&self, ids: &[Uuid]) -> Result<Vec<Uuid>> {
+        self.store.succeeded_here(ids).await
+    }
+
     /// `Work::extend`: extends these leases to `until`; the ids still held.
     ///
     /// # Errors
