@@ -61,7 +61,13 @@ async fn extend(shared: &Shared) {
                     continue;
                 };
                 if held.contains(&lease.id) {
-                    entry.lease_until = entry.lease_until.max(until);
+                    // What the store holds now, even when it is sooner than before: a
+                    // lease written while this worker's clock was ahead ends later than
+                    // this one, which the store just wrote over it. Kept at the later
+                    // time, a job waiting for a slot would start on a lease another
+                    // worker may take once this one runs out (chaos-sqlite, seed
+                    // 42862683).
+                    entry.lease_until = until;
                 } else if entry.state != RunState::Finished {
                     if entry.stop.set(StopReason::LeaseLost).is_ok() {
                         tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: lease lost (to another worker, or the job was cancelled); asking the job to stop");
