@@ -16,15 +16,13 @@ use std::fs::File;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use proxy::Proxy;
 use sk_runtime::{job, JobStatus};
 use sk_tests::chaos::{ChaosBackend, Rng};
 use sk_tests::{wait_until, Db, TestBackend};
-use tokio::net::{TcpListener, TcpStream};
-use tokio_util_free::Switch;
 use uuid::Uuid;
 
 /// The job the worker binary runs; declared here with the same name and payload so the
@@ -44,6 +42,8 @@ async fn effect_pg(millis: u64) {
 async fn effect_mysql(millis: u64) {
     let _ = millis;
 }
+
+mod proxy;
 
 const WORKER: &str = env!("CARGO_BIN_EXE_sk-fault-worker");
 
@@ -551,109 +551,6 @@ async fn mysql_killed_connections_are_replaced_and_nothing_is_lost() {
     db.drop().await;
 }
 
-/// A TCP proxy to PostgreSQL that can be cut (every connection dropped, new ones refused)
-/// and restored: the database "goes away" for the worker behind it only.
-struct Proxy {
-    port: u16,
-    switch: Arc<Switch>,
-}
-
-impl Proxy {
-    async fn start() -> Proxy {
-        Proxy::start_on(0).await
-    }
-
-    /// A proxy on `port` (0: any free port).
-    async fn start_on(port: u16) -> Proxy {
-        let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let switch = Arc::new(Switch::new());
-        let s = switch.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((client, _)) = listener.accept().await else {
-                    continue;
-                };
-                if s.hanging() {
-                    s.hold(client); // hung: accepted, never answered
-                    continue;
-                }
-                let Some(cut) = s.up() else { continue }; // down: drop the connection
-                tokio::spawn(async move {
-                    let Ok(mut server) = TcpStream::connect("127.0.0.1:5432").await else {
-                        return;
-                    };
-                    let mut client = client;
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        () = cut.cancelled() => {}
-                    }
-                });
-            }
-        });
-        Proxy { port, switch }
-    }
-}
-
-/// What the proxy needs: whether it is up, and a signal that cuts live connections.
-mod tokio_util_free {
-    use std::sync::Mutex;
-    use tokio::net::TcpStream;
-    use tokio::sync::watch;
-
-    /// Up/down state; going down signals every live connection to close. Hung, the
-    /// proxy also holds each new connection open without a word (a server that does not
-    /// answer, as behind a dropped route).
-    pub(crate) struct Switch(
-        Mutex<Option<watch::Sender<bool>>>,
-        Mutex<Option<Vec<TcpStream>>>,
-    );
-
-    /// Completes when the switch goes down.
-    pub(crate) struct Cut(watch::Receiver<bool>);
-
-    impl Cut {
-        pub(crate) async fn cancelled(mut self) {
-            let _ = self.0.wait_for(|down| *down).await;
-        }
-    }
-
-    impl Switch {
-        pub(crate) fn new() -> Self {
-            Switch(Mutex::new(Some(watch::channel(false).0)), Mutex::new(None))
-        }
-        pub(crate) fn hanging(&self) -> bool {
-            self.1.lock().unwrap().is_some()
-        }
-        pub(crate) fn hold(&self, connection: TcpStream) {
-            if let Some(held) = self.1.lock().unwrap().as_mut() {
-                held.push(connection);
-            }
-        }
-        /// Cuts the live connections and holds new ones unanswered until `restore`.
-        pub(crate) fn hang(&self) {
-            self.down();
-            *self.1.lock().unwrap() = Some(Vec::new());
-        }
-        pub(crate) fn up(&self) -> Option<Cut> {
-            self.0
-                .lock()
-                .unwrap()
-                .as_ref()
-                .map(|tx| Cut(tx.subscribe()))
-        }
-        pub(crate) fn down(&self) {
-            if let Some(tx) = self.0.lock().unwrap().take() {
-                let _ = tx.send(true);
-            }
-        }
-        pub(crate) fn restore(&self) {
-            *self.1.lock().unwrap() = None;
-            *self.0.lock().unwrap() = Some(watch::channel(false).0);
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_whose_database_is_away_keeps_trying_without_spinning() {
     let _serial = SERIAL.lock().await;
@@ -754,6 +651,60 @@ async fn a_worker_whose_database_is_away_keeps_trying_without_spinning() {
     report(&format!(
         "db-away: jobs={JOBS} processed_before_outage={down_at} outage_s={outage_s:.1} retries_logged={failures} \
          cpu_s_during_outage={cpu:.3} lost=0 finalized_twice=0 reran_jobs={reran}"
+    ));
+    db.drop().await;
+}
+
+/// The reply to a completion's COMMIT is lost on its way back (the connection closes
+/// after the server committed): the worker retries the write, finds its own results
+/// already recorded, and says so; it neither counts them as fenced nor runs them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_whose_commit_reply_is_lost_is_recorded_once() {
+    let _serial = SERIAL.lock().await;
+    const JOBS: u32 = 200;
+    let (db, ids) = setup::<sqlx::Postgres>(JOBS, 1).await;
+    let proxy = Proxy::start().await;
+    let via_proxy = db.url.replace(":5432/", &format!(":{}/", proxy.port));
+    proxy.lose_a_commit_reply();
+    let mut w = Proc::spawn(
+        &via_proxy,
+        "lost-reply",
+        &["--concurrency", "4", "--poll-ms", "100"],
+    );
+    wait_until(
+        "a completion's COMMIT reply to be lost",
+        Duration::from_secs(30),
+        || async { proxy.lost_a_commit_reply().then_some(()) },
+    )
+    .await;
+    wait_processed(&db, JOBS as usize, Duration::from_secs(60)).await;
+    w.signal("TERM");
+    assert_eq!(w.exit_code(Duration::from_secs(30)).await, Some(0));
+    let log = w.log_text();
+    let recognised = log
+        .matches(
+            "the job's result was recorded by an earlier try, whose reply was lost; recorded once",
+        )
+        .count();
+    assert!(
+        recognised >= 1,
+        "the retried completion recognised its own results: {log}"
+    );
+    assert!(
+        !log.contains("lost the job's lease"),
+        "its own results were taken for a lost lease: {log}"
+    );
+    let fenced = db
+        .scalar(
+            "SELECT metric_value FROM sk_metrics_t WHERE metric_owner_process_id = 'lost-reply' AND metric_id = 'jobs_fenced'",
+            None,
+        )
+        .await;
+    assert_eq!(fenced.unwrap_or(0), 0, "no result counted as fenced");
+    let reran = assert_each_job_finished_once(&db, &ids).await;
+    assert_eq!(reran, 0, "no job ran twice");
+    report(&format!(
+        "lost-commit-reply: jobs={JOBS} results_recognised={recognised} fenced=0 reran=0"
     ));
     db.drop().await;
 }
