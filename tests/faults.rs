@@ -45,6 +45,26 @@ async fn effect_mysql(millis: u64) {
 
 mod proxy;
 
+/// One fault test per backend named: `mod $name` with a test `postgres`, `sqlite` or
+/// `mysql` each, calling `$run::<that backend>(its name)` (the `each_backend!` pattern of
+/// the other suites, for tests that drive worker processes and need no `Db` up front).
+macro_rules! on_backends {
+    ($(#[doc = $doc:literal])* fn $name:ident => $run:ident [$($backend:ident),+]) => {
+        $(#[doc = $doc])*
+        mod $name {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $backend() {
+                    super::$run::<on_backends!(@ $backend)>(stringify!($backend)).await;
+                }
+            )+
+        }
+    };
+    (@ postgres) => { sqlx::Postgres };
+    (@ sqlite) => { sqlx::Sqlite };
+    (@ mysql) => { sqlx::MySql };
+}
+
 const WORKER: &str = env!("CARGO_BIN_EXE_sk-fault-worker");
 
 /// The fault tests run one at a time: each drives several processes with up to ~20
@@ -709,18 +729,13 @@ async fn a_completion_whose_commit_reply_is_lost_is_recorded_once() {
     db.drop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stale_worker_resumed_after_its_lease_is_fenced() {
-    stale_worker_on::<sqlx::Postgres>().await;
+on_backends! {
+    /// A worker stopped (SIGSTOP) in the middle of a job past its lease: another takes the
+    /// job over and finishes it; the first, resumed, has its late result fenced.
+    fn a_stale_worker_resumed_after_its_lease_is_fenced => stale_worker_on [postgres, mysql]
 }
 
-/// MySQL/MariaDB: the same.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_a_stale_worker_resumed_after_its_lease_is_fenced() {
-    stale_worker_on::<sqlx::MySql>().await;
-}
-
-async fn stale_worker_on<B: TestBackend>()
+async fn stale_worker_on<B: TestBackend>(label: &str)
 where
     sqlx::Pool<B>: Into<sk_runtime::Pool>,
 {
@@ -813,7 +828,7 @@ where
         "B took over before A's lease ran out: {takeover:.2} s"
     );
     report(&format!(
-        "stale-worker: A SIGSTOPped mid-job (lease 0.6 s); B took the job over {takeover:.2} s later and finished it; \
+        "{label} stale-worker: A SIGSTOPped mid-job (lease 0.6 s); B took the job over {takeover:.2} s later and finished it; \
          A resumed: its late result was fenced (jobs_fenced=1), one final result"
     ));
     db.drop().await;
@@ -1057,21 +1072,14 @@ async fn a_wrong_database_url_is_a_one_line_error() {
     }
 }
 
-/// SQLite: three worker processes on one file, one of them killed with SIGKILL and
-/// restarted four times. There is no `SKIP LOCKED`: SQLite's write lock, taken by each
-/// claim before it reads, keeps the processes' claims apart (docs/backends.md), and a
-/// process killed inside a write leaves no half-written transaction behind.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_kill_9_with_restarts_loses_nothing_and_finalizes_once() {
-    kill_9_on::<sqlx::Sqlite>("sqlite").await;
-}
-
-/// MySQL/MariaDB: as on PostgreSQL, three worker processes, one killed with SIGKILL and
-/// restarted four times; claims meet at `FOR UPDATE SKIP LOCKED`, and a killed process's
-/// open transaction is rolled back by the server when its connection drops.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_kill_9_with_restarts_loses_nothing_and_finalizes_once() {
-    kill_9_on::<sqlx::MySql>("mysql").await;
+on_backends! {
+    /// As on PostgreSQL, three worker processes, one killed with SIGKILL and restarted four
+    /// times. SQLite has no `SKIP LOCKED`: its write lock, taken by each claim before it
+    /// reads, keeps the processes' claims apart (docs/backends.md), and a process killed
+    /// inside a write leaves no half-written transaction behind. On MySQL/MariaDB claims
+    /// meet at `FOR UPDATE SKIP LOCKED`, and a killed process's open transaction is rolled
+    /// back by the server when its connection drops.
+    fn kill_9_with_restarts_on => kill_9_on [sqlite, mysql]
 }
 
 async fn kill_9_on<B: TestBackend>(label: &str)
@@ -1161,17 +1169,10 @@ where
     db.drop().await;
 }
 
-/// SQLite: SIGTERM finishes the running jobs within the grace period and gives the rest
-/// back at once; a short grace period interrupts and gives back too.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_sigterm_finishes_running_jobs_and_gives_the_rest_back() {
-    sigterm_on::<sqlx::Sqlite>("sqlite").await;
-}
-
-/// MySQL/MariaDB: the same.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_sigterm_finishes_running_jobs_and_gives_the_rest_back() {
-    sigterm_on::<sqlx::MySql>("mysql").await;
+on_backends! {
+    /// As on PostgreSQL: SIGTERM finishes the running jobs within the grace period and
+    /// gives the rest back at once; a short grace period interrupts and gives back too.
+    fn sigterm_finishes_running_jobs_and_gives_the_rest_back_on => sigterm_on [sqlite, mysql]
 }
 
 async fn sigterm_on<B: TestBackend>(label: &str)
@@ -1251,25 +1252,39 @@ where
     db.drop().await;
 }
 
-/// Jobs that write through their own transaction (`effect_pg`): three worker processes,
-/// one killed with SIGKILL at random points and restarted four times, over 10,000 jobs.
-/// A kill between the write and the completion leaves neither, so every job's write is
-/// there exactly once, though the jobs cut short ran again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_leaves_each_transaction_jobs_write_exactly_once() {
-    kill_9_effects_on::<sqlx::Postgres, _>("postgres", EffectPg::new).await;
+on_backends! {
+    /// Jobs that write through their own transaction (`effect_pg`, `effect_mysql`): three
+    /// worker processes, one killed with SIGKILL at random points and restarted four times,
+    /// over 10,000 jobs. A kill between the write and the completion leaves neither, so
+    /// every job's write is there exactly once, though the jobs cut short ran again.
+    fn kill_9_leaves_each_transaction_jobs_write_exactly_once => kill_9_effects_on [postgres, mysql]
 }
 
-/// As `kill_9_leaves_each_transaction_jobs_write_exactly_once`, on MySQL/MariaDB.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_kill_9_leaves_each_transaction_jobs_write_exactly_once() {
-    kill_9_effects_on::<sqlx::MySql, _>("mysql", EffectMysql::new).await;
+/// A backend whose worker binary has a transaction job: the job that writes through it.
+trait Effects: TestBackend {
+    type Job: sk_runtime::Job;
+    fn job(millis: u64) -> Self::Job;
 }
 
-async fn kill_9_effects_on<B: TestBackend, J: sk_runtime::Job>(label: &str, job: fn(u64) -> J)
+impl Effects for sqlx::Postgres {
+    type Job = EffectPg;
+    fn job(millis: u64) -> EffectPg {
+        EffectPg::new(millis)
+    }
+}
+
+impl Effects for sqlx::MySql {
+    type Job = EffectMysql;
+    fn job(millis: u64) -> EffectMysql {
+        EffectMysql::new(millis)
+    }
+}
+
+async fn kill_9_effects_on<B: Effects>(label: &str)
 where
     sqlx::Pool<B>: Into<sk_runtime::Pool>,
 {
+    let job = B::job;
     let _serial = SERIAL.lock().await;
     const JOBS: u32 = 10_000;
     const DUE: u32 = JOBS * 9 / 10;
@@ -1360,27 +1375,14 @@ where
     db.drop().await;
 }
 
-/// The chaos schedule (`sk_tests::chaos`) on PostgreSQL: three workers, each in a network
-/// namespace of its own, an enqueuer and a controller, and a seeded nemesis (kills,
-/// pauses past the lease, partitions both ways and one way, terminated connections, the
-/// server restarted, clocks moved ahead); the whole history is checked afterwards.
-/// `CHAOS_SECONDS` sets how long faults are injected (default 45), `FAULT_SEED` replays
-/// a schedule.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_schedule_history_checks_out_on_postgres() {
-    chaos_on::<sqlx::Postgres>("postgres").await;
-}
-
-/// As above on MariaDB.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_schedule_history_checks_out_on_mysql() {
-    chaos_on::<sqlx::MySql>("mysql").await;
-}
-
-/// As above on SQLite: the process faults (kills, pauses, clocks).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_schedule_history_checks_out_on_sqlite() {
-    chaos_on::<sqlx::Sqlite>("sqlite").await;
+on_backends! {
+    /// The chaos schedule (`sk_tests::chaos`): three workers, each in a network namespace
+    /// of its own, an enqueuer and a controller, and a seeded nemesis (kills, pauses past
+    /// the lease, partitions both ways and one way, terminated connections, the server
+    /// restarted, clocks moved ahead; on SQLite the process faults: kills, pauses,
+    /// clocks); the whole history is checked afterwards. `CHAOS_SECONDS` sets how long
+    /// faults are injected (default 45), `FAULT_SEED` replays a schedule.
+    fn chaos_schedule_history_checks_out => chaos_on [postgres, mysql, sqlite]
 }
 
 async fn chaos_on<B: sk_tests::chaos::ChaosBackend>(label: &str)

@@ -399,11 +399,10 @@ each_backend! {
 /// refused, and the worker goes on. (On SQLite the duplicate id failed the whole batch,
 /// retried for ever while heartbeats kept the jobs leased.) On a runtime of one thread,
 /// so the two ends reach the completer together.
-async fn a_job_claimed_again_by_its_own_worker_is_recorded_once<B: TestBackend>()
+async fn claimed_again_by_its_own_worker<B: TestBackend>(db: Db<B>)
 where
     sqlx::Pool<B>: Into<sk_runtime::Pool>,
 {
-    let db = Db::<B>::new().await;
     let (probe, mut rx) = probe();
     let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
     let id = Gated::new("x".into()).enqueue(&db.pool).await.unwrap();
@@ -440,19 +439,11 @@ where
     db.drop().await;
 }
 
-#[tokio::test]
-async fn a_job_claimed_again_by_its_own_worker_is_recorded_once_on_postgres() {
-    a_job_claimed_again_by_its_own_worker_is_recorded_once::<sqlx::Postgres>().await;
-}
-
-#[tokio::test]
-async fn a_job_claimed_again_by_its_own_worker_is_recorded_once_on_mysql() {
-    a_job_claimed_again_by_its_own_worker_is_recorded_once::<sqlx::MySql>().await;
-}
-
-#[tokio::test]
-async fn a_job_claimed_again_by_its_own_worker_is_recorded_once_on_sqlite() {
-    a_job_claimed_again_by_its_own_worker_is_recorded_once::<sqlx::Sqlite>().await;
+each_backend! {
+    current_thread;
+    async fn a_job_claimed_again_by_its_own_worker_is_recorded_once(db) {
+        claimed_again_by_its_own_worker(db).await;
+    }
 }
 
 /// Only the completion of a job someone waits on (`Client::wait`) notifies the done

@@ -396,11 +396,10 @@ fn refusing_trigger(backend: &str) -> Vec<String> {
 /// and one refused even so is not recorded (its lease runs out). The worker goes on.
 /// Before, the batch was retried for ever and the worker held all its jobs. On a
 /// runtime of one thread, so the outcomes of a claim reach the completer together.
-async fn outcomes_the_database_refuses_are_recorded_without_what_it_refuses<B: TestBackend>()
+async fn refused_outcomes<B: TestBackend>(db: Db<B>)
 where
     sqlx::Pool<B>: Into<sk_runtime::Pool>,
 {
-    let db = Db::<B>::new().await;
     for sql in refusing_trigger(B::BACKEND) {
         db.execute(&sql).await;
     }
@@ -488,19 +487,11 @@ where
     db.drop().await;
 }
 
-#[tokio::test]
-async fn outcomes_the_database_refuses_are_recorded_without_what_it_refuses_on_postgres() {
-    outcomes_the_database_refuses_are_recorded_without_what_it_refuses::<sqlx::Postgres>().await;
-}
-
-#[tokio::test]
-async fn outcomes_the_database_refuses_are_recorded_without_what_it_refuses_on_mysql() {
-    outcomes_the_database_refuses_are_recorded_without_what_it_refuses::<sqlx::MySql>().await;
-}
-
-#[tokio::test]
-async fn outcomes_the_database_refuses_are_recorded_without_what_it_refuses_on_sqlite() {
-    outcomes_the_database_refuses_are_recorded_without_what_it_refuses::<sqlx::Sqlite>().await;
+each_backend! {
+    current_thread;
+    async fn outcomes_the_database_refuses_are_recorded_without_what_it_refuses(db) {
+        refused_outcomes(db).await;
+    }
 }
 
 #[job]

@@ -76,7 +76,7 @@ async fn a_transaction_job_does_not_start_after_its_lease_on_sqlite() {
 /// row alone ends fatal with the reason, and each good job runs once. Before, the whole
 /// claim failed to decode after leasing its batch (SQLite, MySQL) or panicked in the
 /// producer (PostgreSQL's `infinity`), and no job ran.
-async fn an_unreadable_row_ends_alone<B: TestBackend>(db: Db<B>, bad_row: &str)
+async fn ends_alone<B: TestBackend>(db: Db<B>, bad_row: &str)
 where
     sqlx::Pool<B>: Into<sk_runtime::Pool>,
 {
@@ -126,72 +126,77 @@ where
     db.drop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreadable_row_ends_alone_on_postgres() {
-    // PostgreSQL's times go past chrono's: sqlx's decoder panics on `infinity`. The
-    // table's check refuses it (migration 11)...
-    let db = Db::<sqlx::Postgres>::new().await;
-    let refused = sqlx::query(
-        "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_posted_at_ts, task_locked_until_ts)
-         VALUES (gen_random_uuid(), 'record', 'hand', '{}', 'infinity', now())",
-    )
-    .execute(&db.pool)
-    .await
-    .unwrap_err();
-    assert!(
-        refused
-            .to_string()
-            .contains("sk_tasks_queue_times_are_finite"),
-        "{refused}"
-    );
-    // ...and one written past it ends alone, its posting time recorded as its claim's.
-    db.execute("ALTER TABLE sk_tasks_queue_t DROP CONSTRAINT sk_tasks_queue_times_are_finite")
+/// Per backend, a row written past the table's checks with a value sk cannot read.
+mod an_unreadable_row_ends_alone {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        // PostgreSQL's times go past chrono's: sqlx's decoder panics on `infinity`. The
+        // table's check refuses it (migration 11)...
+        let db = Db::<sqlx::Postgres>::new().await;
+        let refused = sqlx::query(
+            "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_posted_at_ts, task_locked_until_ts)
+             VALUES (gen_random_uuid(), 'record', 'hand', '{}', 'infinity', now())",
+        )
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("sk_tasks_queue_times_are_finite"),
+            "{refused}"
+        );
+        // ...and one written past it ends alone, its posting time recorded as its claim's.
+        db.execute("ALTER TABLE sk_tasks_queue_t DROP CONSTRAINT sk_tasks_queue_times_are_finite")
+            .await;
+        super::ends_alone(
+            db,
+            "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_posted_at_ts, task_locked_until_ts)
+             VALUES ('{id}', 'record', 'hand', '{\"label\": \"bad\"}', 'infinity', now())",
+        )
         .await;
-    an_unreadable_row_ends_alone(
-        db,
-        "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_posted_at_ts, task_locked_until_ts)
-         VALUES ('{id}', 'record', 'hand', '{\"label\": \"bad\"}', 'infinity', now())",
-    )
-    .await;
-}
+    }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreadable_row_ends_alone_on_sqlite() {
-    let db = Db::<sqlx::Sqlite>::new().await;
-    // The table's check refuses it (migration 6)...
-    let refused = sqlx::query(&format!(
-        "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_max_attempts) VALUES (x'{}', 'record', 3000000000)",
-        Uuid::now_v7().simple()
-    ))
-    .execute(&db.pool)
-    .await
-    .unwrap_err();
-    assert!(
-        refused.to_string().contains("task_max_attempts_is_an_int4"),
-        "{refused}"
-    );
-    // ...and one written past it ends alone.
-    an_unreadable_row_ends_alone(
-        db,
-        "PRAGMA ignore_check_constraints = ON;
-         INSERT INTO sk_tasks_queue_t (task_id, task_type, task_payload, task_priority)
-         VALUES (x'{id}', 'record', '{\"label\": \"bad\"}', 99999999999);
-         PRAGMA ignore_check_constraints = OFF",
-    )
-    .await;
-}
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        let db = Db::<sqlx::Sqlite>::new().await;
+        // The table's check refuses it (migration 6)...
+        let refused = sqlx::query(&format!(
+            "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_max_attempts) VALUES (x'{}', 'record', 3000000000)",
+            Uuid::now_v7().simple()
+        ))
+        .execute(&db.pool)
+        .await
+        .unwrap_err();
+        assert!(
+            refused.to_string().contains("task_max_attempts_is_an_int4"),
+            "{refused}"
+        );
+        // ...and one written past it ends alone.
+        super::ends_alone(
+            db,
+            "PRAGMA ignore_check_constraints = ON;
+             INSERT INTO sk_tasks_queue_t (task_id, task_type, task_payload, task_priority)
+             VALUES (x'{id}', 'record', '{\"label\": \"bad\"}', 99999999999);
+             PRAGMA ignore_check_constraints = OFF",
+        )
+        .await;
+    }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_unreadable_row_ends_alone_on_mysql() {
-    // The queue's check refuses a zero date (migration 6), not the 30th of February.
-    let db = Db::<sqlx::MySql>::new().await;
-    an_unreadable_row_ends_alone(
-        db,
-        "SET STATEMENT sql_mode = 'ALLOW_INVALID_DATES' FOR
-         INSERT INTO sk_tasks_queue_t (task_id, task_type, task_payload, task_posted_at_ts)
-         VALUES (x'{id}', 'record', '{\"label\": \"bad\"}', '2026-02-30 10:00:00')",
-    )
-    .await;
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql() {
+        // The queue's check refuses a zero date (migration 6), not the 30th of February.
+        let db = Db::<sqlx::MySql>::new().await;
+        super::ends_alone(
+            db,
+            "SET STATEMENT sql_mode = 'ALLOW_INVALID_DATES' FOR
+             INSERT INTO sk_tasks_queue_t (task_id, task_type, task_payload, task_posted_at_ts)
+             VALUES (x'{id}', 'record', '{\"label\": \"bad\"}', '2026-02-30 10:00:00')",
+        )
+        .await;
+    }
 }
 
 /// A SQLite table of version 5 holding a value migration 6 would refuse fails that

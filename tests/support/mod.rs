@@ -492,28 +492,36 @@ impl Db<sqlx::Postgres> {
 }
 
 /// Runs a test body once per backend: `name::postgres`, `name::sqlite` and `name::mysql`, each with
-/// `$db` a fresh [`Db`] of that backend.
+/// `$db` a fresh [`Db`] of that backend, on a runtime of two threads; after
+/// `current_thread;`, on the test's own thread (where a `tracing` default subscriber set by
+/// the test sees every task's lines).
 #[macro_export]
 macro_rules! each_backend {
+    (current_thread; $(#[doc = $doc:literal])* async fn $name:ident($db:ident) $body:block) => {
+        $crate::each_backend!(@ [] $(#[doc = $doc])* async fn $name($db) $body);
+    };
     ($(#[doc = $doc:literal])* async fn $name:ident($db:ident) $body:block) => {
+        $crate::each_backend!(@ [flavor = "multi_thread", worker_threads = 2] $(#[doc = $doc])* async fn $name($db) $body);
+    };
+    (@ [$($flavor:tt)*] $(#[doc = $doc:literal])* async fn $name:ident($db:ident) $body:block) => {
         $(#[doc = $doc])*
         mod $name {
             #[allow(unused_imports)]
             use super::*;
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[tokio::test($($flavor)*)]
             async fn postgres() {
                 let $db = $crate::Db::<sqlx::Postgres>::new().await;
                 $body
             }
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[tokio::test($($flavor)*)]
             async fn sqlite() {
                 let $db = $crate::Db::<sqlx::Sqlite>::new().await;
                 $body
             }
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            #[tokio::test($($flavor)*)]
             async fn mysql() {
                 let $db = $crate::Db::<sqlx::MySql>::new().await;
                 $body
