@@ -8,6 +8,7 @@
 
 mod backend;
 pub(crate) mod conformance;
+mod dialect;
 mod driver;
 mod flow;
 pub(crate) mod listing;
@@ -16,6 +17,7 @@ pub(crate) mod mysql;
 mod pool;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+mod queries;
 mod rows;
 mod schema;
 #[cfg(feature = "sqlite")]

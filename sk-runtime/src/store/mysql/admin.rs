@@ -1,6 +1,7 @@
 //! The admin side of the driver contract on a pool: migrations, queue info, stored schedules.
 
 use super::*;
+use crate::store::queries;
 
 impl Admin for MySqlPool {
     /// Brings the schema to the newest version, one worker at a time (a named lock). MySQL
@@ -105,51 +106,17 @@ impl Admin for MySqlPool {
 
     /// Adds or replaces a stored schedule.
     async fn schedule_put(&self, schema: &Schema, row: &ScheduleRow) -> Result<()> {
-        let pool = self;
-        sqlx::query(&format!(
-            "INSERT INTO {} (schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
-                schedule_updated_at_ts)
-             VALUES (?, ?, ?, ?, ?, ?)
-             ON DUPLICATE KEY UPDATE task_type = VALUES(task_type), task_payload = VALUES(task_payload),
-                schedule_cron = VALUES(schedule_cron), schedule_overlap = VALUES(schedule_overlap),
-                schedule_updated_at_ts = VALUES(schedule_updated_at_ts)",
-            schema.flat_table("schedules_t")
-        ))
-        .bind(&row.schedule_name)
-        .bind(&row.task_type)
-        .bind(&row.task_payload)
-        .bind(&row.schedule_cron)
-        .bind(row.schedule_overlap)
-        .bind(dt(row.schedule_updated_at_ts))
-        .execute(pool)
-        .await?;
-        Ok(())
+        queries::schedule_put(self, schema, row).await
     }
 
     /// Removes a stored schedule; false if there was none of that name. A tick reads its
     /// schedule under a shared lock, so none is enqueued after this.
     async fn schedule_remove(&self, schema: &Schema, name: &str) -> Result<bool> {
-        let pool = self;
-        let done = sqlx::query(&format!(
-            "DELETE FROM {} WHERE schedule_name = ?",
-            schema.flat_table("schedules_t")
-        ))
-        .bind(name)
-        .execute(pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        queries::schedule_remove(self, schema, name).await
     }
 
     /// Every stored schedule, by name.
     async fn schedule_list(&self, schema: &Schema) -> Result<Vec<ScheduleRow>> {
-        let pool = self;
-        Ok(sqlx::query_as(&format!(
-            "SELECT CAST(schedule_name AS CHAR) AS schedule_name, CAST(task_type AS CHAR) AS task_type,
-                task_payload, schedule_cron, schedule_overlap, schedule_updated_at_ts
-             FROM {} ORDER BY schedule_name",
-            schema.flat_table("schedules_t")
-        ))
-        .fetch_all(pool)
-        .await?)
+        queries::schedule_list(self, schema).await
     }
 }

@@ -13,8 +13,9 @@ use super::worker_rows::delete_job_stats;
 use super::{dt, push_ids, ts, BEGIN};
 use crate::bus::wake;
 use crate::error::Result;
-use crate::model::status::{CANCELLED, ERROR, FATAL, FAULTED, UNPROCESSED};
+use crate::model::status::{CANCELLED, FATAL, UNPROCESSED};
 use crate::model::{JobFilter, QueueState};
+use crate::store::queries;
 use crate::store::{CancelledRun, NewJob, Schema};
 
 /// A live job as a cancel reads it.
@@ -320,51 +321,14 @@ impl Control for MySqlPool {
         paused: bool,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        let pool = self;
-        let t = schema.flat_table("queues_t");
-        let changed = if paused {
-            // A row that runs is paused; else a new row is (a paused row stays as it is).
-            let updated = sqlx::query(&format!(
-                "UPDATE {t} SET queue_paused_at_ts = ?, queue_updated_at_ts = ?
-                 WHERE queue_name = ? AND queue_paused_at_ts IS NULL"
-            ))
-            .bind(dt(now))
-            .bind(dt(now))
-            .bind(queue)
-            .execute(pool)
-            .await?
-            .rows_affected();
-            if updated > 0 {
-                updated
-            } else {
-                sqlx::query(&format!(
-                    "INSERT IGNORE INTO {t} (queue_name, queue_paused_at_ts, queue_updated_at_ts) VALUES (?, ?, ?)"
-                ))
-                .bind(queue)
-                .bind(dt(now))
-                .bind(dt(now))
-                .execute(pool)
-                .await?
-                .rows_affected()
-            }
-        } else {
-            sqlx::query(&format!(
-                "UPDATE {t} SET queue_paused_at_ts = NULL, queue_updated_at_ts = ?
-                 WHERE queue_name = ? AND queue_paused_at_ts IS NOT NULL"
-            ))
-            .bind(dt(now))
-            .bind(queue)
-            .execute(pool)
-            .await?
-            .rows_affected()
-        };
-        if changed > 0 {
+        let changed = queries::set_paused(self, schema, queue, paused, now).await?;
+        if changed {
             crate::bus::pauses_changed();
+            if !paused {
+                wake();
+            }
         }
-        if changed > 0 && !paused {
-            wake();
-        }
-        Ok(changed > 0)
+        Ok(changed)
     }
 
     /// Sets or (with `None`) removes a queue's concurrency limit across workers.
@@ -375,53 +339,14 @@ impl Control for MySqlPool {
         limit: Option<i32>,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let pool = self;
-        let t = schema.flat_table("queues_t");
-        let sql = if limit.is_some() {
-            format!(
-                "INSERT INTO {t} (queue_name, queue_global_limit, queue_updated_at_ts) VALUES (?, ?, ?)
-                 ON DUPLICATE KEY UPDATE queue_global_limit = VALUES(queue_global_limit),
-                    queue_updated_at_ts = VALUES(queue_updated_at_ts)"
-            )
-        } else {
-            format!("UPDATE {t} SET queue_global_limit = NULL, queue_updated_at_ts = ? WHERE queue_name = ?")
-        };
-        let query = sqlx::query(&sql);
-        let query = if limit.is_some() {
-            query.bind(queue).bind(limit).bind(dt(now))
-        } else {
-            query.bind(dt(now)).bind(queue)
-        };
-        query.execute(pool).await?;
+        queries::set_global_limit(self, schema, queue, limit, now).await?;
         crate::bus::pauses_changed();
         Ok(())
     }
 
     /// Live jobs per queue and state, with each queue's pause.
     async fn queue_states(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<QueueState>> {
-        let pool = self;
-        let live: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(&format!(
-            "SELECT CAST(task_queue AS CHAR),
-                count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts <= ? THEN 1 END),
-                count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts > ?
-                    AND coalesce(task_waiting_on, 0) = 0 THEN 1 END),
-                count(CASE WHEN task_locked_by IS NOT NULL AND task_locked_until_ts > ? THEN 1 END),
-                count(CASE WHEN task_waiting_on > 0 THEN 1 END)
-             FROM {} GROUP BY task_queue",
-            schema.flat_table("tasks_queue_t")
-        ))
-        .bind(dt(now))
-        .bind(dt(now))
-        .bind(dt(now))
-        .fetch_all(pool)
-        .await?;
-        let controlled = sqlx::query_as(&format!(
-            "SELECT CAST(queue_name AS CHAR), queue_paused_at_ts, CAST(queue_global_limit AS SIGNED) FROM {}",
-            schema.flat_table("queues_t")
-        ))
-        .fetch_all(pool)
-        .await?;
-        Ok(crate::store::merge_queue_states(live, controlled))
+        queries::queue_states(self, schema, now).await
     }
 
     /// Up to `limit` ids of the jobs `filter` takes, after `after` in id order (as on
@@ -507,32 +432,7 @@ impl Control for MySqlPool {
         by: crate::model::CountBy,
         now: DateTime<Utc>,
     ) -> Result<Vec<crate::model::GroupCounts>> {
-        let pool = self;
-        let column = crate::store::listing::group_column(by);
-        let live = sqlx::query_as(&format!(
-            "SELECT CAST({column} AS CHAR),
-                count(CASE WHEN task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= ? THEN 1 END),
-                count(CASE WHEN task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > ?
-                    AND coalesce(task_waiting_on, 0) = 0 THEN 1 END),
-                count(CASE WHEN task_locked_by IS NULL AND task_attempt > 0 THEN 1 END),
-                count(CASE WHEN task_locked_by IS NOT NULL THEN 1 END),
-                count(CASE WHEN task_waiting_on > 0 THEN 1 END)
-             FROM {} GROUP BY {column}",
-            schema.flat_table("tasks_queue_t")
-        ))
-        .bind(dt(now))
-        .bind(dt(now))
-        .fetch_all(pool)
-        .await?;
-        let ended = sqlx::query_as(&format!(
-            "SELECT CAST({column} AS CHAR), count(CASE WHEN task_status = {FATAL} THEN 1 END),
-                count(CASE WHEN task_status = {CANCELLED} THEN 1 END)
-             FROM {} WHERE task_status IN ({FATAL}, {CANCELLED}) GROUP BY {column}",
-            schema.flat_table("task_results_t")
-        ))
-        .fetch_all(pool)
-        .await?;
-        Ok(crate::store::listing::merge_group_counts(live, ended))
+        queries::count_by(self, schema, by, now).await
     }
 
     /// One page of the job list (`Client::jobs`).
@@ -591,20 +491,7 @@ impl Control for MySqlPool {
         since: DateTime<Utc>,
         limit: i64,
     ) -> Result<Vec<crate::model::ErrorGroup>> {
-        let pool = self;
-        Ok(sqlx::query_as(&format!(
-            "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
-                min(task_last_processing_attempted_at_ts) AS first_seen,
-                max(task_last_processing_attempted_at_ts) AS last_seen, max(task_id) AS sample
-             FROM {} WHERE task_status IN ({ERROR}, {FAULTED}, {FATAL}) AND task_last_processing_attempted_at_ts >= ?
-             GROUP BY task_last_error_type, task_last_error_message
-             ORDER BY jobs DESC, last_seen DESC LIMIT ?",
-            schema.flat_table("task_results_t")
-        ))
-        .bind(dt(since))
-        .bind(limit)
-        .fetch_all(pool)
-        .await?)
+        queries::error_groups(self, schema, since, limit).await
     }
 
     /// The workers' rows with the jobs each holds (`Client::workers`).
@@ -613,19 +500,7 @@ impl Control for MySqlPool {
         schema: &Schema,
         now: DateTime<Utc>,
     ) -> Result<Vec<crate::model::WorkerInfo>> {
-        let pool = self;
-        let rows = sqlx::query_as(&format!("SELECT * FROM {}", schema.flat_table("workers_t")))
-            .fetch_all(pool)
-            .await?;
-        let running = sqlx::query_as(&format!(
-            "SELECT CAST(task_locked_by AS CHAR), count(*) FROM {}
-             WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > ? GROUP BY task_locked_by",
-            schema.flat_table("tasks_queue_t")
-        ))
-        .bind(dt(now))
-        .fetch_all(pool)
-        .await?;
-        Ok(crate::store::listing::workers_of(rows, running, now))
+        queries::workers(self, schema, now).await
     }
 
     /// The stored run counts per minute since `since` (`Client::throughput`).
@@ -635,22 +510,6 @@ impl Control for MySqlPool {
         since: DateTime<Utc>,
         task_type: Option<&str>,
     ) -> Result<Vec<crate::model::StatRow>> {
-        let pool = self;
-        let filter = if task_type.is_some() {
-            " AND task_type = ?"
-        } else {
-            ""
-        };
-        let sql = format!(
-            "SELECT stat_minute_ts, CAST(task_type AS CHAR), stat_processed, stat_failed, stat_run_ms, stat_histogram
-             FROM {} WHERE stat_minute_ts >= ?{filter} ORDER BY stat_minute_ts",
-            schema.flat_table("job_stats_t")
-        );
-        let query = sqlx::query_as(&sql).bind(dt(since));
-        let query = match task_type {
-            Some(t) => query.bind(t),
-            None => query,
-        };
-        Ok(query.fetch_all(pool).await?)
+        queries::job_stats(self, schema, since, task_type).await
     }
 }

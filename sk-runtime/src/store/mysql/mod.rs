@@ -18,6 +18,7 @@
 //! `store` (the worker store and the rows it reads back).
 
 mod control;
+mod dialect;
 pub(crate) mod flow;
 mod partitions;
 mod worker_rows;

@@ -10,8 +10,9 @@ use uuid::Uuid;
 use super::super::driver::Control;
 use super::worker_rows::delete_job_stats;
 use crate::error::Result;
-use crate::model::status::{CANCELLED, ERROR, FATAL, FAULTED, UNPROCESSED};
+use crate::model::status::{CANCELLED, FATAL, UNPROCESSED};
 use crate::model::{JobFilter, QueueState};
+use crate::store::queries;
 use crate::store::{NewJob, Schema};
 
 /// The ids a notification payload holds at most (a payload is under 8000 bytes).
@@ -202,34 +203,11 @@ impl Control for PgPool {
         paused: bool,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        let pool = self;
-        let t = schema.table("queues_t");
-        let changed = if paused {
-            sqlx::query(&format!(
-                "INSERT INTO {t} AS t (queue_name, queue_paused_at_ts, queue_updated_at_ts) VALUES ($1, $2, $2)
-                 ON CONFLICT (queue_name) DO UPDATE SET queue_paused_at_ts = $2, queue_updated_at_ts = $2
-                 WHERE t.queue_paused_at_ts IS NULL"
-            ))
-            .bind(queue)
-            .bind(now)
-            .execute(pool)
-            .await?
-            .rows_affected()
-        } else {
-            sqlx::query(&format!(
-                "UPDATE {t} SET queue_paused_at_ts = NULL, queue_updated_at_ts = $2
-                 WHERE queue_name = $1 AND queue_paused_at_ts IS NOT NULL"
-            ))
-            .bind(queue)
-            .bind(now)
-            .execute(pool)
-            .await?
-            .rows_affected()
-        };
-        if changed > 0 {
-            queues_changed(pool, schema).await?;
+        let changed = queries::set_paused(self, schema, queue, paused, now).await?;
+        if changed {
+            queues_changed(self, schema).await?;
         }
-        Ok(changed > 0)
+        Ok(changed)
     }
 
     /// Sets or (with `None`) removes a queue's concurrency limit across workers.
@@ -240,48 +218,13 @@ impl Control for PgPool {
         limit: Option<i32>,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let pool = self;
-        let t = schema.table("queues_t");
-        let sql = if limit.is_some() {
-            format!(
-                "INSERT INTO {t} (queue_name, queue_global_limit, queue_updated_at_ts) VALUES ($1, $2, $3)
-                 ON CONFLICT (queue_name) DO UPDATE SET queue_global_limit = $2, queue_updated_at_ts = $3"
-            )
-        } else {
-            format!("UPDATE {t} SET queue_global_limit = $2, queue_updated_at_ts = $3 WHERE queue_name = $1")
-        };
-        sqlx::query(&sql)
-            .bind(queue)
-            .bind(limit)
-            .bind(now)
-            .execute(pool)
-            .await?;
-        queues_changed(pool, schema).await
+        queries::set_global_limit(self, schema, queue, limit, now).await?;
+        queues_changed(self, schema).await
     }
 
     /// Live jobs per queue and state, with each queue's pause.
     async fn queue_states(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<QueueState>> {
-        let pool = self;
-        let live: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(&format!(
-            "SELECT task_queue,
-                count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
-                count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1
-                    AND coalesce(task_waiting_on, 0) = 0),
-                count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1),
-                count(*) FILTER (WHERE task_waiting_on > 0)
-             FROM {} GROUP BY task_queue",
-            schema.table("tasks_queue_t")
-        ))
-        .bind(now)
-        .fetch_all(pool)
-        .await?;
-        let controlled = sqlx::query_as(&format!(
-            "SELECT queue_name, queue_paused_at_ts, queue_global_limit::bigint FROM {}",
-            schema.table("queues_t")
-        ))
-        .fetch_all(pool)
-        .await?;
-        Ok(crate::store::merge_queue_states(live, controlled))
+        queries::queue_states(self, schema, now).await
     }
 
     /// Up to `limit` ids of the jobs `filter` takes, after `after` in id order: live jobs
@@ -366,30 +309,7 @@ impl Control for PgPool {
         by: crate::model::CountBy,
         now: DateTime<Utc>,
     ) -> Result<Vec<crate::model::GroupCounts>> {
-        let pool = self;
-        let column = crate::store::listing::group_column(by);
-        let live = sqlx::query_as(&format!(
-            "SELECT {column}::text,
-                count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= $1),
-                count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > $1
-                    AND coalesce(task_waiting_on, 0) = 0),
-                count(*) FILTER (WHERE task_locked_by IS NULL AND task_attempt > 0),
-                count(*) FILTER (WHERE task_locked_by IS NOT NULL),
-                count(*) FILTER (WHERE task_waiting_on > 0)
-             FROM {} GROUP BY 1",
-            schema.table("tasks_queue_t")
-        ))
-        .bind(now)
-        .fetch_all(pool)
-        .await?;
-        let ended = sqlx::query_as(&format!(
-            "SELECT {column}::text, count(*) FILTER (WHERE task_status = {FATAL}), count(*) FILTER (WHERE task_status = {CANCELLED})
-             FROM {} WHERE task_status IN ({FATAL}, {CANCELLED}) GROUP BY 1",
-            schema.table("task_results_t")
-        ))
-        .fetch_all(pool)
-        .await?;
-        Ok(crate::store::listing::merge_group_counts(live, ended))
+        queries::count_by(self, schema, by, now).await
     }
 
     /// One page of the job list (`Client::jobs`).
@@ -450,20 +370,7 @@ impl Control for PgPool {
         since: DateTime<Utc>,
         limit: i64,
     ) -> Result<Vec<crate::model::ErrorGroup>> {
-        let pool = self;
-        Ok(sqlx::query_as(&format!(
-            "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
-                min(task_last_processing_attempted_at_ts) AS first_seen,
-                max(task_last_processing_attempted_at_ts) AS last_seen, (array_agg(task_id ORDER BY task_id DESC))[1] AS sample
-             FROM {} WHERE task_status IN ({ERROR}, {FAULTED}, {FATAL}) AND task_last_processing_attempted_at_ts >= $1
-             GROUP BY task_last_error_type, task_last_error_message
-             ORDER BY jobs DESC, last_seen DESC LIMIT $2",
-            schema.table("task_results_t")
-        ))
-        .bind(since)
-        .bind(limit)
-        .fetch_all(pool)
-        .await?)
+        queries::error_groups(self, schema, since, limit).await
     }
 
     /// The workers' rows with the jobs each holds (`Client::workers`).
@@ -472,19 +379,7 @@ impl Control for PgPool {
         schema: &Schema,
         now: DateTime<Utc>,
     ) -> Result<Vec<crate::model::WorkerInfo>> {
-        let pool = self;
-        let rows = sqlx::query_as(&format!("SELECT * FROM {}", schema.table("workers_t")))
-            .fetch_all(pool)
-            .await?;
-        let running = sqlx::query_as(&format!(
-            "SELECT task_locked_by, count(*) FROM {}
-             WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1 GROUP BY task_locked_by",
-            schema.table("tasks_queue_t")
-        ))
-        .bind(now)
-        .fetch_all(pool)
-        .await?;
-        Ok(crate::store::listing::workers_of(rows, running, now))
+        queries::workers(self, schema, now).await
     }
 
     /// The stored run counts per minute since `since` (`Client::throughput`).
@@ -494,22 +389,6 @@ impl Control for PgPool {
         since: DateTime<Utc>,
         task_type: Option<&str>,
     ) -> Result<Vec<crate::model::StatRow>> {
-        let pool = self;
-        let filter = if task_type.is_some() {
-            " AND task_type = $2"
-        } else {
-            ""
-        };
-        let sql = format!(
-            "SELECT stat_minute_ts, task_type, stat_processed, stat_failed, stat_run_ms, stat_histogram
-             FROM {} WHERE stat_minute_ts >= $1{filter} ORDER BY stat_minute_ts",
-            schema.table("job_stats_t")
-        );
-        let query = sqlx::query_as(&sql).bind(since);
-        let query = match task_type {
-            Some(t) => query.bind(t),
-            None => query,
-        };
-        Ok(query.fetch_all(pool).await?)
+        queries::job_stats(self, schema, since, task_type).await
     }
 }

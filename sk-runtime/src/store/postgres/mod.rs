@@ -12,6 +12,7 @@ use std::time::Duration;
 
 mod admin;
 mod control;
+mod dialect;
 mod enqueue;
 pub(crate) mod flow;
 mod migrate;

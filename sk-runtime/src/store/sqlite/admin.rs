@@ -1,6 +1,7 @@
 //! The admin side of the driver contract on a pool: migrations, queue info, stored schedules.
 
 use super::*;
+use crate::store::queries;
 
 impl Admin for SqlitePool {
     /// Brings the schema to the newest version: in a `BEGIN IMMEDIATE` transaction, so
@@ -98,52 +99,17 @@ impl Admin for SqlitePool {
 
     /// Adds or replaces a stored schedule.
     async fn schedule_put(&self, schema: &Schema, row: &ScheduleRow) -> Result<()> {
-        let pool = self;
-        sqlx::query(&format!(
-            "INSERT INTO {} (schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
-                schedule_updated_at_ts)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (schedule_name) DO UPDATE SET task_type = excluded.task_type,
-                task_payload = excluded.task_payload, schedule_cron = excluded.schedule_cron,
-                schedule_overlap = excluded.schedule_overlap,
-                schedule_updated_at_ts = excluded.schedule_updated_at_ts",
-            schema.flat_table("schedules_t")
-        ))
-        .bind(&row.schedule_name)
-        .bind(&row.task_type)
-        .bind(&row.task_payload)
-        .bind(&row.schedule_cron)
-        .bind(row.schedule_overlap)
-        .bind(ts(row.schedule_updated_at_ts))
-        .execute(pool)
-        .await?;
-        Ok(())
+        queries::schedule_put(self, schema, row).await
     }
 
     /// Removes a stored schedule; false if there was none of that name. A tick is enqueued
     /// in a write transaction that checks the schedule first, so none is enqueued after this.
     async fn schedule_remove(&self, schema: &Schema, name: &str) -> Result<bool> {
-        let pool = self;
-        let done = sqlx::query(&format!(
-            "DELETE FROM {} WHERE schedule_name = $1",
-            schema.flat_table("schedules_t")
-        ))
-        .bind(name)
-        .execute(pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        queries::schedule_remove(self, schema, name).await
     }
 
     /// Every stored schedule, by name.
     async fn schedule_list(&self, schema: &Schema) -> Result<Vec<ScheduleRow>> {
-        let pool = self;
-        Ok(sqlx::query_as(&format!(
-            "SELECT schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
-                schedule_updated_at_ts
-             FROM {} ORDER BY schedule_name",
-            schema.flat_table("schedules_t")
-        ))
-        .fetch_all(pool)
-        .await?)
+        queries::schedule_list(self, schema).await
     }
 }

@@ -23,6 +23,7 @@
 //! store: turns to write, checkpoints, decoding a claim) and `rows`.
 
 mod control;
+mod dialect;
 pub(crate) mod flow;
 mod worker_rows;
 

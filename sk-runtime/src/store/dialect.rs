@@ -1,0 +1,196 @@
+//! SQL written once for every backend: what a backend writes its own way in a statement
+//! that is otherwise the same (a table's name, a conditional count, a cast, the newest id
+//! of a group, placeholders) and how it binds a value (a time is a `timestamptz` on
+//! PostgreSQL, fixed-width text on SQLite, a naive `DATETIME(6)` on MySQL).
+//!
+//! A statement is written with PostgreSQL's `$n` placeholders and the dialect's pieces;
+//! its arguments are [`Arg`]s. On MySQL each `$n` becomes a `?` and its argument is
+//! bound again at each place it is used. The statements written once live in `common`;
+//! each backend implements [`Dialect`] in its own room with [`dialect_io!`].
+
+use super::Schema;
+use crate::error::Result;
+use chrono::{DateTime, Utc};
+
+/// A value bound to a statement written once.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Arg<'a> {
+    /// A point in time, as the backend stores times.
+    Time(DateTime<Utc>),
+    Text(Option<&'a str>),
+    Int(Option<i64>),
+    Int4(Option<i32>),
+    Bool(Option<bool>),
+}
+
+/// What a backend writes its own way. Implemented for `sqlx::Postgres`, `sqlx::Sqlite` and
+/// `sqlx::MySql`.
+pub(crate) trait Dialect: sqlx::Database {
+    /// The table `name` (`tasks_queue_t`) of `schema`.
+    fn table(schema: &Schema, name: &str) -> String;
+
+    /// The number of a group's rows for which `condition` holds.
+    fn count_if(condition: &str) -> String {
+        format!("count(*) FILTER (WHERE {condition})")
+    }
+
+    /// `column` as text (MySQL reads binary collations as bytes; PostgreSQL's `citext`).
+    fn text(column: &str) -> String;
+
+    /// `column` as a 64-bit integer.
+    fn bigint(column: &str) -> String;
+
+    /// The greatest of a group's ids (PostgreSQL has no `max(uuid)`).
+    fn newest_id(column: &str) -> String {
+        format!("max({column})")
+    }
+
+    /// What follows an `INSERT` whose row replaces the row of the same `key`: `columns`
+    /// set from the new row.
+    fn upsert(key: &str, columns: &[&str]) -> String {
+        let set: Vec<String> = columns
+            .iter()
+            .map(|c| format!("{c} = excluded.{c}"))
+            .collect();
+        format!("ON CONFLICT ({key}) DO UPDATE SET {}", set.join(", "))
+    }
+
+    /// An `INSERT` of `values` into `columns` of `table` that does nothing where the row's
+    /// key is taken.
+    fn insert_or_ignore(table: &str, columns: &str, values: &str) -> String {
+        format!("INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT DO NOTHING")
+    }
+
+    /// `sql` with its `$n` placeholders as this backend writes them, and the index of the
+    /// argument each placeholder takes, in order: here `$n` as it is, taking the `n`th
+    /// argument wherever it appears, so arguments `1..=n` are bound once each.
+    fn placeholders(sql: &str) -> (String, Vec<usize>) {
+        let highest = numbered(sql).map(|(_, _, n)| n + 1).max().unwrap_or(0);
+        (sql.to_owned(), (0..highest).collect())
+    }
+
+    /// Every row `sql` returns with `args`, each as a `T`.
+    fn fetch_all<'a, T>(
+        pool: &'a sqlx::Pool<Self>,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> impl std::future::Future<Output = Result<Vec<T>>> + Send + 'a
+    where
+        T: for<'r> sqlx::FromRow<'r, Self::Row> + Send + Unpin + 'a;
+
+    /// Runs `sql` with `args`; the rows it changed.
+    fn execute<'a>(
+        pool: &'a sqlx::Pool<Self>,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> impl std::future::Future<Output = Result<u64>> + Send + 'a;
+}
+
+/// The `$n` placeholders of `sql` outside quotes: (start, end, n - 1).
+fn numbered(sql: &str) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+    let bytes = sql.as_bytes();
+    let mut quoted = false;
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < bytes.len() {
+            let c = bytes[i];
+            i += 1;
+            if c == b'\'' {
+                quoted = !quoted;
+            } else if c == b'$' && !quoted {
+                let start = i - 1;
+                while i < bytes.len() && bytes[i].is_ascii_digit() {
+                    i += 1;
+                }
+                if let Ok(n) = sql[start + 1..i].parse::<usize>() {
+                    if n > 0 {
+                        return Some((start, i, n - 1));
+                    }
+                }
+            }
+        }
+        None
+    })
+}
+
+/// `sql` with each `$n` outside quotes as `?`, and the argument each takes (MySQL).
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) fn question_marks(sql: &str) -> (String, Vec<usize>) {
+    let mut text = String::with_capacity(sql.len());
+    let mut order = Vec::new();
+    let mut from = 0;
+    for (start, end, n) in numbered(sql) {
+        text.push_str(&sql[from..start]);
+        text.push('?');
+        order.push(n);
+        from = end;
+    }
+    text.push_str(&sql[from..]);
+    (text, order)
+}
+
+/// The dialect's `fetch_all` and `execute` for a backend (`$db`), binding an
+/// [`Arg::Time`] as `$time` turns it.
+macro_rules! dialect_io {
+    ($db:ty, $time:expr) => {
+        fn fetch_all<'a, T>(
+            pool: &'a sqlx::Pool<Self>,
+            sql: &'a str,
+            args: &'a [$crate::store::dialect::Arg<'a>],
+        ) -> impl std::future::Future<Output = $crate::error::Result<Vec<T>>> + Send + 'a
+        where
+            T: for<'r> sqlx::FromRow<'r, <Self as sqlx::Database>::Row> + Send + Unpin + 'a,
+        {
+            async move {
+                let (text, order) = <Self as $crate::store::dialect::Dialect>::placeholders(sql);
+                let mut query = sqlx::query_as::<$db, T>(&text);
+                for i in order {
+                    query = $crate::store::dialect::dialect_io!(@bind query, args[i], $time);
+                }
+                Ok(query.fetch_all(pool).await?)
+            }
+        }
+
+        fn execute<'a>(
+            pool: &'a sqlx::Pool<Self>,
+            sql: &'a str,
+            args: &'a [$crate::store::dialect::Arg<'a>],
+        ) -> impl std::future::Future<Output = $crate::error::Result<u64>> + Send + 'a {
+            async move {
+                let (text, order) = <Self as $crate::store::dialect::Dialect>::placeholders(sql);
+                let mut query = sqlx::query::<$db>(&text);
+                for i in order {
+                    query = $crate::store::dialect::dialect_io!(@bind query, args[i], $time);
+                }
+                Ok(query.execute(pool).await?.rows_affected())
+            }
+        }
+    };
+    (@bind $query:ident, $arg:expr, $time:expr) => {
+        match $arg {
+            $crate::store::dialect::Arg::Time(t) => $query.bind(($time)(t)),
+            $crate::store::dialect::Arg::Text(v) => $query.bind(v),
+            $crate::store::dialect::Arg::Int(v) => $query.bind(v),
+            $crate::store::dialect::Arg::Int4(v) => $query.bind(v),
+            $crate::store::dialect::Arg::Bool(v) => $query.bind(v),
+        }
+    };
+}
+pub(crate) use dialect_io;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_outside_quotes_become_question_marks() {
+        let (text, order) = question_marks(
+            "SELECT '$1', a FROM t WHERE b > $2 AND c <= $2 AND json = '$.x' LIMIT $10",
+        );
+        assert_eq!(
+            text,
+            "SELECT '$1', a FROM t WHERE b > ? AND c <= ? AND json = '$.x' LIMIT ?"
+        );
+        assert_eq!(order, [1, 1, 9]);
+    }
+}

@@ -1,0 +1,46 @@
+//! How MySQL and MariaDB write the statements written once (`store::queries`): `?`
+//! placeholders, `count(CASE …)`, `ON DUPLICATE KEY UPDATE`, tables without a schema,
+//! text read through `CAST(… AS CHAR)` (binary collations read as bytes), and times as
+//! naive UTC `DATETIME(6)` values (`dt`).
+
+use sqlx::MySql;
+
+use super::dt;
+use crate::store::dialect::{dialect_io, question_marks, Dialect};
+use crate::store::Schema;
+
+impl Dialect for MySql {
+    fn table(schema: &Schema, name: &str) -> String {
+        schema.flat_table(name)
+    }
+
+    fn count_if(condition: &str) -> String {
+        format!("count(CASE WHEN {condition} THEN 1 END)")
+    }
+
+    fn text(column: &str) -> String {
+        format!("CAST({column} AS CHAR)")
+    }
+
+    fn bigint(column: &str) -> String {
+        format!("CAST({column} AS SIGNED)")
+    }
+
+    fn upsert(_key: &str, columns: &[&str]) -> String {
+        let set: Vec<String> = columns
+            .iter()
+            .map(|c| format!("{c} = VALUES({c})"))
+            .collect();
+        format!("ON DUPLICATE KEY UPDATE {}", set.join(", "))
+    }
+
+    fn insert_or_ignore(table: &str, columns: &str, values: &str) -> String {
+        format!("INSERT IGNORE INTO {table} ({columns}) VALUES ({values})")
+    }
+
+    fn placeholders(sql: &str) -> (String, Vec<usize>) {
+        question_marks(sql)
+    }
+
+    dialect_io!(MySql, dt);
+}

@@ -1,0 +1,295 @@
+//! The admin and control queries that read or change the same rows the same way on every
+//! backend, written once over the [`Dialect`]: queue states and pauses, limits, counts by
+//! group, error groups, workers, run counts, stored schedules. Each backend's `Admin` and
+//! `Control` call these and add what is its own (PostgreSQL notifies its listeners of a
+//! change of queues; SQLite and MySQL signal the workers of this process).
+
+use chrono::{DateTime, Utc};
+use sqlx::FromRow;
+
+use super::dialect::{Arg, Dialect};
+use super::listing::{group_column, merge_group_counts, workers_of, WorkerRow};
+use super::{merge_queue_states, ScheduleRow, Schema};
+use crate::error::Result;
+use crate::model::status::{CANCELLED, ERROR, FATAL, FAULTED};
+use crate::model::{CountBy, ErrorGroup, GroupCounts, QueueState, StatRow, WorkerInfo};
+
+/// A query's future, boxed: the queries that decode rows are generic over the row types
+/// their backend decodes (`for<'r> FromRow<'r, _>`), which an `async fn` of a driver
+/// trait cannot yet prove `Send` through (rust-lang/rust#100013).
+pub(crate) type Boxed<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T>> + Send + 'a>>;
+
+/// Pauses a queue (a new row if it has none) or resumes it; whether it changed.
+pub(crate) async fn set_paused<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    queue: &str,
+    paused: bool,
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let t = D::table(schema, "queues_t");
+    let args = [Arg::Text(Some(queue)), Arg::Time(now)];
+    if !paused {
+        let sql = format!(
+            "UPDATE {t} SET queue_paused_at_ts = NULL, queue_updated_at_ts = $2
+             WHERE queue_name = $1 AND queue_paused_at_ts IS NOT NULL"
+        );
+        return Ok(D::execute(pool, &sql, &args).await? > 0);
+    }
+    // A queue that runs is paused; one without a row gets a paused row (a row another
+    // call added meanwhile is left as it is: that call paused it).
+    let sql = format!(
+        "UPDATE {t} SET queue_paused_at_ts = $2, queue_updated_at_ts = $2
+         WHERE queue_name = $1 AND queue_paused_at_ts IS NULL"
+    );
+    if D::execute(pool, &sql, &args).await? > 0 {
+        return Ok(true);
+    }
+    let sql = D::insert_or_ignore(
+        &t,
+        "queue_name, queue_paused_at_ts, queue_updated_at_ts",
+        "$1, $2, $2",
+    );
+    Ok(D::execute(pool, &sql, &args).await? > 0)
+}
+
+/// Sets or (with `None`) removes a queue's concurrency limit across workers.
+pub(crate) async fn set_global_limit<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    queue: &str,
+    limit: Option<i32>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let t = D::table(schema, "queues_t");
+    let sql = if limit.is_some() {
+        format!(
+            "INSERT INTO {t} (queue_name, queue_global_limit, queue_updated_at_ts) VALUES ($1, $2, $3) {}",
+            D::upsert("queue_name", &["queue_global_limit", "queue_updated_at_ts"])
+        )
+    } else {
+        format!(
+            "UPDATE {t} SET queue_global_limit = $2, queue_updated_at_ts = $3 WHERE queue_name = $1"
+        )
+    };
+    let args = [Arg::Text(Some(queue)), Arg::Int4(limit), Arg::Time(now)];
+    D::execute(pool, &sql, &args).await?;
+    Ok(())
+}
+
+/// Live jobs per queue and state, with each queue's pause and limit.
+pub(crate) fn queue_states<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+    now: DateTime<Utc>,
+) -> Boxed<'a, Vec<QueueState>>
+where
+    (String, i64, i64, i64, i64): for<'r> FromRow<'r, D::Row>,
+    (String, Option<DateTime<Utc>>, Option<i64>): for<'r> FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let live_sql = format!(
+            "SELECT {}, {}, {}, {}, {} FROM {} GROUP BY task_queue",
+            D::text("task_queue"),
+            D::count_if("task_locked_by IS NULL AND task_locked_until_ts <= $1"),
+            D::count_if(
+                "task_locked_by IS NULL AND task_locked_until_ts > $1 AND coalesce(task_waiting_on, 0) = 0"
+            ),
+            D::count_if("task_locked_by IS NOT NULL AND task_locked_until_ts > $1"),
+            D::count_if("task_waiting_on > 0"),
+            D::table(schema, "tasks_queue_t")
+        );
+        let live = D::fetch_all(pool, &live_sql, &[Arg::Time(now)]).await?;
+        let controlled_sql = format!(
+            "SELECT {}, queue_paused_at_ts, {} FROM {}",
+            D::text("queue_name"),
+            D::bigint("queue_global_limit"),
+            D::table(schema, "queues_t")
+        );
+        let controlled = D::fetch_all(pool, &controlled_sql, &[]).await?;
+        Ok(merge_queue_states(live, controlled))
+    })
+}
+
+/// Jobs by queue, task type or tenant and state (`Client::count_by`).
+pub(crate) fn count_by<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+    by: CountBy,
+    now: DateTime<Utc>,
+) -> Boxed<'a, Vec<GroupCounts>>
+where
+    (Option<String>, i64, i64, i64, i64, i64): for<'r> FromRow<'r, D::Row>,
+    (Option<String>, i64, i64): for<'r> FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let key = D::text(group_column(by));
+        let live_sql = format!(
+            "SELECT {key}, {}, {}, {}, {}, {} FROM {} GROUP BY 1",
+            D::count_if(
+                "task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= $1"
+            ),
+            D::count_if(
+                "task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > $1
+                 AND coalesce(task_waiting_on, 0) = 0"
+            ),
+            D::count_if("task_locked_by IS NULL AND task_attempt > 0"),
+            D::count_if("task_locked_by IS NOT NULL"),
+            D::count_if("task_waiting_on > 0"),
+            D::table(schema, "tasks_queue_t")
+        );
+        let live = D::fetch_all(pool, &live_sql, &[Arg::Time(now)]).await?;
+        let ended_sql = format!(
+            "SELECT {key}, {}, {} FROM {} WHERE task_status IN ({FATAL}, {CANCELLED}) GROUP BY 1",
+            D::count_if(&format!("task_status = {FATAL}")),
+            D::count_if(&format!("task_status = {CANCELLED}")),
+            D::table(schema, "task_results_t")
+        );
+        let ended = D::fetch_all(pool, &ended_sql, &[]).await?;
+        Ok(merge_group_counts(live, ended))
+    })
+}
+
+/// The jobs whose last run failed since `since`, grouped by error (`Client::error_groups`).
+pub(crate) fn error_groups<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+    since: DateTime<Utc>,
+    limit: i64,
+) -> Boxed<'a, Vec<ErrorGroup>>
+where
+    ErrorGroup: for<'r> FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let sql = format!(
+            "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
+                min(task_last_processing_attempted_at_ts) AS first_seen,
+                max(task_last_processing_attempted_at_ts) AS last_seen, {} AS sample
+             FROM {} WHERE task_status IN ({ERROR}, {FAULTED}, {FATAL}) AND task_last_processing_attempted_at_ts >= $1
+             GROUP BY task_last_error_type, task_last_error_message
+             ORDER BY jobs DESC, last_seen DESC LIMIT $2",
+            D::newest_id("task_id"),
+            D::table(schema, "task_results_t")
+        );
+        D::fetch_all(pool, &sql, &[Arg::Time(since), Arg::Int(Some(limit))]).await
+    })
+}
+
+/// The workers' rows with the jobs each holds (`Client::workers`).
+pub(crate) fn workers<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+    now: DateTime<Utc>,
+) -> Boxed<'a, Vec<WorkerInfo>>
+where
+    WorkerRow: for<'r> FromRow<'r, D::Row>,
+    (String, i64): for<'r> FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let rows_sql = format!("SELECT * FROM {}", D::table(schema, "workers_t"));
+        let rows = D::fetch_all(pool, &rows_sql, &[]).await?;
+        let running_sql = format!(
+            "SELECT {}, count(*) FROM {}
+             WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1 GROUP BY task_locked_by",
+            D::text("task_locked_by"),
+            D::table(schema, "tasks_queue_t")
+        );
+        let running = D::fetch_all(pool, &running_sql, &[Arg::Time(now)]).await?;
+        Ok(workers_of(rows, running, now))
+    })
+}
+
+/// The stored run counts per minute since `since` (`Client::throughput`).
+pub(crate) fn job_stats<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+    since: DateTime<Utc>,
+    task_type: Option<&'a str>,
+) -> Boxed<'a, Vec<StatRow>>
+where
+    StatRow: for<'r> FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let sql = format!(
+            "SELECT stat_minute_ts, {}, stat_processed, stat_failed, stat_run_ms, stat_histogram
+             FROM {} WHERE stat_minute_ts >= $1{} ORDER BY stat_minute_ts",
+            D::text("task_type"),
+            D::table(schema, "job_stats_t"),
+            if task_type.is_some() {
+                " AND task_type = $2"
+            } else {
+                ""
+            }
+        );
+        D::fetch_all(pool, &sql, &[Arg::Time(since), Arg::Text(task_type)]).await
+    })
+}
+
+/// Adds or replaces a stored schedule.
+pub(crate) async fn schedule_put<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    row: &ScheduleRow,
+) -> Result<()> {
+    let sql = format!(
+        "INSERT INTO {} (schedule_name, task_type, task_payload, schedule_cron, schedule_overlap,
+            schedule_updated_at_ts)
+         VALUES ($1, $2, $3, $4, $5, $6) {}",
+        D::table(schema, "schedules_t"),
+        D::upsert(
+            "schedule_name",
+            &[
+                "task_type",
+                "task_payload",
+                "schedule_cron",
+                "schedule_overlap",
+                "schedule_updated_at_ts"
+            ]
+        )
+    );
+    let args = [
+        Arg::Text(Some(&row.schedule_name)),
+        Arg::Text(Some(&row.task_type)),
+        Arg::Text(Some(&row.task_payload)),
+        Arg::Text(Some(&row.schedule_cron)),
+        Arg::Bool(Some(row.schedule_overlap)),
+        Arg::Time(row.schedule_updated_at_ts),
+    ];
+    D::execute(pool, &sql, &args).await?;
+    Ok(())
+}
+
+/// Removes a stored schedule; false if there was none of that name.
+pub(crate) async fn schedule_remove<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    name: &str,
+) -> Result<bool> {
+    let sql = format!(
+        "DELETE FROM {} WHERE schedule_name = $1",
+        D::table(schema, "schedules_t")
+    );
+    Ok(D::execute(pool, &sql, &[Arg::Text(Some(name))]).await? == 1)
+}
+
+/// Every stored schedule, by name.
+pub(crate) fn schedule_list<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+) -> Boxed<'a, Vec<ScheduleRow>>
+where
+    ScheduleRow: for<'r> FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let sql = format!(
+            "SELECT {} AS schedule_name, {} AS task_type, task_payload, schedule_cron, schedule_overlap,
+                schedule_updated_at_ts
+             FROM {} ORDER BY schedule_name",
+            D::text("schedule_name"),
+            D::text("task_type"),
+            D::table(schema, "schedules_t")
+        );
+        D::fetch_all(pool, &sql, &[]).await
+    })
+}

@@ -1,0 +1,25 @@
+//! How SQLite writes the statements written once (`store::queries`): PostgreSQL's
+//! placeholders, conditional counts and upserts, tables without a schema, and times as
+//! fixed-width text (`ts`).
+
+use sqlx::Sqlite;
+
+use super::ts;
+use crate::store::dialect::{dialect_io, Dialect};
+use crate::store::Schema;
+
+impl Dialect for Sqlite {
+    fn table(schema: &Schema, name: &str) -> String {
+        schema.flat_table(name)
+    }
+
+    fn text(column: &str) -> String {
+        column.to_owned()
+    }
+
+    fn bigint(column: &str) -> String {
+        column.to_owned()
+    }
+
+    dialect_io!(Sqlite, ts);
+}
