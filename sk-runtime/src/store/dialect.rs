@@ -84,6 +84,13 @@ pub(crate) trait Dialect: sqlx::Database {
         sql: &'a str,
         args: &'a [Arg<'a>],
     ) -> impl std::future::Future<Output = Result<u64>> + Send + 'a;
+
+    /// `execute` on a connection (inside a transaction).
+    fn execute_on<'a>(
+        conn: &'a mut Self::Connection,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> impl std::future::Future<Output = Result<u64>> + Send + 'a;
 }
 
 /// The `$n` placeholders of `sql` outside quotes: (start, end, n - 1).
@@ -129,7 +136,7 @@ pub(crate) fn question_marks(sql: &str) -> (String, Vec<usize>) {
     (text, order)
 }
 
-/// The dialect's `fetch_all` and `execute` for a backend (`$db`), binding an
+/// The dialect's `fetch_all`, `execute` and `execute_on` for a backend (`$db`), binding an
 /// [`Arg::Time`] as `$time` turns it.
 macro_rules! dialect_io {
     ($db:ty, $time:expr) => {
@@ -163,6 +170,21 @@ macro_rules! dialect_io {
                     query = $crate::store::dialect::dialect_io!(@bind query, args[i], $time);
                 }
                 Ok(query.execute(pool).await?.rows_affected())
+            }
+        }
+
+        fn execute_on<'a>(
+            conn: &'a mut <Self as sqlx::Database>::Connection,
+            sql: &'a str,
+            args: &'a [$crate::store::dialect::Arg<'a>],
+        ) -> impl std::future::Future<Output = $crate::error::Result<u64>> + Send + 'a {
+            async move {
+                let (text, order) = <Self as $crate::store::dialect::Dialect>::placeholders(sql);
+                let mut query = sqlx::query::<$db>(&text);
+                for i in order {
+                    query = $crate::store::dialect::dialect_io!(@bind query, args[i], $time);
+                }
+                Ok(query.execute(&mut *conn).await?.rows_affected())
             }
         }
     };

@@ -23,6 +23,7 @@ mod schema;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 mod wait;
+mod worker_rows;
 
 pub use backend::{Backend, Executor};
 pub use pool::Pool;

@@ -8,11 +8,11 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::super::driver::Control;
-use super::worker_rows::delete_job_stats;
 use crate::error::Result;
 use crate::model::status::{CANCELLED, FATAL, UNPROCESSED};
 use crate::model::{JobFilter, QueueState};
 use crate::store::queries;
+use crate::store::worker_rows::delete_job_stats;
 use crate::store::{NewJob, Schema};
 
 /// The ids a notification payload holds at most (a payload is under 8000 bytes).

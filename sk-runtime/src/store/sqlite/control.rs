@@ -7,13 +7,13 @@ use sqlx::{Connection as _, SqlitePool};
 use uuid::Uuid;
 
 use super::super::driver::Control;
-use super::worker_rows::delete_job_stats;
 use super::{id_list, ts};
 use crate::bus::wake;
 use crate::error::Result;
 use crate::model::status::{CANCELLED, FATAL, UNPROCESSED};
 use crate::model::{JobFilter, QueueState};
 use crate::store::queries;
+use crate::store::worker_rows::delete_job_stats;
 use crate::store::{CancelledRun, NewJob, Schema};
 
 /// A live job as a cancel reads it.

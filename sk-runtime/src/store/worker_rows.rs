@@ -1,0 +1,159 @@
+//! A worker's own rows, written once over the [`Dialect`] (the driver contract's
+//! `WorkerRows`, which each backend's store implements with these): its announcement
+//! and heartbeat, its run counts per minute, and the queue controls it reads.
+
+use chrono::{DateTime, Utc};
+
+use super::dialect::{Arg, Dialect};
+use super::{QueueControls, Schema};
+use crate::error::Result;
+use crate::model::{StatBucket, WorkerUp};
+use crate::store::queries::Boxed;
+
+/// The paused queues (every claim skips them) and those with a global limit.
+pub(crate) fn queue_controls<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+) -> Boxed<'a, QueueControls>
+where
+    (String, bool, bool): for<'r> sqlx::FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let sql = format!(
+            "SELECT {}, queue_paused_at_ts IS NOT NULL, queue_global_limit IS NOT NULL FROM {}
+             WHERE queue_paused_at_ts IS NOT NULL OR queue_global_limit IS NOT NULL ORDER BY queue_name",
+            D::text("queue_name"),
+            D::table(schema, "queues_t")
+        );
+        Ok(QueueControls::from_rows(
+            D::fetch_all(pool, &sql, &[]).await?,
+        ))
+    })
+}
+
+/// Announces worker `id` (and forgets workers, and their metrics rows, not seen for a
+/// day: a live worker writes its rows every maintenance interval).
+pub(crate) async fn worker_up<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    id: &str,
+    up: &WorkerUp,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let table = D::table(schema, "workers_t");
+    let sql = format!(
+        "INSERT INTO {table} (worker_id, worker_host, worker_pid, worker_queues, worker_task_types,
+            worker_concurrency, worker_heartbeat_ms, worker_started_at_ts, worker_seen_at_ts)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) {}",
+        D::upsert(
+            "worker_id",
+            &[
+                "worker_host",
+                "worker_pid",
+                "worker_queues",
+                "worker_task_types",
+                "worker_concurrency",
+                "worker_heartbeat_ms",
+                "worker_started_at_ts",
+                "worker_seen_at_ts",
+            ]
+        )
+    );
+    let args = [
+        Arg::Text(Some(id)),
+        Arg::Text(Some(&up.host)),
+        Arg::Int4(Some(up.pid)),
+        Arg::Text(up.queues.as_deref()),
+        Arg::Text(Some(&up.task_types)),
+        Arg::Int4(Some(up.concurrency)),
+        Arg::Int(Some(up.heartbeat_ms)),
+        Arg::Time(now),
+    ];
+    D::execute(pool, &sql, &args).await?;
+    let day_ago = [Arg::Time(now - chrono::Duration::days(1))];
+    let sql = format!("DELETE FROM {table} WHERE worker_seen_at_ts < $1");
+    D::execute(pool, &sql, &day_ago).await?;
+    let sql = format!(
+        "DELETE FROM {} WHERE metric_last_updated < $1",
+        D::table(schema, "metrics_t")
+    );
+    D::execute(pool, &sql, &day_ago).await?;
+    Ok(())
+}
+
+/// Stamps worker `id`'s row.
+pub(crate) async fn worker_seen<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let sql = format!(
+        "UPDATE {} SET worker_seen_at_ts = $1 WHERE worker_id = $2",
+        D::table(schema, "workers_t")
+    );
+    D::execute(pool, &sql, &[Arg::Time(now), Arg::Text(Some(id))]).await?;
+    Ok(())
+}
+
+/// Removes worker `id`'s row.
+pub(crate) async fn worker_down<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    id: &str,
+) -> Result<()> {
+    let sql = format!(
+        "DELETE FROM {} WHERE worker_id = $1",
+        D::table(schema, "workers_t")
+    );
+    D::execute(pool, &sql, &[Arg::Text(Some(id))]).await?;
+    Ok(())
+}
+
+/// Deletes the run counts of minutes before `before`.
+pub(crate) async fn delete_job_stats<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    before: DateTime<Utc>,
+) -> Result<u64> {
+    let sql = format!(
+        "DELETE FROM {} WHERE stat_minute_ts < $1",
+        D::table(schema, "job_stats_t")
+    );
+    D::execute(pool, &sql, &[Arg::Time(before)]).await
+}
+
+/// Writes worker `owner`'s run counts per minute and task type (absolute values), in
+/// one transaction.
+pub(crate) async fn write_job_stats<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    owner: &str,
+    buckets: &[(DateTime<Utc>, String, StatBucket)],
+) -> Result<()> {
+    let sql = format!(
+        "INSERT INTO {} (stat_minute_ts, task_type, stat_owner, stat_processed, stat_failed, stat_run_ms,
+            stat_histogram) VALUES ($1, $2, $3, $4, $5, $6, $7) {}",
+        D::table(schema, "job_stats_t"),
+        D::upsert(
+            "stat_minute_ts, task_type, stat_owner",
+            &["stat_processed", "stat_failed", "stat_run_ms", "stat_histogram"]
+        )
+    );
+    let mut tx = pool.begin().await?;
+    for (minute, task_type, bucket) in buckets {
+        let histogram = bucket.histogram_json();
+        let args = [
+            Arg::Time(*minute),
+            Arg::Text(Some(task_type)),
+            Arg::Text(Some(owner)),
+            Arg::Int(Some(bucket.processed)),
+            Arg::Int(Some(bucket.failed)),
+            Arg::Int(Some(bucket.run_ms)),
+            Arg::Text(Some(&histogram)),
+        ];
+        D::execute_on(&mut tx, &sql, &args).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
