@@ -21,6 +21,7 @@ pub(crate) enum Arg<'a> {
     Int(Option<i64>),
     Int4(Option<i32>),
     Bool(Option<bool>),
+    Id(Option<uuid::Uuid>),
 }
 
 /// What a backend writes its own way. Implemented for `sqlx::Postgres`, `sqlx::Sqlite` and
@@ -195,6 +196,7 @@ macro_rules! dialect_io {
             $crate::store::dialect::Arg::Int(v) => $query.bind(v),
             $crate::store::dialect::Arg::Int4(v) => $query.bind(v),
             $crate::store::dialect::Arg::Bool(v) => $query.bind(v),
+            $crate::store::dialect::Arg::Id(v) => $query.bind(v),
         }
     };
 }

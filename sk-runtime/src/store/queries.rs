@@ -7,12 +7,14 @@
 use chrono::{DateTime, Utc};
 use sqlx::FromRow;
 
+use uuid::Uuid;
+
 use super::dialect::{Arg, Dialect};
 use super::listing::{group_column, merge_group_counts, workers_of, WorkerRow};
 use super::{merge_queue_states, ScheduleRow, Schema};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::status::{CANCELLED, ERROR, FATAL, FAULTED};
-use crate::model::{CountBy, ErrorGroup, GroupCounts, QueueState, StatRow, WorkerInfo};
+use crate::model::{CountBy, ErrorGroup, GroupCounts, JobFilter, QueueState, StatRow, WorkerInfo};
 
 /// A query's future, boxed: the queries that decode rows are generic over the row types
 /// their backend decodes (`for<'r> FromRow<'r, _>`), which an `async fn` of a driver
@@ -291,5 +293,112 @@ where
             D::table(schema, "schedules_t")
         );
         D::fetch_all(pool, &sql, &[]).await
+    })
+}
+
+/// A migration of this build: version, description, and when it was applied (`None`: not
+/// yet).
+pub(crate) type Applied = (i32, &'static str, Option<DateTime<Utc>>);
+
+/// This build's migrations (`all`: version, description, SQL), each with when it was
+/// applied to `schema` (`None`: not yet, or no schema at all).
+pub(crate) fn migrations<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+    all: &'static [(i32, &'static str, &'static str)],
+) -> Boxed<'a, Vec<Applied>>
+where
+    (i32, DateTime<Utc>): for<'r> FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let sql = format!(
+            "SELECT version, applied_at FROM {}",
+            D::table(schema, "schema_migrations_t")
+        );
+        let applied: Vec<(i32, DateTime<Utc>)> = match D::fetch_all(pool, &sql, &[]).await {
+            Ok(rows) => rows,
+            Err(Error::Database(e)) if super::no_such_table(&e) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        Ok(all
+            .iter()
+            .map(|&(version, description, _)| {
+                let at = applied
+                    .iter()
+                    .find(|(v, _)| *v == version)
+                    .map(|(_, at)| *at);
+                (version, description, at)
+            })
+            .collect())
+    })
+}
+
+/// Up to `limit` ids of the jobs `filter` takes, after `after` in id order: live jobs
+/// (`live`) from the queue table, else fatal and cancelled ones from the results. Only
+/// the conditions given are written, so each is an index's to use.
+pub(crate) fn find_ids<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+    filter: &'a JobFilter,
+    live: bool,
+    after: Option<Uuid>,
+    limit: i64,
+) -> Boxed<'a, Vec<Uuid>>
+where
+    (Uuid,): for<'r> FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let table = if live {
+            "tasks_queue_t"
+        } else {
+            "task_results_t"
+        };
+        let mut sql = format!("SELECT task_id FROM {} WHERE true", D::table(schema, table));
+        let mut args = Vec::new();
+        // A condition `column = $n` on the next argument.
+        let given = |sql: &mut String, args: &mut Vec<Arg<'a>>, condition: &str, arg: Arg<'a>| {
+            args.push(arg);
+            sql.push_str(&format!(" AND {condition} ${}", args.len()));
+        };
+        if let Some(after) = after {
+            given(&mut sql, &mut args, "task_id >", Arg::Id(Some(after)));
+        }
+        for (column, value) in [
+            ("task_queue", &filter.queue),
+            ("task_type", &filter.task_type),
+            ("task_tenant", &filter.tenant),
+            ("task_correlation_id", &filter.correlation_id),
+        ] {
+            if let Some(value) = value {
+                given(
+                    &mut sql,
+                    &mut args,
+                    &format!("{column} ="),
+                    Arg::Text(Some(value)),
+                );
+            }
+        }
+        if live {
+            match filter.running() {
+                Some(true) => sql.push_str(" AND task_locked_by IS NOT NULL"),
+                Some(false) => sql.push_str(" AND task_locked_by IS NULL"),
+                None => {}
+            }
+            sql.push_str(filter.pending_clause());
+        } else {
+            match filter.status {
+                Some(s) => given(
+                    &mut sql,
+                    &mut args,
+                    "task_status =",
+                    Arg::Int4(Some(s as i32)),
+                ),
+                None => sql.push_str(&format!(" AND task_status IN ({FATAL}, {CANCELLED})")),
+            }
+        }
+        args.push(Arg::Int(Some(limit)));
+        sql.push_str(&format!(" ORDER BY task_id LIMIT ${}", args.len()));
+        let ids: Vec<(Uuid,)> = D::fetch_all(pool, &sql, &args).await?;
+        Ok(ids.into_iter().map(|(id,)| id).collect())
     })
 }

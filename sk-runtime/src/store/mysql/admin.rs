@@ -17,27 +17,7 @@ impl Admin for MySqlPool {
         &self,
         schema: &Schema,
     ) -> Result<Vec<(i32, &'static str, Option<DateTime<Utc>>)>> {
-        let pool = self;
-        let versions = schema.flat_table("schema_migrations_t");
-        let applied: Vec<(i32, DateTime<Utc>)> =
-            match sqlx::query_as(&format!("SELECT version, applied_at FROM {versions}"))
-                .fetch_all(pool)
-                .await
-            {
-                Ok(rows) => rows,
-                Err(e) if super::super::no_such_table(&e) => Vec::new(),
-                Err(e) => return Err(e.into()),
-            };
-        Ok(MIGRATIONS
-            .iter()
-            .map(|&(version, description, _)| {
-                let at = applied
-                    .iter()
-                    .find(|(v, _)| *v == version)
-                    .map(|(_, at)| *at);
-                (version, description, at)
-            })
-            .collect())
+        queries::migrations(self, schema, MIGRATIONS).await
     }
 
     async fn counts(&self, schema: &Schema, now: DateTime<Utc>) -> Result<QueueCounts> {

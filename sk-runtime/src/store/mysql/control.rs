@@ -359,44 +359,7 @@ impl Control for MySqlPool {
         after: Option<Uuid>,
         limit: i64,
     ) -> Result<Vec<Uuid>> {
-        let pool = self;
-        let table = if live {
-            schema.flat_table("tasks_queue_t")
-        } else {
-            schema.flat_table("task_results_t")
-        };
-        let mut query =
-            QueryBuilder::<MySql>::new(format!("SELECT task_id FROM {table} WHERE true"));
-        if let Some(after) = after {
-            query.push(" AND task_id > ").push_bind(after);
-        }
-        for (column, value) in [
-            ("task_queue", &filter.queue),
-            ("task_type", &filter.task_type),
-            ("task_tenant", &filter.tenant),
-            ("task_correlation_id", &filter.correlation_id),
-        ] {
-            if let Some(value) = value {
-                query
-                    .push(format!(" AND {column} = "))
-                    .push_bind(value.clone());
-            }
-        }
-        if live {
-            match filter.running() {
-                Some(true) => query.push(" AND task_locked_by IS NOT NULL"),
-                Some(false) => query.push(" AND task_locked_by IS NULL"),
-                None => &mut query,
-            };
-            query.push(filter.pending_clause());
-        } else {
-            match filter.status {
-                Some(s) => query.push(" AND task_status = ").push_bind(s as i32),
-                None => query.push(format!(" AND task_status IN ({FATAL}, {CANCELLED})")),
-            };
-        }
-        query.push(" ORDER BY task_id LIMIT ").push_bind(limit);
-        Ok(query.build_query_scalar().fetch_all(pool).await?)
+        queries::find_ids(self, schema, filter, live, after, limit).await
     }
 
     /// Enqueues one job on the pool (`Client::enqueue_json`).

@@ -237,43 +237,7 @@ impl Control for PgPool {
         after: Option<Uuid>,
         limit: i64,
     ) -> Result<Vec<Uuid>> {
-        let pool = self;
-        let sql = if live {
-            format!(
-                "SELECT task_id FROM {} WHERE ($1::uuid IS NULL OR task_id > $1)
-                    AND ($2::text IS NULL OR task_queue = $2) AND ($3::text IS NULL OR task_type = $3)
-                    AND ($4::text IS NULL OR task_tenant = $4) AND ($5::text IS NULL OR task_correlation_id = $5)
-                    AND ($6::bool IS NULL OR (task_locked_by IS NOT NULL) = $6){}
-                 ORDER BY task_id LIMIT $7",
-                schema.table("tasks_queue_t"),
-                filter.pending_clause()
-            )
-        } else {
-            format!(
-                "SELECT task_id FROM {} WHERE ($1::uuid IS NULL OR task_id > $1)
-                    AND ($2::text IS NULL OR task_queue = $2) AND ($3::text IS NULL OR task_type = $3)
-                    AND ($4::text IS NULL OR task_tenant = $4) AND ($5::text IS NULL OR task_correlation_id = $5)
-                    AND task_status = ANY($6)
-                 ORDER BY task_id LIMIT $7",
-                schema.table("task_results_t")
-            )
-        };
-        let query = sqlx::query_scalar(&sql)
-            .bind(after)
-            .bind(&filter.queue)
-            .bind(&filter.task_type)
-            .bind(&filter.tenant)
-            .bind(&filter.correlation_id);
-        let query = if live {
-            query.bind(filter.running())
-        } else {
-            let statuses: Vec<i32> = match filter.status {
-                Some(s) => vec![s as i32],
-                None => vec![6, 7],
-            };
-            query.bind(statuses)
-        };
-        Ok(query.bind(limit).fetch_all(pool).await?)
+        queries::find_ids(self, schema, filter, live, after, limit).await
     }
 
     /// Enqueues one job on the pool (`Client::enqueue_json`).

@@ -268,41 +268,7 @@ impl Control for SqlitePool {
         after: Option<Uuid>,
         limit: i64,
     ) -> Result<Vec<Uuid>> {
-        let pool = self;
-        let conditions = "($1 IS NULL OR task_id > $1) AND ($2 IS NULL OR task_queue = $2)
-            AND ($3 IS NULL OR task_type = $3) AND ($4 IS NULL OR task_tenant = $4)
-            AND ($5 IS NULL OR task_correlation_id = $5)";
-        let sql = if live {
-            format!(
-                "SELECT task_id FROM {} WHERE {conditions}
-                    AND ($6 IS NULL OR (task_locked_by IS NOT NULL) = $6){}
-                 ORDER BY task_id LIMIT $7",
-                schema.flat_table("tasks_queue_t"),
-                filter.pending_clause()
-            )
-        } else {
-            format!(
-                "SELECT task_id FROM {} WHERE {conditions}
-                    AND task_status IN (SELECT value FROM json_each($6))
-                 ORDER BY task_id LIMIT $7",
-                schema.flat_table("task_results_t")
-            )
-        };
-        let query = sqlx::query_scalar(&sql)
-            .bind(after)
-            .bind(&filter.queue)
-            .bind(&filter.task_type)
-            .bind(&filter.tenant)
-            .bind(&filter.correlation_id);
-        let query = if live {
-            query.bind(filter.running())
-        } else {
-            query.bind(match filter.status {
-                Some(s) => format!("[{}]", s as i32),
-                None => "[6, 7]".to_owned(),
-            })
-        };
-        Ok(query.bind(limit).fetch_all(pool).await?)
+        queries::find_ids(self, schema, filter, live, after, limit).await
     }
 
     /// Enqueues one job on the pool (`Client::enqueue_json`).
