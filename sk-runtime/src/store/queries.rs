@@ -14,7 +14,10 @@ use super::listing::{group_column, merge_group_counts, workers_of, WorkerRow};
 use super::{merge_queue_states, ScheduleRow, Schema};
 use crate::error::{Error, Result};
 use crate::model::status::{CANCELLED, ERROR, FATAL, FAULTED};
-use crate::model::{CountBy, ErrorGroup, GroupCounts, JobFilter, QueueState, StatRow, WorkerInfo};
+use crate::model::{
+    CountBy, ErrorGroup, GroupCounts, JobFilter, JobStatus, QueueCounts, QueueState, QueuedJob,
+    StatRow, WorkerInfo,
+};
 
 /// A query's future, boxed: the queries that decode rows are generic over the row types
 /// their backend decodes (`for<'r> FromRow<'r, _>`), which an `async fn` of a driver
@@ -400,5 +403,71 @@ where
         sql.push_str(&format!(" ORDER BY task_id LIMIT ${}", args.len()));
         let ids: Vec<(Uuid,)> = D::fetch_all(pool, &sql, &args).await?;
         Ok(ids.into_iter().map(|(id,)| id).collect())
+    })
+}
+
+/// The jobs by status (`by_status`: the backend's statement of (status, count) rows) and
+/// the live ones by what they wait for (`QueueInfo::counts`).
+pub(crate) fn counts<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+    by_status: &'a str,
+    now: DateTime<Utc>,
+) -> Boxed<'a, QueueCounts>
+where
+    (i32, i64): for<'r> FromRow<'r, D::Row>,
+    (i64, i64, i64, i64, i64): for<'r> FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let statuses: Vec<(i32, i64)> = D::fetch_all(pool, by_status, &[]).await?;
+        let live_sql = format!(
+            "SELECT {}, {}, {}, {}, {} FROM {}",
+            D::count_if("task_locked_by IS NULL AND task_locked_until_ts <= $1"),
+            D::count_if(
+                "task_locked_by IS NULL AND task_locked_until_ts > $1 AND coalesce(task_waiting_on, 0) = 0"
+            ),
+            D::count_if("task_locked_by IS NOT NULL AND task_locked_until_ts > $1"),
+            D::count_if("task_locked_by IS NOT NULL AND task_locked_until_ts <= $1"),
+            D::count_if("task_waiting_on > 0"),
+            D::table(schema, "tasks_queue_t")
+        );
+        let live: Vec<(i64, i64, i64, i64, i64)> =
+            D::fetch_all(pool, &live_sql, &[Arg::Time(now)]).await?;
+        let (available, scheduled, running, lease_expired, pending) =
+            live.first().copied().unwrap_or_default();
+        Ok(QueueCounts {
+            by_status: statuses
+                .into_iter()
+                .map(|(status, n)| (JobStatus::from_code(status), n))
+                .collect(),
+            available,
+            scheduled,
+            running,
+            lease_expired,
+            pending,
+        })
+    })
+}
+
+/// The next `limit` jobs a claim would take, first first (`QueueInfo::peek`).
+pub(crate) fn peek<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+    limit: i64,
+) -> Boxed<'a, Vec<QueuedJob>>
+where
+    QueuedJob: for<'r> FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let sql = format!(
+            "SELECT task_id, {} AS task_type, {} AS task_queue, task_priority, task_attempt,
+                task_max_attempts, task_locked_until_ts, task_posted_at_ts
+             FROM {} WHERE task_locked_by IS NULL
+             ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT $1",
+            D::text("task_type"),
+            D::text("task_queue"),
+            D::table(schema, "tasks_queue_t")
+        );
+        D::fetch_all(pool, &sql, &[Arg::Int(Some(limit))]).await
     })
 }

@@ -21,39 +21,11 @@ impl Admin for MySqlPool {
     }
 
     async fn counts(&self, schema: &Schema, now: DateTime<Utc>) -> Result<QueueCounts> {
-        let pool = self;
-        let mut counts = QueueCounts::default();
-        for row in sqlx::query(&schema.mysql.counts_by_status)
-            .fetch_all(pool)
-            .await?
-        {
-            let status: i32 = row.try_get(0)?;
-            let n: i64 = row.try_get(1)?;
-            counts
-                .by_status
-                .push((crate::model::JobStatus::from_code(status), n));
-        }
-        let row = sqlx::query(&schema.mysql.counts_live)
-            .bind(dt(now))
-            .bind(dt(now))
-            .bind(dt(now))
-            .bind(dt(now))
-            .fetch_one(pool)
-            .await?;
-        counts.available = row.try_get(0)?;
-        counts.scheduled = row.try_get(1)?;
-        counts.running = row.try_get(2)?;
-        counts.lease_expired = row.try_get(3)?;
-        counts.pending = row.try_get(4)?;
-        Ok(counts)
+        queries::counts(self, schema, &schema.mysql.counts_by_status, now).await
     }
 
     async fn peek(&self, schema: &Schema, limit: i64) -> Result<Vec<QueuedJob>> {
-        let pool = self;
-        Ok(sqlx::query_as(&schema.mysql.peek)
-            .bind(limit)
-            .fetch_all(pool)
-            .await?)
+        queries::peek(self, schema, limit).await
     }
 
     async fn job(

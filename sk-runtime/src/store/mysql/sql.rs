@@ -20,8 +20,6 @@ pub(crate) struct Statements {
     pub(super) failure: String,
     pub(super) stats: String,
     pub(super) counts_by_status: String,
-    pub(super) counts_live: String,
-    pub(super) peek: String,
     pub(super) job: String,
 }
 
@@ -161,22 +159,6 @@ impl Statements {
                     SELECT task_status, count(*) AS n FROM {r} GROUP BY task_status
                     UNION ALL SELECT 1, count(*) FROM {q} WHERE task_has_result = 0
                  ) c GROUP BY task_status HAVING sum(n) > 0"
-            ),
-            counts_live: format!(
-                "SELECT
-                    count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts <= ? THEN 1 END),
-                    count(CASE WHEN task_locked_by IS NULL AND task_locked_until_ts > ?
-                        AND coalesce(task_waiting_on, 0) = 0 THEN 1 END),
-                    count(CASE WHEN task_locked_by IS NOT NULL AND task_locked_until_ts > ? THEN 1 END),
-                    count(CASE WHEN task_locked_by IS NOT NULL AND task_locked_until_ts <= ? THEN 1 END),
-                    count(CASE WHEN task_waiting_on > 0 THEN 1 END)
-                 FROM {q}"
-            ),
-            peek: format!(
-                "SELECT task_id, CAST(task_type AS CHAR) AS task_type, CAST(task_queue AS CHAR) AS task_queue,
-                    task_priority, task_attempt, task_max_attempts, task_locked_until_ts, task_posted_at_ts
-                 FROM {q} WHERE task_locked_by IS NULL
-                 ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT ?"
             ),
             // As on PostgreSQL: a leased queue row means the job runs now; results hold
             // what happened before. The queue row's lost attempts follow the recorded ones

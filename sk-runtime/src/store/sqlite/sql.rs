@@ -26,8 +26,6 @@ pub(crate) struct Statements {
     pub(super) give_back: String,
     pub(super) extend: String,
     pub(super) counts_by_status: String,
-    pub(super) counts_live: String,
-    pub(super) peek: String,
     pub(super) job: String,
     pub(super) metrics: String,
 }
@@ -339,22 +337,6 @@ impl Statements {
                     SELECT task_status, count(*) AS n FROM {r} GROUP BY task_status
                     UNION ALL SELECT 1, count(*) FROM {q} WHERE NOT task_has_result
                  ) GROUP BY task_status HAVING sum(n) > 0"
-            ),
-            counts_live: format!(
-                "SELECT
-                    count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts <= $1),
-                    count(*) FILTER (WHERE task_locked_by IS NULL AND task_locked_until_ts > $1
-                        AND coalesce(task_waiting_on, 0) = 0),
-                    count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts > $1),
-                    count(*) FILTER (WHERE task_locked_by IS NOT NULL AND task_locked_until_ts <= $1),
-                    count(*) FILTER (WHERE task_waiting_on > 0)
-                 FROM {q}"
-            ),
-            peek: format!(
-                "SELECT task_id, task_type, task_queue, task_priority, task_attempt, task_max_attempts,
-                    task_locked_until_ts, task_posted_at_ts
-                 FROM {q} WHERE task_locked_by IS NULL
-                 ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT $1"
             ),
             // As on PostgreSQL: a leased queue row means the job runs now; results hold
             // what happened before. The queue row's lost attempts follow the recorded ones
