@@ -278,6 +278,47 @@ async fn the_seed_dequeue_function_keeps_the_seed_contract() {
     db.drop().await;
 }
 
+/// The seed's dequeue answers NULL filters as its SQL does (`= ANY(NULL)` is NULL: no
+/// row), and a queue an operator paused gives a seed consumer nothing until it resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_dequeue_takes_nothing_for_null_filters_or_from_a_paused_queue() {
+    let db = TestDb::new().await;
+    let paused = Record::new("held".into())
+        .with_queue("held")
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let open = Record::new("open".into()).enqueue(&db.pool).await.unwrap();
+    let now = chrono::Utc::now() + chrono::Duration::seconds(1);
+    let call = |types: Option<Vec<&'static str>>, exclude: Option<Vec<Uuid>>| {
+        let pool = db.pool.clone();
+        async move {
+            let row: Option<Dequeued> =
+                sqlx::query_as("SELECT * FROM sk_try_dequeue_task($1, $2, $3)")
+                    .bind(types)
+                    .bind(exclude)
+                    .bind(now)
+                    .fetch_optional(&pool)
+                    .await
+                    .unwrap();
+            row.map(|r| r.task_id)
+        }
+    };
+    assert_eq!(call(None, Some(vec![])).await, None, "NULL types: no row");
+    assert_eq!(call(Some(vec![]), None).await, None, "NULL exclusions: no row");
+    let client = sk_runtime::Client::new(db.pool.clone());
+    assert!(client.pause("held").await.unwrap());
+    assert_eq!(call(Some(vec![]), Some(vec![])).await, Some(open));
+    assert_eq!(
+        call(Some(vec![]), Some(vec![])).await,
+        None,
+        "the paused queue's job is held"
+    );
+    assert!(client.resume("held").await.unwrap());
+    assert_eq!(call(Some(vec!["record"]), Some(vec![])).await, Some(paused));
+    db.drop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seed_consumer_loop_takes_each_job_once_and_a_rollback_puts_it_back() {
     let db = TestDb::new().await;

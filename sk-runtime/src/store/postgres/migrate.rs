@@ -59,6 +59,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "every time in the queue and results tables is finite",
         include_str!("../../../migrations/postgres/0011_finite_times.sql"),
     ),
+    (
+        12,
+        "the seed's dequeue: NULL filters take nothing, paused queues give nothing",
+        include_str!("../../../migrations/postgres/0012_seed_dequeue.sql"),
+    ),
 ];
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with

@@ -1,0 +1,48 @@
+-- sk schema, version 12 (PostgreSQL): `sk_try_dequeue_task` as the seed's SQL answers,
+-- and never from a paused queue. A NULL `select_types` or `exclude_ids` takes nothing
+-- (the seed's `= ANY(NULL)` and `<> ALL(NULL)` are NULL, so no row qualifies); an empty
+-- `select_types` takes every type, an empty `exclude_ids` excludes none. A queue an
+-- operator paused (`Client::pause`, `sk pause`) gives no job to a seed consumer either.
+CREATE OR REPLACE FUNCTION __SCHEMA__.__PREFIX__try_dequeue_task(
+    select_types character varying[],
+    exclude_ids uuid[],
+    ref_now timestamp with time zone
+) RETURNS TABLE (
+    task_id uuid,
+    task_lock_handle_id bigint,
+    task_type character varying,
+    task_source character varying,
+    task_payload text,
+    task_priority integer,
+    task_posted_at_ts timestamp with time zone,
+    task_locked_until_ts timestamp with time zone
+)
+LANGUAGE sql AS $fn$
+    WITH dequeued AS (
+        DELETE FROM __SCHEMA__.__PREFIX__tasks_queue_t td
+        WHERE td.task_id = (
+            SELECT t0.task_id FROM __SCHEMA__.__PREFIX__tasks_queue_t t0
+            WHERE (t0.task_type = ANY(select_types) OR cardinality(select_types) = 0)
+              AND t0.task_locked_until_ts < ref_now
+              AND t0.task_id <> ALL(exclude_ids)
+              AND NOT EXISTS (SELECT 1 FROM __SCHEMA__.__PREFIX__queues_t p
+                              WHERE p.queue_name = t0.task_queue AND p.queue_paused_at_ts IS NOT NULL)
+            ORDER BY t0.task_priority, t0.task_locked_until_ts, t0.task_lock_handle_id
+            LIMIT 1
+            FOR UPDATE SKIP LOCKED)
+        RETURNING td.*
+    ), started AS (
+        INSERT INTO __SCHEMA__.__PREFIX__task_results_t AS r (task_id, task_type, task_source, task_queue,
+            task_status, task_priority, task_posted_at_ts, task_first_processing_attempted_at_ts,
+            task_last_processing_attempted_at_ts)
+        SELECT d.task_id, d.task_type, d.task_source, d.task_queue, 2, d.task_priority, d.task_posted_at_ts,
+            ref_now, ref_now
+        FROM dequeued d
+        ON CONFLICT (task_id) DO UPDATE SET task_status = 2,
+            task_first_processing_attempted_at_ts = coalesce(r.task_first_processing_attempted_at_ts, ref_now),
+            task_last_processing_attempted_at_ts = ref_now
+    )
+    SELECT d.task_id, d.task_lock_handle_id, d.task_type, d.task_source, d.task_payload, d.task_priority,
+        d.task_posted_at_ts, d.task_locked_until_ts
+    FROM dequeued d
+$fn$;
