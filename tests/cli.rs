@@ -130,6 +130,11 @@ each_backend! {
         let (code, out, _) = sk(&url, &["run-now", &waiting.to_string()]).await;
         assert_eq!((code, out.trim()), (0, format!("{waiting}: Rescheduled").as_str()));
         assert!(db.job(waiting).await.locked_until.unwrap() <= Utc::now());
+        let (code, out, _) = sk(&url, &["priority", "--to", "-5", &waiting.to_string()]).await;
+        assert_eq!((code, out.trim()), (0, format!("{waiting}: Reprioritized").as_str()));
+        assert_eq!(db.job(waiting).await.priority, -5);
+        let (code, out, _) = sk(&url, &["priority", "--to", "1", &fatal.to_string()]).await;
+        assert_eq!((code, out.trim()), (0, format!("{fatal}: Finished(Fatal)").as_str()));
         let (code, out, _) = sk(&url, &["retry", &fatal.to_string()]).await;
         assert_eq!((code, out.trim()), (0, format!("{fatal}: Retried").as_str()));
         assert_eq!(db.job(fatal).await.status(), JobStatus::Unprocessed);

@@ -1066,3 +1066,35 @@ each_backend! {
         db.drop().await;
     }
 }
+
+each_backend! {
+    /// A live job's priority changes its place in the claim order (seed 003 changed it by
+    /// SQL only); a finished job's is left as it ran; an unknown id is named so.
+    async fn reprioritize_moves_a_waiting_job_and_leaves_a_finished_one(db) {
+        use sk_runtime::ReprioritizeOutcome;
+        let client = Client::new(db.pool.clone());
+        let first = Record::new("first".into()).with_priority(5).enqueue(&db.pool).await.unwrap();
+        let second = Record::new("second".into()).with_priority(5).enqueue(&db.pool).await.unwrap();
+        let done = Record::new("done".into()).with_priority(9).enqueue(&db.pool).await.unwrap();
+        let order = |peeked: Vec<sk_runtime::QueuedJob>| peeked.into_iter().map(|j| j.id).collect::<Vec<_>>();
+        assert_eq!(order(client.peek(10).await.unwrap()), [first, second, done]);
+        assert_eq!(client.reprioritize(second, -1).await.unwrap(), ReprioritizeOutcome::Reprioritized);
+        assert_eq!(order(client.peek(10).await.unwrap()), [second, first, done]);
+        assert_eq!(client.job(second).await.unwrap().unwrap().priority, -1);
+        assert_eq!(client.reprioritize(second, -1).await.unwrap(), ReprioritizeOutcome::Reprioritized,
+            "already at that priority");
+
+        let driver = sk_runtime::__driver::Driver::new(db.pool.clone(), "w1");
+        let at = Utc::now() + chrono::Duration::seconds(1);
+        let claimed = driver.claim(&["record"], 3, at, at + chrono::Duration::seconds(30)).await.unwrap();
+        assert_eq!(claimed.len(), 3);
+        assert_eq!(client.reprioritize(first, 0).await.unwrap(), ReprioritizeOutcome::Reprioritized,
+            "a running job keeps it for a retry");
+        assert_eq!(driver.complete(&[(done, 1)], at).await.unwrap(), [done]);
+        assert_eq!(client.reprioritize(done, 0).await.unwrap(),
+            ReprioritizeOutcome::Finished(JobStatus::Processed));
+        assert_eq!(client.job(done).await.unwrap().unwrap().priority, 9, "as it ran");
+        assert_eq!(client.reprioritize(Uuid::now_v7(), 0).await.unwrap(), ReprioritizeOutcome::NotFound);
+        db.drop().await;
+    }
+}

@@ -305,7 +305,11 @@ async fn the_seed_dequeue_takes_nothing_for_null_filters_or_from_a_paused_queue(
         }
     };
     assert_eq!(call(None, Some(vec![])).await, None, "NULL types: no row");
-    assert_eq!(call(Some(vec![]), None).await, None, "NULL exclusions: no row");
+    assert_eq!(
+        call(Some(vec![]), None).await,
+        None,
+        "NULL exclusions: no row"
+    );
     let client = sk_runtime::Client::new(db.pool.clone());
     assert!(client.pause("held").await.unwrap());
     assert_eq!(call(Some(vec![]), Some(vec![])).await, Some(open));

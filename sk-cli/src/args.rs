@@ -66,6 +66,14 @@ pub(crate) enum Command {
     Cancel(BulkArgs),
     /// Make waiting jobs due now: by id, or every job a filter takes.
     RunNow(BulkArgs),
+    /// Set live jobs' priority (lower runs first): by id, or every job a filter takes.
+    Priority {
+        /// The new priority.
+        #[arg(long, allow_negative_numbers = true)]
+        to: i32,
+        #[command(flatten)]
+        jobs: BulkArgs,
+    },
     /// Delete the results of jobs that ended before a time (what the workers' retention
     /// does), and the run counts of that time.
     Prune {

@@ -5,8 +5,8 @@ use std::io::Write;
 use futures_util::StreamExt as _;
 
 use sk_runtime::{
-    CancelOutcome, Client, CountBy, JobFilter, JobStatus, Pool, RescheduleOutcome, RetryOutcome,
-    Schema,
+    CancelOutcome, Client, CountBy, JobFilter, JobStatus, Pool, ReprioritizeOutcome,
+    RescheduleOutcome, RetryOutcome, Schema,
 };
 use uuid::Uuid;
 
@@ -183,6 +183,8 @@ pub(crate) enum Action {
     Retry,
     Cancel,
     RunNow,
+    /// Set the priority to this.
+    Priority(i32),
 }
 
 impl Action {
@@ -191,6 +193,7 @@ impl Action {
             Action::Retry => "retry",
             Action::Cancel => "cancel",
             Action::RunNow => "run now",
+            Action::Priority(_) => "reprioritize",
         }
     }
 }
@@ -215,6 +218,13 @@ pub(crate) async fn one(
             (
                 format!("{outcome:?}"),
                 outcome != RescheduleOutcome::NotFound,
+            )
+        }
+        Action::Priority(priority) => {
+            let outcome = client.reprioritize(id, priority).await?;
+            (
+                format!("{outcome:?}"),
+                outcome != ReprioritizeOutcome::NotFound,
             )
         }
     })
@@ -356,10 +366,11 @@ pub(crate) fn applies(action: Action, status: JobStatus) -> bool {
         ),
         Action::Cancel => matches!(status, JobStatus::Unprocessed | JobStatus::Processing),
         Action::RunNow => status == JobStatus::Unprocessed,
+        Action::Priority(_) => !status.is_final(),
     }
 }
 
-/// Retry, cancel or run now: the ids given, or every job the filter takes, counted and
+/// Retry, cancel, run now or reprioritize: the ids given, or every job the filter takes, counted and
 /// confirmed first, then acted on one by one (each as `sk retry ID` would) with a
 /// progress bar on a terminal.
 pub(crate) async fn act(

@@ -134,6 +134,7 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
         Command::Retry(args) => act(&client, args, json, Action::Retry, out).await,
         Command::Cancel(args) => act(&client, args, json, Action::Cancel, out).await,
         Command::RunNow(args) => act(&client, args, json, Action::RunNow, out).await,
+        Command::Priority { to, jobs } => act(&client, jobs, json, Action::Priority(to), out).await,
         Command::Prune { older_than, yes } => {
             let before = ago(older_than)?;
             let question = format!(

@@ -60,7 +60,9 @@ mod transaction;
 mod worker;
 mod workflow;
 
-pub use client::{CancelOutcome, Client, QueueInfo, RescheduleOutcome, RetryOutcome};
+pub use client::{
+    CancelOutcome, Client, QueueInfo, ReprioritizeOutcome, RescheduleOutcome, RetryOutcome,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use enqueue::{Enqueue, EnqueueOutcome, Enqueued, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use error::{Error, JobError, Result};

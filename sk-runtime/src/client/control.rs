@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use super::{CancelOutcome, Client, RescheduleOutcome, RetryOutcome};
+use super::{CancelOutcome, Client, ReprioritizeOutcome, RescheduleOutcome, RetryOutcome};
 use crate::error::{Error, Result};
 use crate::model::{JobFilter, JobRecord, JobStatus, Pruned, QueueCounts, QueueState, QueuedJob};
 use crate::store::NewJob;
@@ -160,6 +160,22 @@ impl Client {
             Some(r) if r.status().is_final() => RescheduleOutcome::Finished(r.status()),
             Some(r) if r.status() == JobStatus::Pending => RescheduleOutcome::WaitingOnDependencies,
             Some(_) => RescheduleOutcome::Running,
+        })
+    }
+
+    /// Sets a live job's priority (lower runs first): a waiting job is claimed in its new
+    /// order, a running one keeps it for a retry. A finished job is left as it ran.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn reprioritize(&self, id: Uuid, priority: i32) -> Result<ReprioritizeOutcome> {
+        if self.pool.reprioritize(&self.schema, id, priority).await? {
+            return Ok(ReprioritizeOutcome::Reprioritized);
+        }
+        Ok(match self.job(id).await? {
+            None => ReprioritizeOutcome::NotFound,
+            Some(r) if r.status().is_final() => ReprioritizeOutcome::Finished(r.status()),
+            Some(_) => ReprioritizeOutcome::Reprioritized,
         })
     }
 

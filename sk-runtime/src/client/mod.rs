@@ -124,6 +124,18 @@ pub enum RetryOutcome {
     NotFound,
 }
 
+/// What [`Client::reprioritize`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReprioritizeOutcome {
+    /// The live job has the new priority (it may have had it already).
+    Reprioritized,
+    /// The job has finished; its priority is on record as it ran.
+    Finished(JobStatus),
+    /// No job with this id exists.
+    NotFound,
+}
+
 /// What [`Client::run_now`] and [`Client::reschedule`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -94,6 +94,9 @@ driver! {
         fn retry(&self, schema: &Schema, ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<Uuid>>;
         /// Moves a waiting job's not-before time; whether it was waiting.
         fn reschedule(&self, schema: &Schema, id: Uuid, at: DateTime<Utc>) -> Result<bool>;
+        /// Sets a live job's priority; whether its queue row changed (a job already at that
+        /// priority may read as unchanged on MySQL, which counts changed rows).
+        fn reprioritize(&self, schema: &Schema, id: Uuid, priority: i32) -> Result<bool>;
         /// Pauses or resumes a queue; whether that changed its state.
         fn set_paused(
             &self,

@@ -59,6 +59,21 @@ pub(crate) async fn set_paused<D: Dialect>(
     Ok(D::execute(pool, &sql, &args).await? > 0)
 }
 
+/// Sets a live job's priority (waiting, due, running or waiting on others: its next claim
+/// takes it in the new order); whether its queue row changed.
+pub(crate) async fn reprioritize<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    id: Uuid,
+    priority: i32,
+) -> Result<bool> {
+    let sql = format!(
+        "UPDATE {} SET task_priority = $2 WHERE task_id = $1",
+        D::table(schema, "tasks_queue_t")
+    );
+    Ok(D::execute(pool, &sql, &[Arg::Id(Some(id)), Arg::Int4(Some(priority))]).await? > 0)
+}
+
 /// Sets or (with `None`) removes a queue's concurrency limit across workers.
 pub(crate) async fn set_global_limit<D: Dialect>(
     pool: &sqlx::Pool<D>,

@@ -283,6 +283,10 @@ impl Control for MySqlPool {
 
     /// Moves a waiting job's not-before time; false when it is not waiting, or waits on
     /// other jobs.
+    async fn reprioritize(&self, schema: &Schema, id: Uuid, priority: i32) -> Result<bool> {
+        queries::reprioritize(self, schema, id, priority).await
+    }
+
     async fn reschedule(&self, schema: &Schema, id: Uuid, at: DateTime<Utc>) -> Result<bool> {
         let pool = self;
         // Matched rows, not changed ones: a job due already at `at` counts.

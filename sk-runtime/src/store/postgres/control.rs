@@ -174,6 +174,10 @@ impl Control for PgPool {
 
     /// Moves a waiting job's not-before time; false when it is not waiting, or waits on
     /// other jobs (it runs when they have succeeded).
+    async fn reprioritize(&self, schema: &Schema, id: Uuid, priority: i32) -> Result<bool> {
+        queries::reprioritize(self, schema, id, priority).await
+    }
+
     async fn reschedule(&self, schema: &Schema, id: Uuid, at: DateTime<Utc>) -> Result<bool> {
         let pool = self;
         let found: Option<Uuid> = sqlx::query_scalar(&format!(

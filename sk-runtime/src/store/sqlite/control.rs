@@ -204,6 +204,10 @@ impl Control for SqlitePool {
 
     /// Moves a waiting job's not-before time; false when it is not waiting, or waits on
     /// other jobs.
+    async fn reprioritize(&self, schema: &Schema, id: Uuid, priority: i32) -> Result<bool> {
+        queries::reprioritize(self, schema, id, priority).await
+    }
+
     async fn reschedule(&self, schema: &Schema, id: Uuid, at: DateTime<Utc>) -> Result<bool> {
         let pool = self;
         let changed = sqlx::query(&format!(
