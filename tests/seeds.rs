@@ -323,6 +323,59 @@ async fn the_seed_dequeue_takes_nothing_for_null_filters_or_from_a_paused_queue(
     db.drop().await;
 }
 
+/// A seed consumer records a failure the seed's way, in `task_last_error`; every read
+/// path shows it as the job's error: the record, the job list and the error groups (and
+/// so the CLI and the dashboard, which read through them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seed_consumers_error_is_the_jobs_error_in_every_read() {
+    let db = TestDb::new().await;
+    let id = Record::new("x".into()).enqueue(&db.pool).await.unwrap();
+    let now = chrono::Utc::now() + chrono::Duration::seconds(1);
+    let mut tx = db.pool.begin().await.unwrap();
+    assert_eq!(
+        dequeue(&mut *tx, &["record"], &[], now)
+            .await
+            .unwrap()
+            .task_id,
+        id
+    );
+    sqlx::query(
+        "UPDATE sk_task_results_t SET task_status = 6, task_error_count = 1,
+            task_last_error = 'gateway down (HTTP 502)', task_processing_finalized_at_ts = $2
+         WHERE task_id = $1",
+    )
+    .bind(id)
+    .bind(now)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let message = Some("gateway down (HTTP 502)");
+    let record = db.job(id).await;
+    assert_eq!(
+        (record.status(), record.last_error_message.as_deref()),
+        (JobStatus::Fatal, message)
+    );
+    let client = sk_runtime::Client::new(db.pool.clone());
+    let page = client
+        .jobs(&sk_runtime::JobFilter::new(), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(page.jobs[0].last_error_message.as_deref(), message);
+    let groups = client
+        .error_groups(now - chrono::Duration::hours(1), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        groups
+            .iter()
+            .map(|g| (g.count, g.message.as_deref(), g.sample))
+            .collect::<Vec<_>>(),
+        [(1, message, id)]
+    );
+    db.drop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seed_consumer_loop_takes_each_job_once_and_a_rollback_puts_it_back() {
     let db = TestDb::new().await;

@@ -134,7 +134,7 @@ macro_rules! push_job_list {
                     text("r.task_tenant"),
                     text("r.task_correlation_id"),
                     text("r.task_last_error_type"),
-                    text("r.task_last_error_message"),
+                    text("coalesce(r.task_last_error_message, r.task_last_error)"),
                     processing = $crate::model::status::PROCESSING,
                 ))
                 .push(from);

@@ -183,14 +183,16 @@ where
 {
     Box::pin(async move {
         let sql = format!(
-            "SELECT task_last_error_type AS kind, task_last_error_message AS message, count(*) AS jobs,
+            "SELECT task_last_error_type AS kind, {message} AS message, count(*) AS jobs,
                 min(task_last_processing_attempted_at_ts) AS first_seen,
                 max(task_last_processing_attempted_at_ts) AS last_seen, {} AS sample
              FROM {} WHERE task_status IN ({ERROR}, {FAULTED}, {FATAL}) AND task_last_processing_attempted_at_ts >= $1
-             GROUP BY task_last_error_type, task_last_error_message
+             GROUP BY task_last_error_type, {message}
              ORDER BY jobs DESC, last_seen DESC LIMIT $2",
             D::newest_id("task_id"),
-            D::table(schema, "task_results_t")
+            D::table(schema, "task_results_t"),
+            // A seed consumer writes its error in `task_last_error` alone.
+            message = "coalesce(task_last_error_message, task_last_error)",
         );
         D::fetch_all(pool, &sql, &[Arg::Time(since), Arg::Int(Some(limit))]).await
     })

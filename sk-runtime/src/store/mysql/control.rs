@@ -426,7 +426,7 @@ impl Control for MySqlPool {
                     task_correlation_id, task_metadata, task_posted_at_ts,
                     CAST(NULL AS DATETIME(6)) AS task_processing_finalized_at_ts,
                     CAST(coalesce(JSON_LENGTH(task_lost_attempts), 0) AS SIGNED) AS task_error_count,
-                    NULL AS task_last_error_type, NULL AS task_last_error_message
+                    NULL AS task_last_error_type, NULL AS task_last_error_message, NULL AS task_last_error
                   FROM {q} WHERE task_has_result = 0) r
                  JOIN {q} q ON q.task_id = r.task_id
                  WHERE NOT EXISTS (SELECT 1 FROM {r} x WHERE x.task_id = r.task_id)"

@@ -306,7 +306,8 @@ impl Control for PgPool {
                     q.task_priority, q.task_tenant, q.task_correlation_id, q.task_metadata, q.task_posted_at_ts,
                     NULL::timestamptz AS task_processing_finalized_at_ts,
                     jsonb_array_length(coalesce(q.task_lost_attempts, '[]')) AS task_error_count,
-                    NULL::text AS task_last_error_type, NULL::text AS task_last_error_message) r
+                    NULL::text AS task_last_error_type, NULL::text AS task_last_error_message,
+                    NULL::text AS task_last_error) r
                  WHERE NOT q.task_has_result AND NOT EXISTS (SELECT 1 FROM {r} x WHERE x.task_id = q.task_id)",
                 q = schema.table("tasks_queue_t"),
                 r = schema.table("task_results_t")

@@ -601,7 +601,8 @@ impl Statements {
                     coalesce(q.task_priority, r.task_priority) AS task_priority,
                     coalesce(r.task_error_count, 0) + jsonb_array_length(coalesce(q.task_lost_attempts, '[]'))
                         AS task_error_count, r.task_last_error_type,
-                    r.task_last_error_message, r.task_last_error_detail, r.task_last_error_is_recoverable,
+                    coalesce(r.task_last_error_message, r.task_last_error) AS task_last_error_message,
+                    r.task_last_error_detail, r.task_last_error_is_recoverable,
                     coalesce(r.task_processing_time_milliseconds, 0) AS task_processing_time_milliseconds,
                     coalesce(r.task_posted_at_ts, q.task_posted_at_ts) AS task_posted_at_ts,
                     coalesce(r.task_first_processing_attempted_at_ts,

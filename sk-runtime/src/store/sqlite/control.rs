@@ -349,7 +349,7 @@ impl Control for SqlitePool {
                     task_correlation_id, task_metadata, task_posted_at_ts,
                     NULL AS task_processing_finalized_at_ts,
                     json_array_length(coalesce(task_lost_attempts, '[]')) AS task_error_count,
-                    NULL AS task_last_error_type, NULL AS task_last_error_message
+                    NULL AS task_last_error_type, NULL AS task_last_error_message, NULL AS task_last_error
                   FROM {q} WHERE NOT task_has_result) r
                  JOIN {q} q ON q.task_id = r.task_id
                  WHERE NOT EXISTS (SELECT 1 FROM {r} x WHERE x.task_id = r.task_id)"
