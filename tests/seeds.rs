@@ -376,6 +376,56 @@ async fn a_seed_consumers_error_is_the_jobs_error_in_every_read() {
     db.drop().await;
 }
 
+/// A seed-000 producer draws its lock handle from seed 000's sequence by name, a seed-001
+/// producer (and sk) from seed 001's: the handles never meet (the UNIQUE constraint would
+/// refuse the insert), and each name's grow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_seeds_sequence_names_give_unique_growing_handles() {
+    let db = TestDb::new().await;
+    let mut posted = Vec::new();
+    for (i, sequence) in [
+        "sk_processing_queues_task_lock_handle_id_seq",
+        "sk_tasks_queue_t_task_lock_handle_id_seq",
+        "sk_processing_queues_task_lock_handle_id_seq",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = Uuid::new_v4();
+        let handle: i64 = sqlx::query_scalar(&format!(
+            "INSERT INTO sk_tasks_queue_t (task_id, task_lock_handle_id, task_type, task_source,
+                task_payload, task_priority, task_posted_at_ts, task_locked_until_ts)
+             VALUES ($1, nextval('public.{sequence}'::regclass), 'record', 'seed 000',
+                '{{\"label\": \"{i}\"}}', 0, now(), now())
+             RETURNING task_lock_handle_id"
+        ))
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        posted.push((handle, id));
+    }
+    let by_default = Record::new("sk".into()).enqueue(&db.pool).await.unwrap();
+    let handle: i64 =
+        sqlx::query_scalar("SELECT task_lock_handle_id FROM sk_tasks_queue_t WHERE task_id = $1")
+            .bind(by_default)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    posted.push((handle, by_default));
+    let handles: Vec<i64> = posted.iter().map(|(h, _)| *h).collect();
+    assert!(
+        handles[0] < handles[2] && handles[1] < handles[3],
+        "each name's handles grow: {handles:?}"
+    );
+    assert_eq!(
+        handles.iter().map(|h| h % 2).collect::<Vec<_>>(),
+        [0, 1, 0, 1],
+        "seed 000's even, seed 001's (the default) odd"
+    );
+    db.drop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seed_consumer_loop_takes_each_job_once_and_a_rollback_puts_it_back() {
     let db = TestDb::new().await;

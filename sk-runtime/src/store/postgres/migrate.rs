@@ -64,6 +64,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "the seed's dequeue: NULL filters take nothing, paused queues give nothing",
         include_str!("../../../migrations/postgres/0012_seed_dequeue.sql"),
     ),
+    (
+        13,
+        "seed 000's name for the lock-handle sequence",
+        include_str!("../../../migrations/postgres/0013_seed_000_sequence.sql"),
+    ),
 ];
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with
