@@ -426,6 +426,84 @@ async fn both_seeds_sequence_names_give_unique_growing_handles() {
     db.drop().await;
 }
 
+/// Seed 001's queue allows a NULL priority: such a job is taken after every job with a
+/// priority (PostgreSQL sorts NULL last, as the seed's `ORDER BY task_priority` does), by
+/// sk's claim and by the seed's dequeue alike; sk reads and records it as the last integer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_priority_is_taken_last_and_read_as_the_last_integer() {
+    let db = TestDb::new().await;
+    let past = chrono::Utc::now() - chrono::Duration::seconds(10);
+    let mut ids = Vec::new();
+    // Posted first, the NULL one; then priorities 5 and 0, later.
+    for (i, priority) in [None, Some(5), Some(0), None].into_iter().enumerate() {
+        let id = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_source, task_payload, task_priority,
+                task_locked_until_ts) VALUES ($1, 'record', 'seed 001', $2, $3, $4)",
+        )
+        .bind(id)
+        .bind(format!("{{\"label\": \"{i}\"}}"))
+        .bind(priority)
+        .bind(past + chrono::Duration::seconds(i as i64))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    let client = sk_runtime::Client::new(db.pool.clone());
+    let peeked: Vec<(Uuid, i32)> = client
+        .peek(10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| (j.id, j.priority))
+        .collect();
+    assert_eq!(
+        peeked,
+        [
+            (ids[2], 0),
+            (ids[1], 5),
+            (ids[0], i32::MAX),
+            (ids[3], i32::MAX)
+        ]
+    );
+    assert_eq!(db.job(ids[0]).await.priority, i32::MAX);
+
+    let driver = sk_runtime::__driver::Driver::new(db.pool.clone(), "w1");
+    let now = chrono::Utc::now();
+    let lease = now + chrono::Duration::seconds(30);
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let claimed = driver.claim(&["record"], 1, now, lease).await.unwrap();
+        order.push((claimed[0].id, claimed[0].priority));
+    }
+    assert_eq!(
+        order,
+        [(ids[2], 0), (ids[1], 5), (ids[0], i32::MAX)],
+        "the NULL priority last"
+    );
+    assert_eq!(
+        driver.complete(&[(ids[0], 1)], now).await.unwrap(),
+        [ids[0]]
+    );
+    let recorded: i32 =
+        sqlx::query_scalar("SELECT task_priority FROM sk_task_results_t WHERE task_id = $1")
+            .bind(ids[0])
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(recorded, i32::MAX);
+    // The seed's dequeue returns the NULL as it is, and records the job as processing.
+    let (id, priority): (Uuid, Option<i32>) =
+        sqlx::query_as("SELECT task_id, task_priority FROM sk_try_dequeue_task('{}', '{}', now())")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((id, priority), (ids[3], None));
+    assert_eq!(db.job(ids[3]).await.status(), JobStatus::Processing);
+    db.drop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seed_consumer_loop_takes_each_job_once_and_a_rollback_puts_it_back() {
     let db = TestDb::new().await;

@@ -255,7 +255,11 @@ async fn a_postgres_time_past_chronos_fails_migration_11_by_name() {
     db.execute("UPDATE old.sk_tasks_queue_t SET task_locked_until_ts = now()")
         .await;
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
-    assert_eq!(db.scalar(versions, None).await, Some(11));
+    let newest = sk_runtime::migrations(db.pool.clone(), &old)
+        .await
+        .unwrap()
+        .len() as i64;
+    assert_eq!(db.scalar(versions, None).await, Some(newest), "11 and on");
     let refused = sqlx::query(
         "INSERT INTO old.sk_task_results_t (task_id, task_type, task_source, task_queue, task_status, task_priority, task_posted_at_ts)
          VALUES (gen_random_uuid(), 'record', 'hand', 'default', 1, 0, 'infinity')",

@@ -2,7 +2,8 @@
 -- and never from a paused queue. A NULL `select_types` or `exclude_ids` takes nothing
 -- (the seed's `= ANY(NULL)` and `<> ALL(NULL)` are NULL, so no row qualifies); an empty
 -- `select_types` takes every type, an empty `exclude_ids` excludes none. A queue an
--- operator paused (`Client::pause`, `sk pause`) gives no job to a seed consumer either.
+-- operator paused (`Client::pause`, `sk pause`) gives no job to a seed consumer either. A
+-- NULL priority (migration 14) is returned as it is, and recorded as the last integer.
 CREATE OR REPLACE FUNCTION __SCHEMA__.__PREFIX__try_dequeue_task(
     select_types character varying[],
     exclude_ids uuid[],
@@ -35,7 +36,8 @@ LANGUAGE sql AS $fn$
         INSERT INTO __SCHEMA__.__PREFIX__task_results_t AS r (task_id, task_type, task_source, task_queue,
             task_status, task_priority, task_posted_at_ts, task_first_processing_attempted_at_ts,
             task_last_processing_attempted_at_ts)
-        SELECT d.task_id, d.task_type, d.task_source, d.task_queue, 2, d.task_priority, d.task_posted_at_ts,
+        SELECT d.task_id, d.task_type, d.task_source, d.task_queue, 2, coalesce(d.task_priority, 2147483647),
+            d.task_posted_at_ts,
             ref_now, ref_now
         FROM dequeued d
         ON CONFLICT (task_id) DO UPDATE SET task_status = 2,

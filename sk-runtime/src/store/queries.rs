@@ -477,7 +477,8 @@ where
 {
     Box::pin(async move {
         let sql = format!(
-            "SELECT task_id, {} AS task_type, {} AS task_queue, task_priority, task_attempt,
+            "SELECT task_id, {} AS task_type, {} AS task_queue,
+                coalesce(task_priority, 2147483647) AS task_priority, task_attempt,
                 task_max_attempts, task_locked_until_ts, task_posted_at_ts
              FROM {} WHERE task_locked_by IS NULL
              ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT $1",

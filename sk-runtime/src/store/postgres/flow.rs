@@ -78,7 +78,8 @@ pub(crate) async fn enqueue_after(
             "INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
                 task_unique_key, task_unique_mode, task_posted_at_ts, task_tenant, task_correlation_id,
                 task_metadata)
-             SELECT task_id, task_type, task_source, task_queue, 8, task_priority, task_unique_key,
+             SELECT task_id, task_type, task_source, task_queue, 8, coalesce(task_priority, 2147483647),
+                task_unique_key,
                 task_unique_mode, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata
              FROM {q} WHERE task_id = ANY($1)
              ON CONFLICT (task_id) DO UPDATE SET task_status = {PENDING}"

@@ -69,6 +69,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "seed 000's name for the lock-handle sequence",
         include_str!("../../../migrations/postgres/0013_seed_000_sequence.sql"),
     ),
+    (
+        14,
+        "seed 001's NULL priority",
+        include_str!("../../../migrations/postgres/0014_null_priority.sql"),
+    ),
 ];
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with
