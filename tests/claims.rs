@@ -103,7 +103,7 @@ async fn a_prefetched_job_whose_lease_ran_out_is_handed_back_unstarted() {
     // One job run first, so the worker prefetches (it does not before a first run).
     Record::new("first".into()).enqueue(&db.pool).await.unwrap();
     assert_eq!(recv(&mut rx, "the first job", T).await.label, "first");
-    Gated::new("holds the slot".into())
+    let gated = Gated::new("holds the slot".into())
         .enqueue(&db.pool)
         .await
         .unwrap();
@@ -111,6 +111,14 @@ async fn a_prefetched_job_whose_lease_ran_out_is_handed_back_unstarted() {
         recv(&mut rx, "the gated job", T).await.label,
         "holds the slot"
     );
+    // The running job's lease is extended, as its heartbeat would: only the waiting job's
+    // runs out below (else the worker's next claim could take the running one again,
+    // which is another test's: leases::a_job_claimed_again_by_its_own_worker_...).
+    db.execute(&format!(
+        "UPDATE sk_tasks_queue_t SET task_locked_until_ts = task_locked_until_ts + interval '1 hour'
+         WHERE task_id = '{gated}'"
+    ))
+    .await;
     let id = Record::new("waits".into()).enqueue(&db.pool).await.unwrap();
     let sql = format!("SELECT count(*) FROM sk_tasks_queue_t WHERE task_id = '{id}' AND task_locked_by IS NOT NULL");
     wait_until("the waiting job to be prefetched", T, || async {
