@@ -1,0 +1,358 @@
+//! Kills: worker processes killed with SIGKILL and restarted, on each backend, with
+//! plain jobs and with jobs that write through their own transaction.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_with_restarts_loses_nothing_and_finalizes_once() {
+    let _serial = SERIAL.lock().await;
+    const JOBS: u32 = 30_000;
+    const DUE: u32 = JOBS * 9 / 10;
+    const LEASE_MS: u64 = 1000;
+    let (db, mut ids) = setup::<sqlx::Postgres>(DUE, 20).await;
+    ids.extend(hold_reserve(&db, (DUE..JOBS).map(|_| Burn::new(20))).await);
+    let (mut rng, seed) = Rng::from_env();
+    let args = [
+        "--concurrency",
+        "16",
+        "--lease-ms",
+        "1000",
+        "--poll-ms",
+        "100",
+    ];
+    let mut victims = vec![Proc::spawn(&db.url, "kill-victim-0", &args)];
+    let mut steady = [
+        Proc::spawn(&db.url, "kill-steady-1", &args),
+        Proc::spawn(&db.url, "kill-steady-2", &args),
+    ];
+    let started = Instant::now();
+    let mut kills: Vec<(i32, DateTime<Utc>)> = Vec::new();
+    let mut expiries: Vec<f64> = Vec::new();
+    let mut held_at_kill = 0i64;
+    for k in 1..=6 {
+        let left = at_kill_point(&db, &mut rng, (k, 6), DUE).await;
+        let victim = victims.last_mut().unwrap();
+        assert!(victim.alive(), "the victim was running");
+        victim.child.kill().unwrap(); // SIGKILL
+        victim.child.wait().unwrap();
+        kills.push((victim.pid() as i32, Utc::now()));
+        // What the kill stranded: jobs leased to the dead process, claimable again when
+        // their lease runs out.
+        let (held, remaining): (i64, Option<f64>) = sqlx::query_as(
+            "SELECT count(*), extract(epoch FROM max(task_locked_until_ts) - clock_timestamp())::float8
+             FROM sk_tasks_queue_t WHERE task_locked_by = $1",
+        )
+        .bind(&victim.id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        held_at_kill += held;
+        expiries.extend(remaining);
+        report(&format!(
+            "kill-9: kill {k} of pid {} with {left} jobs left",
+            victim.pid()
+        ));
+        victims.push(Proc::spawn(&db.url, &format!("kill-victim-{k}"), &args));
+    }
+    release_reserve(&db).await;
+    wait_processed(&db, JOBS as usize, Duration::from_secs(300)).await;
+    let elapsed = started.elapsed();
+    for p in victims.iter_mut().rev().take(1).chain(steady.iter_mut()) {
+        p.signal("TERM");
+        assert_eq!(
+            p.exit_code(Duration::from_secs(30)).await,
+            Some(0),
+            "{} exits 0 on SIGTERM",
+            p.id
+        );
+    }
+    let reran = assert_each_job_finished_once(&db, &ids).await;
+
+    // Runs cut short by a kill ran again, once their lease had run out.
+    let killed_pids: Vec<i32> = kills.iter().map(|k| k.0).collect();
+    let reruns: Vec<(i32, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT first.pid, next.started_at FROM fault_runs first
+         JOIN LATERAL (SELECT started_at FROM fault_runs n WHERE n.task_id = first.task_id AND n.attempt > first.attempt
+                       ORDER BY n.attempt LIMIT 1) next ON true
+         WHERE first.pid = ANY($1)",
+    )
+    .bind(&killed_pids)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let mut recovery: Vec<f64> = reruns
+        .iter()
+        .map(|(pid, at)| {
+            let killed_at = kills.iter().find(|k| k.0 == *pid).unwrap().1;
+            (*at - killed_at).as_seconds_f64()
+        })
+        .collect();
+    recovery.sort_by(f64::total_cmp);
+    expiries.sort_by(f64::total_cmp);
+    assert!(
+        !recovery.is_empty(),
+        "some runs were cut short by the kills"
+    );
+    let lease = LEASE_MS as f64 / 1000.0;
+    // Stranded leases ran out within one lease of the kill (heartbeats extend by one lease).
+    assert!(
+        expiries.iter().all(|e| *e <= lease + 0.05),
+        "a lease outlived the kill by more than the lease: {expiries:?}"
+    );
+    // The last heartbeat before a kill extended the lease from at most a third of a lease
+    // earlier, so a rerun cannot start sooner than 2/3 of a lease after the kill.
+    assert!(
+        recovery[0] >= lease * 2.0 / 3.0 - 0.05,
+        "a rerun started before the lease ran out: {recovery:?}"
+    );
+    // The job record: a job that ran again shows the attempt it lost (the killed worker's),
+    // and its first attempt is the first run's claim, not the rerun's.
+    let (reran_without_lost, first_too_late, lost_on_record): (i64, i64, i64) = sqlx::query_as(
+        "WITH runs AS (SELECT task_id, count(*) AS n, min(started_at) AS first FROM fault_runs GROUP BY task_id)
+         SELECT count(*) FILTER (WHERE runs.n > 1 AND NOT r.task_errors @> '[{\"outcome\": \"lost\"}]'),
+                count(*) FILTER (WHERE r.task_first_processing_attempted_at_ts > runs.first),
+                count(*) FILTER (WHERE r.task_errors @> '[{\"outcome\": \"lost\"}]')
+         FROM runs JOIN sk_task_results_t r USING (task_id)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (reran_without_lost, first_too_late),
+        (0, 0),
+        "lost attempts and first-attempt times on record"
+    );
+    report(&format!(
+        "kill-9: seed={seed} jobs={JOBS} workers=3 kills={k} restarts={k} lost=0 finalized_twice=0 reran_jobs={reran} \
+         leased_to_killed={held_at_kill} lease_s={lease:.1} lease_left_at_kill_s(max)={:.2} \
+         rerun_after_kill_s(min/p50/max)={:.2}/{:.2}/{:.2} (lease expiry, then FIFO behind older waiting jobs) burn_down_s={:.1} \
+         jobs_with_a_lost_attempt_on_record={lost_on_record}",
+        expiries.last().copied().unwrap_or(f64::NAN),
+        recovery[0],
+        percentile(&recovery, 0.5),
+        recovery.last().unwrap(),
+        elapsed.as_secs_f64(),
+        k = kills.len(),
+    ));
+    db.drop().await;
+}
+
+on_backends! {
+    /// As on PostgreSQL, three worker processes, one killed with SIGKILL and restarted four
+    /// times. SQLite has no `SKIP LOCKED`: its write lock, taken by each claim before it
+    /// reads, keeps the processes' claims apart (docs/backends.md), and a process killed
+    /// inside a write leaves no half-written transaction behind. On MySQL/MariaDB claims
+    /// meet at `FOR UPDATE SKIP LOCKED`, and a killed process's open transaction is rolled
+    /// back by the server when its connection drops.
+    fn kill_9_with_restarts_on => kill_9_on [sqlite, mysql]
+}
+
+async fn kill_9_on<B: TestBackend>(label: &str)
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let _serial = SERIAL.lock().await;
+    const JOBS: u32 = 6_000;
+    const DUE: u32 = JOBS * 9 / 10;
+    let (db, mut ids) = setup::<B>(DUE, 20).await;
+    ids.extend(hold_reserve(&db, (DUE..JOBS).map(|_| Burn::new(20))).await);
+    let (mut rng, seed) = Rng::from_env();
+    let args = [
+        "--concurrency",
+        "16",
+        "--lease-ms",
+        "1000",
+        "--poll-ms",
+        "100",
+    ];
+    let mut victims = vec![Proc::spawn(&db.url, &format!("{label}-victim-0"), &args)];
+    let mut steady = [
+        Proc::spawn(&db.url, &format!("{label}-steady-1"), &args),
+        Proc::spawn(&db.url, &format!("{label}-steady-2"), &args),
+    ];
+    let started = Instant::now();
+    let mut held_at_kill = 0;
+    let kills = 4;
+    for k in 1..=kills {
+        let left = at_kill_point(&db, &mut rng, (k, kills), DUE).await;
+        let victim = victims.last_mut().unwrap();
+        assert!(victim.alive(), "the victim was running");
+        victim.child.kill().unwrap(); // SIGKILL
+        victim.child.wait().unwrap();
+        held_at_kill += db
+            .scalar(
+                "SELECT count(*) FROM sk_tasks_queue_t WHERE task_locked_by = $1",
+                Some(&victim.id),
+            )
+            .await
+            .expect("a count");
+        report(&format!(
+            "{label} kill-9: kill {k} of pid {} with {left} jobs left",
+            victim.pid()
+        ));
+        victims.push(Proc::spawn(&db.url, &format!("{label}-victim-{k}"), &args));
+    }
+    release_reserve(&db).await;
+    wait_processed(&db, JOBS as usize, Duration::from_secs(300)).await;
+    let elapsed = started.elapsed();
+    for p in victims.iter_mut().rev().take(1).chain(steady.iter_mut()) {
+        p.signal("TERM");
+        assert_eq!(
+            p.exit_code(Duration::from_secs(30)).await,
+            Some(0),
+            "{} exits 0 on SIGTERM",
+            p.id
+        );
+    }
+    let reran = assert_each_job_finished_once(&db, &ids).await;
+    let lost = if B::BACKEND == "MySQL" {
+        "JSON_SEARCH(r.task_errors, 'one', 'lost', NULL, '$[*].outcome') IS NOT NULL"
+    } else {
+        "EXISTS (SELECT 1 FROM json_each(r.task_errors) e WHERE e.value ->> 'outcome' = 'lost')"
+    };
+    let reran_without_lost = db
+        .scalar(
+            &format!(
+                "SELECT count(*) FROM (SELECT task_id FROM fault_runs GROUP BY task_id HAVING count(*) > 1) d
+                 JOIN sk_task_results_t r USING (task_id) WHERE NOT {lost}"
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(
+        reran_without_lost,
+        Some(0),
+        "a job that ran again has its lost attempt on record"
+    );
+    assert!(held_at_kill > 0, "the kills stranded leased jobs");
+    assert!(reran > 0, "jobs cut short by a kill ran again");
+    report(&format!(
+        "{label} kill-9: seed={seed} jobs={JOBS} processes=3 kills={kills} restarts={kills} lost=0 finalized_twice=0 \
+         reran_jobs={reran} leased_to_killed={held_at_kill} burn_down_s={:.1}",
+        elapsed.as_secs_f64()
+    ));
+    db.drop().await;
+}
+
+on_backends! {
+    /// Jobs that write through their own transaction (`effect_pg`, `effect_mysql`): three
+    /// worker processes, one killed with SIGKILL at random points and restarted four times,
+    /// over 10,000 jobs. A kill between the write and the completion leaves neither, so
+    /// every job's write is there exactly once, though the jobs cut short ran again.
+    fn kill_9_leaves_each_transaction_jobs_write_exactly_once => kill_9_effects_on [postgres, mysql]
+}
+
+/// A backend whose worker binary has a transaction job: the job that writes through it.
+trait Effects: TestBackend {
+    type Job: sk_runtime::Job;
+    fn job(millis: u64) -> Self::Job;
+}
+
+impl Effects for sqlx::Postgres {
+    type Job = EffectPg;
+    fn job(millis: u64) -> EffectPg {
+        EffectPg::new(millis)
+    }
+}
+
+impl Effects for sqlx::MySql {
+    type Job = EffectMysql;
+    fn job(millis: u64) -> EffectMysql {
+        EffectMysql::new(millis)
+    }
+}
+
+async fn kill_9_effects_on<B: Effects>(label: &str)
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let job = B::job;
+    let _serial = SERIAL.lock().await;
+    const JOBS: u32 = 10_000;
+    const DUE: u32 = JOBS * 9 / 10;
+    let (db, _) = setup::<B>(0, 0).await;
+    db.execute(if B::BACKEND == "MySQL" {
+        "CREATE TABLE fault_effects (task_id BINARY(16) NOT NULL, KEY (task_id))"
+    } else {
+        "CREATE TABLE fault_effects (task_id uuid NOT NULL)"
+    })
+    .await;
+    let mut ids = sk_runtime::Enqueue::enqueue_many(&db.pool, (0..DUE).map(|_| job(20)))
+        .await
+        .unwrap();
+    ids.extend(hold_reserve(&db, (DUE..JOBS).map(|_| job(20))).await);
+    let (mut rng, seed) = Rng::from_env();
+    let args = [
+        "--concurrency",
+        "16",
+        "--lease-ms",
+        "1000",
+        "--poll-ms",
+        "100",
+        "--job",
+        "effect",
+    ];
+    let name = |role: &str| format!("{label}-effects-{role}");
+    let mut victims = vec![Proc::spawn(&db.url, &name("victim-0"), &args)];
+    let mut steady = [
+        Proc::spawn(&db.url, &name("steady-1"), &args),
+        Proc::spawn(&db.url, &name("steady-2"), &args),
+    ];
+    let started = Instant::now();
+    let kills = 4;
+    let mut in_flight = 0;
+    for k in 1..=kills {
+        at_kill_point(&db, &mut rng, (k, kills), DUE).await;
+        let victim = victims.last_mut().unwrap();
+        assert!(victim.alive(), "the victim was running");
+        victim.child.kill().unwrap(); // SIGKILL
+        victim.child.wait().unwrap();
+        in_flight += db
+            .scalar(
+                "SELECT count(*) FROM sk_tasks_queue_t WHERE task_locked_by = $1",
+                Some(&victim.id),
+            )
+            .await
+            .expect("a count");
+        victims.push(Proc::spawn(&db.url, &name(&format!("victim-{k}")), &args));
+    }
+    release_reserve(&db).await;
+    wait_processed(&db, JOBS as usize, Duration::from_secs(300)).await;
+    let elapsed = started.elapsed();
+    for p in victims.iter_mut().rev().take(1).chain(steady.iter_mut()) {
+        p.signal("TERM");
+        assert_eq!(
+            p.exit_code(Duration::from_secs(30)).await,
+            Some(0),
+            "{} exits 0 on SIGTERM",
+            p.id
+        );
+    }
+    let reran = assert_each_job_finished_once(&db, &ids).await;
+    let db_ref = &db;
+    let count = |sql: &'static str| async move { db_ref.scalar(sql, None).await.expect("a count") };
+    let (writes, jobs_written, twice) = (
+        count("SELECT count(*) FROM fault_effects").await,
+        count("SELECT count(DISTINCT task_id) FROM fault_effects").await,
+        count("SELECT count(*) FROM (SELECT task_id FROM fault_effects GROUP BY task_id HAVING count(*) > 1) d").await,
+    );
+    assert_eq!(
+        (writes, jobs_written, twice),
+        (i64::from(JOBS), i64::from(JOBS), 0),
+        "each job's write exactly once"
+    );
+    let orphan = count(
+        "SELECT count(*) FROM fault_effects f WHERE NOT EXISTS
+           (SELECT 1 FROM sk_task_results_t r WHERE r.task_id = f.task_id AND r.task_status = 3)",
+    )
+    .await;
+    assert_eq!(orphan, 0, "no write without its job's completion");
+    assert!(in_flight > 0, "the kills cut jobs short");
+    assert!(reran > 0, "jobs cut short by a kill ran again");
+    report(&format!(
+        "{label} kill-9 transaction jobs: seed={seed} jobs={JOBS} processes=3 kills={kills} \
+         writes={writes} written_twice=0 reran_jobs={reran} leased_to_killed={in_flight} burn_down_s={:.1}",
+        elapsed.as_secs_f64()
+    ));
+    db.drop().await;
+}
