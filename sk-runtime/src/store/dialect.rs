@@ -5,8 +5,9 @@
 //!
 //! A statement is written with PostgreSQL's `$n` placeholders and the dialect's pieces;
 //! its arguments are [`Arg`]s. On MySQL each `$n` becomes a `?` and its argument is
-//! bound again at each place it is used. The statements written once live in `common`;
-//! each backend implements [`Dialect`] in its own room with [`dialect_io!`].
+//! bound again at each place it is used. The statements written once live in `queries`
+//! (the admin side) and `worker_rows` (a worker's own rows); each backend implements
+//! [`Dialect`] in its own room with [`dialect_io!`].
 
 use super::Schema;
 use crate::error::Result;

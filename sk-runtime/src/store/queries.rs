@@ -1,12 +1,12 @@
 //! The admin and control queries that read or change the same rows the same way on every
-//! backend, written once over the [`Dialect`]: queue states and pauses, limits, counts by
-//! group, error groups, workers, run counts, stored schedules. Each backend's `Admin` and
-//! `Control` call these and add what is its own (PostgreSQL notifies its listeners of a
-//! change of queues; SQLite and MySQL signal the workers of this process).
+//! backend, written once over the [`Dialect`]: pauses and limits, a job's priority, queue
+//! states, counts and peek, counts by group, error groups, workers, run counts, the ids a
+//! bulk action takes, stored schedules and the migrations' read. Each backend's `Admin`
+//! and `Control` call these and add what is its own (PostgreSQL notifies its listeners of
+//! a change of queues; SQLite and MySQL signal the workers of this process).
 
 use chrono::{DateTime, Utc};
 use sqlx::FromRow;
-
 use uuid::Uuid;
 
 use super::dialect::{Arg, Dialect};
