@@ -126,7 +126,7 @@ macro_rules! push_job_list {
                 .push_bind($now.clone())
                 .push(format!(
                     " THEN {processing} ELSE r.task_status END AS task_status,
-                        coalesce(q.task_priority, r.task_priority, 2147483647) AS task_priority, q.task_attempt,
+                        coalesce(q.task_priority, r.task_priority, {null_priority}) AS task_priority, q.task_attempt,
                         {} AS task_tenant, {} AS task_correlation_id, r.task_posted_at_ts, q.task_locked_until_ts,
                         r.task_processing_finalized_at_ts, r.task_error_count,
                         {} AS task_last_error_type, {} AS task_last_error_message
@@ -136,6 +136,7 @@ macro_rules! push_job_list {
                     text("r.task_last_error_type"),
                     text("coalesce(r.task_last_error_message, r.task_last_error)"),
                     processing = $crate::model::status::PROCESSING,
+                    null_priority = $crate::store::NULL_PRIORITY,
                 ))
                 .push(from);
             $crate::store::listing::push_list_filter!($query, $filter, $after, $now, |$q, $key, $value| $metadata);

@@ -39,6 +39,11 @@ use uuid::Uuid;
 
 use crate::error::{Error, Result};
 
+/// How sk reads a NULL `task_priority`, and records it where the column is NOT NULL (the
+/// results): the last integer, since PostgreSQL sorts NULL after every priority in the
+/// claim's `ORDER BY task_priority`, as seed 001's dequeue does (PostgreSQL migration 14).
+pub(crate) const NULL_PRIORITY: i32 = i32::MAX;
+
 /// Whether `error` says a table does not exist (PostgreSQL, MySQL or SQLite).
 #[allow(dead_code)] // Not every backend combination reads it.
 pub(crate) fn no_such_table(error: &sqlx::Error) -> bool {

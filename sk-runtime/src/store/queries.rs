@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::dialect::{Arg, Dialect};
 use super::listing::{group_column, merge_group_counts, workers_of, WorkerRow};
-use super::{merge_queue_states, ScheduleRow, Schema};
+use super::{merge_queue_states, ScheduleRow, Schema, NULL_PRIORITY};
 use crate::error::{Error, Result};
 use crate::model::status::{CANCELLED, ERROR, FATAL, FAULTED};
 use crate::model::{
@@ -478,7 +478,7 @@ where
     Box::pin(async move {
         let sql = format!(
             "SELECT task_id, {} AS task_type, {} AS task_queue,
-                coalesce(task_priority, 2147483647) AS task_priority, task_attempt,
+                coalesce(task_priority, {NULL_PRIORITY}) AS task_priority, task_attempt,
                 task_max_attempts, task_locked_until_ts, task_posted_at_ts
              FROM {} WHERE task_locked_by IS NULL
              ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT $1",

@@ -13,7 +13,7 @@ use crate::model::status::{CANCELLED, FATAL, UNPROCESSED};
 use crate::model::{JobFilter, QueueState};
 use crate::store::queries;
 use crate::store::worker_rows::delete_job_stats;
-use crate::store::{NewJob, Schema};
+use crate::store::{NewJob, Schema, NULL_PRIORITY};
 
 /// The ids a notification payload holds at most (a payload is under 8000 bytes).
 const IDS_PER_NOTIFICATION: usize = 200;
@@ -67,7 +67,7 @@ impl Control for PgPool {
                     task_timeout_ms, task_errors, task_last_locked_by, task_tenant, task_correlation_id, task_metadata,
                     task_unique_key, task_unique_mode, task_first_processing_attempted_at_ts,
                     task_last_processing_attempted_at_ts, task_last_error_type, task_last_error_message, task_last_error)
-                SELECT task_id, task_type, task_source, task_queue, coalesce(task_priority, 2147483647),
+                SELECT task_id, task_type, task_source, task_queue, coalesce(task_priority, {NULL_PRIORITY}),
                     task_posted_at_ts, 7,
                     jsonb_array_length(attempts) - CASE WHEN running THEN 1 ELSE 0 END, $2, task_payload,
                     task_max_attempts, task_timeout_ms, attempts, task_locked_by, task_tenant, task_correlation_id,
@@ -304,7 +304,7 @@ impl Control for PgPool {
             ),
             format!(
                 "{q} q CROSS JOIN LATERAL (SELECT q.task_id, q.task_type, q.task_queue, {UNPROCESSED} AS task_status,
-                    coalesce(q.task_priority, 2147483647) AS task_priority, q.task_tenant, q.task_correlation_id,
+                    coalesce(q.task_priority, {NULL_PRIORITY}) AS task_priority, q.task_tenant, q.task_correlation_id,
                     q.task_metadata, q.task_posted_at_ts,
                     NULL::timestamptz AS task_processing_finalized_at_ts,
                     jsonb_array_length(coalesce(q.task_lost_attempts, '[]')) AS task_error_count,

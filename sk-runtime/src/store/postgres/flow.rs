@@ -10,7 +10,9 @@ use uuid::Uuid;
 
 use crate::error::Result;
 use crate::model::status::{PENDING, UNPROCESSED};
-use crate::store::{dependency_kind, dependency_states, NewJob, Schema, WAITING_UNTIL};
+use crate::store::{
+    dependency_kind, dependency_states, NewJob, Schema, NULL_PRIORITY, WAITING_UNTIL,
+};
 
 /// Inserts `jobs`, each waiting on all of `deps` (in a transaction, or a savepoint of the
 /// caller's); their ids in order.
@@ -78,7 +80,7 @@ pub(crate) async fn enqueue_after(
             "INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_status, task_priority,
                 task_unique_key, task_unique_mode, task_posted_at_ts, task_tenant, task_correlation_id,
                 task_metadata)
-             SELECT task_id, task_type, task_source, task_queue, 8, coalesce(task_priority, 2147483647),
+             SELECT task_id, task_type, task_source, task_queue, 8, coalesce(task_priority, {NULL_PRIORITY}),
                 task_unique_key,
                 task_unique_mode, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata
              FROM {q} WHERE task_id = ANY($1)

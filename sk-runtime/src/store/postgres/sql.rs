@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::model::status::{PROCESSED, PROCESSING, UNPROCESSED};
+use crate::store::NULL_PRIORITY;
 
 /// Completion statements addressed to one results partition, by its name.
 pub(super) type CompleteIn = std::collections::HashMap<String, [Option<std::sync::Arc<str>>; 2]>;
@@ -129,14 +130,14 @@ impl Statements {
             )"
         );
         let lost_message = "'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)'";
-        // The columns of a queue row that a results row repeats.
-        // A NULL priority (seed 001's queue allows one, migration 14) is read and recorded
-        // as the last integer, as the seed's `ORDER BY task_priority` sorts it: after every
-        // other.
-        let job_columns_q_noloss = "q.task_id, q.task_type, q.task_source, q.task_queue,
-            coalesce(q.task_priority, 2147483647) AS task_priority,
+        // The columns of a queue row that a results row repeats (a NULL priority as
+        // `NULL_PRIORITY`).
+        let job_columns_q_noloss = format!(
+            "q.task_id, q.task_type, q.task_source, q.task_queue,
+            coalesce(q.task_priority, {NULL_PRIORITY}) AS task_priority,
             q.task_posted_at_ts, q.task_claimed_at_ts, q.task_tenant, q.task_correlation_id, q.task_metadata,
-            q.task_timeout_ms";
+            q.task_timeout_ms"
+        );
         let job_columns_q = format!("{job_columns_q_noloss}, q.task_lost_attempts");
         // Writes the outcome of the runs in CTE `done` (`job_columns_q` and `ms`) into their
         // results rows. sk's enqueue wrote those rows; a job posted by another producer (a
@@ -546,7 +547,7 @@ impl Statements {
                     LIMIT $4
                     FOR UPDATE SKIP LOCKED))
                 RETURNING q.task_id, q.task_type, q.task_payload, q.task_attempt, q.task_max_attempts,
-                    coalesce(q.task_priority, 2147483647) AS task_priority, q.task_queue, q.task_posted_at_ts, q.task_tenant, q.task_correlation_id,
+                    coalesce(q.task_priority, {NULL_PRIORITY}) AS task_priority, q.task_queue, q.task_posted_at_ts, q.task_tenant, q.task_correlation_id,
                     q.task_metadata::text AS task_metadata, q.task_timeout_ms, q.task_waiting_on"
             ),
             complete,
@@ -602,7 +603,7 @@ impl Statements {
                     coalesce(q.task_payload, r.task_payload) AS task_payload,
                     CASE WHEN q.task_locked_by IS NOT NULL AND q.task_locked_until_ts > $2 THEN {PROCESSING}
                          ELSE coalesce(r.task_status, {UNPROCESSED}) END AS task_status,
-                    coalesce(q.task_priority, r.task_priority, 2147483647) AS task_priority,
+                    coalesce(q.task_priority, r.task_priority, {NULL_PRIORITY}) AS task_priority,
                     coalesce(r.task_error_count, 0) + jsonb_array_length(coalesce(q.task_lost_attempts, '[]'))
                         AS task_error_count, r.task_last_error_type,
                     coalesce(r.task_last_error_message, r.task_last_error) AS task_last_error_message,
