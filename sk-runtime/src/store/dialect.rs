@@ -71,6 +71,13 @@ pub(crate) trait Dialect: sqlx::Database {
         (sql.to_owned(), (0..highest).collect())
     }
 
+    /// `sql` in this backend's form and `args` bound in the order its placeholders take
+    /// them.
+    fn arguments<'q>(
+        sql: &str,
+        args: &[Arg<'q>],
+    ) -> Result<(String, <Self as sqlx::Database>::Arguments<'q>)>;
+
     /// Every row `sql` returns with `args`, each as a `T`.
     fn fetch_all<'a, T>(
         pool: &'a sqlx::Pool<Self>,
@@ -138,10 +145,32 @@ pub(crate) fn question_marks(sql: &str) -> (String, Vec<usize>) {
     (text, order)
 }
 
-/// The dialect's `fetch_all`, `execute` and `execute_on` for a backend (`$db`), binding an
-/// [`Arg::Time`] as `$time` turns it.
+/// The dialect's `arguments`, `fetch_all`, `execute` and `execute_on` for a backend
+/// (`$db`), binding an [`Arg::Time`] as `$time` turns it.
 macro_rules! dialect_io {
     ($db:ty, $time:expr) => {
+        fn arguments<'q>(
+            sql: &str,
+            args: &[$crate::store::dialect::Arg<'q>],
+        ) -> $crate::error::Result<(String, <$db as sqlx::Database>::Arguments<'q>)> {
+            use sqlx::Arguments as _;
+            use $crate::store::dialect::Arg;
+            let (text, order) = <Self as $crate::store::dialect::Dialect>::placeholders(sql);
+            let mut arguments = <$db as sqlx::Database>::Arguments::<'q>::default();
+            for i in order {
+                match args[i] {
+                    Arg::Time(t) => arguments.add(($time)(t)),
+                    Arg::Text(v) => arguments.add(v),
+                    Arg::Int(v) => arguments.add(v),
+                    Arg::Int4(v) => arguments.add(v),
+                    Arg::Bool(v) => arguments.add(v),
+                    Arg::Id(v) => arguments.add(v),
+                }
+                .map_err(sqlx::Error::Encode)?;
+            }
+            Ok((text, arguments))
+        }
+
         fn fetch_all<'a, T>(
             pool: &'a sqlx::Pool<Self>,
             sql: &'a str,
@@ -151,12 +180,10 @@ macro_rules! dialect_io {
             T: for<'r> sqlx::FromRow<'r, <Self as sqlx::Database>::Row> + Send + Unpin + 'a,
         {
             async move {
-                let (text, order) = <Self as $crate::store::dialect::Dialect>::placeholders(sql);
-                let mut query = sqlx::query_as::<$db, T>(&text);
-                for i in order {
-                    query = $crate::store::dialect::dialect_io!(@bind query, args[i], $time);
-                }
-                Ok(query.fetch_all(pool).await?)
+                let (text, arguments) = Self::arguments(sql, args)?;
+                Ok(sqlx::query_as_with::<$db, T, _>(&text, arguments)
+                    .fetch_all(pool)
+                    .await?)
             }
         }
 
@@ -166,12 +193,11 @@ macro_rules! dialect_io {
             args: &'a [$crate::store::dialect::Arg<'a>],
         ) -> impl std::future::Future<Output = $crate::error::Result<u64>> + Send + 'a {
             async move {
-                let (text, order) = <Self as $crate::store::dialect::Dialect>::placeholders(sql);
-                let mut query = sqlx::query::<$db>(&text);
-                for i in order {
-                    query = $crate::store::dialect::dialect_io!(@bind query, args[i], $time);
-                }
-                Ok(query.execute(pool).await?.rows_affected())
+                let (text, arguments) = Self::arguments(sql, args)?;
+                Ok(sqlx::query_with::<$db, _>(&text, arguments)
+                    .execute(pool)
+                    .await?
+                    .rows_affected())
             }
         }
 
@@ -181,23 +207,12 @@ macro_rules! dialect_io {
             args: &'a [$crate::store::dialect::Arg<'a>],
         ) -> impl std::future::Future<Output = $crate::error::Result<u64>> + Send + 'a {
             async move {
-                let (text, order) = <Self as $crate::store::dialect::Dialect>::placeholders(sql);
-                let mut query = sqlx::query::<$db>(&text);
-                for i in order {
-                    query = $crate::store::dialect::dialect_io!(@bind query, args[i], $time);
-                }
-                Ok(query.execute(&mut *conn).await?.rows_affected())
+                let (text, arguments) = Self::arguments(sql, args)?;
+                Ok(sqlx::query_with::<$db, _>(&text, arguments)
+                    .execute(&mut *conn)
+                    .await?
+                    .rows_affected())
             }
-        }
-    };
-    (@bind $query:ident, $arg:expr, $time:expr) => {
-        match $arg {
-            $crate::store::dialect::Arg::Time(t) => $query.bind(($time)(t)),
-            $crate::store::dialect::Arg::Text(v) => $query.bind(v),
-            $crate::store::dialect::Arg::Int(v) => $query.bind(v),
-            $crate::store::dialect::Arg::Int4(v) => $query.bind(v),
-            $crate::store::dialect::Arg::Bool(v) => $query.bind(v),
-            $crate::store::dialect::Arg::Id(v) => $query.bind(v),
         }
     };
 }
