@@ -157,3 +157,73 @@ pub(crate) async fn write_job_stats<D: Dialect>(
     tx.commit().await?;
     Ok(())
 }
+
+/// `WorkerRows` for a backend's worker store `$store` (its `pool`, `schema` and
+/// `worker_id`) by the functions above: every backend writes its own rows alike.
+macro_rules! worker_rows_of {
+    ($store:ty) => {
+        impl $crate::store::driver::WorkerRows for $store {
+            async fn queue_controls(&self) -> $crate::error::Result<$crate::store::QueueControls> {
+                $crate::store::worker_rows::queue_controls(&self.pool, &self.schema).await
+            }
+
+            async fn worker_up(
+                &self,
+                up: &$crate::model::WorkerUp,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> $crate::error::Result<()> {
+                $crate::store::worker_rows::worker_up(
+                    &self.pool,
+                    &self.schema,
+                    &self.worker_id,
+                    up,
+                    now,
+                )
+                .await
+            }
+
+            async fn worker_seen(
+                &self,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> $crate::error::Result<()> {
+                $crate::store::worker_rows::worker_seen(
+                    &self.pool,
+                    &self.schema,
+                    &self.worker_id,
+                    now,
+                )
+                .await
+            }
+
+            async fn worker_down(&self) -> $crate::error::Result<()> {
+                $crate::store::worker_rows::worker_down(&self.pool, &self.schema, &self.worker_id)
+                    .await
+            }
+
+            async fn prune_job_stats(
+                &self,
+                before: chrono::DateTime<chrono::Utc>,
+            ) -> $crate::error::Result<u64> {
+                $crate::store::worker_rows::delete_job_stats(&self.pool, &self.schema, before).await
+            }
+
+            async fn write_job_stats(
+                &self,
+                buckets: &[(
+                    chrono::DateTime<chrono::Utc>,
+                    String,
+                    $crate::model::StatBucket,
+                )],
+            ) -> $crate::error::Result<()> {
+                $crate::store::worker_rows::write_job_stats(
+                    &self.pool,
+                    &self.schema,
+                    &self.worker_id,
+                    buckets,
+                )
+                .await
+            }
+        }
+    };
+}
+pub(crate) use worker_rows_of;

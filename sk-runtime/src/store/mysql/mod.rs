@@ -13,15 +13,15 @@
 //!
 //! The module's rooms, the same in each backend: `sql` (the statements of a schema,
 //! formatted once), `migrate`, `enqueue`, `admin` and `control` (the driver contract's
-//! `Admin` and `Control` on the pool), `work` (`Work`, on the worker's store) and
-//! `worker_rows` (`WorkerRows`), `flow` (jobs that wait on others), `partitions` and
+//! `Admin` and `Control` on the pool), `work` (`Work`, on the worker's store; its
+//! `WorkerRows` is `store::worker_rows::worker_rows_of!`), `dialect`, `flow` (jobs that
+//! wait on others), `partitions` and
 //! `store` (the worker store and the rows it reads back).
 
 mod control;
 mod dialect;
 pub(crate) mod flow;
 mod partitions;
-mod worker_rows;
 
 use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};

@@ -573,3 +573,5 @@ impl MySqlStore {
         .await?)
     }
 }
+
+crate::store::worker_rows::worker_rows_of!(MySqlStore);

@@ -3,8 +3,9 @@
 //!
 //! The module's rooms, the same in each backend: `sql` (the statements of a schema,
 //! formatted once), `migrate`, `enqueue`, `admin` and `control` (the driver contract's
-//! `Admin` and `Control` on the pool), `work` (`Work`, on the worker's store) and
-//! `worker_rows` (`WorkerRows`), `flow` (jobs that wait on others), `partitions` (the
+//! `Admin` and `Control` on the pool), `work` (`Work`, on the worker's store; its
+//! `WorkerRows` is `store::worker_rows::worker_rows_of!`), `dialect`, `flow` (jobs that
+//! wait on others), `partitions` (the
 //! results table by time).
 
 use chrono::{DateTime, Utc};
@@ -19,7 +20,6 @@ mod migrate;
 pub(crate) mod partitions;
 mod sql;
 mod work;
-mod worker_rows;
 
 pub(crate) use enqueue::*;
 pub(crate) use migrate::*;

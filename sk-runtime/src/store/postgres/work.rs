@@ -588,3 +588,5 @@ impl Work for PgStore {
         })
     }
 }
+
+crate::store::worker_rows::worker_rows_of!(PgStore);

@@ -18,14 +18,14 @@
 //!
 //! The module's rooms, the same in each backend: `sql` (the statements of a schema,
 //! formatted once), `migrate`, `enqueue`, `admin` and `control` (the driver contract's
-//! `Admin` and `Control` on the pool), `work` (`Work`, on the worker's store) and
-//! `worker_rows` (`WorkerRows`), `flow` (jobs that wait on others), `store` (the worker
+//! `Admin` and `Control` on the pool), `work` (`Work`, on the worker's store; its
+//! `WorkerRows` is `store::worker_rows::worker_rows_of!`), `dialect`, `flow` (jobs that
+//! wait on others), `store` (the worker
 //! store: turns to write, checkpoints, decoding a claim) and `rows`.
 
 mod control;
 mod dialect;
 pub(crate) mod flow;
-mod worker_rows;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

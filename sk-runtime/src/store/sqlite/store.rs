@@ -564,3 +564,5 @@ pub(super) fn last_row<'r>(
 pub(super) fn address(options: &SqliteConnectOptions) -> String {
     format!("sqlite:{}", options.get_filename().display())
 }
+
+crate::store::worker_rows::worker_rows_of!(SqliteStore);
