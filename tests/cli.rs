@@ -229,6 +229,16 @@ each_backend! {
         let (code, out, _) = sk(&url, &["migrate", "--status"]).await;
         assert_eq!(code, 0);
         assert!(out.contains("up to date"), "{out}");
+        // Seed 000's keys: PostgreSQL's; refused elsewhere with the reason.
+        let (code, out, err) = sk(&url, &["migrate", "--seed-keys", "000"]).await;
+        if url.starts_with("postgres") {
+            assert_eq!((code, out.trim()), (0, "sk's tables are at this version, keyed as seed 000's"), "{err}");
+            let (code, _, err) = sk(&url, &["migrate", "--seed-keys", "001"]).await;
+            assert_eq!(code, 0, "{err}");
+        } else {
+            assert_eq!(code, 1);
+            assert!(err.contains("invalid seed keys: seed 000's one row per metric id is a PostgreSQL contract"), "{err}");
+        }
         db.drop().await;
     }
 }

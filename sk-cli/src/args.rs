@@ -49,6 +49,11 @@ pub(crate) enum Command {
         /// Only say which migrations the database has and which are pending.
         #[arg(long)]
         status: bool,
+        /// Key the metrics and stats tables as a Stakhanovise page does (PostgreSQL):
+        /// `001` one row per owner process (the default), `000` one row per metric id and
+        /// payload type, for code that upserts `ON CONFLICT (metric_id)`.
+        #[arg(long, value_name = "SEED", value_parser = ["000", "001"])]
+        seed_keys: Option<String>,
     },
     /// Jobs per queue and state, paused and limited queues, live workers.
     Status,

@@ -112,16 +112,27 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
     })?;
     let schema = Schema::new(&cli.schema, &cli.prefix)?;
     let pool = Pool::connect(url).await?;
-    if let Command::Migrate { status: true } = cli.command {
+    if let Command::Migrate { status: true, .. } = cli.command {
         return migrations(pool, &schema, cli.json, out).await;
     }
-    if let Command::Migrate { .. } = cli.command {
-        sk_runtime::migrate(pool, &schema).await?;
+    if let Command::Migrate { seed_keys, .. } = &cli.command {
+        sk_runtime::migrate(pool.clone(), &schema).await?;
+        let keys = match seed_keys.as_deref() {
+            Some("000") => Some(sk_runtime::SeedKeys::OnePerName),
+            Some(_) => Some(sk_runtime::SeedKeys::PerProcess),
+            None => None,
+        };
+        if let Some(keys) = keys {
+            sk_runtime::set_seed_keys(pool, &schema, keys).await?;
+        }
         return say(
             out,
             cli.json,
-            &serde_json::json!({ "migrated": true }),
-            || "sk's tables are at this version".to_owned(),
+            &serde_json::json!({ "migrated": true, "seed_keys": seed_keys }),
+            || match seed_keys {
+                Some(seed) => format!("sk's tables are at this version, keyed as seed {seed}'s"),
+                None => "sk's tables are at this version".to_owned(),
+            },
         );
     }
     let client = Client::new(pool).schema(schema);

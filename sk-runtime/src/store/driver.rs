@@ -64,6 +64,8 @@ driver! {
     trait Admin on Pool {
         /// Brings the schema to this build's version.
         fn migrate(&self, schema: &Schema) -> Result<()>;
+        /// Keys the metrics and stats tables per process or per name (`SeedKeys`).
+        fn set_seed_keys(&self, schema: &Schema, keys: crate::migrate::SeedKeys) -> Result<()>;
         /// This build's migrations, each with when it was applied (`None`: not yet).
         fn migrations(
             &self,

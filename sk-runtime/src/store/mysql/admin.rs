@@ -4,6 +4,10 @@ use super::*;
 use crate::store::queries;
 
 impl Admin for MySqlPool {
+    async fn set_seed_keys(&self, _schema: &Schema, keys: crate::migrate::SeedKeys) -> Result<()> {
+        crate::migrate::per_process_only(keys)
+    }
+
     /// Brings the schema to the newest version, one worker at a time (a named lock). MySQL
     /// commits each DDL statement on its own: a migration interrupted halfway is finished by
     /// the next run (its statements are `IF NOT EXISTS`).

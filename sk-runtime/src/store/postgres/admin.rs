@@ -15,6 +15,10 @@ impl Admin for PgPool {
         Ok(())
     }
 
+    async fn set_seed_keys(&self, schema: &Schema, keys: crate::migrate::SeedKeys) -> Result<()> {
+        migrate::set_seed_keys(self, schema, keys).await
+    }
+
     /// This build's migrations, each with when it was applied to `schema` (`None`: not yet).
     async fn migrations(
         &self,

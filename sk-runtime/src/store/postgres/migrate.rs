@@ -1,6 +1,7 @@
 //! The migrations, applied in order under an advisory lock, and the checks that refuse one whose rows would not fit.
 
 use super::*;
+use crate::migrate::SeedKeys;
 
 /// Versioned migrations, applied in order; `__SCHEMA__`/`__PREFIX__` are substituted.
 pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
@@ -73,6 +74,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         14,
         "seed 001's NULL priority",
         include_str!("../../../migrations/postgres/0014_null_priority.sql"),
+    ),
+    (
+        15,
+        "the seeds' column order in the results, metrics and stats tables",
+        include_str!("../../../migrations/postgres/0015_seed_column_order.sql"),
     ),
 ];
 
@@ -166,6 +172,25 @@ pub(crate) async fn migrate_to(pool: &PgPool, schema: &Schema, target: i32) -> R
         .await?;
         tracing::info!(version, description, "sk: applied migration");
     }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Keys the metrics and stats tables per process (seed 001) or per name (seed 000), in
+/// one transaction.
+pub(super) async fn set_seed_keys(pool: &PgPool, schema: &Schema, keys: SeedKeys) -> Result<()> {
+    let sql = match keys {
+        SeedKeys::PerProcess => include_str!("../../../migrations/postgres/seed_001_keys.sql"),
+        SeedKeys::OnePerName => include_str!("../../../migrations/postgres/seed_000_keys.sql"),
+    };
+    let sql = sql
+        .replace("__SCHEMA__", schema.schema_name())
+        .replace("__PREFIX__", schema.prefix());
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET LOCAL client_min_messages = warning")
+        .execute(&mut *tx)
+        .await?;
+    (&mut *tx).execute(sql.as_str()).await?;
     tx.commit().await?;
     Ok(())
 }

@@ -4,6 +4,10 @@ use super::*;
 use crate::store::queries;
 
 impl Admin for SqlitePool {
+    async fn set_seed_keys(&self, _schema: &Schema, keys: crate::migrate::SeedKeys) -> Result<()> {
+        crate::migrate::per_process_only(keys)
+    }
+
     /// Brings the schema to the newest version: in a `BEGIN IMMEDIATE` transaction, so
     /// workers starting at once apply each migration exactly once. Puts the file in WAL mode
     /// (readers never wait for the writer; the mode stays with the file).
