@@ -364,3 +364,43 @@ async fn the_upgrade_to_the_seed_order_keeps_every_partitions_rows() {
     }
     db.drop().await;
 }
+
+/// The results row keeps the payload of a job that succeeded, as seed 001's does: a seed
+/// producer's job and sk's own alike, read in SQL as a seed reader would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_succeeded_jobs_results_row_keeps_its_payload() {
+    let db = TestDb::new().await;
+    let (probe, mut rx) = probe();
+    let w = RunningWorker::start(worker(&db, &[Record::TASK_TYPE]).data(probe));
+    let seed = super::post_as_seed_producer_with_id(
+        &db,
+        Uuid::new_v4(),
+        "record",
+        Some(r#"{"label":"from the seed"}"#),
+    )
+    .await;
+    let own = Record::new("from sk".into())
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        recv(&mut rx, "a run", T).await;
+    }
+    for (id, payload) in [
+        (seed, r#"{"label":"from the seed"}"#),
+        (own, r#"{"label":"from sk"}"#),
+    ] {
+        db.wait_job(id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+        let row: (i32, Option<String>) = sqlx::query_as(
+            "SELECT task_status, task_payload FROM sk_task_results_t WHERE task_id = $1",
+        )
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(row, (3, Some(payload.to_owned())));
+    }
+    w.stop().await;
+    db.drop().await;
+}

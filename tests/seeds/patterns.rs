@@ -50,6 +50,7 @@ each_backend! {
             .iter()
             .all(|a| a.started_at.is_some() && a.ended_at >= a.started_at));
         assert_eq!(ok.error_count, 2);
+        assert_eq!(ok.payload.as_deref(), Some("{}"), "kept on record after the success");
         assert_eq!(
             ok.output::<Receipt>().unwrap(),
             Some(Receipt {
@@ -137,6 +138,8 @@ each_backend! {
         );
         assert_eq!(r.error_count, 1);
         assert_eq!(r.first_attempt_at, Some(start), "the true first attempt");
+        // The payload stays on record after a success, as in seed 001's results table.
+        assert_eq!(r.payload.as_deref(), Some(r#"{"label":"x"}"#));
         db.drop().await;
     }
 }

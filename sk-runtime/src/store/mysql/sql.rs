@@ -84,7 +84,8 @@ pub(super) const SUCCESS_UPDATE: &str = "task_status = VALUES(task_status),
     task_output = VALUES(task_output),
     task_first_processing_attempted_at_ts =
         coalesce(task_first_processing_attempted_at_ts, VALUES(task_first_processing_attempted_at_ts)),
-    task_last_processing_attempted_at_ts = VALUES(task_last_processing_attempted_at_ts)";
+    task_last_processing_attempted_at_ts = VALUES(task_last_processing_attempted_at_ts),
+    task_payload = VALUES(task_payload)";
 
 impl Statements {
     pub(crate) fn new(schema: &Schema) -> Self {
@@ -116,7 +117,7 @@ impl Statements {
             success: format!(
                 "INSERT INTO {r} ({JOB_COLUMNS}, task_status, task_processing_time_milliseconds,
                     task_processing_finalized_at_ts, task_last_locked_by, task_output,
-                    task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts)"
+                    task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts, task_payload)"
             ),
             // A success after lost attempts: their count and the whole list of failed
             // attempts (`errors_with`) go into the record too.
@@ -124,8 +125,8 @@ impl Statements {
                 "INSERT INTO {r} ({JOB_COLUMNS}, task_status, task_processing_time_milliseconds,
                     task_processing_finalized_at_ts, task_last_locked_by, task_output,
                     task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts,
-                    task_error_count, task_errors)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, {PROCESSED}, ?, ?, ?, ?, ?, ?, ?, ?)
+                    task_error_count, task_errors, task_payload)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, {PROCESSED}, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                  ON DUPLICATE KEY UPDATE task_error_count = task_error_count + VALUES(task_error_count),
                     task_errors = VALUES(task_errors), {SUCCESS_UPDATE}"
             ),

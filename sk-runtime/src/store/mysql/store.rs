@@ -359,7 +359,8 @@ impl MySqlStore {
                     .push_bind(&self.worker_id)
                     .push_bind(s.output.as_deref())
                     .push_bind(dt(row.task_claimed_at_ts))
-                    .push_bind(dt(row.task_claimed_at_ts));
+                    .push_bind(dt(row.task_claimed_at_ts))
+                    .push_bind(&row.task_payload);
             });
             query.push(format!(" ON DUPLICATE KEY UPDATE {SUCCESS_UPDATE}"));
             query.build().execute(&mut *tx).await?;
@@ -388,6 +389,7 @@ impl MySqlStore {
                 .bind(dt(row.task_claimed_at_ts))
                 .bind(lost_count)
                 .bind(errors)
+                .bind(&row.task_payload)
                 .execute(&mut *tx)
                 .await?;
         }

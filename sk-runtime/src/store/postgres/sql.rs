@@ -290,7 +290,7 @@ impl Statements {
             format!(
                 "{record_results}
                         3, jsonb_array_length(coalesce(task_lost_attempts, '[]')), NULL, NULL, NULL, NULL, false, ms,
-                        $5::timestamptz, NULL, $4, coalesce(task_lost_attempts, '[]'), output,
+                        $5::timestamptz, task_payload, $4, coalesce(task_lost_attempts, '[]'), output,
                         task_tenant, task_correlation_id, task_metadata, NULL::int4, NULL::int8
                     FROM done WHERE NOT done.task_has_result AND {filter}
                     {conflict}"
@@ -303,10 +303,8 @@ impl Statements {
                 ), done AS (
                     DELETE FROM {q} q USING input
                     WHERE q.task_id = input.task_id AND q.task_attempt = input.attempt AND q.task_locked_by = $4
-                    -- The payload is needed only for a rerun; not copying it otherwise keeps
-                    -- the statement as fast as before restarts existed.
-                    RETURNING {job_columns_q}, input.ms, input.output,
-                        CASE WHEN q.task_rerun OR q.task_every_ms IS NOT NULL THEN q.task_payload END AS task_payload,
+                    -- The payload stays on record (seed 001), and a rerun takes it.
+                    RETURNING {job_columns_q}, input.ms, input.output, q.task_payload,
                         q.task_max_attempts, q.task_unique_key, q.task_unique_mode, q.task_rerun, q.task_every_ms,
                         q.task_has_result, q.task_dependants, q.task_waiting_on IS NOT NULL AS task_fed,
                         q.task_waited
@@ -316,7 +314,7 @@ impl Statements {
                         task_first_processing_attempted_at_ts = coalesce(r.task_first_processing_attempted_at_ts,
                             (done.task_lost_attempts -> 0 ->> 'started_at')::timestamptz, done.task_claimed_at_ts),
                         task_last_processing_attempted_at_ts = done.task_claimed_at_ts,
-                        task_last_locked_by = $4, task_output = done.output,
+                        task_last_locked_by = $4, task_output = done.output, task_payload = done.task_payload,
                         -- Attempts lost before this success (usually none).
                         task_error_count = r.task_error_count
                             + jsonb_array_length(coalesce(done.task_lost_attempts, '[]')),

@@ -207,13 +207,15 @@ impl Statements {
                  WHERE q.task_locked_by = $2"
             ),
             // A success, into the results row, or a new one for a job another producer
-            // posted. `$16`: every failed attempt so far when lost ones are added, else NULL.
+            // posted. `$17`: every failed attempt so far when lost ones are added, else NULL;
+            // `$18`: the payload, kept on record.
             success: format!(
                 "INSERT INTO {r} ({job_columns}, task_status, task_error_count,
                     task_processing_time_milliseconds, task_processing_finalized_at_ts, task_last_locked_by,
                     task_output, task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts,
-                    task_errors)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 3, $10, $11, $12, $13, $14, $15, $16, coalesce($17, '[]'))
+                    task_errors, task_payload)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 3, $10, $11, $12, $13, $14, $15, $16, coalesce($17, '[]'),
+                    $18)
                  ON CONFLICT (task_id) DO UPDATE SET task_status = {PROCESSED},
                     task_error_count = task_error_count + excluded.task_error_count,
                     task_processing_time_milliseconds = excluded.task_processing_time_milliseconds,
@@ -223,7 +225,7 @@ impl Statements {
                     task_first_processing_attempted_at_ts =
                         coalesce(task_first_processing_attempted_at_ts, excluded.task_first_processing_attempted_at_ts),
                     task_last_processing_attempted_at_ts = excluded.task_last_processing_attempted_at_ts,
-                    task_errors = coalesce($17, task_errors)"
+                    task_errors = coalesce($17, task_errors), task_payload = excluded.task_payload"
             ),
             failure: format!(
                 "INSERT INTO {r} ({job_columns}, task_status, task_error_count, task_last_error_type,
@@ -279,16 +281,16 @@ impl Statements {
                  WHERE q.task_attempt = d.value ->> 1 AND q.task_locked_by = $2;
                  INSERT INTO temp.sk_gone SELECT q.task_id, q.task_type, q.task_source, q.task_queue,
                     q.task_priority, q.task_posted_at_ts, q.task_tenant, q.task_correlation_id, q.task_metadata,
-                    q.task_claimed_at_ts, q.task_lost_attempts,
-                    CASE WHEN q.task_rerun OR q.task_every_ms IS NOT NULL THEN q.task_payload END,
+                    q.task_claimed_at_ts, q.task_lost_attempts, q.task_payload,
                     q.task_max_attempts, q.task_unique_key, q.task_unique_mode, q.task_rerun, q.task_every_ms,
                     q.task_timeout_ms, g.ms, g.output, q.task_dependants, q.task_waiting_on IS NOT NULL
                  FROM temp.sk_went g CROSS JOIN {q} q ON q.task_lock_handle_id = g.handle
                  WHERE g.rare;
                  INSERT INTO {r} ({job_columns}, task_status, task_processing_time_milliseconds,
                     task_processing_finalized_at_ts, task_last_locked_by, task_output,
-                    task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts)
-                 SELECT {q_job_columns}, 3, g.ms, $3, $2, g.output, q.task_claimed_at_ts, q.task_claimed_at_ts
+                    task_first_processing_attempted_at_ts, task_last_processing_attempted_at_ts, task_payload)
+                 SELECT {q_job_columns}, 3, g.ms, $3, $2, g.output, q.task_claimed_at_ts, q.task_claimed_at_ts,
+                    q.task_payload
                  FROM temp.sk_went g CROSS JOIN {q} q ON q.task_lock_handle_id = g.handle
                  WHERE q.task_lost_attempts IS NULL
                  ON CONFLICT (task_id) DO UPDATE SET task_status = {PROCESSED},
@@ -298,7 +300,8 @@ impl Statements {
                     task_output = excluded.task_output,
                     task_first_processing_attempted_at_ts =
                         coalesce(task_first_processing_attempted_at_ts, excluded.task_first_processing_attempted_at_ts),
-                    task_last_processing_attempted_at_ts = excluded.task_last_processing_attempted_at_ts;
+                    task_last_processing_attempted_at_ts = excluded.task_last_processing_attempted_at_ts,
+                    task_payload = excluded.task_payload;
                  DELETE FROM {q} WHERE task_lock_handle_id IN (SELECT handle FROM temp.sk_went);
                  INSERT INTO {s} (et_payload_type, et_owner_process_id, et_avg_execution_time,
                     et_fastest_execution_time, et_longest_execution_time, et_total_execution_time,

@@ -236,6 +236,7 @@ impl SqliteStore {
                         .bind(first)
                         .bind(&row.task_claimed_at_ts)
                         .bind(errors)
+                        .bind(&row.task_payload)
                         .execute(&mut *tx)
                         .await?;
                 }
