@@ -8,7 +8,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprPath, ExprUnary, Lit, LitStr, Meta, Token, UnOp};
 
 const KEYS: &str =
-    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, timezone, overlap, missed, every";
+    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, timezone, overlap, missed, every, after";
 const MAX_NAME_LEN: usize = 255;
 
 /// How the delay before a retry grows.
@@ -36,6 +36,9 @@ pub(crate) struct JobArgs {
     /// A fixed period between the end of one run and the start of the next, and where
     /// it was written.
     pub(crate) every: Option<(Duration, Span)>,
+    /// For `every`: whether the period runs from the last run's due time (`after = "due"`,
+    /// a fixed rate) instead of its end (`"end"`, the default), and where it was said.
+    pub(crate) after_due: Option<(bool, Span)>,
     /// Whether a cron tick may start while the last one still runs, and where it was said.
     pub(crate) overlap: Option<(bool, Span)>,
     /// Whether the latest tick missed while no worker ran is run at start.
@@ -149,6 +152,18 @@ impl JobArgs {
                         other => errors.at(
                             lit.span(),
                             format!("`missed` is \"skip\" or \"run_once\", not {other:?}"),
+                        ),
+                    }
+                }
+            }
+            "after" => {
+                if let Some(lit) = string(key, value, errors) {
+                    match lit.value().as_str() {
+                        "due" => self.after_due = Some((true, lit.span())),
+                        "end" => self.after_due = Some((false, lit.span())),
+                        other => errors.at(
+                            lit.span(),
+                            format!("`after` is \"due\" (the period runs from when the last run was due: a fixed rate) or \"end\" (from when it ended), not {other:?}"),
                         ),
                     }
                 }

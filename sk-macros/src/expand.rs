@@ -58,6 +58,12 @@ pub(crate) fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
             "`missed` applies to `schedule`: whether the latest tick missed while no worker ran is run at start",
         );
     }
+    if let (None, Some((_, span))) = (&args.every, &args.after_due) {
+        errors.at(
+            *span,
+            "`after` applies to `every`: whether the period runs from when the last run was due or from when it ended",
+        );
+    }
     if let (Some(_), Some((_, span))) = (&args.schedule, &args.every) {
         errors.at(
             *span,
@@ -179,6 +185,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
     };
     let timeout = duration_tokens(args.timeout);
     let every = duration_tokens(args.every.map(|(d, _)| d));
+    let every_after_due = args.after_due.is_some_and(|(b, _)| b);
     let overlap = args.overlap.is_some_and(|(b, _)| b);
     let run_missed = args.run_missed.is_some_and(|(b, _)| b);
     let schedule = match &args.schedule {
@@ -398,6 +405,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
                     options: <#ty as #p::Job>::OPTIONS,
                     schedule: #schedule,
                     every: #every,
+                    every_after_due: #every_after_due,
                     overlap: #overlap,
                     run_missed: #run_missed,
                     handler: __sk_handle,

@@ -105,8 +105,84 @@ pub(crate) fn add(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
         .map_or(LATEST, |t| t.min(LATEST))
 }
 
+/// The longest period sk keeps (about 10,000 years, in ms): a longer one waits as long.
+pub(crate) const PERIOD_CAP_MS: i64 = 315_569_520_000_000;
+
+/// A UUIDv7 of `at`: the id of a rerun or a periodic job's next run (its time prefix is
+/// when a fixed-rate run is due, [`next_run`]).
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) fn uuid_v7(at: DateTime<Utc>) -> uuid::Uuid {
+    let secs = u64::try_from(at.timestamp()).unwrap_or(0);
+    uuid::Uuid::new_v7(uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        secs,
+        at.timestamp_subsec_nanos(),
+    ))
+}
+
+/// When the run after periodic job `id` is due, its outcome recorded at `now`, and that
+/// run's id. `every_ms` is the stored period: positive, it runs from `now` (`after =
+/// "end"`); negative, from when this run was due (`after = "due"`, seed 003's
+/// `next_run_time + period`), the time in its id. A slot already past (a run longer than
+/// the period) is due at once, and of several past slots only the latest: one catch-up
+/// run, never a burst. (PostgreSQL does the same in SQL: `store::postgres::sql`.)
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+pub(crate) fn next_run(
+    id: uuid::Uuid,
+    every_ms: i64,
+    now: DateTime<Utc>,
+) -> (uuid::Uuid, DateTime<Utc>) {
+    if every_ms >= 0 {
+        return (uuid_v7(now), add_millis(now, every_ms));
+    }
+    let period = every_ms.saturating_neg().min(PERIOD_CAP_MS);
+    let due = id.get_timestamp().map_or(now.timestamp_millis(), |t| {
+        let (secs, nanos) = t.to_unix();
+        i64::try_from(secs).unwrap_or(0) * 1000 + i64::from(nanos / 1_000_000)
+    });
+    let behind = (now.timestamp_millis() - due) / period;
+    let next = DateTime::from_timestamp_millis(due + behind.max(1) * period)
+        .map_or(LATEST, |t| t.min(LATEST));
+    (uuid_v7(next), next)
+}
+
 /// `at` plus `ms` milliseconds (a stored period; a negative one counts as none), as [`add`].
 #[cfg(any(feature = "sqlite", feature = "mysql"))]
 pub(crate) fn add_millis(at: DateTime<Utc>, ms: i64) -> DateTime<Utc> {
     add(at, Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+}
+
+#[cfg(all(test, any(feature = "sqlite", feature = "mysql")))]
+mod tests {
+    use super::*;
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(ms).expect("a time in range")
+    }
+
+    #[test]
+    fn a_periodic_jobs_next_run_counts_from_its_end_or_its_slot() {
+        let due = 1_800_000_000_000;
+        let id = uuid_v7(at(due));
+        // After the end: the period from the outcome.
+        assert_eq!(next_run(id, 1000, at(due + 400)).1, at(due + 1400));
+        // After the due time: the next slot, whenever the run ended within its period.
+        let (next, when) = next_run(id, -1000, at(due + 400));
+        assert_eq!(when, at(due + 1000));
+        assert_eq!(
+            next.get_timestamp().unwrap().to_unix(),
+            (1_800_000_001, 0),
+            "the next run's id holds its slot"
+        );
+        // A run past its slot: the latest passed slot, due at once; older ones skipped.
+        assert_eq!(next_run(id, -1000, at(due + 2500)).1, at(due + 2000));
+        assert_eq!(
+            next_run(id, -1000, at(due + 3_600_000)).1,
+            at(due + 3_600_000)
+        );
+        // An outcome before its own slot (a clock behind) still waits a period.
+        assert_eq!(next_run(id, -1000, at(due - 50)).1, at(due + 1000));
+        // A period past what sk stores waits until the last time it stores.
+        assert_eq!(next_run(id, i64::MIN, at(due)).1, LATEST);
+    }
 }

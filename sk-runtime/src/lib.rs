@@ -120,6 +120,7 @@ pub use workflow::{Accepts, Input, Inputs, Many, One, Workflow, WorkflowIds};
 /// | `overlap` | `true` lets a cron tick start while the last one still runs; by default such a tick is skipped | `false` |
 /// | `missed` | `"run_once"` runs the latest tick missed while no worker ran (once across workers) when a worker starts; `"skip"` counts ticks from the start | `"skip"` |
 /// | `every` | a duration: the job runs again this long after each run ends, one run at a time across all workers; only on fns without payload arguments, not with `schedule` | none |
+/// | `after` | with `every`: `"end"` counts the period from when each run ends (a fixed delay); `"due"` from when it was due (a fixed rate, seed 003's `next_run_time + period`): runs start a period apart however long each takes, still one at a time; a run longer than the period makes the next due at once, and of the slots it passed only the latest runs | `"end"` |
 ///
 /// Mistakes are compile errors pointing at the offending token: an unknown or duplicated
 /// key, a literal of the wrong type, a cron expression that does not parse, a fn that is

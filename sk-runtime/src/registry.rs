@@ -31,8 +31,11 @@ pub struct Registration {
     pub overlap: bool,
     /// For scheduled jobs: whether the latest tick missed before the worker started runs.
     pub run_missed: bool,
-    /// For `every = "..."` jobs: the time from the end of one run to the start of the next.
+    /// For `every = "..."` jobs: the time from the end of one run to the start of the
+    /// next, or from when one was due to when the next is (`every_after_due`).
     pub every: Option<std::time::Duration>,
+    /// `after = "due"`: the period runs from when the last run was due (a fixed rate).
+    pub every_after_due: bool,
     /// Builds the job's future from a claimed row.
     pub handler: fn(HandlerInput) -> HandlerResult,
     /// The fn takes a transaction: a success returned by `handler` is already committed

@@ -58,6 +58,55 @@ where
     (spans, live)
 }
 
+#[sk_runtime::job(every = "1s", after = "due")]
+async fn steady_periodic(spans: sk_runtime::Data<Spans>) {
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    spans.0.lock().unwrap().push((start, Instant::now()));
+}
+
+#[sk_runtime::job(every = "1s", after = "due")]
+async fn late_periodic(spans: sk_runtime::Data<Spans>) {
+    let start = Instant::now();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    spans.0.lock().unwrap().push((start, Instant::now()));
+}
+
+each_backend! {
+    /// Seed 003's periodic task, `next_run_time + period`: runs start a period apart
+    /// however long each takes (a fixed delay of 1 s after 0.4 s runs would start them
+    /// 1.4 s apart), one at a time across workers.
+    async fn a_fixed_rate_job_starts_a_period_after_the_last_was_due(db) {
+        let (spans, live) = spans_on_two_workers(&db, SteadyPeriodic::TASK_TYPE, 4).await;
+        assert_eq!(live, 1, "one live run at a time, however many workers");
+        for pair in spans.windows(2) {
+            let gap = pair[1].0.saturating_duration_since(pair[0].0);
+            assert!(
+                gap >= Duration::from_millis(900) && gap < Duration::from_millis(1250),
+                "runs start a period apart: {gap:?} in {spans:?}"
+            );
+        }
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    /// A fixed-rate run longer than its period: the slot it passed is due at once, so the
+    /// next run starts as it ends, never beside it, and the older slots are not made up.
+    async fn a_fixed_rate_run_longer_than_its_period_is_followed_at_once(db) {
+        let (spans, live) = spans_on_two_workers(&db, LatePeriodic::TASK_TYPE, 3).await;
+        assert_eq!(live, 1, "one live run at a time, however many workers");
+        for pair in spans.windows(2) {
+            let gap = pair[1].0.saturating_duration_since(pair[0].1);
+            assert!(
+                pair[1].0 >= pair[0].1 && gap < Duration::from_millis(500),
+                "the next run starts as the late one ends: {gap:?} in {spans:?}"
+            );
+        }
+        db.drop().await;
+    }
+}
+
 each_backend! {
     async fn a_periodic_job_runs_a_period_after_each_run_and_never_overlaps(db) {
         let (spans, live) = spans_on_two_workers(&db, SlowPeriodic::TASK_TYPE, 3).await;

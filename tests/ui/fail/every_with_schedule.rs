@@ -11,4 +11,10 @@ async fn with_args(id: i64) {
     let _ = id;
 }
 
+#[job(after = "due")]
+async fn after_without_every() {}
+
+#[job(every = "1s", after = "start")]
+async fn after_what() {}
+
 fn main() {}

@@ -99,16 +99,6 @@ fn ts(at: DateTime<Utc>) -> String {
 /// The same format in SQL, for a `DATETIME(6)` column.
 const SQL_TS: &str = "'%Y-%m-%dT%H:%i:%s.%fZ'";
 
-/// A UUIDv7 of `at`: the id of a rerun or a periodic job's next run.
-fn uuid_v7(at: DateTime<Utc>) -> Uuid {
-    let secs = u64::try_from(at.timestamp()).unwrap_or(0);
-    Uuid::new_v7(uuid::Timestamp::from_unix(
-        uuid::NoContext,
-        secs,
-        at.timestamp_subsec_nanos(),
-    ))
-}
-
 /// The server's error number, if `error` is one.
 fn number(error: &sqlx::Error) -> Option<u16> {
     error

@@ -197,11 +197,10 @@ impl MySqlStore {
         if !row.task_rerun && row.task_every_ms.is_none() {
             return Ok(false);
         }
-        let run_at = match row.task_every_ms {
-            Some(ms) if !row.task_rerun => crate::clock::add_millis(now, ms),
-            _ => now,
+        let (id, run_at) = match row.task_every_ms {
+            Some(ms) if !row.task_rerun => crate::clock::next_run(row.task_id, ms, now),
+            _ => (crate::clock::uuid_v7(now), now),
         };
-        let id = uuid_v7(now);
         sqlx::query(&self.sql().insert_result)
             .bind(id)
             .bind(&row.task_type)

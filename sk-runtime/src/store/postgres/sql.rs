@@ -176,19 +176,30 @@ impl Statements {
         // payload is posted in its place, with its own results row. A periodic job
         // (`task_every_ms`) posts its next run the same way, that long after this outcome.
         let uuid_v7 = schema.table("uuid_v7");
+        let cap = crate::clock::PERIOD_CAP_MS;
         let rerun = |now: &str| {
             format!(
                 "again AS (
                     INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                         task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts, task_has_result, {seed002},
                         task_unique_key, task_unique_mode, task_every_ms, task_timeout_ms)
-                    SELECT {uuid_v7}({now}), task_type, task_source, task_payload, task_priority, {now},
-                        -- A period of over 10,000 years waits until clock::LATEST, as on the other backends.
-                        CASE WHEN task_rerun THEN {now} ELSE least({now} + least(task_every_ms, 315569520000000) * interval '1 ms',
-                            '9999-12-31 23:59:59.999999+00') END,
+                    SELECT {uuid_v7}(CASE WHEN task_every_ms < 0 AND NOT task_rerun THEN next.at ELSE {now} END),
+                        task_type, task_source, task_payload, task_priority, {now}, next.at,
                         task_queue, task_max_attempts, true, {seed002}, task_unique_key, task_unique_mode, task_every_ms,
                         task_timeout_ms
-                    FROM done WHERE task_rerun OR task_every_ms IS NOT NULL
+                    FROM done CROSS JOIN LATERAL (
+                        -- As clock::next_run: a positive period from this outcome, a negative
+                        -- one (`after = \"due\"`) from when this run was due (its id's time,
+                        -- in ms), a past slot due at once, only the latest of several. A
+                        -- period of over 10,000 years waits until clock::LATEST.
+                        SELECT least(CASE WHEN task_rerun THEN {now}
+                            WHEN task_every_ms >= 0 THEN {now} + least(task_every_ms, {cap}) * interval '1 ms'
+                            ELSE to_timestamp((due + greatest(1, (floor(extract(epoch FROM {now}) * 1000)::int8 - due)
+                                / least(-task_every_ms, {cap})) * least(-task_every_ms, {cap})) / 1000.0) END,
+                            '9999-12-31 23:59:59.999999+00') AS at
+                        FROM (SELECT ('x' || substr(replace(task_id::text, '-', ''), 1, 12))::bit(48)::int8 AS due) d
+                    ) next
+                    WHERE task_rerun OR task_every_ms IS NOT NULL
                     RETURNING task_id, task_type, task_source, task_queue, task_priority, task_unique_key,
                         task_unique_mode, task_posted_at_ts, {seed002}
                 ), again_res AS (

@@ -49,17 +49,6 @@ pub(crate) fn ts(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
-/// A UUIDv7 of `at`, as the queue's other ids (results are pruned by id order elsewhere;
-/// here it keeps the ids of reruns in posting order).
-fn uuid_v7(at: DateTime<Utc>) -> Uuid {
-    let secs = u64::try_from(at.timestamp()).unwrap_or(0);
-    Uuid::new_v7(uuid::Timestamp::from_unix(
-        uuid::NoContext,
-        secs,
-        at.timestamp_subsec_nanos(),
-    ))
-}
-
 /// Binds a new queue row's `$1` to `$15` (`NEW_COLUMNS` without `task_has_result`).
 macro_rules! bind_new {
     ($query:expr, $job:expr, $now:expr, $mode:expr) => {

@@ -157,7 +157,16 @@ async fn post_periodic(shared: &Shared, registration: &Registration) -> Result<(
         tenant: None,
         correlation_id: None,
         metadata: None,
-        every_ms: Some(i64::try_from(period.as_millis()).unwrap_or(i64::MAX)),
+        // Negative: the period runs from when each run was due (`after = "due"`), the time
+        // in its id (`clock::next_run`).
+        every_ms: Some({
+            let ms = i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1);
+            if registration.every_after_due {
+                -ms
+            } else {
+                ms
+            }
+        }),
         timeout_ms: None,
     };
     shared
