@@ -490,3 +490,76 @@ async fn mysql_retention_retires_whole_partitions_and_never_a_live_jobs() {
     db.execute(&format!("DROP DATABASE {archive}")).await;
     db.drop().await;
 }
+
+/// Seed 002's weeks start on Monday: weekly partitions are cut from Monday 00:00 UTC (not
+/// from the epoch's Thursday), or from the day `results_week_start` names, on PostgreSQL
+/// and on MariaDB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weekly_partitions_start_on_monday_or_the_day_asked() {
+    let at = |s: &str| -> DateTime<Utc> { s.parse().unwrap() };
+    let db = TestDb::new().await;
+    for (now, week_start, first) in [
+        (
+            "2027-03-03T12:00:00Z",
+            None,
+            "sk_task_results_p20270301_0000",
+        ),
+        (
+            "2027-06-02T12:00:00Z",
+            Some(chrono::Weekday::Sun),
+            "sk_task_results_p20270530_0000",
+        ),
+    ] {
+        let clock = ManualClock::new(at(now));
+        let mut builder = worker_on(&db, "weekly", &clock, &[Record::TASK_TYPE])
+            .await
+            .results_partition(7 * DAY);
+        if let Some(day) = week_start {
+            builder = builder.results_week_start(day);
+        }
+        let w = RunningWorker::start(builder.data(probe().0));
+        wait_until("the week's partition", T, || async {
+            partitions(&db)
+                .await
+                .contains(&first.to_owned())
+                .then_some(())
+        })
+        .await;
+        w.stop().await;
+    }
+    db.drop().await;
+
+    let db = Db::<sqlx::MySql>::new().await;
+    let clock = ManualClock::new(at("2027-03-03T12:00:00Z"));
+    let w = RunningWorker::start(
+        Worker::builder(db.pool.clone())
+            .task_types([Record::TASK_TYPE])
+            .poll_interval(Duration::from_millis(50))
+            .clock(clock.clone())
+            .maintenance_interval(Duration::from_millis(100))
+            .results_partition(7 * DAY)
+            .data(probe().0),
+    );
+    // A pass whose DDL did not get the metadata lock in time tries again at the next.
+    wait_until("the week's partition", T, || async {
+        mysql_partitions(&db)
+            .await
+            .contains(&"p20270301_0000".to_owned())
+            .then_some(())
+    })
+    .await;
+    let names = mysql_partitions(&db).await;
+    assert_eq!(
+        names,
+        [
+            "p_before",
+            "p20270301_0000",
+            "p20270308_0000",
+            "p20270315_0000",
+            "p_future"
+        ],
+        "weeks from Monday"
+    );
+    w.stop().await;
+    db.drop().await;
+}

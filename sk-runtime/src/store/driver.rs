@@ -200,7 +200,7 @@ driver! {
         /// Brings the schema to this build's version.
         fn migrate(&self) -> Result<()>;
         /// Creates the results partitions ahead; their names.
-        fn ensure_partitions(&self, now: DateTime<Utc>, span: std::time::Duration) -> Result<Vec<String>>;
+        fn ensure_partitions(&self, now: DateTime<Utc>, span: super::PartitionSpan) -> Result<Vec<String>>;
         /// Retires the results past the retention (`within`: by rows inside a partition
         /// too, for a retention shorter than a partition's span).
         fn retire_partitions(

@@ -168,6 +168,39 @@ pub(crate) fn check_identifier(what: &'static str, name: &str, may_be_empty: boo
 /// otherwise: a day.
 pub(crate) const RESULTS_PARTITION: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
+/// How the results partitions are cut: each covers `period` of posting time, counted in
+/// whole periods from `origin_ms` (a midnight, UTC), so weekly partitions start on the day
+/// of the week the origin is (seed 002's weeks start on Monday) and daily ones at midnight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PartitionSpan {
+    /// The span, in ms (at least 1).
+    pub(crate) period: i64,
+    /// A time spans are counted from, in ms since the epoch.
+    pub(crate) origin_ms: i64,
+}
+
+impl PartitionSpan {
+    /// Spans of `period`, weeks starting on `week_start`.
+    pub(crate) fn new(period: std::time::Duration, week_start: chrono::Weekday) -> Self {
+        // 1970-01-01 was a Thursday: the first `week_start` on or after it.
+        let days = i64::from((week_start.num_days_from_monday() + 4) % 7);
+        PartitionSpan {
+            period: i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1),
+            origin_ms: days * 86_400_000,
+        }
+    }
+
+    /// The start of the span holding `at_ms`.
+    pub(crate) fn start_of(&self, at_ms: i64) -> i64 {
+        self.origin_ms + (at_ms - self.origin_ms).div_euclid(self.period) * self.period
+    }
+
+    /// The end of the span holding `at_ms` (the start of the next).
+    pub(crate) fn end_of(&self, at_ms: i64) -> i64 {
+        self.start_of(at_ms).saturating_add(self.period)
+    }
+}
+
 /// Checks a partition period: whole minutes, from an hour to a year.
 pub(crate) fn check_period(period: std::time::Duration) -> Result<()> {
     if period < std::time::Duration::from_secs(3600)

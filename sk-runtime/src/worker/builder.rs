@@ -60,6 +60,7 @@ pub(crate) struct Config {
     pub(crate) auto_migrate: bool,
     pub(crate) result_retention: Duration,
     pub(crate) results_partition: Duration,
+    pub(crate) results_week_start: chrono::Weekday,
     pub(crate) archive_results_to: Option<String>,
     pub(crate) maintenance_interval: Duration,
     pub(crate) vacuum: bool,
@@ -83,6 +84,7 @@ impl WorkerBuilder {
                 auto_migrate: true,
                 result_retention: Duration::from_secs(7 * 24 * 3600),
                 results_partition: crate::store::RESULTS_PARTITION,
+                results_week_start: chrono::Weekday::Mon,
                 archive_results_to: None,
                 maintenance_interval: Duration::from_secs(60),
                 vacuum: true,
@@ -248,11 +250,20 @@ impl WorkerBuilder {
     }
 
     /// The span of posting time each results partition covers (default 1 day; whole
-    /// minutes from 1 hour to 366 days), aligned to whole spans since the Unix epoch in
-    /// UTC. Maintenance keeps partitions two spans ahead; a change applies to the
-    /// partitions created from then on.
+    /// minutes from 1 hour to 366 days), aligned to whole spans since a Monday at 00:00
+    /// UTC: daily partitions start at midnight, weekly ones on Monday as seed 002's weeks
+    /// do (another day with [`results_week_start`](Self::results_week_start)).
+    /// Maintenance keeps partitions two spans ahead; a change applies to the partitions
+    /// created from then on.
     pub fn results_partition(mut self, span: Duration) -> Self {
         self.config.results_partition = span;
+        self
+    }
+
+    /// The day of the week results partitions of a week (or several) start on, at 00:00
+    /// UTC (default Monday).
+    pub fn results_week_start(mut self, day: chrono::Weekday) -> Self {
+        self.config.results_week_start = day;
         self
     }
 

@@ -117,7 +117,13 @@ async fn vacuum_if_needed(shared: &Shared, queue_vacuum: &mut Spacing) {
 pub(crate) async fn partitions(shared: &Shared, now: chrono::DateTime<chrono::Utc>) {
     let store = &shared.store;
     match store
-        .ensure_partitions(now, shared.config.results_partition)
+        .ensure_partitions(
+            now,
+            crate::store::PartitionSpan::new(
+                shared.config.results_partition,
+                shared.config.results_week_start,
+            ),
+        )
         .await
     {
         Ok(created) if !created.is_empty() => {

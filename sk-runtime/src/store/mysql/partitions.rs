@@ -5,8 +5,6 @@
 //! results table at once), dropped, checked again for a live job, and only then dropped
 //! or moved to the archive database.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 use sqlx::mysql::{MySqlConnection, MySqlPool};
 use sqlx::pool::PoolConnection;
@@ -17,6 +15,7 @@ use uuid::Uuid;
 use super::dt;
 
 use crate::error::Result;
+use crate::store::PartitionSpan;
 use crate::store::{id_floor, millis_of, time_of, Retired, Schema};
 
 /// Partitions exist this many periods past the current one.
@@ -130,17 +129,17 @@ fn literal(id: Uuid) -> String {
 }
 
 /// Splits `p_future` into partitions for the periods from the current one to [`AHEAD`]
-/// past it, aligned to whole periods since the Unix epoch (UTC); the first time, a
+/// past it, aligned to whole periods since the span's origin (`PartitionSpan`); the first time, a
 /// `p_before` below them takes everything older. Rows `p_future` holds for a new span move
 /// into it. One worker at a time; the others return at once.
 pub(super) async fn ensure(
     pool: &MySqlPool,
     schema: &Schema,
     now: DateTime<Utc>,
-    period: Duration,
+    span: PartitionSpan,
 ) -> Result<Vec<String>> {
-    let period = i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1);
-    let start = now.timestamp_millis().div_euclid(period) * period;
+    let period = span.period;
+    let start = span.start_of(now.timestamp_millis());
     let horizon = start.saturating_add(period.saturating_mul(AHEAD + 1));
     let table = schema.flat_table("task_results_t");
     let Some(mut conn) = lock_on(pool, schema).await? else {
@@ -166,7 +165,7 @@ pub(super) async fn ensure(
             }
         };
         let mut names = Vec::new();
-        for (from, to) in spans(first, horizon, period) {
+        for (from, to) in spans(first, horizon, span) {
             let name = format!("p{}", time_of(from).format("%Y%m%d_%H%M"));
             parts.push(format!(
                 "PARTITION {name} VALUES LESS THAN ({})",
@@ -197,13 +196,13 @@ pub(super) async fn ensure(
     created
 }
 
-/// The spans from `first` to `horizon`, each up to the next whole `period` since the
-/// epoch (the first may be shorter, if `first` is not aligned: a changed period).
-fn spans(first: i64, horizon: i64, period: i64) -> Vec<(i64, i64)> {
+/// The spans from `first` to `horizon`, each up to the next whole span since its origin
+/// (the first may be shorter, if `first` is not aligned: a changed period or origin).
+fn spans(first: i64, horizon: i64, span: PartitionSpan) -> Vec<(i64, i64)> {
     let mut out = Vec::new();
     let mut cursor = first;
     while cursor < horizon {
-        let end = (cursor.div_euclid(period) + 1).saturating_mul(period);
+        let end = span.end_of(cursor);
         out.push((cursor, end));
         cursor = end;
     }
@@ -409,8 +408,23 @@ mod tests {
 
     #[test]
     fn new_spans_follow_the_last_partition_to_whole_periods() {
-        assert_eq!(spans(0, 300, 100), vec![(0, 100), (100, 200), (200, 300)]);
-        assert_eq!(spans(150, 300, 100), vec![(150, 200), (200, 300)]);
-        assert_eq!(spans(300, 300, 100), vec![]);
+        let span = PartitionSpan {
+            period: 100,
+            origin_ms: 0,
+        };
+        assert_eq!(spans(0, 300, span), vec![(0, 100), (100, 200), (200, 300)]);
+        assert_eq!(spans(150, 300, span), vec![(150, 200), (200, 300)]);
+        assert_eq!(spans(300, 300, span), vec![]);
+        // Weeks from a Monday (1970-01-05): the first span ends on the next Monday.
+        let week = PartitionSpan::new(
+            std::time::Duration::from_secs(7 * 86_400),
+            chrono::Weekday::Mon,
+        );
+        let thursday = 1_796_256_000_000; // 2026-12-03 00:00 UTC
+        let monday = 1_796_601_600_000; // 2026-12-07 00:00 UTC
+        assert_eq!(
+            spans(thursday, monday + 1, week),
+            vec![(thursday, monday), (monday, monday + 7 * 86_400_000)]
+        );
     }
 }

@@ -328,7 +328,11 @@ impl Work for MySqlStore {
     }
 
     /// Splits the open-ended partition into the next periods' (seed 002).
-    async fn ensure_partitions(&self, now: DateTime<Utc>, span: Duration) -> Result<Vec<String>> {
+    async fn ensure_partitions(
+        &self,
+        now: DateTime<Utc>,
+        span: crate::store::PartitionSpan,
+    ) -> Result<Vec<String>> {
         partitions::ensure(&self.pool, &self.schema, now, span).await
     }
 

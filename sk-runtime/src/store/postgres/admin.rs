@@ -11,7 +11,7 @@ impl Admin for PgPool {
     async fn migrate(&self, schema: &Schema) -> Result<()> {
         let pool = self;
         migrate_to(pool, schema, i32::MAX).await?;
-        partitions::ensure(pool, schema, Utc::now(), partitions::DEFAULT_PERIOD, None).await?;
+        partitions::ensure(pool, schema, Utc::now(), partitions::default_span(), None).await?;
         Ok(())
     }
 

@@ -2,7 +2,6 @@
 //! `task_id`, created ahead by maintenance and retired whole once past the retention.
 
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::{Executor as _, PgConnection, PgPool};
@@ -10,10 +9,14 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::error::Result;
+use crate::store::PartitionSpan;
 use crate::store::{id_floor, millis_of, time_of, Retired, Schema};
 
-/// Each partition covers this much posting time unless the worker says otherwise.
-pub(crate) const DEFAULT_PERIOD: Duration = crate::store::RESULTS_PARTITION;
+/// The partitions `sk migrate` creates, before a worker says otherwise: a day each.
+pub(crate) fn default_span() -> PartitionSpan {
+    PartitionSpan::new(crate::store::RESULTS_PARTITION, chrono::Weekday::Mon)
+}
+
 /// Partitions exist this many periods past the current one.
 const AHEAD: i64 = 2;
 /// DDL waits at most this long for the results table's lock, then gives up until the next
@@ -119,7 +122,7 @@ async fn lock(conn: &mut PgConnection, schema: &Schema) -> Result<bool> {
 }
 
 /// Creates the partitions for the periods from the current one to [`AHEAD`] past it,
-/// aligned to whole periods since the Unix epoch (UTC), where none exists yet; returns
+/// aligned to whole periods since the span's origin (`PartitionSpan`), where none exists yet; returns
 /// their names. Rows the default partition took for a new partition's span (posted while
 /// it did not exist) move into it. One worker at a time; the others return at once.
 ///
@@ -131,11 +134,11 @@ pub(crate) async fn ensure(
     pool: &PgPool,
     schema: &Schema,
     now: DateTime<Utc>,
-    period: Duration,
+    span: PartitionSpan,
     known: Option<&Known>,
 ) -> Result<Vec<String>> {
-    let period = i64::try_from(period.as_millis()).unwrap_or(i64::MAX).max(1);
-    let start = now.timestamp_millis().div_euclid(period) * period;
+    let period = span.period;
+    let start = span.start_of(now.timestamp_millis());
     let horizon = start.saturating_add(period.saturating_mul(AHEAD + 1));
     let mut tx = pool.begin().await?;
     if !lock(&mut tx, schema).await? {
@@ -446,8 +449,8 @@ mod tests {
             vec![(0, 20), (40, 60), (70, 100)]
         );
         assert_eq!(uncovered(100, 200, &[range(0, 150)]), vec![(150, 200)]);
-        assert!(crate::store::check_period(Duration::from_secs(3600)).is_ok());
-        assert!(crate::store::check_period(Duration::from_secs(59)).is_err());
-        assert!(crate::store::check_period(Duration::from_millis(3_600_500)).is_err());
+        assert!(crate::store::check_period(std::time::Duration::from_secs(3600)).is_ok());
+        assert!(crate::store::check_period(std::time::Duration::from_secs(59)).is_err());
+        assert!(crate::store::check_period(std::time::Duration::from_millis(3_600_500)).is_err());
     }
 }

@@ -466,7 +466,11 @@ impl Work for PgStore {
 
     /// Creates the results partitions from `now`'s span to two spans ahead (their names),
     /// and keeps the map of partitions the completions address directly.
-    async fn ensure_partitions(&self, now: DateTime<Utc>, span: Duration) -> Result<Vec<String>> {
+    async fn ensure_partitions(
+        &self,
+        now: DateTime<Utc>,
+        span: crate::store::PartitionSpan,
+    ) -> Result<Vec<String>> {
         partitions::ensure(&self.pool, &self.schema, now, span, Some(&self.partitions)).await
     }
 

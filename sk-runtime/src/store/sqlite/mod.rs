@@ -28,7 +28,6 @@ mod dialect;
 pub(crate) mod flow;
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePool};

@@ -223,7 +223,11 @@ impl Work for SqliteStore {
     }
 
     /// SQLite has no partitions: results are pruned row by row (`retire_partitions`).
-    async fn ensure_partitions(&self, _now: DateTime<Utc>, _span: Duration) -> Result<Vec<String>> {
+    async fn ensure_partitions(
+        &self,
+        _now: DateTime<Utc>,
+        _span: crate::store::PartitionSpan,
+    ) -> Result<Vec<String>> {
         Ok(Vec::new())
     }
 
