@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::{probe, worker, Record, T};
 
+mod fields;
 mod letter;
 mod patterns;
 mod periodic;

@@ -207,6 +207,15 @@ pub(crate) struct FilterArgs {
     /// Only jobs whose metadata has KEY=VALUE.
     #[arg(long, value_name = "KEY=VALUE")]
     pub(crate) meta: Option<String>,
+    /// Only this retry group (seed 002).
+    #[arg(long)]
+    pub(crate) retry_group: Option<String>,
+    /// Only jobs with this external id (seed 002's string id).
+    #[arg(long)]
+    pub(crate) external_id: Option<String>,
+    /// Only jobs whose handler last set this sub-state (seed 002).
+    #[arg(long)]
+    pub(crate) sub_state: Option<String>,
     /// Jobs posted within this long.
     #[arg(long)]
     pub(crate) since: Option<humantime::Duration>,
@@ -220,6 +229,9 @@ impl FilterArgs {
             || self.correlation_id.is_some()
             || self.state.is_some()
             || self.meta.is_some()
+            || self.retry_group.is_some()
+            || self.external_id.is_some()
+            || self.sub_state.is_some()
             || self.since.is_some()
     }
 
@@ -233,6 +245,15 @@ impl FilterArgs {
         }
         if let Some(t) = &self.tenant {
             filter = filter.tenant(t);
+        }
+        if let Some(g) = &self.retry_group {
+            filter = filter.retry_group(g);
+        }
+        if let Some(id) = &self.external_id {
+            filter = filter.external_id(id);
+        }
+        if let Some(s) = &self.sub_state {
+            filter = filter.sub_state(s);
         }
         if let Some(c) = &self.correlation_id {
             filter = filter.correlation_id(c);

@@ -350,6 +350,16 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
                 ::sk_runtime::Enqueue::new(self).with_metadata(metadata)
             }
 
+            /// Puts the job in a retry group (seed 002): `Client::retry_group` retries them together.
+            #vis fn with_retry_group(self, group: impl ::core::convert::Into<::std::string::String>) -> ::sk_runtime::Enqueue<Self> {
+                ::sk_runtime::Enqueue::new(self).with_retry_group(group)
+            }
+
+            /// Gives the job an external string id (seed 002's), to find it by.
+            #vis fn with_external_id(self, id: impl ::core::convert::Into<::std::string::String>) -> ::sk_runtime::Enqueue<Self> {
+                ::sk_runtime::Enqueue::new(self).with_external_id(id)
+            }
+
             /// Overrides the attempt limit for this job.
             #vis fn with_max_attempts(self, attempts: i32) -> ::sk_runtime::Enqueue<Self> {
                 ::sk_runtime::Enqueue::new(self).with_max_attempts(attempts)

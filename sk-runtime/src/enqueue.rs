@@ -43,6 +43,9 @@ pub struct Enqueue<J> {
     tenant: Option<String>,
     correlation_id: Option<String>,
     metadata: Option<serde_json::Value>,
+    /// Seed 002's retry group and external id, kept in the metadata under those keys.
+    retry_group: Option<String>,
+    external_id: Option<String>,
     schema: Option<Schema>,
     max_payload: usize,
     max_attempts: Option<i32>,
@@ -72,6 +75,8 @@ impl<J: Job> Enqueue<J> {
             tenant: None,
             correlation_id: None,
             metadata: None,
+            retry_group: None,
+            external_id: None,
             schema: None,
             max_payload: DEFAULT_MAX_PAYLOAD_BYTES,
             max_attempts: None,
@@ -163,6 +168,26 @@ impl<J: Job> Enqueue<J> {
     /// enqueue with [`Error::Invalid`].
     pub fn with_metadata(mut self, metadata: serde_json::Value) -> Self {
         self.metadata = Some(metadata);
+        self
+    }
+
+    /// Puts the job in a retry group (seed 002's `retry_group`, at most 40 characters):
+    /// [`Client::retry_group`](crate::Client::retry_group) and `sk retry --retry-group`
+    /// put every job of the group that failed for good or was cancelled back in the queue
+    /// at once. Kept in the job's metadata under `retry_group`.
+    pub fn with_retry_group(mut self, group: impl Into<String>) -> Self {
+        self.retry_group = Some(group.into());
+        self
+    }
+
+    /// Gives the job an external id (seed 002's string id, at most 40 characters), to
+    /// find it by with [`JobFilter::external_id`](crate::JobFilter::external_id) or
+    /// `sk jobs --external-id`, an index lookup. Not unique: two jobs may carry one id
+    /// (a unique key, `with_unique_key`, is what refuses a second). Kept in the job's
+    /// metadata under `external_id`; the job's own id stays a UUIDv7, which the results'
+    /// time partitions are cut by.
+    pub fn with_external_id(mut self, id: impl Into<String>) -> Self {
+        self.external_id = Some(id.into());
         self
     }
 
@@ -345,7 +370,7 @@ impl<J: Job> Enqueue<J> {
         Ok(ids)
     }
 
-    pub(crate) fn into_new_job(self, now: DateTime<Utc>) -> Result<NewJob> {
+    pub(crate) fn into_new_job(mut self, now: DateTime<Utc>) -> Result<NewJob> {
         let payload = serde_json::to_string(&self.job).map_err(|source| Error::Serialize {
             task_type: J::TASK_TYPE,
             source,
@@ -386,6 +411,26 @@ impl<J: Job> Enqueue<J> {
             .or_else(crate::job::inherited_correlation_id);
         if let Some(id) = &correlation_id {
             check_name("correlation id", id)?;
+        }
+        let mut seed_002 = serde_json::Map::new();
+        if let Some(group) = self.retry_group {
+            crate::model::check_seed_002("retry group", &group, crate::model::SEED_002_ID_CHARS)?;
+            seed_002.insert("retry_group".into(), group.into());
+        }
+        if let Some(id) = self.external_id {
+            crate::model::check_seed_002("external id", &id, crate::model::SEED_002_ID_CHARS)?;
+            seed_002.insert("external_id".into(), id.into());
+        }
+        if !seed_002.is_empty() {
+            self.metadata = match self.metadata.take() {
+                None => Some(serde_json::Value::Object(seed_002)),
+                Some(serde_json::Value::Object(mut map)) => {
+                    map.extend(seed_002);
+                    Some(serde_json::Value::Object(map))
+                }
+                // Refused below, as any metadata that is not an object.
+                other => other,
+            };
         }
         if self.metadata.as_ref().is_some_and(has_nul) {
             return Err(Error::invalid(

@@ -308,6 +308,39 @@ impl JobContext {
             crate::Pool::MySql(pool) => next.enqueue(pool).await,
         }
     }
+
+    /// Records where this run has got to, in the application's own words (seed 002's
+    /// `sub_state`, at most 64 characters): written to the job at once, kept on its record
+    /// after it ends ([`JobRecord::sub_state`](crate::JobRecord::sub_state)), and a filter
+    /// of the job list ([`JobFilter::sub_state`](crate::JobFilter::sub_state),
+    /// `sk jobs --sub-state`). Kept in the job's metadata under `sub_state`; this
+    /// context's [`metadata`](Self::metadata) still shows the metadata the run began with.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`](crate::Error::Invalid) for an empty or too long sub-state or a
+    /// context without a database, and when this run no longer holds the job (its lease
+    /// was lost or it was cancelled: nothing is written); the database's error.
+    pub async fn set_sub_state(&self, sub_state: &str) -> crate::Result<()> {
+        crate::model::check_seed_002("sub-state", sub_state, crate::model::SUB_STATE_CHARS)?;
+        let Some(runtime) = &self.runtime else {
+            return Err(crate::Error::invalid(
+                "job context",
+                "this context has no database to write the sub-state to: give the test runner a pool (testing::Runner::pool)",
+            ));
+        };
+        let held = runtime
+            .pool
+            .set_sub_state(&runtime.schema, self.id, self.attempt, sub_state)
+            .await?;
+        if held {
+            Ok(())
+        } else {
+            Err(crate::Error::invalid(
+                "sub-state",
+                format!("run {} of job {} no longer holds it (its lease was lost, or it was cancelled or finished); nothing written", self.attempt, self.id),
+            ))
+        }
+    }
 }
 
 /// Shared application data registered with [`WorkerBuilder::data`](crate::WorkerBuilder::data);

@@ -137,6 +137,16 @@ impl Client {
         Ok(total)
     }
 
+    /// Runs every fatal or cancelled job of retry group `group` again (seed 002's
+    /// `retry_group`, `Enqueue::with_retry_group`): [`Client::retry_where`] with that
+    /// group; how many. `sk retry --retry-group` does the same.
+    ///
+    /// # Errors
+    /// As [`Client::retry_where`].
+    pub async fn retry_group(&self, group: &str) -> Result<u64> {
+        self.retry_where(&JobFilter::new().retry_group(group)).await
+    }
+
     /// Makes a waiting job (delayed, or waiting for a retry) due now.
     ///
     /// # Errors

@@ -214,6 +214,12 @@ pub struct JobFilter {
     pub status: Option<JobStatus>,
     /// A key of the job's metadata and its value as text ([`Client::jobs`](crate::Client::jobs) only).
     pub metadata: Option<(String, String)>,
+    /// The job's retry group (seed 002; `Enqueue::with_retry_group`).
+    pub retry_group: Option<String>,
+    /// The job's external id (seed 002's string id; `Enqueue::with_external_id`).
+    pub external_id: Option<String>,
+    /// The job's sub-state (seed 002; `JobContext::set_sub_state`).
+    pub sub_state: Option<String>,
     /// Posted at or after this time ([`Client::jobs`](crate::Client::jobs) only; by the UUIDv7 id, so a job
     /// another producer posted with a random id is outside every range).
     pub posted_after: Option<DateTime<Utc>>,
@@ -247,6 +253,9 @@ impl JobFilter {
                 "job filter's metadata value",
                 self.metadata.as_ref().map(|m| m.1.as_str()),
             ),
+            ("job filter's retry group", self.retry_group.as_deref()),
+            ("job filter's external id", self.external_id.as_deref()),
+            ("job filter's sub-state", self.sub_state.as_deref()),
         ];
         for (what, text) in texts {
             if text.is_some_and(|t| t.contains('\0')) {
@@ -289,6 +298,39 @@ impl JobFilter {
     pub fn status(mut self, status: JobStatus) -> Self {
         self.status = Some(status);
         self
+    }
+
+    /// Only jobs of this retry group (seed 002).
+    #[must_use]
+    pub fn retry_group(mut self, group: impl Into<String>) -> Self {
+        self.retry_group = Some(group.into());
+        self
+    }
+
+    /// Only jobs with this external id (seed 002's string id).
+    #[must_use]
+    pub fn external_id(mut self, id: impl Into<String>) -> Self {
+        self.external_id = Some(id.into());
+        self
+    }
+
+    /// Only jobs whose handler last set this sub-state (seed 002).
+    #[must_use]
+    pub fn sub_state(mut self, sub_state: impl Into<String>) -> Self {
+        self.sub_state = Some(sub_state.into());
+        self
+    }
+
+    /// Seed 002's fields this filter asks for, by their metadata key (`retry_group`,
+    /// `external_id`, `sub_state`: fixed names, never input), with the value.
+    pub(crate) fn seed_002(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            ("retry_group", self.retry_group.as_deref()),
+            ("external_id", self.external_id.as_deref()),
+            ("sub_state", self.sub_state.as_deref()),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value?)))
     }
 
     /// Only jobs whose metadata has `key` with this value (a JSON string, number or

@@ -4,6 +4,7 @@
 mod list;
 mod names;
 mod record;
+mod seed_002;
 mod stats;
 
 pub use list::{
@@ -15,4 +16,6 @@ pub(crate) use record::status;
 pub use record::{
     Attempt, AttemptOutcome, JobRecord, JobStatus, QueueCounts, QueuedJob, UniqueMode,
 };
+pub(crate) use seed_002::{check as check_seed_002, seed_002_key};
+pub(crate) use seed_002::{SEED_002_ID_CHARS, SUB_STATE_CHARS};
 pub(crate) use stats::{throughput_of, StatBucket, StatRow, WorkerUp};

@@ -42,6 +42,19 @@ pub(crate) trait Dialect: sqlx::Database {
     /// `column` as a 64-bit integer.
     fn bigint(column: &str) -> String;
 
+    /// The metadata of a row with `key` (a fixed name) set to the text `$1`: an object
+    /// made if there was none.
+    fn metadata_with(key: &str) -> String {
+        format!("jsonb_set(coalesce(task_metadata, '{{}}'), '{{{key}}}', to_jsonb($1::text))")
+    }
+
+    /// The text under `key` (a key of seed 002's fields, `JobFilter::seed_002`,
+    /// never input) of the metadata of the row `alias` names in a table of sk's (`q`, `r`, or
+    /// `""` for the table itself), written as its index on that key takes it.
+    fn metadata_key(alias: &str, key: &str) -> String {
+        format!("({alias}task_metadata ->> '{key}')")
+    }
+
     /// The greatest of a group's ids (PostgreSQL has no `max(uuid)`).
     fn newest_id(column: &str) -> String {
         format!("max({column})")

@@ -68,6 +68,11 @@ macro_rules! push_list_filter {
             let $q = &mut $query;
             $metadata
         }
+        for (key, value) in filter.seed_002() {
+            let ($key, $value) = (key.to_owned(), value.to_owned());
+            let $q = &mut $query;
+            $metadata
+        }
         if let Some(from) = filter.posted_after {
             $query
                 .push(" AND r.task_id >= ")

@@ -74,6 +74,29 @@ pub(crate) async fn reprioritize<D: Dialect>(
     Ok(D::execute(pool, &sql, &[Arg::Id(Some(id)), Arg::Int4(Some(priority))]).await? > 0)
 }
 
+/// Sets the sub-state (seed 002) of job `id` in its metadata while run `attempt` holds
+/// it; whether it did (false: the run no longer holds the job).
+pub(crate) async fn set_sub_state<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    id: Uuid,
+    attempt: i32,
+    sub_state: &str,
+) -> Result<bool> {
+    let sql = format!(
+        "UPDATE {} SET task_metadata = {} WHERE task_id = $2 AND task_attempt = $3
+            AND task_locked_by IS NOT NULL",
+        D::table(schema, "tasks_queue_t"),
+        D::metadata_with("sub_state")
+    );
+    let args = [
+        Arg::Text(Some(sub_state)),
+        Arg::Id(Some(id)),
+        Arg::Int4(Some(attempt)),
+    ];
+    Ok(D::execute(pool, &sql, &args).await? > 0)
+}
+
 /// Sets or (with `None`) removes a queue's concurrency limit across workers.
 pub(crate) async fn set_global_limit<D: Dialect>(
     pool: &sqlx::Pool<D>,
@@ -397,6 +420,14 @@ where
                     Arg::Text(Some(value)),
                 );
             }
+        }
+        for (key, value) in filter.seed_002() {
+            given(
+                &mut sql,
+                &mut args,
+                &format!("{} =", D::metadata_key("", key)),
+                Arg::Text(Some(value)),
+            );
         }
         if live {
             match filter.running() {

@@ -26,6 +26,16 @@ impl Dialect for MySql {
         format!("CAST({column} AS SIGNED)")
     }
 
+    /// The virtual column over that key, which its index is on (MariaDB uses an index on
+    /// an expression only through such a column).
+    fn metadata_key(alias: &str, key: &str) -> String {
+        format!("{alias}task_{key}")
+    }
+
+    fn metadata_with(key: &str) -> String {
+        format!("JSON_SET(coalesce(task_metadata, '{{}}'), '$.{key}', $1)")
+    }
+
     fn upsert(_key: &str, columns: &[&str]) -> String {
         let set: Vec<String> = columns
             .iter()

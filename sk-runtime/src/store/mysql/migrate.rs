@@ -44,6 +44,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "three queue indexes: unique keys and leases in tables of their own",
         include_str!("../../../migrations/mysql/0008_three_queue_indexes.sql"),
     ),
+    (
+        9,
+        "seed 002's retry group, external id and sub-state as columns",
+        include_str!("../../../migrations/mysql/0009_seed_002_lookups.sql"),
+    ),
 ];
 
 pub(crate) async fn migrate_to(pool: &MySqlPool, schema: &Schema, target: i32) -> Result<()> {

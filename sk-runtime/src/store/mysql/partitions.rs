@@ -336,8 +336,19 @@ async fn retire_one(
             .fetch_one(&mut *conn)
             .await?;
             if live != 0 {
+                // The stored columns only: a value for a virtual one (migration 9) is an
+                // error in strict mode.
+                let columns: String = sqlx::query_scalar(
+                    "SELECT GROUP_CONCAT(COLUMN_NAME ORDER BY ORDINAL_POSITION) FROM information_schema.COLUMNS
+                     WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND IS_GENERATED = 'NEVER'",
+                )
+                .bind(&r)
+                .fetch_one(&mut *conn)
+                .await?;
                 (&mut *conn)
-                    .execute(format!("INSERT INTO {r} SELECT * FROM {held}").as_str())
+                    .execute(
+                        format!("INSERT INTO {r} ({columns}) SELECT {columns} FROM {held}").as_str(),
+                    )
                     .await?;
                 (&mut *conn).execute(format!("DROP TABLE {held}").as_str()).await?;
                 return Ok(false);

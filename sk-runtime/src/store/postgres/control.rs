@@ -175,6 +175,16 @@ impl Control for PgPool {
 
     /// Moves a waiting job's not-before time; false when it is not waiting, or waits on
     /// other jobs (it runs when they have succeeded).
+    async fn set_sub_state(
+        &self,
+        schema: &Schema,
+        id: Uuid,
+        attempt: i32,
+        sub_state: &str,
+    ) -> Result<bool> {
+        queries::set_sub_state(self, schema, id, attempt, sub_state).await
+    }
+
     async fn reprioritize(&self, schema: &Schema, id: Uuid, priority: i32) -> Result<bool> {
         queries::reprioritize(self, schema, id, priority).await
     }
@@ -324,11 +334,19 @@ impl Control for PgPool {
             limit,
             now,
             |query, key, value| {
-                query
-                    .push(" AND r.task_metadata ->> ")
-                    .push_bind(key)
-                    .push(" = ")
-                    .push_bind(value);
+                // Seed 002's keys as their indexes name them (migration 16).
+                if let Some(key) = crate::model::seed_002_key(&key) {
+                    query.push(format!(
+                        " AND {} = ",
+                        <sqlx::Postgres as crate::store::dialect::Dialect>::metadata_key("r.", key)
+                    ));
+                } else {
+                    query
+                        .push(" AND r.task_metadata ->> ")
+                        .push_bind(key)
+                        .push(" = ");
+                }
+                query.push_bind(value);
             }
         );
         Ok(query.build_query_as().fetch_all(pool).await?)

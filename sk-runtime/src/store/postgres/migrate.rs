@@ -80,6 +80,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "the seeds' column order in the results, metrics and stats tables",
         include_str!("../../../migrations/postgres/0015_seed_column_order.sql"),
     ),
+    (
+        16,
+        "seed 002's retry group and external id, by index",
+        include_str!("../../../migrations/postgres/0016_seed_002_lookups.sql"),
+    ),
 ];
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with

@@ -204,6 +204,16 @@ impl Control for SqlitePool {
 
     /// Moves a waiting job's not-before time; false when it is not waiting, or waits on
     /// other jobs.
+    async fn set_sub_state(
+        &self,
+        schema: &Schema,
+        id: Uuid,
+        attempt: i32,
+        sub_state: &str,
+    ) -> Result<bool> {
+        queries::set_sub_state(self, schema, id, attempt, sub_state).await
+    }
+
     async fn reprioritize(&self, schema: &Schema, id: Uuid, priority: i32) -> Result<bool> {
         queries::reprioritize(self, schema, id, priority).await
     }
@@ -364,15 +374,23 @@ impl Control for SqlitePool {
             limit,
             now,
             |query, key, value| {
-                // As text, as PostgreSQL's `->>` gives it (booleans as true/false).
-                let path = json_path(&key);
-                query
-                .push(" AND CASE json_type(r.task_metadata, ")
-                .push_bind(path.clone())
-                .push(") WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE CAST(json_extract(r.task_metadata, ")
-                .push_bind(path)
-                .push(") AS TEXT) END = ")
-                .push_bind(value);
+                // Seed 002's keys (text) as their indexes name them (migration 7).
+                if let Some(key) = crate::model::seed_002_key(&key) {
+                    query.push(format!(
+                        " AND {} = ",
+                        <sqlx::Sqlite as crate::store::dialect::Dialect>::metadata_key("r.", key)
+                    ));
+                } else {
+                    // As text, as PostgreSQL's `->>` gives it (booleans as true/false).
+                    let path = json_path(&key);
+                    query
+                        .push(" AND CASE json_type(r.task_metadata, ")
+                        .push_bind(path.clone())
+                        .push(") WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' ELSE CAST(json_extract(r.task_metadata, ")
+                        .push_bind(path)
+                        .push(") AS TEXT) END = ");
+                }
+                query.push_bind(value);
             }
         );
         Ok(query.build_query_as().fetch_all(pool).await?)

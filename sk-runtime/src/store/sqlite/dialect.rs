@@ -21,5 +21,13 @@ impl Dialect for Sqlite {
         column.to_owned()
     }
 
+    fn metadata_with(key: &str) -> String {
+        format!("json_set(coalesce(task_metadata, '{{}}'), '$.{key}', $1)")
+    }
+
+    fn metadata_key(alias: &str, key: &str) -> String {
+        format!("json_extract({alias}task_metadata, '$.{key}')")
+    }
+
     dialect_io!(Sqlite, ts);
 }

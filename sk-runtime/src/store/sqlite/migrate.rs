@@ -34,6 +34,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "integer columns hold only what sk reads from them",
         include_str!("../../../migrations/sqlite/0006_integer_ranges.sql"),
     ),
+    (
+        7,
+        "seed 002's retry group and external id, by index",
+        include_str!("../../../migrations/sqlite/0007_seed_002_lookups.sql"),
+    ),
 ];
 
 /// Migration 6's checks, as (table, the value a row's column must meet, per column):

@@ -1,0 +1,63 @@
+//! Seed 002's per-job fields that sk keeps in the job's metadata (the seed's `jobs_data`,
+//! which sk's `task_metadata` stands for): a retry group, an external string id and an
+//! application-defined sub-state. Each is a metadata key of that name, indexed where a
+//! lookup needs it (migrations), and read back by the accessors of [`JobRecord`]. The keys:
+//! `retry_group`, `external_id`, `sub_state` (`JobFilter::seed_002` lists them).
+
+use super::JobRecord;
+use crate::error::{Error, Result};
+
+/// The longest retry group and external id, in characters: seed 002's `varchar(40)`.
+pub(crate) const SEED_002_ID_CHARS: usize = 40;
+
+/// The longest sub-state, in characters.
+pub(crate) const SUB_STATE_CHARS: usize = 64;
+
+/// `key` as the `'static` name of a seed-002 field, if it is one: safe to write into a
+/// statement, as these names are sk's own.
+pub(crate) fn seed_002_key(key: &str) -> Option<&'static str> {
+    ["retry_group", "external_id", "sub_state"]
+        .into_iter()
+        .find(|k| *k == key)
+}
+
+/// Checks a seed-002 value: not empty, at most `max` characters, no NUL.
+pub(crate) fn check(what: &'static str, value: &str, max: usize) -> Result<()> {
+    let chars = value.chars().count();
+    if chars == 0 {
+        return Err(Error::invalid(what, "must not be empty"));
+    }
+    if chars > max {
+        return Err(Error::invalid(
+            what,
+            format!("is {chars} characters long, over the limit of {max} (seed 002's column)"),
+        ));
+    }
+    if value.contains('\0') {
+        return Err(Error::invalid(what, "must not contain a NUL character"));
+    }
+    Ok(())
+}
+
+impl JobRecord {
+    /// The text under metadata `key`, if the metadata is an object holding a string there.
+    fn metadata_text(&self, key: &str) -> Option<String> {
+        let metadata: serde_json::Value = serde_json::from_str(self.metadata.as_deref()?).ok()?;
+        metadata.get(key)?.as_str().map(str::to_owned)
+    }
+
+    /// Its retry group (seed 002), given at enqueue.
+    pub fn retry_group(&self) -> Option<String> {
+        self.metadata_text("retry_group")
+    }
+
+    /// Its external id (seed 002's string id), given at enqueue.
+    pub fn external_id(&self) -> Option<String> {
+        self.metadata_text("external_id")
+    }
+
+    /// The sub-state its handler set last (seed 002), kept after it ends.
+    pub fn sub_state(&self) -> Option<String> {
+        self.metadata_text("sub_state")
+    }
+}

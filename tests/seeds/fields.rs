@@ -1,0 +1,85 @@
+//! Seed 002's per-job fields on every backend (its own is MySQL): a retry group retried
+//! together, an external string id to find a job by, and a sub-state the handler sets.
+
+use sk_runtime::{Client, Job, JobContext, JobError, JobFilter, JobStatus};
+use sk_tests::{each_backend, RunningWorker};
+
+use super::super::{worker, T};
+
+/// Charges a card: says how far it got, and fails for good when told to.
+#[sk_runtime::job(max_attempts = 1)]
+async fn charge(fail: bool, ctx: JobContext) -> Result<(), JobError> {
+    ctx.set_sub_state("charging").await?;
+    if fail {
+        return Err(JobError::fatal("gateway down"));
+    }
+    ctx.set_sub_state("charged").await?;
+    Ok(())
+}
+
+each_backend! {
+    async fn a_retry_group_is_retried_together_and_an_external_id_finds_its_job(db) {
+        let order = "order-2026-11-27-000000042"; // 26 characters
+        let mut group = Vec::new();
+        for _ in 0..3 {
+            group.push(Charge::new(true).with_retry_group("batch-7").enqueue(&db.pool).await.unwrap());
+        }
+        let other = Charge::new(true).with_retry_group("batch-8").enqueue(&db.pool).await.unwrap();
+        let paid = Charge::new(false)
+            .with_external_id(order)
+            .with_metadata(serde_json::json!({"customer": 42}))
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let w = RunningWorker::start(worker(&db, &[Charge::TASK_TYPE]));
+        for &id in group.iter().chain([&other]) {
+            let r = db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await;
+            assert_eq!(r.sub_state().as_deref(), Some("charging"), "kept on record");
+        }
+        let r = db.wait_job(paid, T, |r| r.status() == JobStatus::Processed).await;
+        assert_eq!(
+            (r.external_id().as_deref(), r.sub_state().as_deref(), r.retry_group()),
+            (Some(order), Some("charged"), None)
+        );
+        let metadata: serde_json::Value = serde_json::from_str(r.metadata.as_deref().unwrap()).unwrap();
+        assert_eq!(metadata["customer"], 42, "the application's own metadata beside them");
+        w.stop().await;
+
+        let client = Client::new(db.pool.clone());
+        let ids = |filter: JobFilter| {
+            let client = client.clone();
+            async move {
+                let mut ids: Vec<_> = client.jobs(&filter, None, 100).await.unwrap().jobs.into_iter().map(|j| j.id).collect();
+                ids.sort();
+                ids
+            }
+        };
+        assert_eq!(ids(JobFilter::new().external_id(order)).await, [paid]);
+        let mut failed = group.clone();
+        failed.push(other);
+        failed.sort();
+        assert_eq!(ids(JobFilter::new().sub_state("charging")).await, failed);
+        assert_eq!(ids(JobFilter::new().retry_group("batch-8")).await, [other]);
+
+        assert_eq!(client.retry_group("batch-7").await.unwrap(), 3);
+        for &id in &group {
+            assert_eq!(db.job(id).await.status(), JobStatus::Unprocessed, "back in the queue");
+        }
+        assert_eq!(db.job(other).await.status(), JobStatus::Fatal, "another group stays");
+        assert_eq!(client.retry_group("batch-7").await.unwrap(), 0, "none left to retry");
+        // Live jobs are found by their group too.
+        let mut waiting = group.clone();
+        waiting.sort();
+        assert_eq!(ids(JobFilter::new().retry_group("batch-7")).await, waiting);
+
+        let long = "x".repeat(41);
+        let error = Charge::new(false).with_external_id(long.as_str()).enqueue(&db.pool).await.unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "invalid external id: is 41 characters long, over the limit of 40 (seed 002's column)"
+        );
+        let error = Charge::new(false).with_retry_group("").enqueue(&db.pool).await.unwrap_err();
+        assert_eq!(error.to_string(), "invalid retry group: must not be empty");
+        db.drop().await;
+    }
+}
