@@ -470,7 +470,7 @@ async fn a_sqlite_queue_of_version_4_is_brought_forward_with_its_rows() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(6));
+    assert_eq!(db.scalar(versions, None).await, Some(8));
     assert_eq!(db.scalar(last, None).await, Some(last_handle));
     let table = db
         .texts("SELECT sql FROM sqlite_master WHERE name = 'old_sk_tasks_queue_t'")
@@ -478,7 +478,8 @@ async fn a_sqlite_queue_of_version_4_is_brought_forward_with_its_rows() {
     assert!(table[0].ends_with("STRICT"), "{table:?}");
     let indexes = "SELECT count(*) FROM sqlite_master WHERE tbl_name = 'old_sk_tasks_queue_t'
         AND type IN ('index', 'trigger') AND sql IS NOT NULL";
-    assert_eq!(db.scalar(indexes, None).await, Some(4));
+    // Migration 5's four, and migration 7's lookups by retry group and external id.
+    assert_eq!(db.scalar(indexes, None).await, Some(6));
     let new = enqueue("new").await.unwrap();
     let handle = db
         .scalar(
@@ -590,7 +591,7 @@ async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(8));
+    assert_eq!(db.scalar(versions, None).await, Some(10));
     let triggers = "SELECT count(*) FROM information_schema.TRIGGERS
         WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'old_sk_tasks_queue_t'
             AND EVENT_MANIPULATION = 'INSERT'";

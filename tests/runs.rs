@@ -216,7 +216,7 @@ each_backend! {
             };
             assert_eq!(r.error_count, 1, "{r:?}");
             assert_eq!(r.last_error_recoverable, Some(!fatal), "{r:?}");
-            assert_eq!(r.payload.is_some(), fatal, "a job failed for good keeps its payload: {r:?}");
+            assert!(r.payload.is_some(), "an ended job keeps its payload, failed for good or not: {r:?}");
             let message = if fatal { "failed for good" } else { "failed, to retry" };
             assert_eq!(r.last_error_message.as_deref(), Some(message), "{r:?}");
             let outcome = if fatal { AttemptOutcome::Fatal } else { AttemptOutcome::Retried };

@@ -61,7 +61,8 @@ mod worker;
 mod workflow;
 
 pub use client::{
-    CancelOutcome, Client, QueueInfo, ReprioritizeOutcome, RescheduleOutcome, RetryOutcome,
+    CancelOutcome, Client, JobUpdate, QueueInfo, ReprioritizeOutcome, RescheduleOutcome,
+    RetryOutcome,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use enqueue::{Enqueue, EnqueueOutcome, Enqueued, DEFAULT_MAX_PAYLOAD_BYTES};
@@ -71,7 +72,7 @@ pub use migrate::{migrate, migrations, set_seed_keys, Migration, SeedKeys};
 pub use model::{
     Attempt, AttemptOutcome, CountBy, ErrorGroup, GroupCounts, JobFilter, JobPage, JobRecord,
     JobStatus, JobSummary, Per, Pruned, QueueCounts, QueueState, QueuedJob, Throughput, UniqueMode,
-    WorkerInfo, MAX_PAGE,
+    UpdateOutcome, WorkerInfo, MAX_PAGE,
 };
 pub use retry::Backoff;
 pub use store::{Backend, Executor, Pool, Schema};

@@ -83,3 +83,68 @@ each_backend! {
         db.drop().await;
     }
 }
+
+each_backend! {
+    /// Seed 002's `version` (compare and set of an application's change to a waiting job)
+    /// and `updated_at` (when the row last changed, also under another writer's UPDATE).
+    async fn an_update_names_the_version_it_read_and_updated_at_follows_every_change(db) {
+        use sk_runtime::{JobUpdate, UpdateOutcome};
+        let client = Client::new(db.pool.clone());
+        let id = Charge::new(false)
+            .run_after(std::time::Duration::from_secs(3600))
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let first = db.job(id).await;
+        assert_eq!(first.version, Some(0));
+        let tracked = first.updated_at.is_some();
+        assert_eq!(tracked, !db.url.starts_with("sqlite"), "PostgreSQL and MariaDB keep it");
+
+        let raise = JobUpdate::new().if_version(0).priority(5);
+        assert_eq!(client.update(id, &raise).await.unwrap(), UpdateOutcome::Updated { version: 1 });
+        let stale = JobUpdate::new().if_version(0).payload(serde_json::json!({"fail": true}));
+        assert_eq!(client.update(id, &stale).await.unwrap(), UpdateOutcome::VersionChanged { version: 1 });
+        let second = db.job(id).await;
+        assert_eq!((second.priority, second.payload.as_deref()), (5, Some(r#"{"fail":false}"#)), "the stale change wrote nothing");
+        if tracked {
+            assert!(second.updated_at > first.updated_at, "{:?} after {:?}", second.updated_at, first.updated_at);
+        }
+        // Every change of a waiting job counts.
+        client.reprioritize(id, 3).await.unwrap();
+        client.reschedule(id, chrono::Utc::now() + chrono::Duration::hours(2)).await.unwrap();
+        assert_eq!(db.job(id).await.version, Some(3));
+        let bad = JobUpdate::new().payload(serde_json::json!({"fail": "no"}));
+        let error = client.update(id, &bad).await.unwrap_err().to_string();
+        assert!(error.starts_with("invalid payload: does not fit the arguments of `charge`"), "{error}");
+        let change = JobUpdate::new()
+            .if_version(3)
+            .payload(serde_json::json!({"fail": true}))
+            .metadata(serde_json::json!({"retry_group": "g-1"}))
+            .run_at(chrono::Utc::now());
+        assert_eq!(client.update(id, &change).await.unwrap(), UpdateOutcome::Updated { version: 4 });
+        let third = db.job(id).await;
+        assert_eq!(
+            (third.payload.as_deref(), third.retry_group().as_deref()),
+            (Some(r#"{"fail":true}"#), Some("g-1"))
+        );
+
+        // Another writer's UPDATE moves `updated_at` too (PostgreSQL: a trigger; MariaDB:
+        // the column's ON UPDATE).
+        db.execute("UPDATE sk_tasks_queue_t SET task_priority = 9").await;
+        let fourth = db.job(id).await;
+        if tracked {
+            assert!(fourth.updated_at > third.updated_at, "{:?} after {:?}", fourth.updated_at, third.updated_at);
+        }
+
+        // Run it: a job that has ended is not changed.
+        let w = RunningWorker::start(worker(&db, &[Charge::TASK_TYPE]));
+        let ended = db.wait_job(id, T, |r| r.status() == JobStatus::Fatal).await;
+        w.stop().await;
+        assert_eq!(ended.version, None);
+        if tracked {
+            assert!(ended.updated_at >= fourth.updated_at);
+        }
+        assert_eq!(client.update(id, &JobUpdate::new().priority(1)).await.unwrap(), UpdateOutcome::NotWaiting);
+        db.drop().await;
+    }
+}

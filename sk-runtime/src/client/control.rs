@@ -405,7 +405,7 @@ impl Client {
     }
 }
 
-fn json_object(payload: serde_json::Value) -> Result<String> {
+pub(super) fn json_object(payload: serde_json::Value) -> Result<String> {
     match payload {
         serde_json::Value::Object(_) => Ok(payload.to_string()),
         other => Err(Error::invalid(

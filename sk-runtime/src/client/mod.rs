@@ -4,8 +4,10 @@
 mod control;
 mod info;
 mod insight;
+mod update;
 
 pub use info::QueueInfo;
+pub use update::JobUpdate;
 
 use std::sync::Arc;
 

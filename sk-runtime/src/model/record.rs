@@ -227,6 +227,14 @@ pub struct JobRecord {
     #[sqlx(rename = "task_unique_mode")]
     #[serde(skip)]
     unique_mode_code: Option<i16>,
+    /// How many times an application changed it while it waited (seed 002's `version`):
+    /// what [`Client::update`](crate::Client::update) compares. `None` once it has ended.
+    #[sqlx(rename = "task_version")]
+    pub version: Option<i32>,
+    /// When its row last changed (seed 002's `updated_at`), on PostgreSQL and
+    /// MySQL/MariaDB; `None` on SQLite.
+    #[sqlx(rename = "task_updated_at_ts")]
+    pub updated_at: Option<DateTime<Utc>>,
 }
 
 /// One recorded run of a job (seed 004's audit log).

@@ -61,3 +61,24 @@ impl JobRecord {
         self.metadata_text("sub_state")
     }
 }
+
+/// What [`Client::update`](crate::Client::update) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UpdateOutcome {
+    /// The waiting job has the changes; its version is now this.
+    Updated {
+        /// The job's new version.
+        version: i32,
+    },
+    /// The job's version is not the one given: another change came first. Nothing
+    /// changed; read the job again and decide.
+    VersionChanged {
+        /// The job's version now.
+        version: i32,
+    },
+    /// A worker is running the job; nothing changed.
+    Running,
+    /// No waiting job has this id: it has ended, or never was.
+    NotWaiting,
+}

@@ -42,6 +42,11 @@ pub(crate) trait Dialect: sqlx::Database {
     /// `column` as a 64-bit integer.
     fn bigint(column: &str) -> String;
 
+    /// Placeholder `p` where a JSON column takes it (PostgreSQL's `jsonb` takes no text).
+    fn json(p: &str) -> String {
+        p.to_owned()
+    }
+
     /// The metadata of a row with `key` (a fixed name) set to the text `$1`: an object
     /// made if there was none.
     fn metadata_with(key: &str) -> String {

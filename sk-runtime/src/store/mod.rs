@@ -17,7 +17,7 @@ pub(crate) mod mysql;
 mod pool;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
-mod queries;
+pub(crate) mod queries;
 mod rows;
 mod schema;
 #[cfg(feature = "sqlite")]

@@ -68,10 +68,89 @@ pub(crate) async fn reprioritize<D: Dialect>(
     priority: i32,
 ) -> Result<bool> {
     let sql = format!(
-        "UPDATE {} SET task_priority = $2 WHERE task_id = $1",
+        "UPDATE {} SET task_priority = $2, task_version = task_version + 1 WHERE task_id = $1",
         D::table(schema, "tasks_queue_t")
     );
     Ok(D::execute(pool, &sql, &[Arg::Id(Some(id)), Arg::Int4(Some(priority))]).await? > 0)
+}
+
+/// What an application changes in a waiting job (`Client::update`).
+#[derive(Debug, Default)]
+pub(crate) struct WaitingChange<'a> {
+    pub(crate) payload: Option<&'a str>,
+    pub(crate) run_at: Option<DateTime<Utc>>,
+    pub(crate) priority: Option<i32>,
+    pub(crate) metadata: Option<&'a str>,
+}
+
+/// Applies `change` to job `id` if it is waiting and (with `expected`) still at that
+/// version (seed 002's compare and set): read the version, then write where it is still
+/// that one, so a change made in between is never overwritten. Without `expected`, a race
+/// lost to another change reads again and applies on top of it.
+pub(crate) fn update_waiting<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+    id: Uuid,
+    expected: Option<i32>,
+    change: &'a WaitingChange<'a>,
+) -> Boxed<'a, crate::model::UpdateOutcome>
+where
+    (i32, i64): for<'r> FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        use crate::model::UpdateOutcome;
+        let q = D::table(schema, "tasks_queue_t");
+        let read = format!(
+            "SELECT task_version, {} FROM {q} WHERE task_id = $1",
+            D::bigint("CASE WHEN task_locked_by IS NULL THEN 0 ELSE 1 END")
+        );
+        loop {
+            let rows: Vec<(i32, i64)> = D::fetch_all(pool, &read, &[Arg::Id(Some(id))]).await?;
+            let Some(&(version, running)) = rows.first() else {
+                return Ok(UpdateOutcome::NotWaiting);
+            };
+            if running != 0 {
+                return Ok(UpdateOutcome::Running);
+            }
+            if expected.is_some_and(|e| e != version) {
+                return Ok(UpdateOutcome::VersionChanged { version });
+            }
+            let mut args = vec![Arg::Id(Some(id)), Arg::Int4(Some(version))];
+            let mut sets = vec!["task_version = $2 + 1".to_owned()];
+            for (column, arg, json) in [
+                (
+                    "task_payload",
+                    change.payload.map(|p| Arg::Text(Some(p))),
+                    false,
+                ),
+                ("task_locked_until_ts", change.run_at.map(Arg::Time), false),
+                (
+                    "task_priority",
+                    change.priority.map(|p| Arg::Int4(Some(p))),
+                    false,
+                ),
+                (
+                    "task_metadata",
+                    change.metadata.map(|m| Arg::Text(Some(m))),
+                    true,
+                ),
+            ] {
+                let Some(arg) = arg else { continue };
+                args.push(arg);
+                let p = format!("${}", args.len());
+                sets.push(format!("{column} = {}", if json { D::json(&p) } else { p }));
+            }
+            let sql = format!(
+                "UPDATE {q} SET {} WHERE task_id = $1 AND task_version = $2 AND task_locked_by IS NULL",
+                sets.join(", ")
+            );
+            if D::execute(pool, &sql, &args).await? > 0 {
+                return Ok(UpdateOutcome::Updated {
+                    version: version + 1,
+                });
+            }
+        }
+    })
 }
 
 /// Sets the sub-state (seed 002) of job `id` in its metadata while run `attempt` holds

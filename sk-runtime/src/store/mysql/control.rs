@@ -283,6 +283,16 @@ impl Control for MySqlPool {
 
     /// Moves a waiting job's not-before time; false when it is not waiting, or waits on
     /// other jobs.
+    async fn update_waiting(
+        &self,
+        schema: &Schema,
+        id: Uuid,
+        expected: Option<i32>,
+        change: &queries::WaitingChange<'_>,
+    ) -> Result<crate::model::UpdateOutcome> {
+        queries::update_waiting(self, schema, id, expected, change).await
+    }
+
     async fn set_sub_state(
         &self,
         schema: &Schema,
@@ -312,7 +322,7 @@ impl Control for MySqlPool {
         .await?;
         if let Some(handle) = waiting {
             sqlx::query(&format!(
-                "UPDATE {} SET task_locked_until_ts = ? WHERE task_lock_handle_id = ?",
+                "UPDATE {} SET task_locked_until_ts = ?, task_version = task_version + 1 WHERE task_lock_handle_id = ?",
                 schema.flat_table("tasks_queue_t")
             ))
             .bind(dt(at))

@@ -49,6 +49,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "seed 002's retry group, external id and sub-state as columns",
         include_str!("../../../migrations/mysql/0009_seed_002_lookups.sql"),
     ),
+    (
+        10,
+        "seed 002's version and updated_at",
+        include_str!("../../../migrations/mysql/0010_version_and_updated_at.sql"),
+    ),
 ];
 
 pub(crate) async fn migrate_to(pool: &MySqlPool, schema: &Schema, target: i32) -> Result<()> {

@@ -191,7 +191,10 @@ impl Statements {
                     CAST(coalesce(r.task_correlation_id, q.task_correlation_id) AS CHAR) AS task_correlation_id,
                     coalesce(r.task_metadata, q.task_metadata) AS task_metadata,
                     CAST(coalesce(r.task_unique_key, q.task_unique_key) AS CHAR) AS task_unique_key,
-                    coalesce(r.task_unique_mode, q.task_unique_mode) AS task_unique_mode
+                    coalesce(r.task_unique_mode, q.task_unique_mode) AS task_unique_mode,
+                    q.task_version,
+                    CONVERT_TZ(coalesce(q.task_updated_at_ts, r.task_updated_at_ts), @@session.time_zone, '+00:00')
+                        AS task_updated_at_ts
                  FROM (SELECT ? AS id) k
                  LEFT JOIN {r} r ON r.task_id = k.id
                  LEFT JOIN {q} q ON q.task_id = k.id

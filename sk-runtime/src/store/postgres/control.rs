@@ -175,6 +175,16 @@ impl Control for PgPool {
 
     /// Moves a waiting job's not-before time; false when it is not waiting, or waits on
     /// other jobs (it runs when they have succeeded).
+    async fn update_waiting(
+        &self,
+        schema: &Schema,
+        id: Uuid,
+        expected: Option<i32>,
+        change: &queries::WaitingChange<'_>,
+    ) -> Result<crate::model::UpdateOutcome> {
+        queries::update_waiting(self, schema, id, expected, change).await
+    }
+
     async fn set_sub_state(
         &self,
         schema: &Schema,
@@ -192,7 +202,7 @@ impl Control for PgPool {
     async fn reschedule(&self, schema: &Schema, id: Uuid, at: DateTime<Utc>) -> Result<bool> {
         let pool = self;
         let found: Option<Uuid> = sqlx::query_scalar(&format!(
-            "UPDATE {} SET task_locked_until_ts = $2
+            "UPDATE {} SET task_locked_until_ts = $2, task_version = task_version + 1
              WHERE task_id = $1 AND task_locked_by IS NULL AND coalesce(task_waiting_on, 0) = 0
              RETURNING task_id",
             schema.table("tasks_queue_t")

@@ -18,6 +18,10 @@ impl Dialect for Postgres {
         format!("{column}::bigint")
     }
 
+    fn json(p: &str) -> String {
+        format!("{p}::jsonb")
+    }
+
     fn newest_id(column: &str) -> String {
         format!("(array_agg({column} ORDER BY {column} DESC))[1]")
     }

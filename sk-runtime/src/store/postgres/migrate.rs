@@ -85,6 +85,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "seed 002's retry group and external id, by index",
         include_str!("../../../migrations/postgres/0016_seed_002_lookups.sql"),
     ),
+    (
+        17,
+        "seed 002's version and updated_at",
+        include_str!("../../../migrations/postgres/0017_version_and_updated_at.sql"),
+    ),
 ];
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with

@@ -238,7 +238,7 @@ impl Statements {
                 ) q
                 WHERE q.task_attempt = input.attempt AND q.task_locked_by = $3
             ), kept AS (
-                UPDATE {q} q SET task_locked_until_ts = held.retry_at, task_locked_by = NULL,
+                UPDATE {q} q SET task_locked_until_ts = held.retry_at, task_locked_by = NULL, task_updated_at_ts = now(),
                     task_lost_attempts = NULL,
                     -- The results row exists from here on, whoever posted the job.
                     task_has_result = true
@@ -266,7 +266,7 @@ impl Statements {
                         'kind', kind, 'message', message, 'detail', detail, 'recoverable', recoverable)),
                     NULL, task_tenant, task_correlation_id, task_metadata, task_max_attempts, task_timeout_ms
                 FROM done
-                ON CONFLICT (task_id) DO UPDATE SET task_status = EXCLUDED.task_status,
+                ON CONFLICT (task_id) DO UPDATE SET task_status = EXCLUDED.task_status, task_updated_at_ts = now(),
                     task_error_count = r.task_error_count + EXCLUDED.task_error_count,
                     task_last_error_type = EXCLUDED.task_last_error_type,
                     task_last_error_message = EXCLUDED.task_last_error_message,
@@ -296,7 +296,7 @@ impl Statements {
             let conflict = if plain {
                 String::new()
             } else {
-                format!("ON CONFLICT (task_id) DO UPDATE SET task_status = {PROCESSED}, {update_results}")
+                format!("ON CONFLICT (task_id) DO UPDATE SET task_status = {PROCESSED}, task_updated_at_ts = now(), {update_results}")
             };
             format!(
                 "{record_results}
@@ -320,7 +320,7 @@ impl Statements {
                         q.task_has_result, q.task_dependants, q.task_waiting_on IS NOT NULL AS task_fed,
                         q.task_waited
                 ), res AS (
-                    UPDATE {r} r SET task_status = {PROCESSED}, task_processing_time_milliseconds = done.ms,
+                    UPDATE {r} r SET task_status = {PROCESSED}, task_updated_at_ts = now(), task_processing_time_milliseconds = done.ms,
                         task_processing_finalized_at_ts = $5,
                         task_first_processing_attempted_at_ts = coalesce(r.task_first_processing_attempted_at_ts,
                             (done.task_lost_attempts -> 0 ->> 'started_at')::timestamptz, done.task_claimed_at_ts),
@@ -538,6 +538,7 @@ impl Statements {
                 // attempt is noted as lost in the row (from its old values); the job's next
                 // recorded outcome moves the note into its results row.
                 "UPDATE {q} q SET task_locked_until_ts = $5, task_locked_by = $6, task_attempt = q.task_attempt + 1,
+                    task_updated_at_ts = now(),
                     task_claimed_at_ts = $1,
                     task_lost_attempts = CASE WHEN q.task_locked_by IS NULL THEN q.task_lost_attempts
                         ELSE coalesce(q.task_lost_attempts, '[]') || jsonb_build_array(jsonb_build_object(
@@ -567,7 +568,8 @@ impl Statements {
             fail,
             // A given-back job did not use up an attempt, and is claimable at once.
             give_back: format!(
-                "UPDATE {q} q SET task_locked_until_ts = $1, task_locked_by = NULL, task_attempt = q.task_attempt - 1
+                "UPDATE {q} q SET task_locked_until_ts = $1, task_locked_by = NULL, task_attempt = q.task_attempt - 1,
+                    task_updated_at_ts = now()
                  FROM unnest($2::uuid[], $3::int4[]) AS i(task_id, attempt)
                  WHERE q.task_id = i.task_id AND q.task_attempt = i.attempt AND q.task_locked_by = $4"
             ),
@@ -581,7 +583,7 @@ impl Statements {
                 "WITH locked AS MATERIALIZED (
                     SELECT task_id FROM {q} WHERE task_id = ANY($2) FOR UPDATE SKIP LOCKED
                  ), extended AS (
-                    UPDATE {q} q SET task_locked_until_ts = $1
+                    UPDATE {q} q SET task_locked_until_ts = $1, task_updated_at_ts = now()
                     FROM unnest($2::uuid[], $3::int4[]) AS i(task_id, attempt), locked
                     WHERE q.task_id = locked.task_id AND q.task_id = i.task_id AND q.task_attempt = i.attempt
                       AND q.task_locked_by = $4
@@ -632,7 +634,8 @@ impl Statements {
                     coalesce(r.task_correlation_id, q.task_correlation_id) AS task_correlation_id,
                     coalesce(r.task_metadata, q.task_metadata)::text AS task_metadata,
                     coalesce(r.task_unique_key, q.task_unique_key) AS task_unique_key,
-                    coalesce(r.task_unique_mode, q.task_unique_mode) AS task_unique_mode
+                    coalesce(r.task_unique_mode, q.task_unique_mode) AS task_unique_mode,
+                    q.task_version, coalesce(q.task_updated_at_ts, r.task_updated_at_ts) AS task_updated_at_ts
                  FROM (SELECT $1::uuid AS id) k
                  LEFT JOIN {r} r ON r.task_id = k.id
                  LEFT JOIN {q} q ON q.task_id = k.id

@@ -39,6 +39,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "seed 002's retry group and external id, by index",
         include_str!("../../../migrations/sqlite/0007_seed_002_lookups.sql"),
     ),
+    (
+        8,
+        "seed 002's version",
+        include_str!("../../../migrations/sqlite/0008_version.sql"),
+    ),
 ];
 
 /// Migration 6's checks, as (table, the value a row's column must meet, per column):

@@ -371,7 +371,8 @@ impl Statements {
                     coalesce(r.task_correlation_id, q.task_correlation_id) AS task_correlation_id,
                     coalesce(r.task_metadata, q.task_metadata) AS task_metadata,
                     coalesce(r.task_unique_key, q.task_unique_key) AS task_unique_key,
-                    coalesce(r.task_unique_mode, q.task_unique_mode) AS task_unique_mode
+                    coalesce(r.task_unique_mode, q.task_unique_mode) AS task_unique_mode,
+                    q.task_version, NULL AS task_updated_at_ts
                  FROM (SELECT $1 AS id) k
                  LEFT JOIN {r} r ON r.task_id = k.id
                  LEFT JOIN {q} q ON q.task_id = k.id
