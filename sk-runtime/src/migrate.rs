@@ -74,6 +74,7 @@ pub async fn set_seed_keys(
 }
 
 /// What SQLite and MySQL answer to [`set_seed_keys`]: their tables are keyed per process.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 pub(crate) fn per_process_only(keys: SeedKeys) -> Result<()> {
     match keys {
         SeedKeys::PerProcess => Ok(()),

@@ -16,7 +16,9 @@ pub(crate) use record::status;
 pub use record::{
     Attempt, AttemptOutcome, JobRecord, JobStatus, QueueCounts, QueuedJob, UniqueMode,
 };
+pub(crate) use seed_002::check as check_seed_002;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use seed_002::seed_002_key;
 pub use seed_002::UpdateOutcome;
-pub(crate) use seed_002::{check as check_seed_002, seed_002_key};
 pub(crate) use seed_002::{SEED_002_ID_CHARS, SUB_STATE_CHARS};
 pub(crate) use stats::{throughput_of, StatBucket, StatRow, WorkerUp};

@@ -15,6 +15,7 @@ pub(crate) const SUB_STATE_CHARS: usize = 64;
 
 /// `key` as the `'static` name of a seed-002 field, if it is one: safe to write into a
 /// statement, as these names are sk's own.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn seed_002_key(key: &str) -> Option<&'static str> {
     ["retry_group", "external_id", "sub_state"]
         .into_iter()

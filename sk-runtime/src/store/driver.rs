@@ -99,17 +99,6 @@ driver! {
         /// Sets a live job's priority; whether its queue row changed (a job already at that
         /// priority may read as unchanged on MySQL, which counts changed rows).
         fn reprioritize(&self, schema: &Schema, id: Uuid, priority: i32) -> Result<bool>;
-        /// Sets a running job's sub-state (seed 002) while run `attempt` holds it; whether
-        /// it still did.
-        fn set_sub_state(&self, schema: &Schema, id: Uuid, attempt: i32, sub_state: &str) -> Result<bool>;
-        /// Changes a waiting job, at `expected` version if given (compare and set).
-        fn update_waiting(
-            &self,
-            schema: &Schema,
-            id: Uuid,
-            expected: Option<i32>,
-            change: &super::queries::WaitingChange<'_>,
-        ) -> Result<crate::model::UpdateOutcome>;
         /// Pauses or resumes a queue; whether that changed its state.
         fn set_paused(
             &self,

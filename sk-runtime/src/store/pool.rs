@@ -244,7 +244,45 @@ pub(crate) fn merge_queue_states(
     by_name.into_values().collect()
 }
 
+/// `$body` with `$pool` bound to the backend's own pool, whichever `$on` holds: a call of
+/// a statement written once (`store::queries`) that no backend writes its own way.
+macro_rules! on_backend {
+    ($on:expr, $pool:ident => $body:expr) => {
+        match $on {
+            #[cfg(feature = "postgres")]
+            Pool::Postgres($pool) => $body,
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite($pool) => $body,
+            #[cfg(feature = "mysql")]
+            Pool::MySql($pool) => $body,
+        }
+    };
+}
+
 impl Pool {
+    /// Sets a running job's sub-state (seed 002) while run `attempt` holds it; whether
+    /// it still did.
+    pub(crate) async fn set_sub_state(
+        &self,
+        schema: &Schema,
+        id: uuid::Uuid,
+        attempt: i32,
+        sub_state: &str,
+    ) -> crate::error::Result<bool> {
+        on_backend!(self, pool => super::queries::set_sub_state(pool, schema, id, attempt, sub_state).await)
+    }
+
+    /// Changes a waiting job, at `expected` version if given (compare and set).
+    pub(crate) async fn update_waiting(
+        &self,
+        schema: &Schema,
+        id: uuid::Uuid,
+        expected: Option<i32>,
+        change: &super::queries::WaitingChange<'_>,
+    ) -> crate::error::Result<crate::model::UpdateOutcome> {
+        on_backend!(self, pool => super::queries::update_waiting(pool, schema, id, expected, change).await)
+    }
+
     /// The backend's name in messages.
     pub(crate) fn backend_name(&self) -> &'static str {
         match self {

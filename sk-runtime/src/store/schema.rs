@@ -191,11 +191,13 @@ impl PartitionSpan {
     }
 
     /// The start of the span holding `at_ms`.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
     pub(crate) fn start_of(&self, at_ms: i64) -> i64 {
         self.origin_ms + (at_ms - self.origin_ms).div_euclid(self.period) * self.period
     }
 
     /// The end of the span holding `at_ms` (the start of the next).
+    #[cfg(feature = "mysql")]
     pub(crate) fn end_of(&self, at_ms: i64) -> i64 {
         self.start_of(at_ms).saturating_add(self.period)
     }

@@ -283,26 +283,6 @@ impl Control for MySqlPool {
 
     /// Moves a waiting job's not-before time; false when it is not waiting, or waits on
     /// other jobs.
-    async fn update_waiting(
-        &self,
-        schema: &Schema,
-        id: Uuid,
-        expected: Option<i32>,
-        change: &queries::WaitingChange<'_>,
-    ) -> Result<crate::model::UpdateOutcome> {
-        queries::update_waiting(self, schema, id, expected, change).await
-    }
-
-    async fn set_sub_state(
-        &self,
-        schema: &Schema,
-        id: Uuid,
-        attempt: i32,
-        sub_state: &str,
-    ) -> Result<bool> {
-        queries::set_sub_state(self, schema, id, attempt, sub_state).await
-    }
-
     async fn reprioritize(&self, schema: &Schema, id: Uuid, priority: i32) -> Result<bool> {
         queries::reprioritize(self, schema, id, priority).await
     }
