@@ -336,7 +336,12 @@ each_backend! {
 each_backend! {
     async fn a_worker_that_lost_its_lease_cannot_finalize(db) {
         let (probe, mut rx) = probe();
-        let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+        // Microseconds, as the database keeps them.
+        let start = chrono::DateTime::from_timestamp_micros(
+            (Utc::now() + chrono::Duration::seconds(1)).timestamp_micros(),
+        )
+        .unwrap();
+        let clock = ManualClock::new(start);
         let id = Gated::new("x".into()).enqueue(&db.pool).await.unwrap();
         let (release_a, closed) = gate(false);
         let a = RunningWorker::start(
@@ -377,11 +382,29 @@ each_backend! {
             .await;
         assert_eq!(fenced, Some(1), "worker A's late result was refused");
         let after = db.job(id).await;
-        // A's attempt counts as failed ("worker lost", recorded by B's claim), once.
+        // A's attempt counts as failed ("worker lost", recorded by B's claim), once, and
+        // is on record (seed 004's audit log) with A's claim time as the first attempt's.
         assert_eq!(
             (after.status(), after.error_count, after.finalized_at),
             (JobStatus::Processed, 1, r.finalized_at)
         );
+        let attempts = after.attempts();
+        assert_eq!(
+            attempts
+                .iter()
+                .map(|a| (a.attempt, a.outcome, a.worker.as_deref(), a.kind.as_deref()))
+                .collect::<Vec<_>>(),
+            [
+                (1, AttemptOutcome::Lost, Some(a_id.as_str()), Some("worker_lost")),
+                (2, AttemptOutcome::Processed, after.last_worker.as_deref(), None),
+            ],
+            "{attempts:?}"
+        );
+        assert!(attempts[0].message.as_deref().unwrap().starts_with("worker lost"));
+        assert_eq!(attempts[0].started_at, Some(start), "A's claim time");
+        assert_eq!(after.first_attempt_at, Some(start), "the true first attempt");
+        assert_ne!(after.last_worker.as_deref(), Some(a_id.as_str()), "B recorded it");
+        assert_eq!(after.payload.as_deref(), Some(r#"{"label":"x"}"#), "kept on record");
         let finalizations = db
             .scalar(
                 "SELECT CAST(sum(et_n_execution_cycles) AS BIGINT) FROM sk_task_execution_time_stats_t WHERE et_payload_type = 'gated'",

@@ -44,6 +44,27 @@ each_backend! {
         let metadata: serde_json::Value = serde_json::from_str(r.metadata.as_deref().unwrap()).unwrap();
         assert_eq!(metadata["customer"], 42, "the application's own metadata beside them");
         w.stop().await;
+        // In SQL, as a seed-002 query reads them: MariaDB's columns, the metadata elsewhere.
+        let (group_sql, external_sql) = if db.url.starts_with("mysql") {
+            (
+                "SELECT count(*) FROM sk_task_results_t WHERE task_retry_group = 'batch-7' AND task_sub_state = 'charging'",
+                "SELECT count(*) FROM sk_task_results_t WHERE task_external_id = $1",
+            )
+        } else if db.url.starts_with("sqlite") {
+            (
+                "SELECT count(*) FROM sk_task_results_t WHERE json_extract(task_metadata, '$.retry_group') = 'batch-7'
+                    AND json_extract(task_metadata, '$.sub_state') = 'charging'",
+                "SELECT count(*) FROM sk_task_results_t WHERE json_extract(task_metadata, '$.external_id') = $1",
+            )
+        } else {
+            (
+                "SELECT count(*) FROM sk_task_results_t WHERE task_metadata ->> 'retry_group' = 'batch-7'
+                    AND task_metadata ->> 'sub_state' = 'charging'",
+                "SELECT count(*) FROM sk_task_results_t WHERE task_metadata ->> 'external_id' = $1",
+            )
+        };
+        assert_eq!(db.scalar(group_sql, None).await, Some(3));
+        assert_eq!(db.scalar(external_sql, Some(order)).await, Some(1));
 
         let client = Client::new(db.pool.clone());
         let ids = |filter: JobFilter| {
