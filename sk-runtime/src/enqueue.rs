@@ -432,32 +432,18 @@ impl<J: Job> Enqueue<J> {
                 other => other,
             };
         }
-        if self.metadata.as_ref().is_some_and(has_nul) {
-            return Err(Error::invalid(
-                "metadata",
-                "holds a NUL character (\\u0000), which PostgreSQL's jsonb cannot store; sk refuses it on every backend",
-            ));
-        }
-        let metadata = match self.metadata {
+        let metadata = match self.metadata.map(metadata_map).transpose()? {
             #[cfg(not(feature = "opentelemetry"))]
             None => None,
             #[cfg(feature = "opentelemetry")]
             None => crate::telemetry::trace_context(serde_json::Map::new())
                 .map(|map| serde_json::Value::Object(map).to_string()),
             #[cfg(not(feature = "opentelemetry"))]
-            Some(serde_json::Value::Object(map)) => {
-                Some(serde_json::Value::Object(map).to_string())
-            }
+            Some(map) => Some(serde_json::Value::Object(map).to_string()),
             #[cfg(feature = "opentelemetry")]
-            Some(serde_json::Value::Object(map)) => {
+            Some(map) => {
                 let map = crate::telemetry::trace_context(map.clone()).unwrap_or(map);
                 Some(serde_json::Value::Object(map).to_string())
-            }
-            Some(other) => {
-                return Err(Error::invalid(
-                    "metadata",
-                    format!("must be a JSON object, not {other}"),
-                ))
             }
         };
         let max_attempts = self.max_attempts.unwrap_or(J::OPTIONS.max_attempts);
@@ -525,6 +511,26 @@ pub struct Enqueued {
 }
 
 /// Whether a string or key anywhere in `value` holds a NUL character.
+/// `metadata` as sk takes it, at enqueue and in `Client::update`: a JSON object without a
+/// NUL character; anything else is refused with [`Error::Invalid`].
+pub(crate) fn metadata_map(
+    metadata: serde_json::Value,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    if has_nul(&metadata) {
+        return Err(Error::invalid(
+            "metadata",
+            "holds a NUL character (\\u0000), which PostgreSQL's jsonb cannot store; sk refuses it on every backend",
+        ));
+    }
+    match metadata {
+        serde_json::Value::Object(map) => Ok(map),
+        other => Err(Error::invalid(
+            "metadata",
+            format!("must be a JSON object, not {other}"),
+        )),
+    }
+}
+
 fn has_nul(value: &serde_json::Value) -> bool {
     match value {
         serde_json::Value::String(s) => s.contains('\0'),

@@ -137,6 +137,13 @@ each_backend! {
         let bad = JobUpdate::new().payload(serde_json::json!({"fail": "no"}));
         let error = client.update(id, &bad).await.unwrap_err().to_string();
         assert!(error.starts_with("invalid payload: does not fit the arguments of `charge`"), "{error}");
+        // Metadata is refused as at enqueue: a NUL character, or anything but an object.
+        let nul = JobUpdate::new().metadata(serde_json::json!({"note": "a\u{0}b"}));
+        let error = client.update(id, &nul).await.unwrap_err().to_string();
+        assert!(error.starts_with("invalid metadata: holds a NUL character"), "{error}");
+        let list = JobUpdate::new().metadata(serde_json::json!([1]));
+        let error = client.update(id, &list).await.unwrap_err().to_string();
+        assert_eq!(error, "invalid metadata: must be a JSON object, not [1]");
         let change = JobUpdate::new()
             .if_version(3)
             .payload(serde_json::json!({"fail": true}))

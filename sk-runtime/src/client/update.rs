@@ -83,7 +83,8 @@ impl Client {
     /// not changed.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a payload or metadata that is not a JSON object, a payload
+    /// [`Error::Invalid`] for a payload or metadata that is not a JSON object (or, for
+    /// metadata, holds a NUL character, as at enqueue), a payload
     /// the linked `#[job]` cannot take, or a time past the last sk stores; the database
     /// fails.
     pub async fn update(&self, id: Uuid, change: &JobUpdate) -> Result<UpdateOutcome> {
@@ -91,18 +92,12 @@ impl Client {
             None => None,
             Some(payload) => Some(self.checked_payload(id, payload.clone()).await?),
         };
-        let metadata = match &change.metadata {
-            None => None,
-            Some(serde_json::Value::Object(map)) => {
-                Some(serde_json::Value::Object(map.clone()).to_string())
-            }
-            Some(other) => {
-                return Err(Error::invalid(
-                    "metadata",
-                    format!("must be a JSON object, not {other}"),
-                ))
-            }
-        };
+        let metadata = change
+            .metadata
+            .clone()
+            .map(crate::enqueue::metadata_map)
+            .transpose()?
+            .map(|map| serde_json::Value::Object(map).to_string());
         let run_at = change
             .run_at
             .map(|at| crate::clock::storable("run at", at))
