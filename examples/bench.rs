@@ -39,6 +39,11 @@
 //!   claim's row lock and count of running jobs cost, and (a limited queue is claimed for
 //!   free slots only, without the prefetch) what the prefetch brings; beside
 //!   `raw_burn_down` too.
+//! - `burn_down_rated`: `burn_down` at concurrency 16 with a rate limit on the jobs'
+//!   queue that never binds (10^9 a second): what the limit's claim costs (the limit's row
+//!   locked, its log read and written in each claim's transaction, no prefetch), beside
+//!   `burn_down_c16`; then with `20000/1s` on at most 100,000 jobs: the drain against the
+//!   limit.
 //! - `failure_storm`: `burn_down` of jobs whose first run fails and whose retry (at once)
 //!   succeeds, every job run twice; beside `burn_down` of no-op jobs, its ratio says what
 //!   a storm of failures costs against the same number of successes, and
@@ -74,7 +79,9 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sk_runtime::{job, Client, Data, Enqueue, JobContext, JobError, ManualClock, Schema, Worker};
+use sk_runtime::{
+    job, Client, Data, Enqueue, JobContext, JobError, ManualClock, RateLimit, Schema, Worker,
+};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 use tokio::sync::mpsc;
@@ -86,6 +93,9 @@ use tracing_subscriber::EnvFilter;
 mod mysql;
 #[path = "bench_sqlite.rs"]
 mod sqlite;
+
+/// The queue of `bench_noop` (the default), which `burn_down_rated` limits.
+const QUEUE_OF_NOOP: &str = "default";
 
 #[job]
 async fn bench_noop(n: u64) {
@@ -410,6 +420,32 @@ async fn run() -> Result<(), BoxError> {
             }),
             ("burn_down", "jobs/s", &|b| {
                 Box::pin(b.burn_down(n, c, Load::Noop))
+            }),
+        )
+        .await?;
+    }
+    if b.wants("burn_down_rated") {
+        // A rate limit that never binds: what its claim (the limit's row locked, read
+        // and written in the claim's transaction) costs.
+        let n = b.args.jobs;
+        let open = RateLimit::new(1_000_000_000, Duration::from_secs(1))?;
+        b.measure_pair(
+            ("burn_down_c16_rated", "jobs/s", &|b| {
+                Box::pin(b.burn_down_rated(n, 16, open))
+            }),
+            ("burn_down_c16", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, 16, Load::Noop))
+            }),
+        )
+        .await?;
+        // One that binds: the drain against the limit.
+        let tight = RateLimit::new(20_000, Duration::from_secs(1))?;
+        b.measure_pair(
+            ("burn_down_c16_at_20000_per_s", "jobs/s", &|b| {
+                Box::pin(b.burn_down_rated(n.min(100_000), 16, tight))
+            }),
+            ("burn_down_c16", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, 16, Load::Noop))
             }),
         )
         .await?;
@@ -973,6 +1009,20 @@ impl Bench {
         let _ = stop_tx.send(());
         running.await??;
         Ok((came, seconds))
+    }
+
+    /// `burn_down` of no-op jobs with a rate limit on their queue.
+    async fn burn_down_rated(
+        &self,
+        n: u64,
+        concurrency: usize,
+        limit: RateLimit,
+    ) -> Result<f64, BoxError> {
+        let client = Client::new(self.pool.clone()).schema(self.schema.clone());
+        client.set_rate_limit(QUEUE_OF_NOOP, Some(limit)).await?;
+        let rate = self.burn_down(n, concurrency, Load::Noop).await;
+        client.set_rate_limit(QUEUE_OF_NOOP, None).await?;
+        rate
     }
 
     async fn burn_down(&self, n: u64, concurrency: usize, load: Load) -> Result<f64, BoxError> {

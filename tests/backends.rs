@@ -52,6 +52,7 @@ async fn a_custom_schema_and_a_queue_filter() {
             "app_job_stats_t",
             "app_metrics_t",
             "app_queues_t",
+            "app_rate_limits_t",
             "app_schedules_t",
             "app_schema_migrations_t",
             "app_task_deps_t",
@@ -109,6 +110,7 @@ async fn sqlite_schemas_are_name_prefixes_and_an_archive_is_refused() {
             "jobs_app_job_stats_t",
             "jobs_app_metrics_t",
             "jobs_app_queues_t",
+            "jobs_app_rate_limits_t",
             "jobs_app_schedules_t",
             "jobs_app_schema_migrations_t",
             "jobs_app_task_deps_t",
@@ -470,7 +472,7 @@ async fn a_sqlite_queue_of_version_4_is_brought_forward_with_its_rows() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(8));
+    assert_eq!(db.scalar(versions, None).await, Some(9));
     assert_eq!(db.scalar(last, None).await, Some(last_handle));
     let table = db
         .texts("SELECT sql FROM sqlite_master WHERE name = 'old_sk_tasks_queue_t'")
@@ -591,7 +593,7 @@ async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(10));
+    assert_eq!(db.scalar(versions, None).await, Some(11));
     let triggers = "SELECT count(*) FROM information_schema.TRIGGERS
         WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'old_sk_tasks_queue_t'
             AND EVENT_MANIPULATION = 'INSERT'";

@@ -126,6 +126,17 @@ each_backend! {
         let (code, _, err) = sk(&url, &["limit", "mail", "zero"]).await;
         assert_eq!(code, 1);
         assert!(err.starts_with("sk: error: limit \"zero\""), "{err}");
+        let (code, out, _) = sk(&url, &["limit", "mail", "--rate", "50/1s"]).await;
+        assert_eq!((code, out.trim()), (0, "mail: at most 50 starts in any 1s across all workers"));
+        let rate = client.queues().await.unwrap().into_iter().find(|q| q.name == "mail").unwrap().rate_limit.unwrap();
+        assert_eq!((rate.limit.count, rate.limit.window, rate.started), (50, std::time::Duration::from_secs(1), 0));
+        let (code, out, _) = sk(&url, &["status"]).await;
+        assert!(code == 0 && out.contains("0/50 per 1s"), "{out}");
+        let (code, _, err) = sk(&url, &["limit", "mail", "--rate", "50 a second"]).await;
+        assert_eq!(code, 1);
+        assert!(err.starts_with("sk: error: invalid rate limit: \"50 a second\""), "{err}");
+        assert_eq!(sk(&url, &["limit", "mail", "--rate", "none"]).await.0, 0);
+        assert!(client.queues().await.unwrap().iter().all(|q| q.rate_limit.is_none()));
 
         let (code, out, _) = sk(&url, &["run-now", &waiting.to_string()]).await;
         assert_eq!((code, out.trim()), (0, format!("{waiting}: Rescheduled").as_str()));

@@ -21,6 +21,7 @@ mod claims;
 mod cli;
 mod control;
 mod devkit;
+mod flow;
 mod leases;
 mod observed;
 mod partitions;

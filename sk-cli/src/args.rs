@@ -108,12 +108,18 @@ pub(crate) enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Set a queue's concurrency limit across all workers, or remove it with `none`.
+    /// Set a queue's concurrency limit across all workers (or remove it with `none`),
+    /// its rate limit (`--rate 100/1m`, or `--rate none`), or both.
     Limit {
         /// The queue.
         queue: String,
         /// At most this many of its jobs at once, or `none`.
-        limit: String,
+        #[arg(required_unless_present = "rate")]
+        limit: Option<String>,
+        /// At most this many starts per window over every worker, as `100/1m`, `50/1s`
+        /// or `3/h`, or `none`.
+        #[arg(long)]
+        rate: Option<String>,
     },
     /// Errors grouped by type and message.
     Errors {

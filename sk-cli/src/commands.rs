@@ -11,7 +11,9 @@ use sk_runtime::{
 use uuid::Uuid;
 
 use crate::args::{BulkArgs, ListArgs};
-use crate::output::{cells, print_json, print_table, say, state, table, text, time, workers_table};
+use crate::output::{
+    cells, print_json, print_table, rate_cell, say, state, table, text, time, workers_table,
+};
 use crate::{fail, Failure};
 
 pub(crate) async fn status(
@@ -43,6 +45,7 @@ pub(crate) async fn status(
         "cancelled",
         "paused",
         "limit",
+        "rate",
     ]);
     for c in &counts {
         let name = c.key.clone().unwrap_or_default();
@@ -62,6 +65,9 @@ pub(crate) async fn status(
             control
                 .and_then(|q| q.global_limit)
                 .map_or_else(String::new, |n| n.to_string()),
+            control
+                .and_then(|q| q.rate_limit.as_ref())
+                .map_or_else(String::new, rate_cell),
         ]));
     }
     print_table(out, table, counts.is_empty(), "no jobs")?;
@@ -453,4 +459,55 @@ pub(crate) async fn act(
         writeln!(out, "  {said}: {n}")?;
     }
     Ok(())
+}
+
+/// `sk limit`: sets or lifts a queue's concurrency limit, its rate limit, or both.
+pub(crate) async fn limit(
+    client: &Client,
+    queue: &str,
+    limit: Option<&str>,
+    rate: Option<&str>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    let limit = limit
+        .map(|text| match text {
+            "none" => Ok(None),
+            n => n
+                .parse::<u32>()
+                .map(Some)
+                .map_err(|_| fail(format!("limit {n:?}: a number from 1, or none"), 1)),
+        })
+        .transpose()?;
+    let rate = rate
+        .map(|text| match text {
+            "none" => Ok(None),
+            r => r.parse::<sk_runtime::RateLimit>().map(Some),
+        })
+        .transpose()?;
+    let mut said = Vec::new();
+    let mut record = serde_json::json!({ "queue": queue });
+    if let Some(limit) = limit {
+        client.set_global_limit(queue, limit).await?;
+        record["global_limit"] = serde_json::json!(limit);
+        said.push(match limit {
+            Some(n) => format!("at most {n} at once across all workers"),
+            None => "no limit across workers".to_owned(),
+        });
+    }
+    if let Some(rate) = rate {
+        client.set_rate_limit(queue, rate).await?;
+        record["rate_limit"] = serde_json::json!(rate);
+        said.push(match rate {
+            Some(r) => format!(
+                "at most {} starts in any {} across all workers",
+                r.count,
+                humantime::format_duration(r.window)
+            ),
+            None => "no rate limit".to_owned(),
+        });
+    }
+    say(out, json, &record, || {
+        format!("{queue}: {}", said.join("; "))
+    })
 }

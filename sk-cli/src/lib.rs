@@ -201,24 +201,16 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
                 || format!("{queue}: {said}"),
             )
         }
-        Command::Limit { queue, limit } => {
-            let limit = match limit.as_str() {
-                "none" => None,
-                n => Some(
-                    n.parse::<u32>()
-                        .map_err(|_| fail(format!("limit {n:?}: a number from 1, or none"), 1))?,
-                ),
-            };
-            client.set_global_limit(&queue, limit).await?;
-            say(
-                out,
+        Command::Limit { queue, limit, rate } => {
+            commands::limit(
+                &client,
+                &queue,
+                limit.as_deref(),
+                rate.as_deref(),
                 json,
-                &serde_json::json!({ "queue": queue, "global_limit": limit }),
-                || match limit {
-                    Some(n) => format!("{queue}: at most {n} at once across all workers"),
-                    None => format!("{queue}: no limit across workers"),
-                },
+                out,
             )
+            .await
         }
         Command::Errors { since, limit } => {
             let groups = client.error_groups(ago(since)?, limit).await?;

@@ -151,3 +151,18 @@ pub(crate) fn state(status: JobStatus) -> String {
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_else(|| format!("{status:?}"))
 }
+
+/// A rate limit as `sk status` and the dashboard show it: starts in the window that ends now, of the
+/// limit, and when it opens if it is full.
+pub(crate) fn rate_cell(rate: &sk_runtime::RateState) -> String {
+    let mut cell = format!(
+        "{}/{} per {}",
+        rate.started,
+        rate.limit.count,
+        humantime::format_duration(rate.limit.window)
+    );
+    if let Some(at) = rate.opens_at {
+        cell.push_str(&format!(", opens {}", at.format("%T%.3f")));
+    }
+    cell
+}

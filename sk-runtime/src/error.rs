@@ -167,6 +167,8 @@ pub struct JobError {
     pub(crate) fatal: bool,
     pub(crate) interrupted: bool,
     pub(crate) snooze: Option<std::time::Duration>,
+    /// A snooze that also holds the job's queue's rate limit (`rate_limited`).
+    pub(crate) hold: bool,
 }
 
 impl JobError {
@@ -179,6 +181,7 @@ impl JobError {
             fatal: false,
             interrupted: false,
             snooze: None,
+            hold: false,
         }
     }
 
@@ -206,6 +209,38 @@ impl JobError {
             snooze: Some(delay),
             ..JobError::new(format!("snoozed for {}", humantime::format_duration(delay)))
                 .with_kind("snooze")
+        }
+    }
+
+    /// The downstream said "too many requests" (an HTTP 429 with `Retry-After`): run the
+    /// job again after `retry_after` without using an attempt, as [`JobError::snooze`],
+    /// and hold its queue's rate limit shut until then, so no worker starts another job
+    /// of that queue before the downstream is ready ("holds the key, not just the job").
+    /// Other queues run on. A queue without a rate limit (`Client::set_rate_limit`) has
+    /// no limit to hold: then only this job waits.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sk_runtime::{job, JobError};
+    ///
+    /// #[job(queue = "partner_api")]
+    /// async fn push_order(order_id: i64) -> Result<(), JobError> {
+    ///     let status = 429; // ... call the partner's API ...
+    ///     if status == 429 {
+    ///         return Err(JobError::rate_limited(Duration::from_secs(30)));
+    ///     }
+    ///     Ok(())
+    /// }
+    /// ```
+    pub fn rate_limited(retry_after: std::time::Duration) -> Self {
+        JobError {
+            snooze: Some(retry_after),
+            hold: true,
+            ..JobError::new(format!(
+                "rate limited downstream for {}",
+                humantime::format_duration(retry_after)
+            ))
+            .with_kind("rate_limited")
         }
     }
 
@@ -289,6 +324,7 @@ impl fmt::Debug for JobError {
             .field("fatal", &self.fatal)
             .field("interrupted", &self.interrupted)
             .field("snooze", &self.snooze)
+            .field("hold", &self.hold)
             .finish()
     }
 }
@@ -316,6 +352,7 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for JobError {
             fatal: false,
             interrupted: false,
             snooze: None,
+            hold: false,
         }
     }
 }

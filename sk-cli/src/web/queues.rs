@@ -1,4 +1,4 @@
-//! The queues: each one's jobs by state, its global limit, and pause or resume.
+//! The queues: each one's jobs by state, its global and rate limits, and pause or resume.
 
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Path, State};
@@ -7,7 +7,7 @@ use maud::html;
 
 use super::layout::{button, page, segment};
 use super::{check_csrf, not_found, ActionForm, Failure, Page, Shared};
-use crate::output::time;
+use crate::output::{rate_cell, time};
 
 pub(super) async fn queues(State(app): Shared) -> Page {
     let queues = app.client.queues().await?;
@@ -19,7 +19,7 @@ pub(super) async fn queues(State(app): Shared) -> Page {
             } @else {
                 div.scroll { table #queues {
                     tr { th { "queue" } th { "available" } th { "scheduled" } th { "pending" }
-                         th { "running" } th { "global limit" } th { "state" } th {} }
+                         th { "running" } th { "global limit" } th { "rate limit" } th { "state" } th {} }
                     @for q in &queues {
                         @let action = if q.paused_at.is_some() { "resume" } else { "pause" };
                         tr data-queue=(q.name) {
@@ -29,6 +29,7 @@ pub(super) async fn queues(State(app): Shared) -> Page {
                             td { (q.pending) }
                             td { (q.running) }
                             td { (q.global_limit.map_or_else(|| "none".to_owned(), |n| n.to_string())) }
+                            td.rate { (q.rate_limit.as_ref().map_or_else(|| "none".to_owned(), rate_cell)) }
                             td.state {
                                 @match q.paused_at {
                                     Some(at) => { "paused since " (time(Some(at))) }

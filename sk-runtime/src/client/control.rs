@@ -8,7 +8,9 @@ use uuid::Uuid;
 
 use super::{CancelOutcome, Client, ReprioritizeOutcome, RescheduleOutcome, RetryOutcome};
 use crate::error::{Error, Result};
-use crate::model::{JobFilter, JobRecord, JobStatus, Pruned, QueueCounts, QueueState, QueuedJob};
+use crate::model::{
+    JobFilter, JobRecord, JobStatus, Pruned, QueueCounts, QueueState, QueuedJob, RateLimit,
+};
 use crate::store::NewJob;
 
 /// Jobs per statement of a bulk call ([`Client::cancel_where`], [`Client::retry_where`]).
@@ -236,8 +238,30 @@ impl Client {
             .await
     }
 
-    /// Every queue that has live jobs, was ever paused or has a global limit, by name:
-    /// its live jobs by state, whether it is paused and its limit.
+    /// Limits how many jobs of `queue` start per time window over every worker, wherever
+    /// they run (`"100/1m"`: at most 100 starts in any minute); `None` lifts the limit.
+    /// Persisted, and read by every worker within a second. A job the limit holds back
+    /// waits in the queue without using an attempt, and is claimed when the window
+    /// allows: a worker held back sleeps until the limit's next opening, not polling.
+    ///
+    /// The limit holds in every sliding window (a log of the window's starts, one entry
+    /// per claim; docs/operations.md, "Flow control"). A start counts when a worker claims
+    /// the job, and stays counted: a retry is a new start, and a job whose worker died
+    /// counts again when another worker takes it up after its lease. A rate-limited queue
+    /// is claimed on its own for free handler slots only (no prefetch), under its
+    /// limit's row lock, so its claims take turns.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad queue name; the database fails.
+    pub async fn set_rate_limit(&self, queue: &str, limit: Option<RateLimit>) -> Result<()> {
+        crate::model::check_name("queue name", queue)?;
+        self.pool
+            .set_rate_limit(&self.schema, queue, limit, self.now())
+            .await
+    }
+
+    /// Every queue that has live jobs, was ever paused or has a global or rate limit, by
+    /// name: its live jobs by state, whether it is paused, and its limits.
     ///
     /// # Errors
     /// The database fails.

@@ -395,6 +395,10 @@ pub struct QueueState {
     /// At most this many of its jobs run at once over all workers
     /// ([`Client::set_global_limit`](crate::Client::set_global_limit)).
     pub global_limit: Option<u32>,
+    /// At most so many of its jobs start per time window over all workers, and how many
+    /// did in the window that ends now
+    /// ([`Client::set_rate_limit`](crate::Client::set_rate_limit)).
+    pub rate_limit: Option<crate::model::RateState>,
     /// Jobs that can run now.
     pub available: i64,
     /// Jobs waiting for their not-before time (delayed or retrying).

@@ -1,12 +1,15 @@
 //! The values the store returns and the client shows: a job's record and status, lists,
 //! filters and groups, a worker's own record and statistics. Plain data, below both.
 
+mod limits;
 mod list;
 mod names;
 mod record;
 mod seed_002;
 mod stats;
 
+pub(crate) use limits::StartLog;
+pub use limits::{RateLimit, RateState, MAX_RATE_WINDOW};
 pub use list::{
     CountBy, ErrorGroup, GroupCounts, JobFilter, JobPage, JobSummary, Per, Pruned, QueueState,
     Throughput, WorkerInfo, MAX_PAGE,

@@ -13,6 +13,12 @@ use super::Schema;
 use crate::error::Result;
 use chrono::{DateTime, Utc};
 
+/// A query's future, boxed: the queries that decode rows are generic over the row types
+/// their backend decodes (`for<'r> FromRow<'r, _>`), which an `async fn` of a driver
+/// trait cannot yet prove `Send` through (rust-lang/rust#100013).
+pub(crate) type Boxed<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T>> + Send + 'a>>;
+
 /// A value bound to a statement written once.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Arg<'a> {
@@ -112,6 +118,21 @@ pub(crate) trait Dialect: sqlx::Database {
         args: &'a [Arg<'a>],
     ) -> impl std::future::Future<Output = Result<u64>> + Send + 'a;
 
+    /// `fetch_all` on a connection (inside a transaction).
+    fn fetch_all_on<'a, T>(
+        conn: &'a mut Self::Connection,
+        sql: &'a str,
+        args: &'a [Arg<'a>],
+    ) -> impl std::future::Future<Output = Result<Vec<T>>> + Send + 'a
+    where
+        T: for<'r> sqlx::FromRow<'r, Self::Row> + Send + Unpin + 'a;
+
+    /// What follows a `SELECT` of rows the transaction then changes, to lock them until it
+    /// ends (SQLite's write transaction locks the whole database: nothing).
+    fn for_update() -> &'static str {
+        " FOR UPDATE"
+    }
+
     /// `execute` on a connection (inside a transaction).
     fn execute_on<'a>(
         conn: &'a mut Self::Connection,
@@ -201,6 +222,22 @@ macro_rules! dialect_io {
                 let (text, arguments) = Self::arguments(sql, args)?;
                 Ok(sqlx::query_as_with::<$db, T, _>(&text, arguments)
                     .fetch_all(pool)
+                    .await?)
+            }
+        }
+
+        fn fetch_all_on<'a, T>(
+            conn: &'a mut <Self as sqlx::Database>::Connection,
+            sql: &'a str,
+            args: &'a [$crate::store::dialect::Arg<'a>],
+        ) -> impl std::future::Future<Output = $crate::error::Result<Vec<T>>> + Send + 'a
+        where
+            T: for<'r> sqlx::FromRow<'r, <Self as sqlx::Database>::Row> + Send + Unpin + 'a,
+        {
+            async move {
+                let (text, arguments) = Self::arguments(sql, args)?;
+                Ok(sqlx::query_as_with::<$db, T, _>(&text, arguments)
+                    .fetch_all(&mut *conn)
                     .await?)
             }
         }

@@ -115,6 +115,14 @@ driver! {
             limit: Option<i32>,
             now: DateTime<Utc>,
         ) -> Result<()>;
+        /// Sets or lifts a queue's rate limit across workers.
+        fn set_rate_limit(
+            &self,
+            schema: &Schema,
+            queue: &str,
+            limit: Option<crate::model::RateLimit>,
+            now: DateTime<Utc>,
+        ) -> Result<()>;
         /// Every queue with jobs, a paused state or a limit.
         fn queue_states(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<QueueState>>;
         /// The ids a filter takes, live jobs or ended ones, newest first, a page at a time.
@@ -166,6 +174,10 @@ driver! {
     trait Work on Store {
         /// Leases the due jobs a claim asks for.
         fn claim(&self, claim: &Claim<'_>) -> Result<Vec<ClaimedJob>>;
+        /// Leases the due jobs of one queue with a rate limit (and a global limit if
+        /// `claim.capped`), no more than the limit lets start now, and records their
+        /// starts against it in the same transaction.
+        fn claim_rated(&self, claim: &Claim<'_>) -> Result<super::RatedClaim>;
         /// Records successful runs (fenced); the ids whose lease was still held.
         fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>>;
         /// The outputs of a waiting job's dependencies, in order (`None`: one that has not

@@ -3,7 +3,8 @@
 //! backend-neutral types defined here: `Pool` (the client's) and `Store` (a worker's),
 //! which dispatch to the backend they hold through the driver contract (`driver`); the
 //! rows they pass (`rows`), the tables' names (`schema`), the rules of jobs that wait on
-//! others (`flow`), what the list queries share (`listing`), `Client::wait`'s wake-up
+//! others (`flow`), rate limits and a claim's take of them (`rates`), what the list
+//! queries share (`listing`), `Client::wait`'s wake-up
 //! (`wait`), and the `Backend` trait of enqueue and a job's transaction (`backend`).
 
 mod backend;
@@ -18,6 +19,7 @@ mod pool;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 pub(crate) mod queries;
+pub(crate) mod rates;
 mod rows;
 mod schema;
 #[cfg(feature = "sqlite")]
@@ -31,6 +33,7 @@ pub use schema::Schema;
 
 pub(crate) use flow::*;
 pub(crate) use pool::*;
+pub(crate) use rates::RatedClaim;
 pub(crate) use rows::*;
 pub(crate) use schema::*;
 pub(crate) use wait::*;

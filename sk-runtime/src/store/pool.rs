@@ -174,12 +174,18 @@ pub(crate) struct QueueControls {
     /// Queues with a concurrency limit across workers: each claimed on its own, under
     /// its row's lock.
     pub(crate) capped: Vec<String>,
+    /// Queues with a rate limit: each claimed on its own, under its limit's row lock.
+    pub(crate) rated: Vec<String>,
 }
 
 impl QueueControls {
-    /// From rows of the queues table: (name, paused, has a global limit).
-    pub(crate) fn from_rows(rows: Vec<(String, bool, bool)>) -> Self {
-        let mut controls = QueueControls::default();
+    /// From rows of the queues table, (name, paused, has a global limit), and the names
+    /// of the queues with a rate limit.
+    pub(crate) fn from_rows(rows: Vec<(String, bool, bool)>, rated: Vec<String>) -> Self {
+        let mut controls = QueueControls {
+            rated,
+            ..QueueControls::default()
+        };
         for (name, paused, capped) in rows {
             if capped {
                 controls.capped.push(name.clone());
@@ -206,40 +212,46 @@ pub(crate) fn global_limit_value(limit: Option<u32>) -> Result<Option<i32>> {
 }
 
 /// Queue states from live counts per queue (available, scheduled, running) and the
-/// queues table's rows (name, pause time, global limit), by name.
+/// queues table's rows (name, pause time, global limit) and the queues' rate limits, by
+/// name.
 pub(crate) fn merge_queue_states(
     live: Vec<(String, i64, i64, i64, i64)>,
     controlled: Vec<(String, Option<DateTime<Utc>>, Option<i64>)>,
+    rates: Vec<(String, crate::model::RateState)>,
 ) -> Vec<crate::model::QueueState> {
+    fn empty(name: String) -> crate::model::QueueState {
+        crate::model::QueueState {
+            name,
+            paused_at: None,
+            global_limit: None,
+            rate_limit: None,
+            available: 0,
+            scheduled: 0,
+            running: 0,
+            pending: 0,
+        }
+    }
     let mut by_name: std::collections::BTreeMap<String, crate::model::QueueState> = live
         .into_iter()
         .map(|(name, available, scheduled, running, pending)| {
             let state = crate::model::QueueState {
-                name: name.clone(),
-                paused_at: None,
-                global_limit: None,
                 available,
                 scheduled,
                 running,
                 pending,
+                ..empty(name.clone())
             };
             (name, state)
         })
         .collect();
     for (name, paused_at, global_limit) in controlled {
-        let state = by_name
-            .entry(name.clone())
-            .or_insert_with(|| crate::model::QueueState {
-                name,
-                paused_at: None,
-                global_limit: None,
-                available: 0,
-                scheduled: 0,
-                running: 0,
-                pending: 0,
-            });
+        let state = by_name.entry(name.clone()).or_insert_with(|| empty(name));
         state.paused_at = paused_at;
         state.global_limit = global_limit.and_then(|n| u32::try_from(n).ok());
+    }
+    for (name, rate) in rates {
+        let state = by_name.entry(name.clone()).or_insert_with(|| empty(name));
+        state.rate_limit = Some(rate);
     }
     by_name.into_values().collect()
 }
@@ -281,6 +293,17 @@ impl Pool {
         change: &super::queries::WaitingChange<'_>,
     ) -> crate::error::Result<crate::model::UpdateOutcome> {
         on_backend!(self, pool => super::queries::update_waiting(pool, schema, id, expected, change).await)
+    }
+
+    /// Holds `queue`'s rate limit shut until `until` (a handler's
+    /// `JobError::rate_limited`); whether the queue has a rate limit to hold.
+    pub(crate) async fn hold_rate_limit(
+        &self,
+        schema: &Schema,
+        queue: &str,
+        until: DateTime<Utc>,
+    ) -> crate::error::Result<bool> {
+        on_backend!(self, pool => super::rates::hold(pool, schema, super::rates::QUEUE, queue, until).await)
     }
 
     /// The backend's name in messages.

@@ -19,11 +19,7 @@ use crate::model::{
     StatRow, WorkerInfo,
 };
 
-/// A query's future, boxed: the queries that decode rows are generic over the row types
-/// their backend decodes (`for<'r> FromRow<'r, _>`), which an `async fn` of a driver
-/// trait cannot yet prove `Send` through (rust-lang/rust#100013).
-pub(crate) type Boxed<'a, T> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T>> + Send + 'a>>;
+pub(crate) use super::dialect::Boxed;
 
 /// Pauses a queue (a new row if it has none) or resumes it; whether it changed.
 pub(crate) async fn set_paused<D: Dialect>(
@@ -209,6 +205,7 @@ pub(crate) fn queue_states<'a, D: Dialect>(
 where
     (String, i64, i64, i64, i64): for<'r> FromRow<'r, D::Row>,
     (String, Option<DateTime<Utc>>, Option<i64>): for<'r> FromRow<'r, D::Row>,
+    (String, i64, i64, String, Option<DateTime<Utc>>): for<'r> FromRow<'r, D::Row>,
 {
     Box::pin(async move {
         let live_sql = format!(
@@ -230,7 +227,8 @@ where
             D::table(schema, "queues_t")
         );
         let controlled = D::fetch_all(pool, &controlled_sql, &[]).await?;
-        Ok(merge_queue_states(live, controlled))
+        let rates = super::rates::states(pool, schema, super::rates::QUEUE, now).await?;
+        Ok(merge_queue_states(live, controlled, rates))
     })
 }
 

@@ -10,13 +10,14 @@ use crate::error::Result;
 use crate::model::{StatBucket, WorkerUp};
 use crate::store::queries::Boxed;
 
-/// The paused queues (every claim skips them) and those with a global limit.
+/// The paused queues (every claim skips them) and those with a global or a rate limit.
 pub(crate) fn queue_controls<'a, D: Dialect>(
     pool: &'a sqlx::Pool<D>,
     schema: &'a Schema,
 ) -> Boxed<'a, QueueControls>
 where
     (String, bool, bool): for<'r> sqlx::FromRow<'r, D::Row>,
+    (String,): for<'r> sqlx::FromRow<'r, D::Row>,
 {
     Box::pin(async move {
         let sql = format!(
@@ -25,8 +26,10 @@ where
             D::text("queue_name"),
             D::table(schema, "queues_t")
         );
+        let rated = super::rates::names(pool, schema, super::rates::QUEUE).await?;
         Ok(QueueControls::from_rows(
             D::fetch_all(pool, &sql, &[]).await?,
+            rated,
         ))
     })
 }

@@ -41,6 +41,7 @@ pub struct WorkerBuilder {
     config: Config,
     queues: Option<Vec<String>>,
     queue_limits: Vec<(String, usize)>,
+    rate_limits: Vec<(String, u32, Duration)>,
     tenants: Option<Vec<String>>,
     only: Option<Vec<String>>,
     data: DataMap,
@@ -69,6 +70,8 @@ pub(crate) struct Config {
     pub(crate) retry_jitter: f64,
     pub(crate) queue_depth_every: Option<Duration>,
     pub(crate) prefetch: usize,
+    /// Rate limits this worker writes at start (`WorkerBuilder::rate_limit`).
+    pub(crate) rate_limits: Vec<(String, crate::model::RateLimit)>,
 }
 
 impl WorkerBuilder {
@@ -94,9 +97,11 @@ impl WorkerBuilder {
                 queue_depth_every: None,
                 // Twice the largest claim: the refill from half-way is a full claim.
                 prefetch: 2 * producer::MAX_CLAIM_BATCH,
+                rate_limits: Vec::new(),
             },
             queues: None,
             queue_limits: Vec::new(),
+            rate_limits: Vec::new(),
             tenants: None,
             only: None,
             data: DataMap::default(),
@@ -151,6 +156,16 @@ impl WorkerBuilder {
     /// ones given with `queues` share the rest of the worker's slots.
     pub fn queue(mut self, queue: impl Into<String>, concurrency: usize) -> Self {
         self.queue_limits.push((queue.into(), concurrency));
+        self
+    }
+
+    /// Limits `queue` to `count` job starts per `window` over every worker (as
+    /// `Client::set_rate_limit` does): written to the database when the worker starts,
+    /// so the last worker started sets it; lift it with `Client::set_rate_limit(queue,
+    /// None)` or `sk limit QUEUE --rate none`. Checked at `build`: a count from 1 to
+    /// `i32::MAX`, a window from 1 ms to [`MAX_RATE_WINDOW`](crate::MAX_RATE_WINDOW).
+    pub fn rate_limit(mut self, queue: impl Into<String>, count: u32, window: Duration) -> Self {
+        self.rate_limits.push((queue.into(), count, window));
         self
     }
 
@@ -446,6 +461,18 @@ impl WorkerBuilder {
         for tenant in self.tenants.iter().flatten() {
             crate::model::check_name("tenant", tenant)?;
         }
+        let mut rate_limits = Vec::with_capacity(self.rate_limits.len());
+        for (queue, count, window) in self.rate_limits {
+            crate::model::check_name("queue name", &queue)?;
+            if rate_limits.iter().any(|(q, _)| *q == queue) {
+                return Err(Error::invalid(
+                    "rate limit",
+                    format!("queue {queue:?} is given twice"),
+                ));
+            }
+            let limit = crate::model::RateLimit::new(count, window)?;
+            rate_limits.push((queue, limit));
+        }
         let registry =
             Registry::collect(self.only.as_deref(), &self.data, self.pool.backend_name())?;
         if registry.jobs.is_empty() {
@@ -466,6 +493,7 @@ impl WorkerBuilder {
         crate::model::check_name("worker id", &id)?;
         let mut config = self.config;
         config.heartbeat = Some(heartbeat);
+        config.rate_limits = rate_limits;
         let runtime = Arc::new(crate::job::Runtime {
             pool: self.pool.clone(),
             schema: self.schema.clone(),
@@ -494,6 +522,7 @@ impl WorkerBuilder {
                 config,
                 wake: Notify::new(),
                 maybe_more: AtomicBool::new(false),
+                posted: AtomicBool::new(false),
                 running: Mutex::new(HashMap::new()),
                 failure_log: Mutex::default(),
                 stopping: CancellationToken::new(),

@@ -62,7 +62,7 @@ async fn in_process(shared: &Shared) {
         tokio::select! {
             () = shared.stopping.cancelled() => return,
             changed = wake_ups.changed() => match changed {
-                Ok(()) => shared.wake.notify_one(),
+                Ok(()) => shared.posted_wake(),
                 Err(_) => return,
             }
         }
@@ -89,7 +89,7 @@ mod postgres {
                         tracing::info!("sk: listener reconnected after {failures} failed attempts");
                     }
                     failures = 0;
-                    shared.wake.notify_one();
+                    shared.posted_wake();
                     loop {
                         tokio::select! {
                             () = shared.stopping.cancelled() => return,
@@ -97,7 +97,7 @@ mod postgres {
                                 Ok(Some(n)) if n.channel() == control => {
                                     if n.payload() == "pauses" {
                                         shared.pauses_stale.store(true, Ordering::Relaxed);
-                                        shared.wake.notify_one();
+                                        shared.posted_wake();
                                     }
                                     // `cancel:<id>,<id>,...`
                                     let ids = n.payload().strip_prefix("cancel:").unwrap_or_default();
@@ -105,11 +105,11 @@ mod postgres {
                                         super::signal(shared, id);
                                     }
                                 }
-                                Ok(Some(_)) => shared.wake.notify_one(),
+                                Ok(Some(_)) => shared.posted_wake(),
                                 // The connection dropped; the next try_recv reconnects.
                                 Ok(None) => {
                                     tracing::warn!("sk: listener connection lost; reconnecting");
-                                    shared.wake.notify_one();
+                                    shared.posted_wake();
                                 }
                                 Err(e) => {
                                     // Its reconnect waits on the pool, whose timeout names

@@ -119,6 +119,13 @@ impl Worker {
         if shared.config.auto_migrate {
             shared.store.migrate().await?;
         }
+        let runtime = &shared.runtime;
+        for (queue, limit) in &shared.config.rate_limits {
+            runtime
+                .pool
+                .set_rate_limit(&runtime.schema, queue, Some(*limit), shared.now())
+                .await?;
+        }
         warn_of_a_large_pool(&shared).await;
         tracing::info!(
             worker = %shared.store.worker_id(),

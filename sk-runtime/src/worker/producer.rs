@@ -1,6 +1,7 @@
 //! Claims up to the free slots and the prefetch whenever woken (notification, poll tick,
 //! freed slot).
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,6 +29,17 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
     let mut limited: Vec<&String> = shared.queue_limits.keys().collect();
     limited.sort();
     let mut controls = Controls::new();
+    // Rate-limited queues whose limit let nothing more start, until when it opens (at
+    // most a control interval ahead, so a raised limit is met within it).
+    let mut held: HashMap<String, DateTime<Utc>> = HashMap::new();
+    // Until when claims of queues claimed alone wait for more slots to free (`GATHER`).
+    let mut gather: Option<Instant> = None;
+    // The claim of the queues claimed together found every due job: it runs again only
+    // when jobs were posted (a notification, an enqueue in this process), a control
+    // changed or the poll interval passed, not at every end of a job of a queue claimed
+    // alone (where it read the whole queue's index past that queue's jobs each time).
+    let mut shared_idle = false;
+    let mut polled = false;
     loop {
         if shared.stopping.is_cancelled() {
             return;
@@ -41,28 +53,64 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
         // Each queue limited in this worker up to its free slots, each queue limited
         // across workers on its own, then the rest up to the worker's free slots:
         // (queues, capped, cap).
-        let mut claims: Vec<(Option<&[String]>, bool, usize)> = Vec::new();
+        let now = shared.now();
+        held.retain(|_, until| *until > now);
+        let alone = |q: &String| Alone {
+            capped: known.capped.contains(q),
+            rated: known.rated.contains(q),
+        };
+        let mut claims: Vec<(Option<&[String]>, Alone, usize)> = Vec::new();
         for queue in &limited {
             let free = shared.queue_limits[*queue].available_permits();
-            claims.push((
-                Some(std::slice::from_ref(*queue)),
-                known.capped.contains(queue),
-                free,
-            ));
+            claims.push((Some(std::slice::from_ref(*queue)), alone(queue), free));
         }
-        for queue in known.capped.iter().filter(|q| {
+        let mut own: Vec<&String> = known.capped.iter().chain(&known.rated).collect();
+        own.sort();
+        own.dedup();
+        for queue in own.into_iter().filter(|q| {
             !shared.queue_limits.contains_key(*q)
                 && shared.queues.as_ref().is_none_or(|all| all.contains(q))
         }) {
-            claims.push((Some(std::slice::from_ref(queue)), true, usize::MAX));
+            claims.push((Some(std::slice::from_ref(queue)), alone(queue), usize::MAX));
         }
-        if shared_queues.as_ref().is_none_or(|q| !q.is_empty()) {
-            claims.push((shared_queues.as_deref(), false, usize::MAX));
+        let look = !shared_idle
+            | shared.posted.swap(false, Ordering::Relaxed)
+            | std::mem::take(&mut polled);
+        let together = shared_queues.as_ref().is_none_or(|q| !q.is_empty()) && look;
+        if together {
+            claims.push((shared_queues.as_deref(), Alone::default(), usize::MAX));
         }
-        for (queues, capped, cap) in claims {
-            match claim(&shared, &known, queues, capped, cap, &completions).await {
+        let last = claims.len();
+        for (i, (queues, alone, cap)) in claims.into_iter().enumerate() {
+            if alone.rated && queues.is_some_and(|q| held.contains_key(&q[0])) {
+                later = true;
+                continue;
+            }
+            let claimed = claim(
+                &shared,
+                &known,
+                queues,
+                alone,
+                cap,
+                &mut gather,
+                &completions,
+            )
+            .await;
+            if together && i + 1 == last {
+                shared_idle = matches!(claimed, Ok(Claimed::All));
+            }
+            match claimed {
                 Ok(Claimed::Full) => more = true,
-                Ok(Claimed::NoSlot | Claimed::Capped) => later = true,
+                Ok(Claimed::NoSlot | Claimed::Capped | Claimed::Gathering) => later = true,
+                Ok(Claimed::Held(until)) => {
+                    later = true;
+                    if let Some(queue) = queues.and_then(|q| q.first()) {
+                        held.insert(
+                            queue.clone(),
+                            until.min(crate::clock::add(now, Controls::EVERY)),
+                        );
+                    }
+                }
                 Ok(Claimed::All) => {}
                 Err(e) => {
                     failed = Some(e);
@@ -93,12 +141,24 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
             }
         }
         let mut local = controls.local.clone();
+        // The next opening of a rate limit that held a claim back, if sooner.
+        let opens = held
+            .values()
+            .min()
+            .and_then(|at| (*at - shared.now()).to_std().ok())
+            .unwrap_or(Duration::MAX)
+            .min(gather.map_or(Duration::MAX, |at| {
+                at.saturating_duration_since(Instant::now())
+            }));
         tokio::select! {
             () = shared.stopping.cancelled() => return,
             () = shared.wake.notified() => {}
             // A pause, resume or limit in this process: read them again (a resume has jobs).
-            Ok(()) = local.changed() => {}
-            () = tokio::time::sleep(shared.config.poll_interval.min(Controls::EVERY)) => {}
+            Ok(()) = local.changed() => {
+                held.clear();
+                polled = true;
+            }
+            () = tokio::time::sleep(shared.config.poll_interval.min(Controls::EVERY).min(opens)) => polled = true,
         }
     }
 }
@@ -164,16 +224,36 @@ enum Claimed {
     /// tries again when one of this worker's jobs ends (other workers' ends are seen at
     /// the next poll).
     Capped,
+    /// Fewer, of a queue with a rate limit that let no more start: it tries again when
+    /// the limit opens, at this time.
+    Held(DateTime<Utc>),
+    /// None yet, of a queue claimed alone: few slots are free and more free soon.
+    Gathering,
+}
+
+/// How long a claim of a queue claimed alone (a global or a rate limit: no prefetch)
+/// waits for more slots to free while few are and this worker's other jobs run. Without
+/// it, short jobs ending one by one made a claim each: 930 jobs/s at concurrency 16 on
+/// PostgreSQL, a claim costing the server about 1 ms whatever its size.
+const GATHER: Duration = Duration::from_millis(2);
+
+/// Why a queue is claimed on its own: a concurrency limit across workers, a rate limit.
+#[derive(Debug, Default, Clone, Copy)]
+struct Alone {
+    capped: bool,
+    rated: bool,
 }
 
 /// Claims up to `cap` jobs of `queues` (and the worker's free slots) and starts them.
-/// `capped`: `queues` is one queue with a global limit; else the claim skips those.
+/// `alone`: `queues` is one queue with a global or a rate limit; else the claim skips
+/// those.
 async fn claim(
     shared: &Arc<Shared>,
     known: &QueueControls,
     queues: Option<&[String]>,
-    capped: bool,
+    alone: Alone,
     cap: usize,
+    gather: &mut Option<Instant>,
     completions: &UnboundedSender<Completion>,
 ) -> crate::Result<Claimed> {
     // The free slots plus the prefetch, less the jobs waiting already; with every slot
@@ -183,9 +263,10 @@ async fn claim(
         .slots
         .available_permits()
         .min(shared.held.available_permits());
-    // A queue with a global limit is claimed for free slots only: every lease counts
-    // against the limit, so jobs waiting here would hold room another worker's idle
-    // handler could use.
+    // A queue with a global or rate limit is claimed for free slots only: every lease
+    // counts against the limit as it is taken, so jobs waiting here would hold room
+    // another worker's idle handler could use (and start later than counted).
+    let capped = alone.capped || alone.rated;
     let prefetch = if capped { 0 } else { shared.prefetch() };
     let waiting = shared.waiting().len();
     if slots == 0 && waiting > prefetch / 2 {
@@ -198,30 +279,55 @@ async fn claim(
     if free == 0 {
         return Ok(Claimed::NoSlot);
     }
+    // Claimed alone, with fewer than half the slots free, no cap of the queue's own
+    // binding and jobs of this worker running (whose ends will wake the producer): wait
+    // up to `GATHER` for more to free, so the claim is larger.
+    let busy = shared.config.concurrency > slots;
+    if capped && busy && free < (shared.config.concurrency / 2).max(1) && free < cap {
+        match *gather {
+            None => {
+                *gather = Some(Instant::now() + GATHER);
+                return Ok(Claimed::Gathering);
+            }
+            Some(until) if Instant::now() < until => return Ok(Claimed::Gathering),
+            Some(_) => {}
+        }
+    }
+    if capped {
+        *gather = None;
+    }
     let now = shared.now();
     let lease_until = crate::clock::add(now, shared.config.lease);
     let limit = i64::try_from(free).unwrap_or(i64::MAX);
     let skipped;
-    let paused = if !capped && !known.capped.is_empty() {
-        skipped = [&known.paused[..], &known.capped[..]].concat();
+    let alone_elsewhere = !known.capped.is_empty() || !known.rated.is_empty();
+    let paused = if !capped && alone_elsewhere {
+        skipped = [&known.paused[..], &known.capped[..], &known.rated[..]].concat();
         &skipped[..]
     } else {
         &known.paused[..]
     };
-    let jobs = shared
-        .store
-        .claim(&crate::store::Claim {
-            task_types: &shared.task_types,
-            queues,
-            tenants: shared.tenants.as_deref(),
-            paused,
-            capped,
-            limit,
-            now,
-            lease_until,
-        })
-        .await?;
+    let request = crate::store::Claim {
+        task_types: &shared.task_types,
+        queues,
+        tenants: shared.tenants.as_deref(),
+        paused,
+        capped: alone.capped,
+        limit,
+        now,
+        lease_until,
+    };
+    let (jobs, opens_at) = if alone.rated {
+        let rated = shared.store.claim_rated(&request).await?;
+        (rated.jobs, rated.opens_at)
+    } else {
+        (shared.store.claim(&request).await?, None)
+    };
     let full = jobs.len() == free;
+    if opens_at.is_some() && !full {
+        Metrics::add(&shared.metrics.rate_held, 1);
+        crate::telemetry::rate_held(queues.and_then(|q| q.first()).map_or("", String::as_str));
+    }
     Metrics::add(&shared.metrics.claimed, jobs.len() as u64);
     if shared.late(lease_until) && !jobs.is_empty() {
         give_back_late(shared, &jobs, lease_until).await;
@@ -246,10 +352,11 @@ async fn claim(
         })
         .collect();
     executor::admit(shared, jobs, lease_until, completions);
-    Ok(match (full, capped) {
-        (true, _) => Claimed::Full,
-        (false, true) => Claimed::Capped,
-        (false, false) => Claimed::All,
+    Ok(match (full, opens_at, capped) {
+        (true, _, _) => Claimed::Full,
+        (false, Some(at), _) => Claimed::Held(at),
+        (false, None, true) => Claimed::Capped,
+        (false, None, false) => Claimed::All,
     })
 }
 

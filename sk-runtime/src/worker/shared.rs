@@ -55,6 +55,9 @@ pub(crate) struct Shared {
     pub(crate) wake: Notify,
     /// The last claim filled every free slot, so more jobs may be waiting.
     pub(crate) maybe_more: AtomicBool,
+    /// Jobs were posted (or a queue's controls changed) since the producer last looked:
+    /// its claim of the queues claimed together runs again even if it last found none.
+    pub(crate) posted: AtomicBool,
     /// Jobs claimed and not yet finalized, by id.
     pub(crate) running: Mutex<HashMap<Lease, Running>>,
     /// The failures logged one by one this second (`completer::FailureLog`).
@@ -145,6 +148,12 @@ impl crate::transaction::RunsUnder for Shared {
 }
 
 impl Shared {
+    /// Wakes the producer for jobs posted or controls changed (`posted`).
+    pub(crate) fn posted_wake(&self) {
+        self.posted.store(true, Ordering::Relaxed);
+        self.wake.notify_one();
+    }
+
     pub(crate) fn now(&self) -> chrono::DateTime<chrono::Utc> {
         self.clock.now()
     }
@@ -374,6 +383,8 @@ pub(crate) struct Metrics {
     pub(crate) given_back: AtomicU64,
     pub(crate) snoozed: AtomicU64,
     pub(crate) claim_errors: AtomicU64,
+    /// Claims a rate limit held back (it let fewer jobs start than were due and wanted).
+    pub(crate) rate_held: AtomicU64,
 }
 
 impl Metrics {
@@ -392,6 +403,7 @@ impl Metrics {
             ("jobs_given_back", get(&self.given_back)),
             ("jobs_snoozed", get(&self.snoozed)),
             ("claim_errors", get(&self.claim_errors)),
+            ("claims_held_by_rate_limit", get(&self.rate_held)),
         ]
     }
 }

@@ -54,6 +54,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "seed 002's version and updated_at",
         include_str!("../../../migrations/mysql/0010_version_and_updated_at.sql"),
     ),
+    (
+        11,
+        "rate limits shared by every worker",
+        include_str!("../../../migrations/mysql/0011_rate_limits.sql"),
+    ),
 ];
 
 pub(crate) async fn migrate_to(pool: &MySqlPool, schema: &Schema, target: i32) -> Result<()> {

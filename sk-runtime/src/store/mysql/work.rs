@@ -2,151 +2,202 @@
 
 use super::*;
 
-impl Work for MySqlStore {
-    async fn claim(&self, claim: &super::super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
+impl MySqlStore {
+    /// Leases up to `limit` of the due jobs `claim` asks for, in the transaction on
+    /// `conn`.
+    async fn claim_in(
+        &self,
+        conn: &mut MySqlConnection,
+        claim: &super::super::Claim<'_>,
+        limit: i64,
+    ) -> Result<Vec<ClaimedJob>> {
         let super::super::Claim {
             task_types,
             queues,
             tenants,
             paused,
-            capped,
-            limit,
             now,
             lease_until,
+            ..
         } = *claim;
-        let capped = match queues {
-            Some([queue]) if capped => Some(queue),
-            _ => None,
-        };
         let queue = &self.sql().queue;
         let worker = &self.worker_id;
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let mut query = QueryBuilder::<MySql>::new(format!(
+                "SELECT task_lock_handle_id, task_id, CAST(task_type AS CHAR) AS task_type, task_payload,
+                    task_attempt, task_max_attempts, task_priority, CAST(task_queue AS CHAR) AS task_queue,
+                    task_posted_at_ts, CAST(task_tenant AS CHAR) AS task_tenant,
+                    CAST(task_correlation_id AS CHAR) AS task_correlation_id, task_metadata,
+                    task_timeout_ms, task_waiting_on, task_locked_by IS NOT NULL AS held
+                 FROM {queue} WHERE task_locked_until_ts <= "
+            ));
+        query.push_bind(dt(now));
+        if !paused.is_empty() {
+            query.push(" AND task_queue NOT IN (");
+            let mut items = query.separated(", ");
+            for queue in paused {
+                items.push_bind(queue);
+            }
+            query.push(")");
+        }
+        for (column, list) in [
+            ("task_type", Some(task_types)),
+            ("task_queue", queues),
+            ("task_tenant", tenants),
+        ] {
+            let Some(list) = list else { continue };
+            query.push(format!(" AND {column} IN ("));
+            let mut items = query.separated(", ");
+            for item in list {
+                items.push_bind(item);
+            }
+            query.push(")");
+        }
+        query.push(" ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT ");
+        query.push_bind(limit);
+        query.push(" FOR UPDATE SKIP LOCKED");
+        let rows = query.build().fetch_all(&mut *conn).await?;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut jobs = Vec::with_capacity(rows.len());
+        let mut handles = Vec::with_capacity(rows.len());
+        let mut expired = false;
+        for row in &rows {
+            // Each row on its own: one sk cannot read ends alone (a row of which
+            // not even the lease can be read is not leased, and named in the log).
+            let job = match super::super::claimed_row(row, 1) {
+                Ok(job) => job,
+                Err(e) => {
+                    tracing::error!("sk: a due row whose id, attempt or task type cannot be read is left alone: {e}");
+                    continue;
+                }
+            };
+            handles.push(row.try_get::<i64, _>("task_lock_handle_id")?);
+            expired |= row.try_get::<bool, _>("held")?;
+            jobs.push(job);
+        }
+        if handles.is_empty() {
+            return Ok(jobs);
+        }
+        // The lost attempt is recorded first: the assignments after it change
+        // what it reads.
+        let lost = if expired {
+            format!(
+                    "task_lost_attempts = CASE WHEN task_locked_by IS NULL THEN task_lost_attempts
+                        ELSE JSON_ARRAY_APPEND(coalesce(task_lost_attempts, '[]'), '$', JSON_OBJECT(
+                            'attempt', task_attempt, 'worker', task_locked_by,
+                            'started_at', DATE_FORMAT(task_claimed_at_ts, {SQL_TS}), 'ended_at', '{}',
+                            'outcome', 'lost', 'kind', 'worker_lost', 'message',
+                            'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)',
+                            'recoverable', true)) END, ",
+                    ts(now)
+                )
+        } else {
+            String::new()
+        };
+        let mut update = QueryBuilder::<MySql>::new(format!("UPDATE {queue} SET {lost}"));
+        update
+            .push("task_locked_until_ts = ")
+            .push_bind(dt(lease_until))
+            .push(", task_locked_by = ")
+            .push_bind(worker)
+            .push(", task_attempt = task_attempt + 1, task_claimed_at_ts = ")
+            .push_bind(dt(now))
+            .push(" WHERE task_lock_handle_id IN (");
+        let mut list = update.separated(", ");
+        for handle in handles {
+            list.push_bind(handle);
+        }
+        update.push(")");
+        update.build().execute(&mut *conn).await?;
+        Ok(jobs)
+    }
+
+    /// How many more jobs of `queue` its global limit lets run at `now` (`None`: it has
+    /// none), with the queue's row locked until the transaction on `conn` ends, so
+    /// claimers of it take turns; each counts the running jobs after the one before
+    /// committed.
+    async fn cap_room(
+        &self,
+        conn: &mut MySqlConnection,
+        queue: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<i64>> {
+        let cap: Option<Option<i64>> = sqlx::query_scalar(&format!(
+            "SELECT CAST(queue_global_limit AS SIGNED) FROM {} WHERE queue_name = ? FOR UPDATE",
+            self.schema.flat_table("queues_t")
+        ))
+        .bind(queue)
+        .fetch_optional(&mut *conn)
+        .await?;
+        let Some(cap) = cap.flatten() else {
+            return Ok(None);
+        };
+        // The leased jobs, as migration 8's triggers keep them.
+        let running: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {} WHERE task_queue = ? AND task_locked_until_ts > ?",
+            self.schema.flat_table("running_t")
+        ))
+        .bind(queue)
+        .bind(dt(now))
+        .fetch_one(&mut *conn)
+        .await?;
+        Ok(Some(cap - running))
+    }
+}
+
+impl Work for MySqlStore {
+    async fn claim(&self, claim: &super::super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
+        let capped = match claim.queues {
+            Some([queue]) if claim.capped => Some(queue),
+            _ => None,
+        };
         retrying!(self, "a claim", |conn| {
             let mut tx = conn.begin_with(BEGIN).await?;
-            // A queue with a limit across workers: its row's lock makes claimers of it
-            // take turns; each counts the running jobs after the one before committed.
-            let limit = match capped {
-                Some(capped) => {
-                    let cap: Option<Option<i64>> = sqlx::query_scalar(&format!(
-                        "SELECT CAST(queue_global_limit AS SIGNED) FROM {} WHERE queue_name = ? FOR UPDATE",
-                        self.schema.flat_table("queues_t")
-                    ))
-                    .bind(capped)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    match cap.flatten() {
-                        Some(cap) => {
-                            // The leased jobs, as migration 8's triggers keep them.
-                            let running: i64 = sqlx::query_scalar(&format!(
-                                "SELECT count(*) FROM {} WHERE task_queue = ? AND task_locked_until_ts > ?",
-                                self.schema.flat_table("running_t")
-                            ))
-                            .bind(capped)
-                            .bind(dt(now))
-                            .fetch_one(&mut *tx)
-                            .await?;
-                            limit.min(cap - running)
-                        }
-                        None => limit,
-                    }
+            let mut limit = claim.limit;
+            if let Some(queue) = capped {
+                if let Some(room) = self.cap_room(&mut tx, queue, claim.now).await? {
+                    limit = limit.min(room);
                 }
-                None => limit,
-            };
-            if limit <= 0 {
-                tx.commit().await?;
-                return Ok(Vec::new());
             }
-            let mut query = QueryBuilder::<MySql>::new(format!(
-                    "SELECT task_lock_handle_id, task_id, CAST(task_type AS CHAR) AS task_type, task_payload,
-                        task_attempt, task_max_attempts, task_priority, CAST(task_queue AS CHAR) AS task_queue,
-                        task_posted_at_ts, CAST(task_tenant AS CHAR) AS task_tenant,
-                        CAST(task_correlation_id AS CHAR) AS task_correlation_id, task_metadata,
-                        task_timeout_ms, task_waiting_on, task_locked_by IS NOT NULL AS held
-                     FROM {queue} WHERE task_locked_until_ts <= "
-                ));
-            query.push_bind(dt(now));
-            if !paused.is_empty() {
-                query.push(" AND task_queue NOT IN (");
-                let mut items = query.separated(", ");
-                for queue in paused {
-                    items.push_bind(queue);
-                }
-                query.push(")");
-            }
-            for (column, list) in [
-                ("task_type", Some(task_types)),
-                ("task_queue", queues),
-                ("task_tenant", tenants),
-            ] {
-                let Some(list) = list else { continue };
-                query.push(format!(" AND {column} IN ("));
-                let mut items = query.separated(", ");
-                for item in list {
-                    items.push_bind(item);
-                }
-                query.push(")");
-            }
-            query.push(" ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT ");
-            query.push_bind(limit);
-            query.push(" FOR UPDATE SKIP LOCKED");
-            let rows = query.build().fetch_all(&mut *tx).await?;
-            if rows.is_empty() {
-                tx.commit().await?;
-                return Ok(Vec::new());
-            }
-            let mut jobs = Vec::with_capacity(rows.len());
-            let mut handles = Vec::with_capacity(rows.len());
-            let mut expired = false;
-            for row in &rows {
-                // Each row on its own: one sk cannot read ends alone (a row of which
-                // not even the lease can be read is not leased, and named in the log).
-                let job = match super::super::claimed_row(row, 1) {
-                    Ok(job) => job,
-                    Err(e) => {
-                        tracing::error!("sk: a due row whose id, attempt or task type cannot be read is left alone: {e}");
-                        continue;
-                    }
-                };
-                handles.push(row.try_get::<i64, _>("task_lock_handle_id")?);
-                expired |= row.try_get::<bool, _>("held")?;
-                jobs.push(job);
-            }
-            if handles.is_empty() {
-                tx.commit().await?;
-                return Ok(jobs);
-            }
-            // The lost attempt is recorded first: the assignments after it change
-            // what it reads.
-            let lost = if expired {
-                format!(
-                        "task_lost_attempts = CASE WHEN task_locked_by IS NULL THEN task_lost_attempts
-                            ELSE JSON_ARRAY_APPEND(coalesce(task_lost_attempts, '[]'), '$', JSON_OBJECT(
-                                'attempt', task_attempt, 'worker', task_locked_by,
-                                'started_at', DATE_FORMAT(task_claimed_at_ts, {SQL_TS}), 'ended_at', '{}',
-                                'outcome', 'lost', 'kind', 'worker_lost', 'message',
-                                'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)',
-                                'recoverable', true)) END, ",
-                        ts(now)
-                    )
-            } else {
-                String::new()
-            };
-            let mut update = QueryBuilder::<MySql>::new(format!("UPDATE {queue} SET {lost}"));
-            update
-                .push("task_locked_until_ts = ")
-                .push_bind(dt(lease_until))
-                .push(", task_locked_by = ")
-                .push_bind(worker)
-                .push(", task_attempt = task_attempt + 1, task_claimed_at_ts = ")
-                .push_bind(dt(now))
-                .push(" WHERE task_lock_handle_id IN (");
-            let mut list = update.separated(", ");
-            for handle in handles {
-                list.push_bind(handle);
-            }
-            update.push(")");
-            update.build().execute(&mut *tx).await?;
+            let jobs = self.claim_in(&mut tx, claim, limit).await?;
             tx.commit().await?;
             Ok(jobs)
+        })
+    }
+
+    /// A rate-limited queue's claim, in one transaction: its global limit's room (the
+    /// queue's row locked first), its rate limit's (its row locked next), the claim, and
+    /// the starts recorded.
+    async fn claim_rated(&self, claim: &super::super::Claim<'_>) -> Result<RatedClaim> {
+        let queue = rates::queue_of(claim)?;
+        retrying!(self, "a claim", |conn| {
+            let mut tx = conn.begin_with(BEGIN).await?;
+            let mut limit = claim.limit;
+            if claim.capped {
+                if let Some(room) = self.cap_room(&mut tx, queue, claim.now).await? {
+                    limit = limit.min(room);
+                }
+            }
+            let taken =
+                rates::take::<MySql>(&mut tx, &self.schema, rates::QUEUE, queue, claim.now).await?;
+            if let Some(taken) = &taken {
+                limit = limit.min(taken.room);
+            }
+            let jobs = self.claim_in(&mut tx, claim, limit).await?;
+            let opens_at = match taken {
+                Some(taken) => {
+                    taken
+                        .spend::<MySql>(&mut tx, &self.schema, jobs.len(), claim.now)
+                        .await?
+                }
+                None => None,
+            };
+            tx.commit().await?;
+            Ok(RatedClaim { jobs, opens_at })
         })
     }
 

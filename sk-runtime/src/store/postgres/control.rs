@@ -227,6 +227,19 @@ impl Control for PgPool {
         queues_changed(self, schema).await
     }
 
+    /// Sets or (with `None`) lifts a queue's rate limit across workers.
+    async fn set_rate_limit(
+        &self,
+        schema: &Schema,
+        queue: &str,
+        limit: Option<crate::model::RateLimit>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        crate::store::rates::set(self, schema, crate::store::rates::QUEUE, queue, limit, now)
+            .await?;
+        queues_changed(self, schema).await
+    }
+
     /// Live jobs per queue and state, with each queue's pause.
     async fn queue_states(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<QueueState>> {
         queries::queue_states(self, schema, now).await

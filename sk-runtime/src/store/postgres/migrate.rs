@@ -90,6 +90,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "seed 002's version and updated_at",
         include_str!("../../../migrations/postgres/0017_version_and_updated_at.sql"),
     ),
+    (
+        18,
+        "rate limits shared by every worker",
+        include_str!("../../../migrations/postgres/0018_rate_limits.sql"),
+    ),
 ];
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with

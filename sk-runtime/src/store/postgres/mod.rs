@@ -33,7 +33,8 @@ use uuid::Uuid;
 
 use super::driver::{Admin, Work};
 use super::{
-    ClaimedJob, Failure, Lease, NewJob, ProbeFailure, ScheduleRow, Schema, Success, TableHealth,
+    rates, ClaimedJob, Failure, Lease, NewJob, ProbeFailure, RatedClaim, ScheduleRow, Schema,
+    Success, TableHealth,
 };
 use crate::error::{Error, Result};
 use crate::model::{JobRecord, QueueCounts, QueuedJob};

@@ -252,6 +252,55 @@ impl Work for PgStore {
         Ok(claimed(&rows))
     }
 
+    /// A rate-limited queue's claim, in one transaction: its global limit's room
+    /// (`queue_room`, which locks the queue's row), its rate limit's (its row locked
+    /// next, always in that order), the claim, and the starts recorded.
+    async fn claim_rated(&self, claim: &super::super::Claim<'_>) -> Result<RatedClaim> {
+        let queue = rates::queue_of(claim)?;
+        if claim.paused.iter().any(|p| p == queue) {
+            return Ok(RatedClaim {
+                jobs: Vec::new(),
+                opens_at: None,
+            });
+        }
+        let mut conn = self.acquire().await?;
+        let mut tx = conn.begin().await.map_err(|e| self.lost(e))?;
+        let mut limit = claim.limit;
+        if claim.capped {
+            let room: Option<i64> = sqlx::query_scalar(&format!(
+                "SELECT {}($1, $2)",
+                self.schema.table("queue_room")
+            ))
+            .bind(queue)
+            .bind(claim.now)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| self.lost(e))?;
+            limit = limit.min(room.unwrap_or(limit));
+        }
+        let taken = rates::take::<Postgres>(&mut tx, &self.schema, rates::QUEUE, queue, claim.now)
+            .await
+            .map_err(|e| self.lost_in(e))?;
+        if let Some(taken) = &taken {
+            limit = limit.min(taken.room);
+        }
+        let jobs = if limit > 0 {
+            let claim = super::super::Claim { limit, ..*claim };
+            self.claim_on(&mut tx, &claim).await?
+        } else {
+            Vec::new()
+        };
+        let opens_at = match taken {
+            Some(taken) => taken
+                .spend::<Postgres>(&mut tx, &self.schema, jobs.len(), claim.now)
+                .await
+                .map_err(|e| self.lost_in(e))?,
+            None => None,
+        };
+        tx.commit().await.map_err(|e| self.lost(e))?;
+        Ok(RatedClaim { jobs, opens_at })
+    }
+
     /// Finalizes successful runs; returns the ids whose lease was still held.
     async fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
         let mut done: Vec<&Success> = done.iter().collect();

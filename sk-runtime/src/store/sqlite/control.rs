@@ -257,6 +257,20 @@ impl Control for SqlitePool {
         Ok(())
     }
 
+    /// Sets or (with `None`) lifts a queue's rate limit across workers.
+    async fn set_rate_limit(
+        &self,
+        schema: &Schema,
+        queue: &str,
+        limit: Option<crate::model::RateLimit>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        crate::store::rates::set(self, schema, crate::store::rates::QUEUE, queue, limit, now)
+            .await?;
+        crate::bus::pauses_changed();
+        Ok(())
+    }
+
     /// Live jobs per queue and state, with each queue's pause.
     async fn queue_states(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<QueueState>> {
         queries::queue_states(self, schema, now).await

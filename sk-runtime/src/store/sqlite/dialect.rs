@@ -29,5 +29,9 @@ impl Dialect for Sqlite {
         format!("json_extract({alias}task_metadata, '$.{key}')")
     }
 
+    fn for_update() -> &'static str {
+        ""
+    }
+
     dialect_io!(Sqlite, ts);
 }

@@ -44,6 +44,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "seed 002's version",
         include_str!("../../../migrations/sqlite/0008_version.sql"),
     ),
+    (
+        9,
+        "rate limits shared by every worker",
+        include_str!("../../../migrations/sqlite/0009_rate_limits.sql"),
+    ),
 ];
 
 /// Migration 6's checks, as (table, the value a row's column must meet, per column):

@@ -2,70 +2,152 @@
 
 use super::*;
 
-impl Work for SqliteStore {
-    async fn claim(&self, claim: &super::super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
-        let super::super::Claim {
-            task_types,
-            queues,
-            tenants,
-            paused,
-            capped,
-            limit,
-            now,
-            lease_until,
-        } = *claim;
-        let capped = match queues {
-            Some([queue]) if capped => Some(queue),
-            _ => None,
-        };
+impl SqliteStore {
+    /// The claim's statement with `$1` to `$8` bound, asking for `limit` jobs.
+    fn claim_query<'q>(
+        &self,
+        sql: &'q str,
+        claim: &super::super::Claim<'q>,
+        limit: i64,
+    ) -> sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
         let list = |l: &[String]| serde_json::to_string(l).unwrap_or_default();
-        let query = |sql, limit: i64| {
-            sqlx::query(sql)
-                .bind(ts(now))
-                .bind(list(task_types))
-                .bind(queues.map(list))
-                .bind(limit)
-                .bind(ts(lease_until))
-                .bind(&self.worker_id)
-                .bind(tenants.map(list))
-                .bind((!paused.is_empty()).then(|| list(paused)))
-        };
+        sqlx::query(sql)
+            .bind(ts(claim.now))
+            .bind(list(claim.task_types))
+            .bind(claim.queues.map(list))
+            .bind(limit)
+            .bind(ts(claim.lease_until))
+            .bind(self.worker_id.clone())
+            .bind(claim.tenants.map(list))
+            .bind((!claim.paused.is_empty()).then(|| list(claim.paused)))
+    }
+
+    /// Leases up to `limit` of the jobs `claim` asks for, on a connection that holds this
+    /// worker's turn to write: each with its lock handle. Candidates another writer
+    /// leased between the claim's steps are claimed for again at once, until the claim
+    /// has its limit or lost none.
+    async fn claim_in(
+        &self,
+        conn: &mut SqliteConnection,
+        claim: &super::super::Claim<'_>,
+        limit: i64,
+    ) -> Result<Vec<(i64, ClaimedJob)>> {
         let mut jobs = Vec::new();
-        let (_turn, mut conn) = self.writing().await?;
-        if let Some(queue) = capped {
-            let rows = query(&self.sql().claim_capped, limit)
-                .bind(queue)
+        let mut want = limit;
+        while want > 0 {
+            let rows = self
+                .claim_query(&self.sql().claim, claim, want)
                 .fetch_all(&mut *conn)
                 .await?;
-            for row in rows {
-                let handle: i64 = row.try_get("task_lock_handle_id")?;
-                match super::super::claimed_row(&row, 0) {
-                    Ok(job) => jobs.push((handle, job)),
-                    Err(e) => super::super::unleasable(&e),
-                }
-            }
-        } else {
-            // Candidates another writer leased between the claim's steps are claimed for
-            // again at once, until the claim has its limit or lost none.
-            let mut want = limit;
-            while want > 0 {
-                let rows = query(&self.sql().claim, want).fetch_all(&mut *conn).await?;
-                let row = last_row(&rows, "the claim")?;
-                let candidates: i64 = row.try_get(0)?;
-                let leased = claimed(row.try_get(1)?)?;
-                let n = leased.len() as i64;
-                jobs.extend(leased);
-                want -= n;
-                if n == candidates {
-                    break;
-                }
+            let row = last_row(&rows, "the claim")?;
+            let candidates: i64 = row.try_get(0)?;
+            let leased = claimed(row.try_get(1)?)?;
+            let n = leased.len() as i64;
+            jobs.extend(leased);
+            want -= n;
+            if n == candidates {
+                break;
             }
         }
+        Ok(jobs)
+    }
+
+    /// How many more jobs of `queue` its global limit lets run at `now` (`None`: it has
+    /// none), under the write lock.
+    async fn cap_room(
+        &self,
+        conn: &mut SqliteConnection,
+        queue: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT queue_global_limit - (SELECT count(*) FROM {} WHERE task_queue = $1
+                AND task_locked_by IS NOT NULL AND task_locked_until_ts > $2)
+             FROM {} WHERE queue_name = $1",
+            self.schema.flat_table("tasks_queue_t"),
+            self.schema.flat_table("queues_t")
+        ))
+        .bind(queue)
+        .bind(ts(now))
+        .fetch_optional(&mut *conn)
+        .await?
+        .flatten())
+    }
+}
+
+/// A claim's jobs in the claim's order (the rows come in lock-handle order, and a job of
+/// another claim round may come first).
+fn in_order(mut jobs: Vec<(i64, ClaimedJob)>) -> Vec<ClaimedJob> {
+    jobs.sort_by_key(|(handle, job)| (job.task_priority, *handle));
+    jobs.into_iter().map(|(_, job)| job).collect()
+}
+
+impl Work for SqliteStore {
+    async fn claim(&self, claim: &super::super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
+        let capped = match claim.queues {
+            Some([queue]) if claim.capped => Some(queue),
+            _ => None,
+        };
+        let (_turn, mut conn) = self.writing().await?;
+        let jobs = match capped {
+            Some(queue) => {
+                let rows = self
+                    .claim_query(&self.sql().claim_capped, claim, claim.limit)
+                    .bind(queue)
+                    .fetch_all(&mut *conn)
+                    .await?;
+                let mut jobs = Vec::new();
+                for row in rows {
+                    let handle: i64 = row.try_get("task_lock_handle_id")?;
+                    match super::super::claimed_row(&row, 0) {
+                        Ok(job) => jobs.push((handle, job)),
+                        Err(e) => super::super::unleasable(&e),
+                    }
+                }
+                jobs
+            }
+            None => self.claim_in(&mut conn, claim, claim.limit).await?,
+        };
         drop((_turn, conn));
-        // Back to the claim's order (the rows come in lock-handle order, and a job of
-        // another claim round may come first).
-        jobs.sort_by_key(|(handle, job)| (job.task_priority, *handle));
-        Ok(jobs.into_iter().map(|(_, job)| job).collect())
+        Ok(in_order(jobs))
+    }
+
+    /// A rate-limited queue's claim, in one write transaction: its global limit's room,
+    /// its rate limit's, the claim, and the starts recorded.
+    async fn claim_rated(&self, claim: &super::super::Claim<'_>) -> Result<RatedClaim> {
+        let queue = rates::queue_of(claim)?;
+        let (_turn, mut conn) = self.writing().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        let mut limit = claim.limit;
+        if claim.capped {
+            if let Some(room) = self.cap_room(&mut tx, queue, claim.now).await? {
+                limit = limit.min(room);
+            }
+        }
+        let taken =
+            rates::take::<Sqlite>(&mut tx, &self.schema, rates::QUEUE, queue, claim.now).await?;
+        if let Some(taken) = &taken {
+            limit = limit.min(taken.room);
+        }
+        let jobs = if limit > 0 {
+            self.claim_in(&mut tx, claim, limit).await?
+        } else {
+            Vec::new()
+        };
+        let opens_at = match taken {
+            Some(taken) => {
+                taken
+                    .spend::<Sqlite>(&mut tx, &self.schema, jobs.len(), claim.now)
+                    .await?
+            }
+            None => None,
+        };
+        tx.commit().await?;
+        drop((_turn, conn));
+        Ok(RatedClaim {
+            jobs: in_order(jobs),
+            opens_at,
+        })
     }
 
     /// Finalizes successful runs (fenced); the ids whose lease was still held.

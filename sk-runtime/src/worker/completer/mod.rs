@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use std::sync::atomic::Ordering;
 
+use chrono::{DateTime, Utc};
+
 use tokio::sync::mpsc::UnboundedReceiver;
 
 mod write;
@@ -116,6 +118,8 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     let mut failures = Vec::new();
     let mut give_back = Vec::new();
     let mut snoozed = Vec::new();
+    // Queues whose rate limit a handler held (`JobError::rate_limited`), until when.
+    let mut holds: Vec<(Arc<str>, DateTime<Utc>)> = Vec::new();
     // Successes recorded in their jobs' own transactions.
     let mut committed = Vec::new();
     // The task type, run time and queue of each of `successes` and `failures`, in their
@@ -186,15 +190,21 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 result:
                     Err(JobError {
                         snooze: Some(delay),
+                        hold,
                         ..
                     }),
                 registration,
                 slot,
+                queue,
                 ..
             } => {
                 slots.push(slot);
                 tracing::debug!(id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, "sk: job snoozed for {}", humantime::format_duration(delay));
-                snoozed.push((lease, crate::clock::add(now, delay)));
+                let until = crate::clock::add(now, delay);
+                snoozed.push((lease, until));
+                if hold {
+                    holds.push((queue, until));
+                }
             }
             Completion::Finished {
                 lease,
@@ -327,6 +337,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         }
         leases.extend(group);
     }
+    hold_rate_limits(shared, holds).await;
     {
         let mut running = shared.running();
         for lease in leases {
@@ -342,6 +353,41 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
 }
 
 /// Logs an outcome the store refused: the job's lease was lost, or it was cancelled.
+/// Holds each queue's rate limit shut until the latest time a handler asked of it
+/// (`JobError::rate_limited`). A hold that cannot be written is named in the log: the
+/// jobs that asked for it wait all the same (they were snoozed), only the queue's others
+/// may start sooner.
+async fn hold_rate_limits(shared: &Shared, mut holds: Vec<(Arc<str>, DateTime<Utc>)>) {
+    holds.sort_unstable();
+    holds.dedup_by(|later, earlier| {
+        // Sorted by queue then time: keep the last (latest) time of each queue.
+        if later.0 == earlier.0 {
+            earlier.1 = later.1;
+            true
+        } else {
+            false
+        }
+    });
+    let runtime = &shared.runtime;
+    for (queue, until) in holds {
+        match runtime
+            .pool
+            .hold_rate_limit(&runtime.schema, &queue, until)
+            .await
+        {
+            Ok(true) => {
+                tracing::info!(%queue, %until, "sk: a handler was rate limited downstream; the queue's rate limit holds until then")
+            }
+            Ok(false) => {
+                tracing::debug!(%queue, "sk: a handler was rate limited downstream; its queue has no rate limit to hold, so only its job waits")
+            }
+            Err(e) => {
+                tracing::warn!(%queue, "sk: cannot hold the queue's rate limit after a handler was rate limited downstream: {e}")
+            }
+        }
+    }
+}
+
 fn refused(shared: &Shared, lease: &Lease, what: &str) {
     match shared.stop_reason(lease) {
         Some(StopReason::Cancelled) => {

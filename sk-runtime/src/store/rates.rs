@@ -1,0 +1,245 @@
+//! Rate limits in the database, written once over the [`Dialect`]: setting one, reading
+//! them for insight and for a worker's controls, and a claim's take and spend of a limit
+//! under its row's lock (the table `rate_limits_t`; the log's rules are
+//! `model::limits`).
+
+use chrono::{DateTime, Utc};
+
+use super::dialect::{Arg, Boxed, Dialect};
+use super::Schema;
+use crate::error::Result;
+use crate::model::{RateLimit, RateState, StartLog};
+
+/// The scope of a queue's limit (`limit_scope`).
+pub(crate) const QUEUE: &str = "queue";
+
+/// A limit's row: name, count, window in ms, log of starts, hold.
+type Row = (String, i64, i64, String, Option<DateTime<Utc>>);
+
+fn select<D: Dialect>(schema: &Schema, by_name: bool) -> String {
+    format!(
+        "SELECT {}, {}, limit_window_ms, {}, limit_held_until_ts FROM {} WHERE limit_scope = $1{}",
+        D::text("limit_name"),
+        D::bigint("limit_count"),
+        D::text("limit_starts"),
+        D::table(schema, "rate_limits_t"),
+        if by_name { " AND limit_name = $2" } else { "" }
+    )
+}
+
+/// The limit a row holds (a row that breaks the table's checks reads as 1 start a
+/// millisecond, and is named in the log).
+fn limit_of(row: &Row) -> RateLimit {
+    let count = u32::try_from(row.1).unwrap_or(0);
+    let window = std::time::Duration::from_millis(u64::try_from(row.2).unwrap_or(0));
+    RateLimit::new(count, window).unwrap_or_else(|e| {
+        tracing::warn!("sk: the rate limit of {} cannot be read ({e})", row.0);
+        RateLimit {
+            count: 1,
+            window: std::time::Duration::from_millis(1),
+        }
+    })
+}
+
+/// Sets or (with `None`) lifts the limit of `name` in `scope`. A changed limit keeps the
+/// log of starts, so the starts before the change still count.
+pub(crate) async fn set<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    scope: &str,
+    name: &str,
+    limit: Option<RateLimit>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let t = D::table(schema, "rate_limits_t");
+    match limit {
+        Some(limit) => {
+            let sql = format!(
+                "INSERT INTO {t} (limit_scope, limit_name, limit_count, limit_window_ms, limit_starts, limit_updated_at_ts)
+                 VALUES ($1, $2, $3, $4, '[]', $5) {}",
+                D::upsert(
+                    "limit_scope, limit_name",
+                    &["limit_count", "limit_window_ms", "limit_updated_at_ts"]
+                )
+            );
+            let count = i32::try_from(limit.count).unwrap_or(i32::MAX);
+            let args = [
+                Arg::Text(Some(scope)),
+                Arg::Text(Some(name)),
+                Arg::Int4(Some(count)),
+                Arg::Int(Some(limit.window_ms())),
+                Arg::Time(now),
+            ];
+            D::execute(pool, &sql, &args).await?;
+        }
+        None => {
+            let sql = format!("DELETE FROM {t} WHERE limit_scope = $1 AND limit_name = $2");
+            D::execute(pool, &sql, &[Arg::Text(Some(scope)), Arg::Text(Some(name))]).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Holds the limit of `name` in `scope` shut until `until` (a later hold it has stays);
+/// whether it has a limit.
+pub(crate) async fn hold<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    scope: &str,
+    name: &str,
+    until: DateTime<Utc>,
+) -> Result<bool> {
+    let t = D::table(schema, "rate_limits_t");
+    let sql = format!(
+        "UPDATE {t} SET limit_held_until_ts = CASE
+            WHEN limit_held_until_ts IS NULL OR limit_held_until_ts < $3 THEN $3
+            ELSE limit_held_until_ts END
+         WHERE limit_scope = $1 AND limit_name = $2"
+    );
+    let args = [
+        Arg::Text(Some(scope)),
+        Arg::Text(Some(name)),
+        Arg::Time(until),
+    ];
+    Ok(D::execute(pool, &sql, &args).await? > 0)
+}
+
+/// Every limit of `scope` as it stands at `now`, by name.
+pub(crate) fn states<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+    scope: &'a str,
+    now: DateTime<Utc>,
+) -> Boxed<'a, Vec<(String, RateState)>>
+where
+    Row: for<'r> sqlx::FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let sql = format!("{} ORDER BY limit_name", select::<D>(schema, false));
+        let rows: Vec<Row> = D::fetch_all(pool, &sql, &[Arg::Text(Some(scope))]).await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let limit = limit_of(&row);
+                let log = StartLog::parse(&row.3, &limit, now);
+                (row.0.clone(), log.state(limit, row.4, now))
+            })
+            .collect())
+    })
+}
+
+/// The names of `scope` with a limit.
+pub(crate) fn names<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+    scope: &'a str,
+) -> Boxed<'a, Vec<String>>
+where
+    (String,): for<'r> sqlx::FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let sql = format!(
+            "SELECT {} FROM {} WHERE limit_scope = $1 ORDER BY limit_name",
+            D::text("limit_name"),
+            D::table(schema, "rate_limits_t")
+        );
+        let rows: Vec<(String,)> = D::fetch_all(pool, &sql, &[Arg::Text(Some(scope))]).await?;
+        Ok(rows.into_iter().map(|r| r.0).collect())
+    })
+}
+
+/// A limit a claim holds the row lock of: how many jobs it may start now.
+pub(crate) struct Taken {
+    scope: &'static str,
+    name: String,
+    limit: RateLimit,
+    log: StartLog,
+    held_until: Option<DateTime<Utc>>,
+    /// Jobs the limit lets start now.
+    pub(crate) room: i64,
+}
+
+/// A claim of a limited queue: the jobs, and when the limit lets the next start if it
+/// held the claim back.
+pub(crate) struct RatedClaim {
+    pub(crate) jobs: Vec<super::ClaimedJob>,
+    pub(crate) opens_at: Option<DateTime<Utc>>,
+}
+
+/// The one queue of a rate-limited claim.
+///
+/// # Errors
+/// A claim of no queue or several (a bug in the producer).
+pub(crate) fn queue_of<'a>(claim: &super::Claim<'a>) -> Result<&'a str> {
+    match claim.queues {
+        Some([queue]) => Ok(queue),
+        _ => Err(crate::Error::invalid(
+            "claim",
+            "a rate-limited claim names exactly one queue",
+        )),
+    }
+}
+
+/// Locks the limit of `name` in `scope` until the transaction on `conn` ends (the write
+/// transaction does on SQLite) and reads its room at `now`; `None` if it has none (it
+/// was lifted since the worker read its controls).
+pub(crate) fn take<'a, D: Dialect>(
+    conn: &'a mut D::Connection,
+    schema: &'a Schema,
+    scope: &'static str,
+    name: &'a str,
+    now: DateTime<Utc>,
+) -> Boxed<'a, Option<Taken>>
+where
+    Row: for<'r> sqlx::FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let sql = format!("{}{}", select::<D>(schema, true), D::for_update());
+        let args = [Arg::Text(Some(scope)), Arg::Text(Some(name))];
+        let rows: Vec<Row> = D::fetch_all_on(conn, &sql, &args).await?;
+        Ok(rows.into_iter().next().map(|row| {
+            let limit = limit_of(&row);
+            let log = StartLog::parse(&row.3, &limit, now);
+            let room = log.room(&limit, row.4, now);
+            Taken {
+                scope,
+                name: row.0,
+                limit,
+                log,
+                held_until: row.4,
+                room: i64::from(room),
+            }
+        }))
+    })
+}
+
+impl Taken {
+    /// Records `started` jobs at `now` in the log (in the claim's transaction, before it
+    /// commits); when the limit next lets a job start if it has no room left.
+    pub(crate) async fn spend<D: Dialect>(
+        mut self,
+        conn: &mut D::Connection,
+        schema: &Schema,
+        started: usize,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>> {
+        let started = u32::try_from(started).unwrap_or(u32::MAX);
+        if started > 0 {
+            self.log.record(&self.limit, now, started);
+            let sql = format!(
+                "UPDATE {} SET limit_starts = $3 WHERE limit_scope = $1 AND limit_name = $2",
+                D::table(schema, "rate_limits_t")
+            );
+            let text = self.log.text();
+            let args = [
+                Arg::Text(Some(self.scope)),
+                Arg::Text(Some(&self.name)),
+                Arg::Text(Some(&text)),
+            ];
+            D::execute_on(conn, &sql, &args).await?;
+        }
+        Ok((self.log.room(&self.limit, self.held_until, now) == 0)
+            .then(|| self.log.opens_at(&self.limit, self.held_until, now))
+            .flatten())
+    }
+}

@@ -1,0 +1,172 @@
+//! Flow control on every backend: a queue's rate limit shared by several workers, read
+//! from the record of starts, and a handler's "too many requests" holding its queue. A
+//! module of the `queue` test binary.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sk_runtime::{job, Client, Data, Error, Job, JobError, JobStatus, RateLimit};
+use sk_tests::{each_backend, wait_until, Db, RunningWorker, TestBackend};
+
+use super::{worker, T};
+
+fn client<B: TestBackend>(db: &Db<B>) -> Client
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    Client::new(db.pool.clone())
+}
+
+/// A no-op in a rate-limited queue.
+#[job(queue = "metered")]
+async fn metered(_n: u32) -> Result<(), JobError> {
+    Ok(())
+}
+
+/// When the downstream first said "too many requests".
+type Refused = Arc<Mutex<Option<DateTime<Utc>>>>;
+
+/// Job 0's first run hears "429, retry after 2 s"; every other run succeeds.
+#[job(queue = "partner")]
+async fn partner(n: u32, refused: Data<Refused>) -> Result<(), JobError> {
+    let mut refused = refused.lock().unwrap();
+    if n == 0 && refused.is_none() {
+        *refused = Some(Utc::now());
+        return Err(JobError::rate_limited(Duration::from_secs(2)));
+    }
+    Ok(())
+}
+
+/// A no-op in a queue beside `partner`.
+#[job(queue = "beside")]
+async fn beside(_n: u32) -> Result<(), JobError> {
+    Ok(())
+}
+
+each_backend! {
+    async fn a_rate_limited_handler_holds_its_queue_and_not_the_others(db) {
+        let client = client(&db);
+        for queue in ["partner", "beside"] {
+            client.set_rate_limit(queue, Some("100/1s".parse().unwrap())).await.unwrap();
+        }
+        let refused = Refused::default();
+        let w = RunningWorker::start(
+            worker(&db, &[Partner::TASK_TYPE, Beside::TASK_TYPE])
+                .concurrency(4)
+                .data(Arc::clone(&refused)),
+        );
+        let first = Partner::new(0).enqueue(&db.pool).await.unwrap();
+        let at = wait_until("the 429", T, || {
+            let seen = *refused.lock().unwrap();
+            async move { seen }
+        })
+        .await;
+        let hold_ends = at + chrono::Duration::seconds(2);
+        // The queue shows the hold.
+        let opens = wait_until("the hold", T, || async {
+            let queues = client.queues().await.unwrap();
+            queues
+                .into_iter()
+                .find(|q| q.name == "partner")
+                .and_then(|q| q.rate_limit)
+                .and_then(|r| r.opens_at)
+        })
+        .await;
+        assert!(opens >= hold_ends, "{opens} < {hold_ends}");
+        let held = Partner::enqueue_many(&db.pool, (1..6).map(Partner::new).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        let free = Beside::enqueue_many(&db.pool, (0..5).map(Beside::new).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        let started = |id| {
+            let client = &client;
+            async move {
+                let record = client.wait(id, T).await.unwrap();
+                assert_eq!(record.status(), JobStatus::Processed);
+                let attempts = record.attempts();
+                assert_eq!(attempts.len(), 1, "{id}: {attempts:?}");
+                assert_eq!(record.error_count, 0);
+                attempts[0].started_at.unwrap()
+            }
+        };
+        for id in free {
+            let at = started(id).await;
+            assert!(at < hold_ends, "the other queue ran on: {at} < {hold_ends}");
+        }
+        for id in held.into_iter().chain([first]) {
+            let at = started(id).await;
+            assert!(at >= hold_ends, "the held queue waited: {at} >= {hold_ends}");
+        }
+        w.stop().await;
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn a_rate_limit_holds_in_every_window_across_three_workers(db) {
+        let client = client(&db);
+        for bad in ["0/1s", "50", "50/0s", "50/fortnight"] {
+            assert!(
+                matches!(bad.parse::<RateLimit>(), Err(Error::Invalid { what: "rate limit", .. })),
+                "{bad}"
+            );
+        }
+        let limit: RateLimit = "50/1s".parse().unwrap();
+        client.set_rate_limit("metered", Some(limit)).await.unwrap();
+        let queue = client.queues().await.unwrap();
+        let rate = queue.iter().find(|q| q.name == "metered").unwrap().rate_limit.clone().unwrap();
+        assert_eq!((rate.limit, rate.started, rate.opens_at), (limit, 0, None));
+
+        // A backlog of 4 windows' worth, then three workers that could each run it all
+        // at once.
+        let ids = Metered::enqueue_many(&db.pool, (0..200).map(Metered::new).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        let workers: Vec<RunningWorker> = (0..3)
+            .map(|_| {
+                RunningWorker::start(worker(&db, &[Metered::TASK_TYPE]).concurrency(64))
+            })
+            .collect();
+        for id in &ids {
+            client.wait(*id, T).await.unwrap();
+        }
+        for w in workers {
+            w.stop().await;
+        }
+
+        let mut starts: Vec<DateTime<Utc>> = Vec::with_capacity(ids.len());
+        for id in &ids {
+            let record = client.job(*id).await.unwrap().unwrap();
+            assert_eq!(record.status(), JobStatus::Processed);
+            // Held back, a job kept its attempts: it ran once, as attempt 1.
+            let attempts = record.attempts();
+            assert_eq!(attempts.len(), 1, "{id}: {attempts:?}");
+            assert_eq!(attempts[0].attempt, 1);
+            starts.push(attempts[0].started_at.unwrap());
+        }
+        starts.sort();
+        let second = chrono::Duration::seconds(1);
+        for (i, from) in starts.iter().enumerate() {
+            let within = starts[i..].iter().take_while(|t| **t < *from + second).count();
+            assert!(within <= 50, "{within} starts in the second from {from}");
+        }
+        // It drains at the limit, not below it: 4 windows of 50 take 3 s from the first
+        // start to the last, and a claim held back wakes when its window opens (the
+        // bound leaves half a second a window to a loaded machine).
+        let span = (*starts.last().unwrap() - starts[0]).to_std().unwrap();
+        assert!(span >= Duration::from_secs(3), "{span:?}");
+        assert!(span < Duration::from_millis(4_500), "drained below the limit: {span:?}");
+
+        let queue = client.queues().await.unwrap();
+        let rate = queue.iter().find(|q| q.name == "metered").unwrap().rate_limit.clone().unwrap();
+        assert!(rate.started <= 50);
+
+        // Lifted, the limit is gone from the queue's state.
+        client.set_rate_limit("metered", None).await.unwrap();
+        let queue = client.queues().await.unwrap();
+        assert!(queue.iter().all(|q| q.rate_limit.is_none()));
+        db.drop().await;
+    }
+}
