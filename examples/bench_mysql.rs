@@ -87,7 +87,7 @@ use std::future::Future;
 
 pub(super) async fn run(args: Args) -> Result<(), BoxError> {
     let mut lines = Vec::new();
-    let pairs: [(&str, &str, Run, &str, Run); 5] = [
+    let pairs: [(&str, &str, Run, &str, Run); 6] = [
         (
             "enqueue_single",
             "jobs/s",
@@ -115,6 +115,13 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
             |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, false)),
             "raw_burn_down",
             |p, a| Box::pin(raw_burn_down(p, a.jobs)),
+        ),
+        (
+            "burn_down_c16_rated",
+            "jobs/s",
+            |p, a| Box::pin(burn_down_rated(p, a.jobs, 16)),
+            "burn_down_c16",
+            |p, a| Box::pin(burn_down(p, a.jobs, 16, false)),
         ),
         (
             "failure_storm",
@@ -246,6 +253,16 @@ async fn raw_fill(pool: &MySqlPool, n: u64, table: &str) -> Result<(), BoxError>
         i = end;
     }
     Ok(())
+}
+
+/// `burn_down` of no-op jobs with a rate limit on their queue that never binds (10^9 a
+/// second): what the limit's claim costs.
+async fn burn_down_rated(pool: MySqlPool, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+    let open = sk_runtime::RateLimit::new(1_000_000_000, Duration::from_secs(1))?;
+    sk_runtime::Client::new(pool.clone())
+        .set_rate_limit("default", Some(open))
+        .await?;
+    burn_down(pool, n, concurrency, false).await
 }
 
 /// `flaky`: jobs whose first run fails and whose retry (at once) succeeds.

@@ -170,3 +170,71 @@ each_backend! {
         db.drop().await;
     }
 }
+
+/// A no-op job type limited to 20 starts a second over every worker.
+#[job(queue = "typed", rate = "20/1s")]
+async fn typed_rated(_n: u32) -> Result<(), JobError> {
+    Ok(())
+}
+
+/// A no-op in the same queue, without a limit.
+#[job(queue = "typed")]
+async fn typed_free(_n: u32) -> Result<(), JobError> {
+    Ok(())
+}
+
+each_backend! {
+    async fn a_job_types_rate_holds_across_workers_and_not_its_queues_other_jobs(db) {
+        let client = client(&db);
+        let rated = TypedRated::enqueue_many(&db.pool, (0..60).map(TypedRated::new).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        let free = TypedFree::enqueue_many(&db.pool, (0..40).map(TypedFree::new).collect::<Vec<_>>())
+            .await
+            .unwrap();
+        let workers: Vec<RunningWorker> = (0..2)
+            .map(|_| {
+                RunningWorker::start(
+                    worker(&db, &[TypedRated::TASK_TYPE, TypedFree::TASK_TYPE]).concurrency(32),
+                )
+            })
+            .collect();
+        let starts = |ids: Vec<uuid::Uuid>| {
+            let client = &client;
+            async move {
+                let mut starts = Vec::new();
+                for id in ids {
+                    let record = client.wait(id, T).await.unwrap();
+                    assert_eq!(record.status(), JobStatus::Processed);
+                    assert_eq!(record.attempts().len(), 1);
+                    starts.push(record.attempts()[0].started_at.unwrap());
+                }
+                starts.sort();
+                starts
+            }
+        };
+        let rated = starts(rated).await;
+        let free = starts(free).await;
+        let limits = client.task_type_rate_limits().await.unwrap();
+        let (_, limit) = limits.iter().find(|(t, _)| t == TypedRated::TASK_TYPE).unwrap();
+        assert_eq!((limit.limit.count, limit.limit.window), (20, Duration::from_secs(1)));
+        for w in workers {
+            w.stop().await;
+        }
+        let second = chrono::Duration::seconds(1);
+        for (i, from) in rated.iter().enumerate() {
+            let within = rated[i..].iter().take_while(|t| **t < *from + second).count();
+            assert!(within <= 20, "{within} starts of the rated type in the second from {from}");
+        }
+        let span = (*rated.last().unwrap() - rated[0]).to_std().unwrap();
+        assert!(span >= Duration::from_secs(2), "3 windows of 20: {span:?}");
+        // The queue's other jobs did not wait for the rated ones.
+        assert!(
+            *free.last().unwrap() < rated[0] + second,
+            "the unlimited jobs ran at once: last {} vs first rated {}",
+            free.last().unwrap(),
+            rated[0]
+        );
+        db.drop().await;
+    }
+}

@@ -23,13 +23,19 @@ pub(crate) async fn status(
 ) -> Result<(), Failure> {
     let counts = client.count_by(CountBy::Queue).await?;
     let queues = client.queues().await?;
+    let type_limits = client.task_type_rate_limits().await?;
     let workers = client.workers().await?;
     if json {
+        let type_limits: serde_json::Map<String, serde_json::Value> = type_limits
+            .iter()
+            .map(|(t, rate)| Ok((t.clone(), serde_json::to_value(rate)?)))
+            .collect::<Result<_, serde_json::Error>>()?;
         return print_json(
             out,
             &serde_json::json!({
                 "queues": counts,
                 "controls": queues,
+                "task_type_rate_limits": type_limits,
                 "workers": workers,
             }),
         );
@@ -71,6 +77,14 @@ pub(crate) async fn status(
         ]));
     }
     print_table(out, table, counts.is_empty(), "no jobs")?;
+    if !type_limits.is_empty() {
+        writeln!(out)?;
+        let mut rates = crate::output::table(&["task type", "rate"]);
+        for (task_type, rate) in &type_limits {
+            rates.add_row(cells([task_type.clone(), rate_cell(rate)]));
+        }
+        print_table(out, rates, false, "")?;
+    }
     writeln!(out)?;
     print_table(
         out,

@@ -8,7 +8,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprPath, ExprUnary, Lit, LitStr, Meta, Token, UnOp};
 
 const KEYS: &str =
-    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, timezone, overlap, missed, every, after";
+    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, timezone, overlap, missed, every, after, rate";
 const MAX_NAME_LEN: usize = 255;
 
 /// How the delay before a retry grows.
@@ -46,6 +46,8 @@ pub(crate) struct JobArgs {
     /// The IANA time zone of `schedule` (checked by the worker, which has the zone
     /// database), and where it was written.
     pub(crate) timezone: Option<(String, Span)>,
+    /// At most this many starts of the job type per window, over every worker.
+    pub(crate) rate: Option<(u32, Duration)>,
 }
 
 /// Collects errors so that every mistake is reported at once.
@@ -181,6 +183,17 @@ impl JobArgs {
                     }
                 }
             }
+            "rate" => {
+                if let Some(lit) = string(key, value, errors) {
+                    match rate(&lit.value()) {
+                        Ok(rate) => self.rate = Some(rate),
+                        Err(why) => errors.at(
+                            lit.span(),
+                            format!("`rate` {why}; write it as starts/window, like \"100/1m\", \"50/1s\" or \"3/h\""),
+                        ),
+                    }
+                }
+            }
             "every" => {
                 let every = duration(key, value, errors);
                 if every == Some(Duration::ZERO) {
@@ -275,6 +288,29 @@ fn integer(key: &str, value: &Expr, min: i32, errors: &mut Errors) -> Option<i32
             None
         }
     }
+}
+
+/// A rate as `RateLimit`'s `FromStr` reads it: a count from 1 to `i32::MAX`, a slash and
+/// a window from 1 ms to 7 days (a unit alone is one of it).
+fn rate(text: &str) -> Result<(u32, Duration), String> {
+    let (count, window) = text.split_once('/').ok_or("has no slash")?;
+    let count: u32 = count
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n| *n >= 1 && i32::try_from(*n).is_ok())
+        .ok_or("has a count that is not a whole number from 1 to 2147483647")?;
+    let window = window.trim();
+    let window = if window.starts_with(|c: char| c.is_ascii_digit()) {
+        humantime::parse_duration(window)
+    } else {
+        humantime::parse_duration(&format!("1{window}"))
+    }
+    .map_err(|e| format!("has a window that is not a duration ({e})"))?;
+    if window < Duration::from_millis(1) || window > Duration::from_secs(7 * 24 * 3600) {
+        return Err("has a window outside 1ms to 7days".to_owned());
+    }
+    Ok((count, window))
 }
 
 fn duration(key: &str, value: &Expr, errors: &mut Errors) -> Option<Duration> {

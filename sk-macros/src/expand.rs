@@ -185,6 +185,13 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
     };
     let timeout = duration_tokens(args.timeout);
     let every = duration_tokens(args.every.map(|(d, _)| d));
+    let rate = match args.rate {
+        Some((count, window)) => {
+            let millis = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+            quote!(::core::option::Option::Some((#count, ::sk_runtime::__private::Duration::from_millis(#millis))))
+        }
+        None => quote!(::core::option::Option::None),
+    };
     let every_after_due = args.after_due.is_some_and(|(b, _)| b);
     let overlap = args.overlap.is_some_and(|(b, _)| b);
     let run_missed = args.run_missed.is_some_and(|(b, _)| b);
@@ -415,6 +422,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
                     options: <#ty as #p::Job>::OPTIONS,
                     schedule: #schedule,
                     every: #every,
+                    rate: #rate,
                     every_after_due: #every_after_due,
                     overlap: #overlap,
                     run_missed: #run_missed,

@@ -31,6 +31,9 @@ pub struct Registration {
     pub overlap: bool,
     /// For scheduled jobs: whether the latest tick missed before the worker started runs.
     pub run_missed: bool,
+    /// `#[job(rate = "100/1m")]`: at most this many starts per window over every
+    /// worker, as (count, window).
+    pub rate: Option<(u32, std::time::Duration)>,
     /// For `every = "..."` jobs: the time from the end of one run to the start of the
     /// next, or from when one was due to when the next is (`every_after_due`).
     pub every: Option<std::time::Duration>,

@@ -256,8 +256,25 @@ impl Client {
     pub async fn set_rate_limit(&self, queue: &str, limit: Option<RateLimit>) -> Result<()> {
         crate::model::check_name("queue name", queue)?;
         self.pool
-            .set_rate_limit(&self.schema, queue, limit, self.now())
+            .set_rate_limit(
+                &self.schema,
+                crate::store::rates::QUEUE,
+                queue,
+                limit,
+                self.now(),
+            )
             .await
+    }
+
+    /// The rate limits of job types (`#[job(rate = "100/1m")]`, written by each worker
+    /// that runs the type when it starts), by type: each limit with the starts of the
+    /// window that ends now and when it opens next if it is full. A queue's rate limit is
+    /// in [`Client::queues`].
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn task_type_rate_limits(&self) -> Result<Vec<(String, crate::model::RateState)>> {
+        self.pool.type_rate_limits(&self.schema, self.now()).await
     }
 
     /// Every queue that has live jobs, was ever paused or has a global or rate limit, by

@@ -115,11 +115,13 @@ driver! {
             limit: Option<i32>,
             now: DateTime<Utc>,
         ) -> Result<()>;
-        /// Sets or lifts a queue's rate limit across workers.
+        /// Sets or lifts the rate limit across workers of a queue or a job type (`scope`,
+        /// `store::rates::QUEUE` or `TYPE`).
         fn set_rate_limit(
             &self,
             schema: &Schema,
-            queue: &str,
+            scope: &'static str,
+            name: &str,
             limit: Option<crate::model::RateLimit>,
             now: DateTime<Utc>,
         ) -> Result<()>;
@@ -174,10 +176,11 @@ driver! {
     trait Work on Store {
         /// Leases the due jobs a claim asks for.
         fn claim(&self, claim: &Claim<'_>) -> Result<Vec<ClaimedJob>>;
-        /// Leases the due jobs of one queue with a rate limit (and a global limit if
-        /// `claim.capped`), no more than the limit lets start now, and records their
-        /// starts against it in the same transaction.
-        fn claim_rated(&self, claim: &Claim<'_>) -> Result<super::RatedClaim>;
+        /// Leases the due jobs a claim asks for under the rate limits `keys` (scope and
+        /// name, a queue's before a job type's; and the global limit of its one queue if
+        /// `claim.capped`), no more than each limit lets start now, and records their
+        /// starts against each in the same transaction.
+        fn claim_rated(&self, claim: &Claim<'_>, keys: &[(&'static str, &str)]) -> Result<super::RatedClaim>;
         /// Records successful runs (fenced); the ids whose lease was still held.
         fn complete(&self, done: &[Success], now: DateTime<Utc>) -> Result<Vec<Uuid>>;
         /// The outputs of a waiting job's dependencies, in order (`None`: one that has not

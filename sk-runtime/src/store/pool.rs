@@ -176,14 +176,21 @@ pub(crate) struct QueueControls {
     pub(crate) capped: Vec<String>,
     /// Queues with a rate limit: each claimed on its own, under its limit's row lock.
     pub(crate) rated: Vec<String>,
+    /// Job types with a rate limit: each claimed on its own, under its limit's row lock.
+    pub(crate) rated_types: Vec<String>,
 }
 
 impl QueueControls {
     /// From rows of the queues table, (name, paused, has a global limit), and the names
-    /// of the queues with a rate limit.
-    pub(crate) fn from_rows(rows: Vec<(String, bool, bool)>, rated: Vec<String>) -> Self {
+    /// of the queues and of the job types with a rate limit.
+    pub(crate) fn from_rows(
+        rows: Vec<(String, bool, bool)>,
+        rated: Vec<String>,
+        rated_types: Vec<String>,
+    ) -> Self {
         let mut controls = QueueControls {
             rated,
+            rated_types,
             ..QueueControls::default()
         };
         for (name, paused, capped) in rows {
@@ -304,6 +311,16 @@ impl Pool {
         until: DateTime<Utc>,
     ) -> crate::error::Result<bool> {
         on_backend!(self, pool => super::rates::hold(pool, schema, super::rates::QUEUE, queue, until).await)
+    }
+
+    /// The rate limits of job types (`#[job(rate = "...")]`) as they stand at `now`, by
+    /// type.
+    pub(crate) async fn type_rate_limits(
+        &self,
+        schema: &Schema,
+        now: DateTime<Utc>,
+    ) -> crate::error::Result<Vec<(String, crate::model::RateState)>> {
+        on_backend!(self, pool => super::rates::states(pool, schema, super::rates::TYPE, now).await)
     }
 
     /// The backend's name in messages.

@@ -12,6 +12,8 @@ use crate::model::{RateLimit, RateState, StartLog};
 
 /// The scope of a queue's limit (`limit_scope`).
 pub(crate) const QUEUE: &str = "queue";
+/// The scope of a job type's limit (`#[job(rate = "...")]`).
+pub(crate) const TYPE: &str = "type";
 
 /// A limit's row: name, count, window in ms, log of starts, hold.
 type Row = (String, i64, i64, String, Option<DateTime<Utc>>);
@@ -166,17 +168,68 @@ pub(crate) struct RatedClaim {
     pub(crate) opens_at: Option<DateTime<Utc>>,
 }
 
-/// The one queue of a rate-limited claim.
+/// The one queue of a claim with a global limit (`claim.capped`).
 ///
 /// # Errors
-/// A claim of no queue or several (a bug in the producer).
-pub(crate) fn queue_of<'a>(claim: &super::Claim<'a>) -> Result<&'a str> {
-    match claim.queues {
-        Some([queue]) => Ok(queue),
-        _ => Err(crate::Error::invalid(
+/// A capped claim of no queue or several (a bug in the producer).
+pub(crate) fn capped_queue<'a>(claim: &super::Claim<'a>) -> Result<Option<&'a str>> {
+    match (claim.capped, claim.queues) {
+        (false, _) => Ok(None),
+        (true, Some([queue])) => Ok(Some(queue)),
+        (true, _) => Err(crate::Error::invalid(
             "claim",
-            "a rate-limited claim names exactly one queue",
+            "a claim under a global limit names exactly one queue",
         )),
+    }
+}
+
+/// The limits a claim took, in the order it locked them.
+pub(crate) struct TakenAll(Vec<Taken>);
+
+/// Locks and reads each of `keys` (scope, name) in order (`take`); a key without a limit
+/// (lifted since the worker read its controls) is left out.
+pub(crate) fn take_all<'a, D: Dialect>(
+    conn: &'a mut D::Connection,
+    schema: &'a Schema,
+    keys: &'a [(&'static str, &'a str)],
+    now: DateTime<Utc>,
+) -> Boxed<'a, TakenAll>
+where
+    Row: for<'r> sqlx::FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let mut taken = Vec::with_capacity(keys.len());
+        for (scope, name) in keys {
+            if let Some(one) = take::<D>(&mut *conn, schema, scope, name, now).await? {
+                taken.push(one);
+            }
+        }
+        Ok(TakenAll(taken))
+    })
+}
+
+impl TakenAll {
+    /// `limit` less than the room of every limit taken.
+    pub(crate) fn room(&self, limit: i64) -> i64 {
+        self.0.iter().fold(limit, |n, t| n.min(t.room))
+    }
+
+    /// Records `started` jobs against each limit; when the last of the full ones opens,
+    /// if one is full.
+    pub(crate) async fn spend<D: Dialect>(
+        self,
+        conn: &mut D::Connection,
+        schema: &Schema,
+        started: usize,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>> {
+        let mut opens = None;
+        for taken in self.0 {
+            if let Some(at) = taken.spend::<D>(&mut *conn, schema, started, now).await? {
+                opens = opens.max(Some(at));
+            }
+        }
+        Ok(opens)
     }
 }
 

@@ -27,9 +27,11 @@ where
             D::table(schema, "queues_t")
         );
         let rated = super::rates::names(pool, schema, super::rates::QUEUE).await?;
+        let rated_types = super::rates::names(pool, schema, super::rates::TYPE).await?;
         Ok(QueueControls::from_rows(
             D::fetch_all(pool, &sql, &[]).await?,
             rated,
+            rated_types,
         ))
     })
 }

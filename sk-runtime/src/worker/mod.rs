@@ -119,13 +119,7 @@ impl Worker {
         if shared.config.auto_migrate {
             shared.store.migrate().await?;
         }
-        let runtime = &shared.runtime;
-        for (queue, limit) in &shared.config.rate_limits {
-            runtime
-                .pool
-                .set_rate_limit(&runtime.schema, queue, Some(*limit), shared.now())
-                .await?;
-        }
+        write_rate_limits(&shared).await?;
         warn_of_a_large_pool(&shared).await;
         tracing::info!(
             worker = %shared.store.worker_id(),
@@ -220,6 +214,32 @@ impl Worker {
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
+}
+
+/// Writes the rate limits of this worker's queues (`WorkerBuilder::rate_limit`) and job
+/// types (`#[job(rate = "...")]`), so every worker shares them.
+async fn write_rate_limits(shared: &Shared) -> Result<()> {
+    use crate::store::rates::{QUEUE, TYPE};
+    let runtime = &shared.runtime;
+    let mut limits: Vec<(&'static str, &str, crate::model::RateLimit)> = shared
+        .config
+        .rate_limits
+        .iter()
+        .map(|(queue, limit)| (QUEUE, queue.as_str(), *limit))
+        .collect();
+    for registration in shared.registry.jobs.values() {
+        if let Some((count, window)) = registration.rate {
+            let limit = crate::model::RateLimit::new(count, window)?;
+            limits.push((TYPE, registration.task_type, limit));
+        }
+    }
+    for (scope, name, limit) in limits {
+        runtime
+            .pool
+            .set_rate_limit(&runtime.schema, scope, name, Some(limit), shared.now())
+            .await?;
+    }
+    Ok(())
 }
 
 /// Claims the one job due first, runs it and records its outcome, as the pipeline does

@@ -29,17 +29,20 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
     let mut limited: Vec<&String> = shared.queue_limits.keys().collect();
     limited.sort();
     let mut controls = Controls::new();
-    // Rate-limited queues whose limit let nothing more start, until when it opens (at
-    // most a control interval ahead, so a raised limit is met within it).
-    let mut held: HashMap<String, DateTime<Utc>> = HashMap::new();
+    // Claims whose rate limits let nothing more start, until when they open (at most a
+    // control interval ahead, so a raised limit is met within it).
+    let mut held: HashMap<Key, DateTime<Utc>> = HashMap::new();
     // Until when claims of queues claimed alone wait for more slots to free (`GATHER`).
     let mut gather: Option<Instant> = None;
-    // The claim of the queues claimed together found every due job: it runs again only
-    // when jobs were posted (a notification, an enqueue in this process), a control
-    // changed or the poll interval passed, not at every end of a job of a queue claimed
-    // alone (where it read the whole queue's index past that queue's jobs each time).
-    let mut shared_idle = false;
+    // Claims that found every due job: each runs again only when jobs were posted (a
+    // notification, an enqueue in this process), a control changed or the poll interval
+    // passed, not at every end of another claim's job (the claim of the queues claimed
+    // together skips those claimed alone, and so read the whole queue's index past
+    // their jobs each time).
+    let mut idle: std::collections::HashSet<Key> = std::collections::HashSet::new();
     let mut polled = false;
+    // The worker's job types without a rate limit, as last worked out from the controls.
+    let mut plain = Plain::default();
     loop {
         if shared.stopping.is_cancelled() {
             return;
@@ -47,22 +50,26 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
         // Results written since may leave room for waiting jobs to start.
         executor::dispatch(&shared, &completions);
         let known = controls.refresh(&shared).await;
+        if shared.posted.swap(false, Ordering::Relaxed) | std::mem::take(&mut polled) {
+            idle.clear();
+        }
         // `more`: claim again at once; `later`: claim again when a slot frees.
         let (mut more, mut later) = (false, false);
         let mut failed = None;
-        // Each queue limited in this worker up to its free slots, each queue limited
-        // across workers on its own, then the rest up to the worker's free slots:
-        // (queues, capped, cap).
         let now = shared.now();
         held.retain(|_, until| *until > now);
         let alone = |q: &String| Alone {
             capped: known.capped.contains(q),
             rated: known.rated.contains(q),
         };
-        let mut claims: Vec<(Option<&[String]>, Alone, usize)> = Vec::new();
+        // Each queue limited in this worker up to its free slots, each queue limited
+        // across workers on its own, then the rest up to the worker's free slots; each
+        // for the job types without a rate limit, then for each rated type on its own.
+        let mut groups: Vec<Group<'_>> = Vec::new();
         for queue in &limited {
             let free = shared.queue_limits[*queue].available_permits();
-            claims.push((Some(std::slice::from_ref(*queue)), alone(queue), free));
+            let queues = Some(std::slice::from_ref(*queue));
+            groups.push((Some(*queue), queues, alone(queue), free));
         }
         let mut own: Vec<&String> = known.capped.iter().chain(&known.rated).collect();
         own.sort();
@@ -71,51 +78,61 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
             !shared.queue_limits.contains_key(*q)
                 && shared.queues.as_ref().is_none_or(|all| all.contains(q))
         }) {
-            claims.push((Some(std::slice::from_ref(queue)), alone(queue), usize::MAX));
+            let queues = Some(std::slice::from_ref(queue));
+            groups.push((Some(queue), queues, alone(queue), usize::MAX));
         }
-        let look = !shared_idle
-            | shared.posted.swap(false, Ordering::Relaxed)
-            | std::mem::take(&mut polled);
-        let together = shared_queues.as_ref().is_none_or(|q| !q.is_empty()) && look;
-        if together {
-            claims.push((shared_queues.as_deref(), Alone::default(), usize::MAX));
+        if shared_queues.as_ref().is_none_or(|q| !q.is_empty()) {
+            groups.push((None, shared_queues.as_deref(), Alone::default(), usize::MAX));
         }
-        let last = claims.len();
-        for (i, (queues, alone, cap)) in claims.into_iter().enumerate() {
-            if alone.rated && queues.is_some_and(|q| held.contains_key(&q[0])) {
-                later = true;
-                continue;
-            }
-            let claimed = claim(
-                &shared,
-                &known,
-                queues,
-                alone,
-                cap,
-                &mut gather,
-                &completions,
-            )
-            .await;
-            if together && i + 1 == last {
-                shared_idle = matches!(claimed, Ok(Claimed::All));
-            }
-            match claimed {
-                Ok(Claimed::Full) => more = true,
-                Ok(Claimed::NoSlot | Claimed::Capped | Claimed::Gathering) => later = true,
-                Ok(Claimed::Held(until)) => {
-                    later = true;
-                    if let Some(queue) = queues.and_then(|q| q.first()) {
-                        held.insert(
-                            queue.clone(),
-                            until.min(crate::clock::add(now, Controls::EVERY)),
-                        );
+        let (plain_types, rated_types) = plain.of(&shared.task_types, &known.rated_types);
+        for (label, queues, alone, cap) in groups {
+            let types = (!plain_types.is_empty())
+                .then_some((plain_types, None))
+                .into_iter()
+                .chain(
+                    rated_types
+                        .iter()
+                        .map(|t| (std::slice::from_ref(t), Some(t))),
+                );
+            for (task_types, rated_type) in types {
+                // (A queue's name is never empty: "" is the queues claimed together, or
+                // the job types without a rate limit.)
+                let key: Key = (
+                    label.cloned().unwrap_or_default(),
+                    rated_type.cloned().unwrap_or_default(),
+                );
+                if idle.contains(&key) || held.contains_key(&key) {
+                    continue;
+                }
+                let request = Request {
+                    queues,
+                    alone,
+                    cap,
+                    task_types,
+                    rated_type,
+                };
+                let claimed = claim(&shared, &known, &request, &mut gather, &completions).await;
+                if matches!(claimed, Ok(Claimed::All)) {
+                    idle.insert(key.clone());
+                } else {
+                    idle.remove(&key);
+                }
+                match claimed {
+                    Ok(Claimed::Full) => more = true,
+                    Ok(Claimed::NoSlot | Claimed::Capped | Claimed::Gathering) => later = true,
+                    Ok(Claimed::Held(until)) => {
+                        later = true;
+                        held.insert(key, until.min(crate::clock::add(now, Controls::EVERY)));
+                    }
+                    Ok(Claimed::All) => {}
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
                     }
                 }
-                Ok(Claimed::All) => {}
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
+            }
+            if failed.is_some() {
+                break;
             }
         }
         match failed {
@@ -196,7 +213,7 @@ impl Controls {
                         .write()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
                     if *known != read {
-                        tracing::info!(paused = ?read.paused, global_limits = ?read.capped, "sk: queue controls");
+                        tracing::info!(paused = ?read.paused, global_limits = ?read.capped, rate_limits = ?read.rated, "sk: queue controls");
                         *known = read;
                     }
                 }
@@ -244,18 +261,64 @@ struct Alone {
     rated: bool,
 }
 
+/// Queues claimed together or one claimed alone: (the queue claimed alone, or `None`;
+/// the queues, `None` for every one; why alone; at most this many).
+type Group<'a> = (Option<&'a String>, Option<&'a [String]>, Alone, usize);
+
+/// A claim's identity in the producer's `idle` and `held`: the queue claimed alone and
+/// the rated job type claimed alone ("" for none).
+type Key = (String, String);
+
+/// The worker's job types without a rate limit and those with one, worked out again
+/// only when the rated types change.
+#[derive(Default)]
+struct Plain {
+    rated_seen: Vec<String>,
+    plain: Vec<String>,
+    rated: Vec<String>,
+}
+
+impl Plain {
+    /// (types without a rate limit, rated types) of `all`, given the rated types.
+    fn of(&mut self, all: &[String], rated: &[String]) -> (&[String], &[String]) {
+        if self.plain.is_empty() && self.rated.is_empty() || self.rated_seen != rated {
+            self.rated_seen = rated.to_vec();
+            (self.rated, self.plain) = all.iter().cloned().partition(|t| rated.contains(t));
+        }
+        (&self.plain, &self.rated)
+    }
+}
+
+/// What one claim asks for.
+struct Request<'a> {
+    /// The queues (`None`: every queue).
+    queues: Option<&'a [String]>,
+    /// Why `queues` is one queue claimed alone, if it is.
+    alone: Alone,
+    /// At most this many (a queue's own free slots in this worker).
+    cap: usize,
+    task_types: &'a [String],
+    /// The one job type of the claim, when it has a rate limit.
+    rated_type: Option<&'a String>,
+}
+
 /// Claims up to `cap` jobs of `queues` (and the worker's free slots) and starts them.
 /// `alone`: `queues` is one queue with a global or a rate limit; else the claim skips
 /// those.
 async fn claim(
     shared: &Arc<Shared>,
     known: &QueueControls,
-    queues: Option<&[String]>,
-    alone: Alone,
-    cap: usize,
+    request: &Request<'_>,
     gather: &mut Option<Instant>,
     completions: &UnboundedSender<Completion>,
 ) -> crate::Result<Claimed> {
+    let Request {
+        queues,
+        alone,
+        cap,
+        task_types,
+        rated_type,
+    } = *request;
     // The free slots plus the prefetch, less the jobs waiting already; with every slot
     // busy, nothing until the local queue is down to half its bound, so claims stay large.
     // (A slot is free to start a job only with room for its result, `held`.)
@@ -263,10 +326,10 @@ async fn claim(
         .slots
         .available_permits()
         .min(shared.held.available_permits());
-    // A queue with a global or rate limit is claimed for free slots only: every lease
-    // counts against the limit as it is taken, so jobs waiting here would hold room
-    // another worker's idle handler could use (and start later than counted).
-    let capped = alone.capped || alone.rated;
+    // A queue or a job type with a global or rate limit is claimed for free slots only:
+    // every lease counts against the limit as it is taken, so jobs waiting here would
+    // hold room another worker's idle handler could use (and start later than counted).
+    let capped = alone.capped || alone.rated || rated_type.is_some();
     let prefetch = if capped { 0 } else { shared.prefetch() };
     let waiting = shared.waiting().len();
     if slots == 0 && waiting > prefetch / 2 {
@@ -301,14 +364,14 @@ async fn claim(
     let limit = i64::try_from(free).unwrap_or(i64::MAX);
     let skipped;
     let alone_elsewhere = !known.capped.is_empty() || !known.rated.is_empty();
-    let paused = if !capped && alone_elsewhere {
+    let paused = if !(alone.capped || alone.rated) && alone_elsewhere {
         skipped = [&known.paused[..], &known.capped[..], &known.rated[..]].concat();
         &skipped[..]
     } else {
         &known.paused[..]
     };
     let request = crate::store::Claim {
-        task_types: &shared.task_types,
+        task_types,
         queues,
         tenants: shared.tenants.as_deref(),
         paused,
@@ -317,16 +380,30 @@ async fn claim(
         now,
         lease_until,
     };
-    let (jobs, opens_at) = if alone.rated {
-        let rated = shared.store.claim_rated(&request).await?;
-        (rated.jobs, rated.opens_at)
-    } else {
+    // The rate limits the claim takes: its queue's, then its job type's.
+    let mut keys: Vec<(&'static str, &str)> = Vec::new();
+    if let Some(queue) = queues.and_then(|q| q.first()).filter(|_| alone.rated) {
+        keys.push((crate::store::rates::QUEUE, queue));
+    }
+    if let Some(task_type) = rated_type {
+        keys.push((crate::store::rates::TYPE, task_type));
+    }
+    let (jobs, opens_at) = if keys.is_empty() {
         (shared.store.claim(&request).await?, None)
+    } else {
+        let rated = shared.store.claim_rated(&request, &keys).await?;
+        (rated.jobs, rated.opens_at)
     };
     let full = jobs.len() == free;
     if opens_at.is_some() && !full {
         Metrics::add(&shared.metrics.rate_held, 1);
-        crate::telemetry::rate_held(queues.and_then(|q| q.first()).map_or("", String::as_str));
+        crate::telemetry::rate_held(
+            queues
+                .and_then(|q| q.first())
+                .filter(|_| alone.rated)
+                .map_or("", String::as_str),
+            rated_type.map_or("", String::as_str),
+        );
     }
     Metrics::add(&shared.metrics.claimed, jobs.len() as u64);
     if shared.late(lease_until) && !jobs.is_empty() {

@@ -348,16 +348,16 @@ impl Control for MySqlPool {
         Ok(())
     }
 
-    /// Sets or (with `None`) lifts a queue's rate limit across workers.
+    /// Sets or (with `None`) lifts a queue's or a job type's rate limit across workers.
     async fn set_rate_limit(
         &self,
         schema: &Schema,
-        queue: &str,
+        scope: &'static str,
+        name: &str,
         limit: Option<crate::model::RateLimit>,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        crate::store::rates::set(self, schema, crate::store::rates::QUEUE, queue, limit, now)
-            .await?;
+        crate::store::rates::set(self, schema, scope, name, limit, now).await?;
         crate::bus::pauses_changed();
         Ok(())
     }

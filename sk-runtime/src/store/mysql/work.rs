@@ -169,33 +169,29 @@ impl Work for MySqlStore {
         })
     }
 
-    /// A rate-limited queue's claim, in one transaction: its global limit's room (the
-    /// queue's row locked first), its rate limit's (its row locked next), the claim, and
-    /// the starts recorded.
-    async fn claim_rated(&self, claim: &super::super::Claim<'_>) -> Result<RatedClaim> {
-        let queue = rates::queue_of(claim)?;
+    /// A rate-limited claim, in one transaction: its queue's global limit's room (the
+    /// queue's row locked first), each rate limit's (their rows locked next), the claim,
+    /// and the starts recorded.
+    async fn claim_rated(
+        &self,
+        claim: &super::super::Claim<'_>,
+        keys: &[(&'static str, &str)],
+    ) -> Result<RatedClaim> {
+        let capped = rates::capped_queue(claim)?;
         retrying!(self, "a claim", |conn| {
             let mut tx = conn.begin_with(BEGIN).await?;
             let mut limit = claim.limit;
-            if claim.capped {
+            if let Some(queue) = capped {
                 if let Some(room) = self.cap_room(&mut tx, queue, claim.now).await? {
                     limit = limit.min(room);
                 }
             }
-            let taken =
-                rates::take::<MySql>(&mut tx, &self.schema, rates::QUEUE, queue, claim.now).await?;
-            if let Some(taken) = &taken {
-                limit = limit.min(taken.room);
-            }
+            let taken = rates::take_all::<MySql>(&mut tx, &self.schema, keys, claim.now).await?;
+            limit = taken.room(limit);
             let jobs = self.claim_in(&mut tx, claim, limit).await?;
-            let opens_at = match taken {
-                Some(taken) => {
-                    taken
-                        .spend::<MySql>(&mut tx, &self.schema, jobs.len(), claim.now)
-                        .await?
-                }
-                None => None,
-            };
+            let opens_at = taken
+                .spend::<MySql>(&mut tx, &self.schema, jobs.len(), claim.now)
+                .await?;
             tx.commit().await?;
             Ok(RatedClaim { jobs, opens_at })
         })

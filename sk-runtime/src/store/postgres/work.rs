@@ -252,12 +252,16 @@ impl Work for PgStore {
         Ok(claimed(&rows))
     }
 
-    /// A rate-limited queue's claim, in one transaction: its global limit's room
-    /// (`queue_room`, which locks the queue's row), its rate limit's (its row locked
+    /// A rate-limited claim, in one transaction: its queue's global limit's room
+    /// (`queue_room`, which locks the queue's row), each rate limit's (its row locked
     /// next, always in that order), the claim, and the starts recorded.
-    async fn claim_rated(&self, claim: &super::super::Claim<'_>) -> Result<RatedClaim> {
-        let queue = rates::queue_of(claim)?;
-        if claim.paused.iter().any(|p| p == queue) {
+    async fn claim_rated(
+        &self,
+        claim: &super::super::Claim<'_>,
+        keys: &[(&'static str, &str)],
+    ) -> Result<RatedClaim> {
+        let capped = rates::capped_queue(claim)?;
+        if capped.is_some_and(|queue| claim.paused.iter().any(|p| p == queue)) {
             return Ok(RatedClaim {
                 jobs: Vec::new(),
                 opens_at: None,
@@ -266,7 +270,7 @@ impl Work for PgStore {
         let mut conn = self.acquire().await?;
         let mut tx = conn.begin().await.map_err(|e| self.lost(e))?;
         let mut limit = claim.limit;
-        if claim.capped {
+        if let Some(queue) = capped {
             let room: Option<i64> = sqlx::query_scalar(&format!(
                 "SELECT {}($1, $2)",
                 self.schema.table("queue_room")
@@ -278,25 +282,24 @@ impl Work for PgStore {
             .map_err(|e| self.lost(e))?;
             limit = limit.min(room.unwrap_or(limit));
         }
-        let taken = rates::take::<Postgres>(&mut tx, &self.schema, rates::QUEUE, queue, claim.now)
+        let taken = rates::take_all::<Postgres>(&mut tx, &self.schema, keys, claim.now)
             .await
             .map_err(|e| self.lost_in(e))?;
-        if let Some(taken) = &taken {
-            limit = limit.min(taken.room);
-        }
+        limit = taken.room(limit);
         let jobs = if limit > 0 {
-            let claim = super::super::Claim { limit, ..*claim };
+            let claim = super::super::Claim {
+                limit,
+                capped: false,
+                ..*claim
+            };
             self.claim_on(&mut tx, &claim).await?
         } else {
             Vec::new()
         };
-        let opens_at = match taken {
-            Some(taken) => taken
-                .spend::<Postgres>(&mut tx, &self.schema, jobs.len(), claim.now)
-                .await
-                .map_err(|e| self.lost_in(e))?,
-            None => None,
-        };
+        let opens_at = taken
+            .spend::<Postgres>(&mut tx, &self.schema, jobs.len(), claim.now)
+            .await
+            .map_err(|e| self.lost_in(e))?;
         tx.commit().await.map_err(|e| self.lost(e))?;
         Ok(RatedClaim { jobs, opens_at })
     }

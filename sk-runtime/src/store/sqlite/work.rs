@@ -112,36 +112,32 @@ impl Work for SqliteStore {
         Ok(in_order(jobs))
     }
 
-    /// A rate-limited queue's claim, in one write transaction: its global limit's room,
-    /// its rate limit's, the claim, and the starts recorded.
-    async fn claim_rated(&self, claim: &super::super::Claim<'_>) -> Result<RatedClaim> {
-        let queue = rates::queue_of(claim)?;
+    /// A rate-limited claim, in one write transaction: its queue's global limit's room,
+    /// each rate limit's, the claim, and the starts recorded.
+    async fn claim_rated(
+        &self,
+        claim: &super::super::Claim<'_>,
+        keys: &[(&'static str, &str)],
+    ) -> Result<RatedClaim> {
+        let capped = rates::capped_queue(claim)?;
         let (_turn, mut conn) = self.writing().await?;
         let mut tx = Self::write(&mut conn).await?;
         let mut limit = claim.limit;
-        if claim.capped {
+        if let Some(queue) = capped {
             if let Some(room) = self.cap_room(&mut tx, queue, claim.now).await? {
                 limit = limit.min(room);
             }
         }
-        let taken =
-            rates::take::<Sqlite>(&mut tx, &self.schema, rates::QUEUE, queue, claim.now).await?;
-        if let Some(taken) = &taken {
-            limit = limit.min(taken.room);
-        }
+        let taken = rates::take_all::<Sqlite>(&mut tx, &self.schema, keys, claim.now).await?;
+        limit = taken.room(limit);
         let jobs = if limit > 0 {
             self.claim_in(&mut tx, claim, limit).await?
         } else {
             Vec::new()
         };
-        let opens_at = match taken {
-            Some(taken) => {
-                taken
-                    .spend::<Sqlite>(&mut tx, &self.schema, jobs.len(), claim.now)
-                    .await?
-            }
-            None => None,
-        };
+        let opens_at = taken
+            .spend::<Sqlite>(&mut tx, &self.schema, jobs.len(), claim.now)
+            .await?;
         tx.commit().await?;
         drop((_turn, conn));
         Ok(RatedClaim {
