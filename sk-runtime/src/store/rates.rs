@@ -130,23 +130,28 @@ where
     })
 }
 
-/// The names of `scope` with a limit.
+/// The names with a limit: (queues, job types), by name, in one query.
 pub(crate) fn names<'a, D: Dialect>(
     pool: &'a sqlx::Pool<D>,
     schema: &'a Schema,
-    scope: &'a str,
-) -> Boxed<'a, Vec<String>>
+) -> Boxed<'a, (Vec<String>, Vec<String>)>
 where
-    (String,): for<'r> sqlx::FromRow<'r, D::Row>,
+    (String, String): for<'r> sqlx::FromRow<'r, D::Row>,
 {
     Box::pin(async move {
         let sql = format!(
-            "SELECT {} FROM {} WHERE limit_scope = $1 ORDER BY limit_name",
+            "SELECT {}, {} FROM {} WHERE limit_scope IN ($1, $2) ORDER BY limit_name",
+            D::text("limit_scope"),
             D::text("limit_name"),
             D::table(schema, "rate_limits_t")
         );
-        let rows: Vec<(String,)> = D::fetch_all(pool, &sql, &[Arg::Text(Some(scope))]).await?;
-        Ok(rows.into_iter().map(|r| r.0).collect())
+        let args = [Arg::Text(Some(QUEUE)), Arg::Text(Some(TYPE))];
+        let rows: Vec<(String, String)> = D::fetch_all(pool, &sql, &args).await?;
+        let (queues, types): (Vec<_>, Vec<_>) = rows.into_iter().partition(|r| r.0 == QUEUE);
+        Ok((
+            queues.into_iter().map(|r| r.1).collect(),
+            types.into_iter().map(|r| r.1).collect(),
+        ))
     })
 }
 

@@ -17,7 +17,7 @@ pub(crate) fn queue_controls<'a, D: Dialect>(
 ) -> Boxed<'a, QueueControls>
 where
     (String, bool, bool): for<'r> sqlx::FromRow<'r, D::Row>,
-    (String,): for<'r> sqlx::FromRow<'r, D::Row>,
+    (String, String): for<'r> sqlx::FromRow<'r, D::Row>,
 {
     Box::pin(async move {
         let sql = format!(
@@ -26,8 +26,7 @@ where
             D::text("queue_name"),
             D::table(schema, "queues_t")
         );
-        let rated = super::rates::names(pool, schema, super::rates::QUEUE).await?;
-        let rated_types = super::rates::names(pool, schema, super::rates::TYPE).await?;
+        let (rated, rated_types) = super::rates::names(pool, schema).await?;
         Ok(QueueControls::from_rows(
             D::fetch_all(pool, &sql, &[]).await?,
             rated,

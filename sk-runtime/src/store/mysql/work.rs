@@ -150,23 +150,10 @@ impl MySqlStore {
 }
 
 impl Work for MySqlStore {
+    /// The claim under no rate limit: its queue's global limit's room (if capped), the
+    /// claim, in one transaction.
     async fn claim(&self, claim: &super::super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
-        let capped = match claim.queues {
-            Some([queue]) if claim.capped => Some(queue),
-            _ => None,
-        };
-        retrying!(self, "a claim", |conn| {
-            let mut tx = conn.begin_with(BEGIN).await?;
-            let mut limit = claim.limit;
-            if let Some(queue) = capped {
-                if let Some(room) = self.cap_room(&mut tx, queue, claim.now).await? {
-                    limit = limit.min(room);
-                }
-            }
-            let jobs = self.claim_in(&mut tx, claim, limit).await?;
-            tx.commit().await?;
-            Ok(jobs)
-        })
+        Ok(self.claim_rated(claim, &[]).await?.jobs)
     }
 
     /// A rate-limited claim, in one transaction: its queue's global limit's room (the
