@@ -215,14 +215,28 @@ impl TestBackend for sqlx::Postgres {
             .parse::<PgConnectOptions>()
             .expect("a valid DATABASE_URL")
             .database(&name);
+        // Migrated on a connection of its own whose table statistics are flushed before it
+        // closes: an idle backend flushes its counts up to 10 s late, and a test that reads
+        // pg_stat_user_tables must not see the migrations' scans arrive in the middle of it.
+        let migrating = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await
+            .expect("connect to the test database");
+        sk_runtime::migrate(&migrating, &Schema::default())
+            .await
+            .expect("migrate the test database");
+        // Flushed before the reply to this statement is sent.
+        sqlx::query("SELECT pg_stat_force_next_flush()")
+            .execute(&migrating)
+            .await
+            .expect("flush the migrations' statistics");
+        migrating.close().await;
         let pool = PgPoolOptions::new()
             .max_connections(20)
             .connect_with(options.clone())
             .await
             .expect("connect to the test database");
-        sk_runtime::migrate(&pool, &Schema::default())
-            .await
-            .expect("migrate the test database");
         Db {
             pool,
             url: with_database(&url, &name),
