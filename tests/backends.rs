@@ -472,7 +472,7 @@ async fn a_sqlite_queue_of_version_4_is_brought_forward_with_its_rows() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(9));
+    assert_eq!(db.scalar(versions, None).await, Some(10));
     assert_eq!(db.scalar(last, None).await, Some(last_handle));
     let table = db
         .texts("SELECT sql FROM sqlite_master WHERE name = 'old_sk_tasks_queue_t'")
@@ -480,8 +480,9 @@ async fn a_sqlite_queue_of_version_4_is_brought_forward_with_its_rows() {
     assert!(table[0].ends_with("STRICT"), "{table:?}");
     let indexes = "SELECT count(*) FROM sqlite_master WHERE tbl_name = 'old_sk_tasks_queue_t'
         AND type IN ('index', 'trigger') AND sql IS NOT NULL";
-    // Migration 5's four, and migration 7's lookups by retry group and external id.
-    assert_eq!(db.scalar(indexes, None).await, Some(6));
+    // Migration 5's four, migration 7's lookups by retry group and external id, and
+    // migration 10's fair claims (partial: jobs with a tenant only).
+    assert_eq!(db.scalar(indexes, None).await, Some(7));
     let new = enqueue("new").await.unwrap();
     let handle = db
         .scalar(
@@ -593,7 +594,7 @@ async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(11));
+    assert_eq!(db.scalar(versions, None).await, Some(12));
     let triggers = "SELECT count(*) FROM information_schema.TRIGGERS
         WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'old_sk_tasks_queue_t'
             AND EVENT_MANIPULATION = 'INSERT'";
@@ -606,8 +607,8 @@ async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'old_sk_tasks_queue_t'";
     assert_eq!(
         db.scalar(indexes, None).await,
-        Some(3),
-        "the lock handle, the id and the claim order"
+        Some(4),
+        "the lock handle, the id, the claim order and the fair claim's by tenant"
     );
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
 

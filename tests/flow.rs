@@ -1,12 +1,12 @@
 //! Flow control on every backend: a queue's rate limit shared by several workers, read
-//! from the record of starts, and a handler's "too many requests" holding its queue. A
-//! module of the `queue` test binary.
+//! from the record of starts, a handler's "too many requests" holding its queue, and a
+//! fair queue's claims shared across tenants. A module of the `queue` test binary.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sk_runtime::{job, Client, Data, Error, Job, JobError, JobStatus, RateLimit};
+use sk_runtime::{job, Client, Data, Enqueue, Error, Job, JobError, JobStatus, RateLimit};
 use sk_tests::{each_backend, wait_until, Db, RunningWorker, TestBackend};
 
 use super::{worker, T};
@@ -235,6 +235,77 @@ each_backend! {
             free.last().unwrap(),
             rated[0]
         );
+        db.drop().await;
+    }
+}
+
+/// The order in which the jobs of a fair queue started: (tenant, job number).
+type Started = Arc<Mutex<Vec<(String, u32)>>>;
+
+/// A short job of one tenant in a queue claimed fairly.
+#[job(queue = "shared")]
+async fn tenant_job(tenant: String, n: u32, started: Data<Started>) -> Result<(), JobError> {
+    started.lock().unwrap().push((tenant, n));
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    Ok(())
+}
+
+each_backend! {
+    async fn a_fair_queue_serves_small_tenants_beside_a_flood(db) {
+        let job = |tenant: &str, n: u32| {
+            let job = Enqueue::new(TenantJob::new(tenant.into(), n));
+            if tenant.is_empty() { job } else { job.with_tenant(tenant) }
+        };
+        // Tenant a's flood first, then b's and c's few (b's last with the first
+        // priority), and a few without a tenant.
+        TenantJob::enqueue_many(&db.pool, (0..600).map(|n| job("a", n))).await.unwrap();
+        let few = (0..10).map(|n| job("b", n).with_priority(if n == 9 { -1 } else { 0 }));
+        TenantJob::enqueue_many(&db.pool, few.chain((0..10).map(|n| job("c", n))))
+            .await
+            .unwrap();
+        let ids = TenantJob::enqueue_many(&db.pool, (0..5).map(|n| job("", n))).await.unwrap();
+        assert!(matches!(
+            worker(&db, &[TenantJob::TASK_TYPE]).queues(["other"]).fair("shared").build(),
+            Err(Error::Invalid { what: "fair queue", .. })
+        ));
+
+        let started = Started::default();
+        let w = RunningWorker::start(
+            worker(&db, &[TenantJob::TASK_TYPE])
+                .concurrency(4)
+                .fair("shared")
+                .data(Arc::clone(&started)),
+        );
+        wait_until("every job to start", T, || {
+            let n = started.lock().unwrap().len();
+            async move { (n == 625).then_some(()) }
+        })
+        .await;
+        for id in ids {
+            client(&db).wait(id, T).await.unwrap();
+        }
+        w.stop().await;
+
+        let started = started.lock().unwrap().clone();
+        let position = |tenant: &str| -> Vec<usize> {
+            started.iter().enumerate().filter(|(_, (t, _))| t == tenant).map(|(i, _)| i).collect()
+        };
+        // b and c, with 10 jobs each behind a's 600, took turns with a from the first
+        // claims: each claim of 4 gives each tenant one, so their 20 jobs started among
+        // the first 40 or so of 625 (in the queue's order, they would be 601st to 620th).
+        for tenant in ["b", "c"] {
+            let at = position(tenant);
+            assert_eq!(at.len(), 10, "{tenant}");
+            assert!(*at.last().unwrap() < 60, "{tenant}'s jobs started at {at:?}");
+        }
+        // Within a tenant, priority first, then the order of posting.
+        let b: Vec<u32> = started.iter().filter(|(t, _)| t == "b").map(|(_, n)| *n).collect();
+        assert_eq!(b[0], 9, "{b:?}");
+        let a: Vec<u32> = started.iter().filter(|(t, _)| t == "a").map(|(_, n)| *n).collect();
+        // (Four at a time: within a claim, which starts first is the runtime's choice.)
+        let out_of_order = a.iter().enumerate().filter(|(i, n)| i.abs_diff(**n as usize) >= 8);
+        assert_eq!(out_of_order.count(), 0, "a in its order: {a:?}");
+        assert_eq!(position("").len(), 5, "the jobs without a tenant ran too");
         db.drop().await;
     }
 }

@@ -73,6 +73,7 @@ impl Driver {
             tenants: None,
             paused: &paused,
             capped: false,
+            fair: None,
             limit,
             now,
             lease_until,

@@ -48,6 +48,17 @@ pub(crate) trait Dialect: sqlx::Database {
     /// `column` as a 64-bit integer.
     fn bigint(column: &str) -> String;
 
+    /// Whether a recursive query's step reads an index from its row's value (a skip
+    /// scan in one statement). MariaDB reads a correlated subquery's range from the
+    /// start of its constant prefix instead, so it takes one statement a step.
+    const SKIP_SCAN_IN_ONE: bool = true;
+
+    /// `column` compared and ordered byte by byte, as Rust orders strings (MySQL's
+    /// `utf8mb4_bin` columns and SQLite's `BINARY` already are).
+    fn bytewise(column: &str) -> String {
+        column.to_owned()
+    }
+
     /// Placeholder `p` where a JSON column takes it (PostgreSQL's `jsonb` takes no text).
     fn json(p: &str) -> String {
         p.to_owned()

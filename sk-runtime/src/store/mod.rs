@@ -3,7 +3,7 @@
 //! backend-neutral types defined here: `Pool` (the client's) and `Store` (a worker's),
 //! which dispatch to the backend they hold through the driver contract (`driver`); the
 //! rows they pass (`rows`), the tables' names (`schema`), the rules of jobs that wait on
-//! others (`flow`), rate limits and a claim's take of them (`rates`), what the list
+//! others (`flow`), rate limits and a claim's take of them (`rates`), fair claims (`fair`), what the list
 //! queries share (`listing`), `Client::wait`'s wake-up
 //! (`wait`), and the `Backend` trait of enqueue and a job's transaction (`backend`).
 
@@ -11,6 +11,7 @@ mod backend;
 pub(crate) mod conformance;
 mod dialect;
 mod driver;
+pub(crate) mod fair;
 mod flow;
 pub(crate) mod listing;
 #[cfg(feature = "mysql")]

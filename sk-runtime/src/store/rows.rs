@@ -106,6 +106,10 @@ pub(crate) struct Claim<'a> {
     /// `queues` is one queue with a concurrency limit across workers: the claim takes
     /// the queue's row lock and at most the limit less the queue's running jobs.
     pub(crate) capped: bool,
+    /// `queues` is one fair queue: the claim shares itself among the queue's tenants
+    /// with due jobs, taken in turn from the first after this one (`store::fair`), and
+    /// fills the rest in the queue's order.
+    pub(crate) fair: Option<&'a str>,
     pub(crate) limit: i64,
     pub(crate) now: DateTime<Utc>,
     pub(crate) lease_until: DateTime<Utc>,

@@ -72,6 +72,8 @@ pub(crate) struct Config {
     pub(crate) prefetch: usize,
     /// Rate limits this worker writes at start (`WorkerBuilder::rate_limit`).
     pub(crate) rate_limits: Vec<(String, crate::model::RateLimit)>,
+    /// The queues this worker claims fairly across tenants (`WorkerBuilder::fair`).
+    pub(crate) fair: Vec<String>,
 }
 
 impl WorkerBuilder {
@@ -98,6 +100,7 @@ impl WorkerBuilder {
                 // Twice the largest claim: the refill from half-way is a full claim.
                 prefetch: 2 * producer::MAX_CLAIM_BATCH,
                 rate_limits: Vec::new(),
+                fair: Vec::new(),
             },
             queues: None,
             queue_limits: Vec::new(),
@@ -166,6 +169,19 @@ impl WorkerBuilder {
     /// `i32::MAX`, a window from 1 ms to [`MAX_RATE_WINDOW`](crate::MAX_RATE_WINDOW).
     pub fn rate_limit(mut self, queue: impl Into<String>, count: u32, window: Duration) -> Self {
         self.rate_limits.push((queue.into(), count, window));
+        self
+    }
+
+    /// Claims `queue` fairly across its tenants ([`Enqueue::with_tenant`](crate::Enqueue::with_tenant)):
+    /// each claim shares its jobs among the tenants with due jobs, served in turn, each
+    /// tenant's in the claim's order (priority first), and fills what they leave in the
+    /// queue's order. One tenant's backlog then delays another's jobs by about one claim,
+    /// not by the backlog. Jobs without a tenant are not a tenant of their own: they are
+    /// taken in the queue's order, with what the tenants leave. The claim costs one index
+    /// probe per tenant more (docs/operations.md, "Flow control"). Checked at `build`: a
+    /// queue this worker takes jobs from, given once.
+    pub fn fair(mut self, queue: impl Into<String>) -> Self {
+        self.config.fair.push(queue.into());
         self
     }
 
@@ -472,6 +488,21 @@ impl WorkerBuilder {
             }
             let limit = crate::model::RateLimit::new(count, window)?;
             rate_limits.push((queue, limit));
+        }
+        for (i, queue) in self.config.fair.iter().enumerate() {
+            crate::model::check_name("queue name", queue)?;
+            if self.config.fair[..i].contains(queue) {
+                return Err(Error::invalid(
+                    "fair queue",
+                    format!("queue {queue:?} is given twice"),
+                ));
+            }
+            if queues.as_ref().is_some_and(|all| !all.contains(queue)) {
+                return Err(Error::invalid(
+                    "fair queue",
+                    format!("this worker does not take jobs from queue {queue:?}: add it with `queues` or `queue`"),
+                ));
+            }
         }
         let registry =
             Registry::collect(self.only.as_deref(), &self.data, self.pool.backend_name())?;

@@ -10,6 +10,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::completer::Completion;
+use super::local::Waiting;
 use super::{RunState, Running, Shared, Slot};
 use crate::clock::SharedClock;
 use crate::error::JobError;
@@ -18,78 +19,6 @@ use crate::job::{JobContext, Scope, StopReason};
 use crate::registry::{HandlerInput, Registration};
 use crate::store::{ClaimedJob, Lease};
 use crate::transaction::TxSource;
-
-/// Claimed jobs waiting for a handler slot, taken by priority, then post time, then
-/// claim order. (A claim returns its rows in no particular order, and a later claim may
-/// bring a more urgent job than those waiting.)
-#[derive(Default)]
-pub(crate) struct LocalQueue {
-    jobs: std::collections::BinaryHeap<Waiting>,
-    claimed: u64,
-}
-
-impl LocalQueue {
-    pub(crate) fn len(&self) -> usize {
-        self.jobs.len()
-    }
-
-    pub(crate) fn is_empty(&self) -> bool {
-        self.jobs.is_empty()
-    }
-
-    fn push(&mut self, job: ClaimedJob, queue: Option<OwnedSemaphorePermit>) {
-        self.claimed += 1;
-        self.jobs.push(Waiting {
-            priority: job.task_priority,
-            posted_at: job.task_posted_at_ts,
-            seq: self.claimed,
-            job: Box::new(job),
-            queue,
-        });
-    }
-
-    fn pop(&mut self) -> Option<Waiting> {
-        self.jobs.pop()
-    }
-}
-
-/// A claimed job waiting in the local queue: its order's key beside it, the job boxed,
-/// so the heap moves a few words, and the job's task gets the box as it is.
-struct Waiting {
-    priority: i32,
-    posted_at: chrono::DateTime<chrono::Utc>,
-    seq: u64,
-    job: Box<ClaimedJob>,
-    /// Its queue's slot, for a queue limited in this worker (taken at claim).
-    queue: Option<OwnedSemaphorePermit>,
-}
-
-impl Waiting {
-    /// The heap's greatest goes first: the lowest priority number, earliest post, first claimed.
-    fn key(&self) -> impl Ord {
-        std::cmp::Reverse((self.priority, self.posted_at, self.seq))
-    }
-}
-
-impl PartialEq for Waiting {
-    fn eq(&self, other: &Self) -> bool {
-        self.seq == other.seq
-    }
-}
-
-impl Eq for Waiting {}
-
-impl PartialOrd for Waiting {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Waiting {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.key().cmp(&other.key())
-    }
-}
 
 /// Takes claimed jobs (each with its queue's slot, if its queue is limited in this
 /// worker) into the local queue, behind those waiting already, and starts what the free
@@ -122,7 +51,8 @@ pub(crate) fn admit(
     {
         let mut waiting = shared.waiting();
         for (job, queue) in jobs {
-            waiting.push(job, queue);
+            let fair = shared.config.fair.contains(&job.task_queue);
+            waiting.push(job, queue, fair);
         }
     }
     dispatch(shared, completions);
@@ -155,7 +85,7 @@ pub(crate) fn dispatch(shared: &Arc<Shared>, completions: &UnboundedSender<Compl
 
 /// The stop: jobs still waiting for a slot are handed back at once, unstarted.
 fn give_back_waiting(shared: &Shared, completions: &UnboundedSender<Completion>) {
-    let queued = std::mem::take(&mut shared.waiting().jobs);
+    let queued = shared.waiting().take_all();
     if queued.is_empty() {
         return;
     }

@@ -6,6 +6,7 @@ pub(crate) mod completer;
 pub(crate) mod executor;
 mod heartbeat;
 mod listener;
+mod local;
 pub(crate) mod maintenance;
 mod producer;
 pub(crate) mod run;
@@ -256,6 +257,7 @@ pub(crate) async fn run_one_due(shared: &Arc<Shared>) -> Result<Option<crate::wo
             tenants: shared.tenants.as_deref(),
             paused: &controls.paused,
             capped: false,
+            fair: None,
             limit: 1,
             now,
             lease_until,

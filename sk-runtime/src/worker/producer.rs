@@ -43,6 +43,8 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
     let mut polled = false;
     // The worker's job types without a rate limit, as last worked out from the controls.
     let mut plain = Plain::default();
+    // Per fair queue, the tenant its next claim's turn begins after.
+    let mut turns: HashMap<String, String> = HashMap::new();
     loop {
         if shared.stopping.is_cancelled() {
             return;
@@ -61,6 +63,7 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
         let alone = |q: &String| Alone {
             capped: known.capped.contains(q),
             rated: known.rated.contains(q),
+            fair: shared.config.fair.contains(q),
         };
         // Each queue limited in this worker up to its free slots, each queue limited
         // across workers on its own, then the rest up to the worker's free slots; each
@@ -71,7 +74,12 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
             let queues = Some(std::slice::from_ref(*queue));
             groups.push((Some(*queue), queues, alone(queue), free));
         }
-        let mut own: Vec<&String> = known.capped.iter().chain(&known.rated).collect();
+        let mut own: Vec<&String> = known
+            .capped
+            .iter()
+            .chain(&known.rated)
+            .chain(&shared.config.fair)
+            .collect();
         own.sort();
         own.dedup();
         for queue in own.into_iter().filter(|q| {
@@ -104,6 +112,10 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
                 if idle.contains(&key) || held.contains_key(&key) {
                     continue;
                 }
+                let turn = match label {
+                    Some(queue) if alone.fair => Some(turns.entry(queue.clone()).or_default()),
+                    _ => None,
+                };
                 let request = Request {
                     queues,
                     alone,
@@ -111,7 +123,8 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
                     task_types,
                     rated_type,
                 };
-                let claimed = claim(&shared, &known, &request, &mut gather, &completions).await;
+                let claimed =
+                    claim(&shared, &known, &request, turn, &mut gather, &completions).await;
                 if matches!(claimed, Ok(Claimed::All)) {
                     idle.insert(key.clone());
                 } else {
@@ -254,11 +267,19 @@ enum Claimed {
 /// PostgreSQL, a claim costing the server about 1 ms whatever its size.
 const GATHER: Duration = Duration::from_millis(2);
 
-/// Why a queue is claimed on its own: a concurrency limit across workers, a rate limit.
+/// Why a queue is claimed on its own: a concurrency limit across workers, a rate limit,
+/// fair claims across its tenants.
 #[derive(Debug, Default, Clone, Copy)]
 struct Alone {
     capped: bool,
     rated: bool,
+    fair: bool,
+}
+
+impl Alone {
+    fn any(self) -> bool {
+        self.capped || self.rated || self.fair
+    }
 }
 
 /// Queues claimed together or one claimed alone: (the queue claimed alone, or `None`;
@@ -303,12 +324,14 @@ struct Request<'a> {
 }
 
 /// Claims up to `cap` jobs of `queues` (and the worker's free slots) and starts them.
-/// `alone`: `queues` is one queue with a global or a rate limit; else the claim skips
-/// those.
+/// `alone`: `queues` is one queue with a global or a rate limit, or a fair queue; else the
+/// claim skips those. `turn`: a fair queue's tenant to begin after, moved on past the
+/// tenants served.
 async fn claim(
     shared: &Arc<Shared>,
     known: &QueueControls,
     request: &Request<'_>,
+    turn: Option<&mut String>,
     gather: &mut Option<Instant>,
     completions: &UnboundedSender<Completion>,
 ) -> crate::Result<Claimed> {
@@ -329,6 +352,8 @@ async fn claim(
     // A queue or a job type with a global or rate limit is claimed for free slots only:
     // every lease counts against the limit as it is taken, so jobs waiting here would
     // hold room another worker's idle handler could use (and start later than counted).
+    // (A fair queue's claims prefetch: a tenant's share can wait behind the jobs of
+    // earlier claims, at most the prefetch, `WorkerBuilder::prefetch`.)
     let capped = alone.capped || alone.rated || rated_type.is_some();
     let prefetch = if capped { 0 } else { shared.prefetch() };
     let waiting = shared.waiting().len();
@@ -363,9 +388,16 @@ async fn claim(
     let lease_until = crate::clock::add(now, shared.config.lease);
     let limit = i64::try_from(free).unwrap_or(i64::MAX);
     let skipped;
-    let alone_elsewhere = !known.capped.is_empty() || !known.rated.is_empty();
-    let paused = if !(alone.capped || alone.rated) && alone_elsewhere {
-        skipped = [&known.paused[..], &known.capped[..], &known.rated[..]].concat();
+    let fair = &shared.config.fair;
+    let alone_elsewhere = !known.capped.is_empty() || !known.rated.is_empty() || !fair.is_empty();
+    let paused = if !alone.any() && alone_elsewhere {
+        skipped = [
+            &known.paused[..],
+            &known.capped[..],
+            &known.rated[..],
+            &fair[..],
+        ]
+        .concat();
         &skipped[..]
     } else {
         &known.paused[..]
@@ -376,6 +408,7 @@ async fn claim(
         tenants: shared.tenants.as_deref(),
         paused,
         capped: alone.capped,
+        fair: turn.as_deref().map(String::as_str),
         limit,
         now,
         lease_until,
@@ -406,6 +439,10 @@ async fn claim(
         );
     }
     Metrics::add(&shared.metrics.claimed, jobs.len() as u64);
+    if let Some(turn) = turn {
+        let served = jobs.iter().filter_map(|job| job.task_tenant.as_deref());
+        *turn = crate::store::fair::next_after(turn, served);
+    }
     if shared.late(lease_until) && !jobs.is_empty() {
         give_back_late(shared, &jobs, lease_until).await;
         // Their rows are claimable again: claim afresh, with a lease from now.

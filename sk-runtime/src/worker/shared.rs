@@ -14,7 +14,7 @@ use crate::clock::SharedClock;
 use crate::registry::{DataMap, Registry};
 use crate::store::{Lease, Store};
 
-use super::{completer, executor, Config};
+use super::{completer, executor, local, Config};
 
 /// State shared by the pipeline's tasks.
 pub(crate) struct Shared {
@@ -36,7 +36,7 @@ pub(crate) struct Shared {
     /// completer; taken when a job starts, freed once its outcome is written.
     pub(crate) held: Arc<Semaphore>,
     /// Claimed jobs waiting for a slot (`WorkerBuilder::prefetch`).
-    pub(crate) waiting: Mutex<executor::LocalQueue>,
+    pub(crate) waiting: Mutex<local::LocalQueue>,
     /// The handlers' mean run time in nanoseconds (a moving average; `u64::MAX` until
     /// one ran), which bounds the prefetch.
     pub(crate) run_nanos: AtomicU64,
@@ -213,7 +213,7 @@ impl Shared {
     }
 
     /// The local queue (lock order: `waiting` before `running`).
-    pub(crate) fn waiting(&self) -> MutexGuard<'_, executor::LocalQueue> {
+    pub(crate) fn waiting(&self) -> MutexGuard<'_, local::LocalQueue> {
         self.waiting
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

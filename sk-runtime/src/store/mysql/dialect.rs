@@ -10,6 +10,10 @@ use crate::store::dialect::{dialect_io, question_marks, Dialect};
 use crate::store::Schema;
 
 impl Dialect for MySql {
+    /// (A step's `task_tenant > k.tenant` read 200,000 index entries of the tenant
+    /// before it: 103 ms, against 0.2 ms a step as a statement of its own.)
+    const SKIP_SCAN_IN_ONE: bool = false;
+
     fn table(schema: &Schema, name: &str) -> String {
         schema.flat_table(name)
     }

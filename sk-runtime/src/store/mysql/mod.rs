@@ -35,7 +35,7 @@ use uuid::Uuid;
 
 use super::driver::{Admin, Work};
 use super::{
-    rates, ClaimedJob, Failure, Lease, LeasedRow, NewJob, ProbeFailure, RatedClaim, Retired,
+    fair, rates, ClaimedJob, Failure, Lease, LeasedRow, NewJob, ProbeFailure, RatedClaim, Retired,
     ScheduleRow, Schema, Success,
 };
 use crate::bus::wake;

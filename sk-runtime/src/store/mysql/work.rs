@@ -1,11 +1,66 @@
 //! The worker's pipeline on MySQL/MariaDB (the driver contract's `Work`): claims, outcomes, leases, ticks and upkeep.
 
 use super::*;
+use crate::store::fair::OfTenant;
 
 impl MySqlStore {
     /// Leases up to `limit` of the due jobs `claim` asks for, in the transaction on
-    /// `conn`.
+    /// `conn`: of a fair queue, a share of each tenant with due jobs first.
     async fn claim_in(
+        &self,
+        conn: &mut MySqlConnection,
+        claim: &super::super::Claim<'_>,
+        limit: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        let (Some(after), Some([queue])) = (claim.fair, claim.queues) else {
+            return self.claim_rows(conn, claim, limit).await;
+        };
+        if claim.paused.contains(queue) || limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let mut keys =
+            fair::due_keys::<MySql>(&mut *conn, &self.schema, queue, after, limit, claim.now)
+                .await?;
+        if let Some(tenants) = claim.tenants {
+            keys.retain(|k| tenants.contains(k));
+        }
+        let share = fair::share(limit, keys.len());
+        let mut jobs = Vec::new();
+        for key in &keys {
+            jobs.extend(self.claim_key(conn, claim, key, share).await?);
+        }
+        let left = limit - jobs.len() as i64;
+        let served = jobs.iter().map(OfTenant::tenant);
+        if let Some(key) = fair::refill(&keys, share, served).filter(|_| left > 0) {
+            let key = key.clone();
+            jobs.extend(self.claim_key(conn, claim, &key, left).await?);
+        }
+        // What the tenants left: the queue's order (jobs without a tenant among them).
+        let rest = limit - jobs.len() as i64;
+        if rest > 0 {
+            jobs.extend(self.claim_rows(conn, claim, rest).await?);
+        }
+        Ok(jobs)
+    }
+
+    /// Up to `limit` due jobs of tenant `key` in the fair queue `claim` names: one queue
+    /// and one tenant, through the fair index in the claim's order.
+    async fn claim_key(
+        &self,
+        conn: &mut MySqlConnection,
+        claim: &super::super::Claim<'_>,
+        key: &String,
+        limit: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        let one = super::super::Claim {
+            tenants: Some(std::slice::from_ref(key)),
+            ..*claim
+        };
+        self.claim_rows(conn, &one, limit).await
+    }
+
+    /// `claim_in` in the order of the queues (and tenants) it names.
+    async fn claim_rows(
         &self,
         conn: &mut MySqlConnection,
         claim: &super::super::Claim<'_>,

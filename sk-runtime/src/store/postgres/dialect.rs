@@ -18,6 +18,10 @@ impl Dialect for Postgres {
         format!("{column}::bigint")
     }
 
+    fn bytewise(column: &str) -> String {
+        format!("{column} COLLATE \"C\"")
+    }
+
     fn json(p: &str) -> String {
         format!("{p}::jsonb")
     }

@@ -95,6 +95,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "rate limits shared by every worker",
         include_str!("../../../migrations/postgres/0018_rate_limits.sql"),
     ),
+    (
+        19,
+        "fair claims across tenants",
+        include_str!("../../../migrations/postgres/0019_fair_claims.sql"),
+    ),
 ];
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with

@@ -33,7 +33,7 @@ use uuid::Uuid;
 
 use super::driver::{Admin, Work};
 use super::{
-    rates, ClaimedJob, Failure, Lease, NewJob, ProbeFailure, RatedClaim, ScheduleRow, Schema,
+    fair, rates, ClaimedJob, Failure, Lease, NewJob, ProbeFailure, RatedClaim, ScheduleRow, Schema,
     Success, TableHealth,
 };
 use crate::error::{Error, Result};

@@ -27,6 +27,8 @@ pub(crate) struct Statements {
     /// `claim` of one queue with a global limit (`$8`): at most the limit less the
     /// queue's running jobs (`queue_room`, migration 8).
     pub(super) claim_capped: String,
+    /// `claim` of one fair queue, per tenant (`with_claim_fair`).
+    pub(super) claim_fair: String,
     /// Upserts the results rows of jobs enqueued without one: safe whatever the queue
     /// row says, for a completion inside the job's own transaction and as the fallback of
     /// `complete_plain`.
@@ -128,6 +130,19 @@ impl Statements {
                     et_last_execution_time = EXCLUDED.et_last_execution_time,
                     et_last_updated_ts = EXCLUDED.et_last_updated_ts
             )"
+        );
+        // The rows a claim takes: due, of its job types, queues and tenants, in the
+        // claim's order (`claim_fair` takes them per tenant instead).
+        let due = format!(
+            "SELECT task_id FROM {q}
+             WHERE task_locked_until_ts <= $1
+               AND task_type = ANY($2)
+               AND ($3::varchar[] IS NULL OR task_queue = ANY($3))
+               AND ($7::varchar[] IS NULL OR task_tenant = ANY($7))
+               AND true -- paused
+             ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
+             LIMIT $4
+             FOR UPDATE SKIP LOCKED"
         );
         let lost_message = "'worker lost: its lease ran out before it recorded an outcome (a crash, a stall or a lost connection)'";
         // The columns of a queue row that a results row repeats (a NULL priority as
@@ -546,16 +561,7 @@ impl Statements {
                             'started_at', q.task_claimed_at_ts, 'ended_at', $1::timestamptz,
                             'outcome', 'lost', 'kind', 'worker_lost', 'message', {lost_message},
                             'recoverable', true)) END
-                WHERE q.task_id = ANY(ARRAY(
-                    SELECT task_id FROM {q}
-                    WHERE task_locked_until_ts <= $1
-                      AND task_type = ANY($2)
-                      AND ($3::varchar[] IS NULL OR task_queue = ANY($3))
-                      AND ($7::varchar[] IS NULL OR task_tenant = ANY($7))
-                      AND true -- paused
-                    ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
-                    LIMIT $4
-                    FOR UPDATE SKIP LOCKED))
+                WHERE q.task_id = ANY(ARRAY({due}))
                 RETURNING q.task_id, q.task_type, q.task_payload, q.task_attempt, q.task_max_attempts,
                     coalesce(q.task_priority, {NULL_PRIORITY}) AS task_priority, q.task_queue, q.task_posted_at_ts, q.task_tenant, q.task_correlation_id,
                     q.task_metadata::text AS task_metadata, q.task_timeout_ms, q.task_waiting_on"
@@ -565,6 +571,7 @@ impl Statements {
             complete_in: std::sync::Mutex::default(),
             claim_skipping: String::new(),
             claim_capped: String::new(),
+            claim_fair: String::new(),
             fail,
             // A given-back job did not use up an attempt, and is claimable at once.
             give_back: format!(
@@ -661,6 +668,26 @@ impl Statements {
         }
         .with_claim_skipping()
         .with_claim_capped(schema)
+        .with_claim_fair(&q, &due)
+    }
+
+    /// `claim_fair`: the claim of one fair queue (`$3`'s one queue), up to `$4` due jobs
+    /// of each tenant of `$8`, each tenant's through the fair index in the claim's order
+    /// (migration 19).
+    fn with_claim_fair(mut self, q: &str, due: &str) -> Self {
+        let fair = format!(
+            "SELECT f.task_id FROM unnest($8::varchar[]) AS k(tenant)
+             CROSS JOIN LATERAL (
+                SELECT task_id FROM {q}
+                WHERE task_queue = ($3::varchar[])[1] AND task_tenant COLLATE \"C\" = k.tenant
+                  AND task_locked_until_ts <= $1 AND task_type = ANY($2)
+                  AND ($7::varchar[] IS NULL OR task_tenant = ANY($7))
+                ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
+                LIMIT $4
+                FOR UPDATE SKIP LOCKED) f"
+        );
+        self.claim_fair = self.claim.replace(due, &fair);
+        self
     }
 
     fn with_claim_skipping(mut self) -> Self {

@@ -1,6 +1,7 @@
 //! The worker's store: its connections, the claim, outcomes, leases, ticks and upkeep (the driver contract's `Work`).
 
 use super::*;
+use crate::store::fair::OfTenant;
 
 /// The worker's view of the store: every statement that runs under a lease.
 #[derive(Clone)]
@@ -85,6 +86,76 @@ impl PgStore {
 
     /// Runs `claim` (or `claim_skipping`, with paused queues) on `conn`.
     async fn claim_on(
+        &self,
+        conn: &mut PgConnection,
+        claim: &super::super::Claim<'_>,
+    ) -> Result<Vec<ClaimedJob>> {
+        let (Some(after), Some([queue])) = (claim.fair, claim.queues) else {
+            return self.claim_plain(conn, claim).await;
+        };
+        if claim.paused.contains(queue) || claim.limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let mut keys = fair::due_keys::<Postgres>(
+            &mut *conn,
+            &self.schema,
+            queue,
+            after,
+            claim.limit,
+            claim.now,
+        )
+        .await
+        .map_err(|e| self.lost_in(e))?;
+        if let Some(tenants) = claim.tenants {
+            keys.retain(|k| tenants.contains(k));
+        }
+        let mut jobs = Vec::new();
+        if !keys.is_empty() {
+            let share = fair::share(claim.limit, keys.len());
+            jobs = self.claim_keys(conn, claim, &keys, share).await?;
+            let left = claim.limit - jobs.len() as i64;
+            let served = jobs.iter().map(OfTenant::tenant);
+            if let Some(key) = fair::refill(&keys, share, served).filter(|_| left > 0) {
+                let key = [key.clone()];
+                jobs.extend(self.claim_keys(conn, claim, &key, left).await?);
+            }
+        }
+        // What the tenants left: the queue's order (jobs without a tenant among them).
+        let rest = claim.limit - jobs.len() as i64;
+        if rest > 0 {
+            let rest = super::super::Claim {
+                limit: rest,
+                fair: None,
+                ..*claim
+            };
+            jobs.extend(self.claim_plain(conn, &rest).await?);
+        }
+        Ok(jobs)
+    }
+
+    /// Up to `each` due jobs of each tenant of `keys` in the fair queue `claim` names.
+    async fn claim_keys(
+        &self,
+        conn: &mut PgConnection,
+        claim: &super::super::Claim<'_>,
+        keys: &[String],
+        each: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        let each = super::super::Claim {
+            limit: each,
+            ..*claim
+        };
+        let rows = self
+            .claim_query(&self.schema.sql.claim_fair, &each)
+            .bind(keys)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| self.lost(e))?;
+        Ok(claimed(&rows))
+    }
+
+    /// The claim in the queues' order.
+    async fn claim_plain(
         &self,
         conn: &mut PgConnection,
         claim: &super::super::Claim<'_>,
@@ -234,6 +305,11 @@ impl Work for PgStore {
     async fn claim(&self, claim: &super::super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
         let mut conn = self.acquire().await?;
         let capped = match claim.queues {
+            // A fair claim of a limited queue takes the room first, in one transaction.
+            Some([_]) if claim.capped && claim.fair.is_some() => {
+                drop(conn);
+                return Ok(self.claim_rated(claim, &[]).await?.jobs);
+            }
             Some([queue]) if claim.capped => queue,
             _ => return self.claim_on(&mut conn, claim).await,
         };

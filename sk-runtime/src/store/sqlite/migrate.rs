@@ -49,6 +49,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "rate limits shared by every worker",
         include_str!("../../../migrations/sqlite/0009_rate_limits.sql"),
     ),
+    (
+        10,
+        "fair claims across tenants",
+        include_str!("../../../migrations/sqlite/0010_fair_claims.sql"),
+    ),
 ];
 
 /// Migration 6's checks, as (table, the value a row's column must meet, per column):

@@ -1,6 +1,7 @@
 //! The worker's pipeline on SQLite (the driver contract's `Work`): claims, outcomes, leases, ticks and upkeep.
 
 use super::*;
+use crate::store::fair::OfTenant;
 
 impl SqliteStore {
     /// The claim's statement with `$1` to `$8` bound, asking for `limit` jobs.
@@ -32,11 +33,67 @@ impl SqliteStore {
         claim: &super::super::Claim<'_>,
         limit: i64,
     ) -> Result<Vec<(i64, ClaimedJob)>> {
+        let claim_sql = &self.sql().claim;
+        let (Some(after), Some([queue])) = (claim.fair, claim.queues) else {
+            return self.claim_rows(conn, claim_sql, claim, limit).await;
+        };
+        if claim.paused.contains(queue) || limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let mut keys =
+            fair::due_keys::<Sqlite>(&mut *conn, &self.schema, queue, after, limit, claim.now)
+                .await?;
+        if let Some(tenants) = claim.tenants {
+            keys.retain(|k| tenants.contains(k));
+        }
+        let share = fair::share(limit, keys.len());
+        let mut jobs = Vec::new();
+        for key in &keys {
+            jobs.extend(self.claim_key(conn, claim, key, share).await?);
+        }
+        let left = limit - jobs.len() as i64;
+        let served = jobs.iter().map(OfTenant::tenant);
+        if let Some(key) = fair::refill(&keys, share, served).filter(|_| left > 0) {
+            let key = key.clone();
+            jobs.extend(self.claim_key(conn, claim, &key, left).await?);
+        }
+        // What the tenants left: the queue's order (jobs without a tenant among them).
+        let rest = limit - jobs.len() as i64;
+        if rest > 0 {
+            jobs.extend(self.claim_rows(conn, claim_sql, claim, rest).await?);
+        }
+        Ok(jobs)
+    }
+
+    /// Up to `limit` due jobs of tenant `key` in the fair queue `claim` names.
+    async fn claim_key(
+        &self,
+        conn: &mut SqliteConnection,
+        claim: &super::super::Claim<'_>,
+        key: &String,
+        limit: i64,
+    ) -> Result<Vec<(i64, ClaimedJob)>> {
+        let one = super::super::Claim {
+            tenants: Some(std::slice::from_ref(key)),
+            ..*claim
+        };
+        self.claim_rows(conn, &self.sql().claim_key, &one, limit)
+            .await
+    }
+
+    /// `claim_in` with the statement `sql` (`claim`, or `claim_key` of one tenant).
+    async fn claim_rows(
+        &self,
+        conn: &mut SqliteConnection,
+        sql: &str,
+        claim: &super::super::Claim<'_>,
+        limit: i64,
+    ) -> Result<Vec<(i64, ClaimedJob)>> {
         let mut jobs = Vec::new();
         let mut want = limit;
         while want > 0 {
             let rows = self
-                .claim_query(&self.sql().claim, claim, want)
+                .claim_query(sql, claim, want)
                 .fetch_all(&mut *conn)
                 .await?;
             let row = last_row(&rows, "the claim")?;
@@ -85,6 +142,10 @@ fn in_order(mut jobs: Vec<(i64, ClaimedJob)>) -> Vec<ClaimedJob> {
 impl Work for SqliteStore {
     async fn claim(&self, claim: &super::super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
         let capped = match claim.queues {
+            // A fair claim of a limited queue takes the room first, in one transaction.
+            Some([_]) if claim.capped && claim.fair.is_some() => {
+                return Ok(self.claim_rated(claim, &[]).await?.jobs);
+            }
             Some([queue]) if claim.capped => Some(queue),
             _ => None,
         };
