@@ -44,6 +44,10 @@
 //!   locked, its log read and written in each claim's transaction, no prefetch), beside
 //!   `burn_down_c16`; then with `20000/1s` on at most 100,000 jobs: the drain against the
 //!   limit.
+//! - `burn_down_fair`: `burn_down` at concurrency 16 of no-ops of 8 tenants in turn in a
+//!   queue claimed fairly across them (`WorkerBuilder::fair`), beside `burn_down_c16`:
+//!   what a fair claim's probe per tenant, its claim per tenant and its smaller prefetch
+//!   cost.
 //! - `failure_storm`: `burn_down` of jobs whose first run fails and whose retry (at once)
 //!   succeeds, every job run twice; beside `burn_down` of no-op jobs, its ratio says what
 //!   a storm of failures costs against the same number of successes, and
@@ -123,6 +127,8 @@ async fn bench_flaky(n: u64, ctx: JobContext) -> Result<(), JobError> {
 #[derive(Clone, Copy, PartialEq)]
 enum Load {
     Noop,
+    /// No-ops of 8 tenants in turn, claimed fairly across them (`WorkerBuilder::fair`).
+    Fair,
     /// Sleep 100 ms.
     Sleep,
     /// Fail, then succeed on the retry.
@@ -444,6 +450,20 @@ async fn run() -> Result<(), BoxError> {
         b.measure_pair(
             ("burn_down_c16_at_20000_per_s", "jobs/s", &|b| {
                 Box::pin(b.burn_down_rated(n.min(100_000), 16, tight))
+            }),
+            ("burn_down_c16", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, 16, Load::Noop))
+            }),
+        )
+        .await?;
+    }
+    if b.wants("burn_down_fair") {
+        // The same no-ops, of 8 tenants, claimed fairly across them: what the tenants'
+        // probes and per-tenant claims cost.
+        let n = b.args.jobs;
+        b.measure_pair(
+            ("burn_down_c16_fair", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, 16, Load::Fair))
             }),
             ("burn_down_c16", "jobs/s", &|b| {
                 Box::pin(b.burn_down(n, 16, Load::Noop))
@@ -1041,6 +1061,14 @@ impl Bench {
                 })
                 .await?
             }
+            Load::Fair => {
+                enqueue_chunks(&self.pool, n, |k| {
+                    Enqueue::new(BenchNoop::new(k))
+                        .with_schema(schema)
+                        .with_tenant(format!("tenant{}", k % 8))
+                })
+                .await?
+            }
             Load::Flaky => {
                 enqueue_chunks(&self.pool, n, |k| {
                     Enqueue::new(BenchFlaky::new(k)).with_schema(schema)
@@ -1070,17 +1098,20 @@ impl Bench {
             .execute(&self.pool)
             .await?;
         let task_type = match load {
-            Load::Noop => "bench_noop",
+            Load::Noop | Load::Fair => "bench_noop",
             Load::Sleep => "bench_sleep",
             Load::Flaky => "bench_flaky",
         };
         let server_before = server_cpu_seconds()?;
         let wal_before = self.wal_bytes().await?;
-        let worker = Worker::builder(self.pool.clone())
+        let mut worker = Worker::builder(self.pool.clone())
             .schema(self.schema.clone())
             .task_types([task_type])
-            .concurrency(concurrency)
-            .build()?;
+            .concurrency(concurrency);
+        if load == Load::Fair {
+            worker = worker.fair(QUEUE_OF_NOOP);
+        }
+        let worker = worker.build()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(worker.run_until(async move {
             let _ = stop_rx.await;

@@ -4,8 +4,11 @@
 //! jobs started meanwhile: the figure a fair claim (issue 47) is measured against.
 //!
 //! ```text
-//! cargo run --release -p sk-examples --bin fairness -- [--flood 200000] [--few 20]
+//! cargo run --release -p sk-examples --bin fairness -- [--flood 200000] [--few 20] [--fair] [--prefetch N]
 //! ```
+//! `--fair`: the workers claim the queue fairly across its tenants (`WorkerBuilder::fair`);
+//! without it, in the queue's order. `--prefetch N`: each worker's `WorkerBuilder::prefetch`
+//! (default 2,000: the jobs of earlier claims that B's can wait behind).
 //! Works in its own schema, `sk_fairness`, recreated at each start.
 
 #[path = "support.rs"]
@@ -69,6 +72,8 @@ fn millis(d: Duration) -> f64 {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let flood = arg("--flood", 200_000)?;
+    let fair = std::env::args().any(|a| a == "--fair");
+    let prefetch = usize::try_from(arg("--prefetch", 2_000)?)?;
     let few = arg("--few", 20)?;
     let (pool, schema) = fresh_schema(SCHEMA, 80).await?;
 
@@ -95,13 +100,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     }));
     let seen = &shared.0;
     let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let running = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..WORKERS {
-        let worker = Worker::builder(pool.clone())
+        let mut worker = Worker::builder(pool.clone())
             .schema(schema.clone())
             .concurrency(CONCURRENCY)
-            .data(shared.clone())
-            .build()?;
+            .prefetch(prefetch)
+            .data(shared.clone());
+        if fair {
+            worker = worker.fair("fair");
+        }
+        let worker = worker.build()?;
         let mut stop = stop_tx.subscribe();
         workers.push(tokio::spawn(worker.run_until(async move {
             let _ = stop.recv().await;
@@ -122,6 +132,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             .with_schema(&schema)
     });
     FairNoop::enqueue_many(&pool, batch).await?;
+    let enqueue_took = seen
+        .b_enqueued
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .map(|at| at.elapsed());
     while seen
         .b_pickups
         .lock()
@@ -131,6 +146,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let ran = running.elapsed();
     let _ = stop_tx.send(());
     for worker in workers {
         worker.await??;
@@ -145,8 +161,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let at = |q: f64| pickups[((pickups.len() - 1) as f64 * q).round() as usize];
     let (last, a_at_last) = pickups[pickups.len() - 1];
     println!(
-        "fairness: tenant B's {few} jobs, enqueued after {a_before} of A's had started, with A's {} waiting",
-        flood - a_before
+        "fairness: tenant B's {few} jobs, enqueued after {a_before} of A's had started, with A's {} waiting; claims {}, prefetch {prefetch}",
+        flood - a_before,
+        if fair { "fair across tenants" } else { "in the queue's order" }
     );
     println!(
         "fairness_b_pickup_p50 {:.1} ms\nfairness_b_pickup_p99 {:.1} ms\nfairness_b_pickup_max {:.1} ms",
@@ -154,9 +171,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         millis(at(0.99).0),
         millis(last)
     );
+    if let Some(took) = enqueue_took {
+        println!(
+            "fairness_b_enqueue {:.1} ms (within the pickup)",
+            millis(took)
+        );
+    }
     println!(
         "fairness_a_started_before_b_done {} jobs",
         a_at_last - a_before
+    );
+    println!(
+        "fairness_throughput {:.0} jobs/s (A's and B's starts until B's last)",
+        (a_at_last + few) as f64 / ran.as_secs_f64()
     );
     println!(
         "fairness_rss {} MB (this process: the four workers)",
