@@ -594,7 +594,7 @@ async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(12));
+    assert_eq!(db.scalar(versions, None).await, Some(11));
     let triggers = "SELECT count(*) FROM information_schema.TRIGGERS
         WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'old_sk_tasks_queue_t'
             AND EVENT_MANIPULATION = 'INSERT'";
@@ -607,8 +607,8 @@ async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'old_sk_tasks_queue_t'";
     assert_eq!(
         db.scalar(indexes, None).await,
-        Some(4),
-        "the lock handle, the id, the claim order and the fair claim's by tenant"
+        Some(3),
+        "the lock handle, the id and the claim order"
     );
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
 

@@ -370,6 +370,7 @@ impl Pool {
                 pool,
                 schema,
                 worker_id,
+                fair_index: std::sync::Arc::default(),
             }),
         }
     }

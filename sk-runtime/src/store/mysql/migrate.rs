@@ -59,11 +59,6 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "rate limits shared by every worker",
         include_str!("../../../migrations/mysql/0011_rate_limits.sql"),
     ),
-    (
-        12,
-        "fair claims across tenants",
-        include_str!("../../../migrations/mysql/0012_fair_claims.sql"),
-    ),
 ];
 
 pub(crate) async fn migrate_to(pool: &MySqlPool, schema: &Schema, target: i32) -> Result<()> {

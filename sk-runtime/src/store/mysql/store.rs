@@ -114,6 +114,8 @@ pub(crate) struct MySqlStore {
     pub(crate) pool: MySqlPool,
     pub(crate) schema: Schema,
     pub(crate) worker_id: String,
+    /// Set once the queue table has the fair claims' index (`fair_index`).
+    pub(crate) fair_index: std::sync::Arc<tokio::sync::OnceCell<()>>,
 }
 
 /// `host:port` (or the socket path) and database of a connection's options.

@@ -171,6 +171,28 @@ impl MySqlStore {
         Ok(jobs)
     }
 
+    /// Adds the fair claims' index to the queue table if it has none, once a process:
+    /// the claims of a fair queue read each tenant's jobs through it, in the claim's
+    /// order. Not a migration: InnoDB has no partial index, so every job enters it
+    /// (a bulk insert took 19 to 36% longer with it, a lease 35%, a delete 38%), and only
+    /// a database with fair queues pays for it. An online DDL (the table stays writable);
+    /// workers adding it at once wait for the first.
+    async fn fair_index(&self) -> Result<()> {
+        self.fair_index
+            .get_or_try_init(|| async {
+                let sql = format!(
+                    "ALTER TABLE {} ADD INDEX IF NOT EXISTS {}
+                        (task_queue, task_tenant, task_priority, task_locked_until_ts, task_lock_handle_id)",
+                    self.schema.flat_table("tasks_queue_t"),
+                    self.schema.flat_table("tasks_queue_fair")
+                );
+                sqlx::query(&sql).execute(&self.pool).await?;
+                Ok::<(), Error>(())
+            })
+            .await?;
+        Ok(())
+    }
+
     /// How many more jobs of `queue` its global limit lets run at `now` (`None`: it has
     /// none), with the queue's row locked until the transaction on `conn` ends, so
     /// claimers of it take turns; each counts the running jobs after the one before
@@ -219,6 +241,9 @@ impl Work for MySqlStore {
         claim: &super::super::Claim<'_>,
         keys: &[(&'static str, &str)],
     ) -> Result<RatedClaim> {
+        if claim.fair.is_some() {
+            self.fair_index().await?;
+        }
         let capped = rates::capped_queue(claim)?;
         retrying!(self, "a claim", |conn| {
             let mut tx = conn.begin_with(BEGIN).await?;
