@@ -78,7 +78,8 @@
 //! `--backend sqlite` runs the measures SQLite has against SQLite's own raw SQL
 //! (`bench_sqlite.rs`), in a file in the temp dir; no server needed. `--backend mysql`
 //! does the same on MySQL/MariaDB (`bench_mysql.rs`, server at `MYSQL_URL`). Both have
-//! `burn_down_c16_rated` (a rate limit that never binds) beside `burn_down_c16`.
+//! `burn_down_c16_rated` (a rate limit that never binds) and `burn_down_c16_fair` (no-ops
+//! of 8 tenants claimed fairly) beside `burn_down_c16`.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};

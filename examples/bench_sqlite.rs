@@ -22,7 +22,7 @@ use sk_runtime::{Enqueue, Schema, Worker};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::SqlitePool;
 
-use super::{Args, BenchFlaky, BenchNoop, BenchPing, BoxError, Latency};
+use super::{Args, BenchFlaky, BenchNoop, BenchPing, BoxError, Latency, Load};
 
 const RAW_TABLE: &str = "CREATE TABLE raw_queue (
     task_lock_handle_id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -95,7 +95,7 @@ use std::future::Future;
 
 pub(super) async fn run(args: Args) -> Result<(), BoxError> {
     let mut lines = Vec::new();
-    let pairs: [(&str, &str, Run, &str, Run); 5] = [
+    let pairs: [(&str, &str, Run, &str, Run); 6] = [
         (
             "enqueue_single",
             "jobs/s",
@@ -113,7 +113,7 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
         (
             "burn_down",
             "jobs/s",
-            |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, false)),
+            |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, Load::Noop)),
             "raw_burn_down",
             |p, a| Box::pin(raw_burn_down(p, a.jobs)),
         ),
@@ -122,14 +122,21 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
             "jobs/s",
             |p, a| Box::pin(burn_down_rated(p, a.jobs, 16)),
             "burn_down_c16",
-            |p, a| Box::pin(burn_down(p, a.jobs, 16, false)),
+            |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Noop)),
+        ),
+        (
+            "burn_down_c16_fair",
+            "jobs/s",
+            |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Fair)),
+            "burn_down_c16",
+            |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Noop)),
         ),
         (
             "failure_storm",
             "jobs/s",
-            |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, true)),
+            |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, Load::Flaky)),
             "burn_down",
-            |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, false)),
+            |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, Load::Noop)),
         ),
     ];
     for (name, unit, sk, raw_name, raw) in pairs {
@@ -255,25 +262,36 @@ async fn burn_down_rated(pool: SqlitePool, n: u64, concurrency: usize) -> Result
     sk_runtime::Client::new(pool.clone())
         .set_rate_limit("default", Some(open))
         .await?;
-    burn_down(pool, n, concurrency, false).await
+    burn_down(pool, n, concurrency, Load::Noop).await
 }
 
-/// `flaky`: jobs whose first run fails and whose retry (at once) succeeds.
+/// `Load::Flaky`: jobs whose first run fails and whose retry (at once) succeeds;
+/// `Load::Fair`: no-ops of 8 tenants in turn, claimed fairly across them.
 async fn burn_down(
     pool: SqlitePool,
     n: u64,
     concurrency: usize,
-    flaky: bool,
+    load: Load,
 ) -> Result<f64, BoxError> {
-    if flaky {
-        super::enqueue_chunks(&pool, n, |k| Enqueue::new(BenchFlaky::new(k))).await?;
-    } else {
-        fill(&pool, n).await?;
+    match load {
+        Load::Flaky => {
+            super::enqueue_chunks(&pool, n, |k| Enqueue::new(BenchFlaky::new(k))).await?;
+        }
+        Load::Fair => {
+            super::enqueue_chunks(&pool, n, |k| {
+                Enqueue::new(BenchNoop::new(k)).with_tenant(format!("tenant{}", k % 8))
+            })
+            .await?;
+        }
+        Load::Noop | Load::Sleep => fill(&pool, n).await?,
     }
-    let worker = Worker::builder(pool.clone())
+    let mut worker = Worker::builder(pool.clone())
         .task_types(["bench_noop", "bench_flaky"])
-        .concurrency(concurrency)
-        .build()?;
+        .concurrency(concurrency);
+    if load == Load::Fair {
+        worker = worker.fair("default");
+    }
+    let worker = worker.build()?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(worker.run_until(async move {
         let _ = stop_rx.await;
