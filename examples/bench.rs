@@ -48,6 +48,10 @@
 //!   queue claimed fairly across them (`WorkerBuilder::fair`), beside `burn_down_c16`:
 //!   what a fair claim's probe per tenant, its claim per tenant and its smaller prefetch
 //!   cost.
+//! - `burn_down_tenant_limit`: the same 8 tenants' no-ops at concurrency 16 under a limit
+//!   of running jobs per tenant as high as the concurrency (so it never binds), beside
+//!   `burn_down_c16`: what the queue's row lock, the count of each tenant's running jobs
+//!   and the claims per tenant cost, without the prefetch.
 //! - `failure_storm`: `burn_down` of jobs whose first run fails and whose retry (at once)
 //!   succeeds, every job run twice; beside `burn_down` of no-op jobs, its ratio says what
 //!   a storm of failures costs against the same number of successes, and
@@ -472,6 +476,18 @@ async fn run() -> Result<(), BoxError> {
         )
         .await?;
     }
+    if b.wants("burn_down_tenant_limit") {
+        let n = b.args.jobs;
+        b.measure_pair(
+            ("burn_down_c16_tenant_limit", "jobs/s", &|b| {
+                Box::pin(b.burn_down_tenant_limit(n, 16))
+            }),
+            ("burn_down_c16", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, 16, Load::Noop))
+            }),
+        )
+        .await?;
+    }
     if b.wants("burn_down_c1") {
         let n = b.args.single;
         b.measure_pair(
@@ -845,6 +861,15 @@ impl Bench {
             .await?;
         let result = self.burn_down(n, concurrency, Load::Noop).await;
         client.set_global_limit("default", None).await?;
+        result
+    }
+
+    async fn burn_down_tenant_limit(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+        let client = Client::new(self.pool.clone()).schema(self.schema.clone());
+        let limit = Some(u32::try_from(concurrency)?);
+        client.set_tenant_limit(QUEUE_OF_NOOP, limit).await?;
+        let result = self.burn_down(n, concurrency, Load::Fair).await;
+        client.set_tenant_limit(QUEUE_OF_NOOP, None).await?;
         result
     }
 

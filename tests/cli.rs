@@ -137,6 +137,18 @@ each_backend! {
         assert!(err.starts_with("sk: error: invalid rate limit: \"50 a second\""), "{err}");
         assert_eq!(sk(&url, &["limit", "mail", "--rate", "none"]).await.0, 0);
         assert!(client.queues().await.unwrap().iter().all(|q| q.rate_limit.is_none()));
+        let (code, out, _) = sk(&url, &["limit", "mail", "--per-tenant", "4"]).await;
+        assert_eq!((code, out.trim()), (0, "mail: at most 4 of each tenant at once across all workers"));
+        let mail = client.queues().await.unwrap().into_iter().find(|q| q.name == "mail").unwrap();
+        assert_eq!((mail.tenant_limit, mail.global_limit), (Some(4), None));
+        let status = sk_json(&url, &["status"]).await;
+        let mail = status["controls"].as_array().unwrap().iter().find(|q| q["name"] == "mail").unwrap();
+        assert_eq!(mail["tenant_limit"], 4, "{status}");
+        let (code, _, err) = sk(&url, &["limit", "mail", "--per-tenant", "0"]).await;
+        assert_eq!(code, 1);
+        assert!(err.starts_with("sk: error: invalid tenant limit: 0 is not between 1 and"), "{err}");
+        assert_eq!(sk(&url, &["limit", "mail", "--per-tenant", "none"]).await.0, 0);
+        assert!(client.queues().await.unwrap().iter().all(|q| q.tenant_limit.is_none()));
 
         let (code, out, _) = sk(&url, &["run-now", &waiting.to_string()]).await;
         assert_eq!((code, out.trim()), (0, format!("{waiting}: Rescheduled").as_str()));

@@ -1,6 +1,7 @@
 //! Flow control on every backend: a queue's rate limit shared by several workers, read
 //! from the record of starts, a handler's "too many requests" holding its queue, and a
-//! fair queue's claims shared across tenants. A module of the `queue` test binary.
+//! fair queue's claims shared across tenants and a limit of running jobs per tenant.
+//! A module of the `queue` test binary.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -306,6 +307,89 @@ each_backend! {
         let out_of_order = a.iter().enumerate().filter(|(i, n)| i.abs_diff(**n as usize) >= 8);
         assert_eq!(out_of_order.count(), 0, "a in its order: {a:?}");
         assert_eq!(position("").len(), 5, "the jobs without a tenant ran too");
+        db.drop().await;
+    }
+}
+
+/// The calls of a queue limited per tenant: each tenant's running calls and the most at
+/// once, and the order in which they started.
+#[derive(Default)]
+struct Calls {
+    running: std::collections::HashMap<String, (u32, u32)>,
+    started: Vec<String>,
+}
+
+/// A downstream call on behalf of `tenant` ("" for none), in a queue limited per tenant.
+#[job(queue = "per_tenant")]
+async fn tenant_call(tenant: String, calls: Data<Arc<Mutex<Calls>>>) -> Result<(), JobError> {
+    {
+        let mut calls = calls.lock().unwrap();
+        calls.started.push(tenant.clone());
+        let (now, most) = calls.running.entry(tenant.clone()).or_default();
+        *now += 1;
+        *most = (*most).max(*now);
+    }
+    tokio::time::sleep(Duration::from_millis(15)).await;
+    calls.lock().unwrap().running.get_mut(&tenant).unwrap().0 -= 1;
+    Ok(())
+}
+
+each_backend! {
+    async fn a_limit_per_tenant_holds_across_workers_and_holds_back_no_one_else(db) {
+        let client = client(&db);
+        assert!(matches!(
+            client.set_tenant_limit("per_tenant", Some(0)).await,
+            Err(Error::Invalid { what: "tenant limit", .. })
+        ));
+        client.set_tenant_limit("per_tenant", Some(2)).await.unwrap();
+        let state = client.queues().await.unwrap();
+        let limited = state.iter().find(|q| q.name == "per_tenant").unwrap();
+        assert_eq!((limited.tenant_limit, limited.global_limit), (Some(2), None));
+
+        let job = |tenant: &str| {
+            let job = Enqueue::new(TenantCall::new(tenant.into()));
+            if tenant.is_empty() { job } else { job.with_tenant(tenant) }
+        };
+        // Two floods, then a tenant with a few, then jobs without a tenant.
+        let floods = (0..30).flat_map(|_| [job("a"), job("b")]);
+        let few = (0..3).map(|_| job("c"));
+        let untenanted = (0..6).map(|_| job(""));
+        let ids = TenantCall::enqueue_many(&db.pool, floods.chain(few).chain(untenanted))
+            .await
+            .unwrap();
+
+        let calls = Arc::new(Mutex::new(Calls::default()));
+        let start = || {
+            RunningWorker::start(
+                worker(&db, &[TenantCall::TASK_TYPE]).concurrency(4).data(Arc::clone(&calls)),
+            )
+        };
+        let (one, two) = (start(), start());
+        for id in ids {
+            client.wait(id, T).await.unwrap();
+        }
+        one.stop().await;
+        two.stop().await;
+
+        {
+            let calls = calls.lock().unwrap();
+            // Eight handler slots over two workers, and never more than two of a tenant's
+            // jobs at once (the floods' at the limit, not below it); the jobs without a
+            // tenant are not limited.
+            for tenant in ["a", "b"] {
+                assert_eq!(calls.running[tenant].1, 2, "the most of {tenant}'s jobs at once");
+            }
+            assert!(calls.running["c"].1 <= 2, "c's: {:?}", calls.running["c"]);
+            assert_eq!(calls.started.iter().filter(|t| t.is_empty()).count(), 6);
+            // c's few jobs took turns with the floods: all started among the first claims,
+            // not after a's and b's 60.
+            let c: Vec<usize> = (0..calls.started.len()).filter(|i| calls.started[*i] == "c").collect();
+            assert!(c.len() == 3 && c[2] < 20, "c's jobs started at {c:?}");
+        }
+
+        client.set_tenant_limit("per_tenant", None).await.unwrap();
+        let state = client.queues().await.unwrap();
+        assert_eq!(state.iter().find(|q| q.name == "per_tenant").and_then(|q| q.tenant_limit), None);
         db.drop().await;
     }
 }

@@ -109,13 +109,18 @@ pub(crate) enum Command {
         force: bool,
     },
     /// Set a queue's concurrency limit across all workers (or remove it with `none`),
-    /// its rate limit (`--rate 100/1m`, or `--rate none`), or both.
+    /// each of its tenants' (`--per-tenant 4`, or `--per-tenant none`), its rate limit
+    /// (`--rate 100/1m`, or `--rate none`), or several.
     Limit {
         /// The queue.
         queue: String,
         /// At most this many of its jobs at once, or `none`.
-        #[arg(required_unless_present = "rate")]
+        #[arg(required_unless_present_any = ["rate", "per_tenant"])]
         limit: Option<String>,
+        /// At most this many jobs of each of its tenants at once over every worker, or
+        /// `none`.
+        #[arg(long)]
+        per_tenant: Option<String>,
         /// At most this many starts per window over every worker, as `100/1m`, `50/1s`
         /// or `3/h`, or `none`.
         #[arg(long)]

@@ -51,6 +51,7 @@ pub(crate) async fn status(
         "cancelled",
         "paused",
         "limit",
+        "per tenant",
         "rate",
     ]);
     for c in &counts {
@@ -70,6 +71,9 @@ pub(crate) async fn status(
                 .map_or_else(String::new, |at| format!("since {}", at.format("%F %T"))),
             control
                 .and_then(|q| q.global_limit)
+                .map_or_else(String::new, |n| n.to_string()),
+            control
+                .and_then(|q| q.tenant_limit)
                 .map_or_else(String::new, |n| n.to_string()),
             control
                 .and_then(|q| q.rate_limit.as_ref())
@@ -475,24 +479,31 @@ pub(crate) async fn act(
     Ok(())
 }
 
-/// `sk limit`: sets or lifts a queue's concurrency limit, its rate limit, or both.
+/// A limit of running jobs as given (`what`: "limit"): a number from 1, or `none`.
+fn running_limit(what: &str, text: Option<&str>) -> Result<Option<Option<u32>>, Failure> {
+    text.map(|text| match text {
+        "none" => Ok(None),
+        n => n
+            .parse::<u32>()
+            .map(Some)
+            .map_err(|_| fail(format!("{what} {n:?}: a number from 1, or none"), 1)),
+    })
+    .transpose()
+}
+
+/// `sk limit`: sets or lifts a queue's concurrency limit, each of its tenants', its
+/// rate limit, or several.
 pub(crate) async fn limit(
     client: &Client,
     queue: &str,
     limit: Option<&str>,
+    per_tenant: Option<&str>,
     rate: Option<&str>,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), Failure> {
-    let limit = limit
-        .map(|text| match text {
-            "none" => Ok(None),
-            n => n
-                .parse::<u32>()
-                .map(Some)
-                .map_err(|_| fail(format!("limit {n:?}: a number from 1, or none"), 1)),
-        })
-        .transpose()?;
+    let limit = running_limit("limit", limit)?;
+    let per_tenant = running_limit("--per-tenant", per_tenant)?;
     let rate = rate
         .map(|text| match text {
             "none" => Ok(None),
@@ -507,6 +518,14 @@ pub(crate) async fn limit(
         said.push(match limit {
             Some(n) => format!("at most {n} at once across all workers"),
             None => "no limit across workers".to_owned(),
+        });
+    }
+    if let Some(limit) = per_tenant {
+        client.set_tenant_limit(queue, limit).await?;
+        record["tenant_limit"] = serde_json::json!(limit);
+        said.push(match limit {
+            Some(n) => format!("at most {n} of each tenant at once across all workers"),
+            None => "no limit per tenant".to_owned(),
         });
     }
     if let Some(rate) = rate {

@@ -201,11 +201,17 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
                 || format!("{queue}: {said}"),
             )
         }
-        Command::Limit { queue, limit, rate } => {
+        Command::Limit {
+            queue,
+            limit,
+            per_tenant,
+            rate,
+        } => {
             commands::limit(
                 &client,
                 &queue,
                 limit.as_deref(),
+                per_tenant.as_deref(),
                 rate.as_deref(),
                 json,
                 out,

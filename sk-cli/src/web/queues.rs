@@ -19,7 +19,8 @@ pub(super) async fn queues(State(app): Shared) -> Page {
             } @else {
                 div.scroll { table #queues {
                     tr { th { "queue" } th { "available" } th { "scheduled" } th { "pending" }
-                         th { "running" } th { "global limit" } th { "rate limit" } th { "state" } th {} }
+                         th { "running" } th { "global limit" } th { "per tenant" }
+                         th { "rate limit" } th { "state" } th {} }
                     @for q in &queues {
                         @let action = if q.paused_at.is_some() { "resume" } else { "pause" };
                         tr data-queue=(q.name) {
@@ -29,6 +30,7 @@ pub(super) async fn queues(State(app): Shared) -> Page {
                             td { (q.pending) }
                             td { (q.running) }
                             td { (q.global_limit.map_or_else(|| "none".to_owned(), |n| n.to_string())) }
+                            td { (q.tenant_limit.map_or_else(|| "none".to_owned(), |n| n.to_string())) }
                             td.rate { (q.rate_limit.as_ref().map_or_else(|| "none".to_owned(), rate_cell)) }
                             td.state {
                                 @match q.paused_at {

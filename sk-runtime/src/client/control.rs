@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::model::{
     JobFilter, JobRecord, JobStatus, Pruned, QueueCounts, QueueState, QueuedJob, RateLimit,
 };
-use crate::store::NewJob;
+use crate::store::{NewJob, QueueLimit};
 
 /// Jobs per statement of a bulk call ([`Client::cancel_where`], [`Client::retry_where`]).
 const BULK_BATCH: i64 = 500;
@@ -231,10 +231,43 @@ impl Client {
     /// [`Error::Invalid`] for a bad queue name or a limit of 0 or over `i32::MAX`; the
     /// database fails.
     pub async fn set_global_limit(&self, queue: &str, limit: Option<u32>) -> Result<()> {
+        self.set_queue_limit(QueueLimit::Global, "global limit", queue, limit)
+            .await
+    }
+
+    /// Limits how many jobs of each tenant of `queue` (`Enqueue::with_tenant`) run at
+    /// once over every worker, wherever they run; `None` removes the limit. Persisted,
+    /// and read by every worker within a second; jobs running over a lowered limit
+    /// finish. Jobs without a tenant are not limited by it. Use it for a downstream that
+    /// allows each account a few requests at a time: the account is the job's tenant.
+    ///
+    /// A claim of such a queue takes the queue's row lock, counts each tenant's running
+    /// jobs, and takes each tenant with due jobs in turn (as a fair claim does,
+    /// `WorkerBuilder::fair`) up to its room: a tenant at its limit holds back its own
+    /// jobs and no one else's. As with a global limit, claims of the queue take turns,
+    /// and the queue is claimed for free handler slots only (no prefetch). A global
+    /// limit of the same queue holds too.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad queue name or a limit of 0 or over `i32::MAX`; the
+    /// database fails.
+    pub async fn set_tenant_limit(&self, queue: &str, limit: Option<u32>) -> Result<()> {
+        self.set_queue_limit(QueueLimit::PerTenant, "tenant limit", queue, limit)
+            .await
+    }
+
+    /// Sets or lifts a limit of running jobs of `queue` (`what` names it in an error).
+    async fn set_queue_limit(
+        &self,
+        kind: QueueLimit,
+        what: &'static str,
+        queue: &str,
+        limit: Option<u32>,
+    ) -> Result<()> {
         crate::model::check_name("queue name", queue)?;
-        let limit = crate::store::global_limit_value(limit)?;
+        let limit = crate::store::running_limit_value(what, limit)?;
         self.pool
-            .set_global_limit(&self.schema, queue, limit, self.now())
+            .set_queue_limit(&self.schema, kind, queue, limit, self.now())
             .await
     }
 

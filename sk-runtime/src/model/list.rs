@@ -395,6 +395,9 @@ pub struct QueueState {
     /// At most this many of its jobs run at once over all workers
     /// ([`Client::set_global_limit`](crate::Client::set_global_limit)).
     pub global_limit: Option<u32>,
+    /// At most this many jobs of each of its tenants run at once over all workers
+    /// ([`Client::set_tenant_limit`](crate::Client::set_tenant_limit)).
+    pub tenant_limit: Option<u32>,
     /// At most so many of its jobs start per time window over all workers, and how many
     /// did in the window that ends now
     /// ([`Client::set_rate_limit`](crate::Client::set_rate_limit)).

@@ -74,6 +74,8 @@ impl Driver {
             paused: &paused,
             capped: false,
             fair: None,
+            tenant_capped: false,
+            untenanted: false,
             limit,
             now,
             lease_until,

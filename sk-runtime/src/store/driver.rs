@@ -18,8 +18,8 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    Claim, ClaimedJob, Failure, Lease, NewJob, Pool, ProbeFailure, QueueControls, Retired,
-    ScheduleRow, Schema, Store, Success, TableHealth,
+    Claim, ClaimedJob, Failure, Lease, NewJob, Pool, ProbeFailure, QueueControls, QueueLimit,
+    Retired, ScheduleRow, Schema, Store, Success, TableHealth,
 };
 use crate::error::Result;
 use crate::model::{
@@ -107,10 +107,12 @@ driver! {
             paused: bool,
             now: DateTime<Utc>,
         ) -> Result<bool>;
-        /// Sets or lifts a queue's limit across workers.
-        fn set_global_limit(
+        /// Sets or lifts a queue's limit of running jobs across workers (of the whole
+        /// queue or of each of its tenants).
+        fn set_queue_limit(
             &self,
             schema: &Schema,
+            kind: QueueLimit,
             queue: &str,
             limit: Option<i32>,
             now: DateTime<Utc>,

@@ -4,11 +4,252 @@
 //! through the queue's fair index (PostgreSQL migration 19) and fills what is left of the
 //! claim in the queue's own order (`Claim::fair`).
 
+use std::collections::HashMap;
+use std::future::Future;
+
 use chrono::{DateTime, Utc};
 
 use super::dialect::{Arg, Boxed, Dialect};
-use super::Schema;
+use super::{Claim, Schema};
 use crate::error::Result;
+
+/// A backend's steps of a claim, on the claim's connection (or transaction), from which
+/// [`claim`] makes a fair claim once for every backend.
+pub(crate) trait Steps {
+    /// The connection the claim runs on.
+    type Conn: Send;
+    /// A claimed job as the backend returns it.
+    type Job: OfTenant + Send;
+    /// Up to `limit` tenants of `queue` with due jobs, in turn after `after` ([`due_keys`]).
+    fn keys<'a>(
+        &'a self,
+        conn: &'a mut Self::Conn,
+        queue: &'a str,
+        after: &'a str,
+        limit: i64,
+        now: DateTime<Utc>,
+    ) -> Boxed<'a, Vec<String>>;
+    /// Up to `each` due jobs of each tenant of `keys`, of the one queue `claim` names.
+    fn take(
+        &self,
+        conn: &mut Self::Conn,
+        claim: &Claim<'_>,
+        keys: &[String],
+        each: i64,
+    ) -> impl Future<Output = Result<Vec<Self::Job>>> + Send;
+    /// Up to `limit` of the jobs `claim` asks for, in the queues' order (of those
+    /// without a tenant only, if `claim.untenanted`).
+    fn rest(
+        &self,
+        conn: &mut Self::Conn,
+        claim: &Claim<'_>,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<Self::Job>>> + Send;
+}
+
+/// Up to `limit` of the jobs `claim` asks for: of a fair queue, a share of each tenant
+/// with due jobs (of the worker's tenants, if it is pinned to some) in turn, the rest of
+/// the first whose share was full ([`refill`]), then what they left in the queue's
+/// order (jobs without a tenant among them); of other queues, the queues' order.
+pub(crate) async fn claim<S: Steps + Sync>(
+    store: &S,
+    conn: &mut S::Conn,
+    claim: &Claim<'_>,
+    limit: i64,
+) -> Result<Vec<S::Job>> {
+    let (Some(after), Some([queue])) = (claim.fair, claim.queues) else {
+        return store.rest(conn, claim, limit).await;
+    };
+    if claim.paused.contains(queue) || limit <= 0 {
+        return Ok(Vec::new());
+    }
+    let mut keys = store.keys(conn, queue, after, limit, claim.now).await?;
+    if let Some(tenants) = claim.tenants {
+        keys.retain(|k| tenants.contains(k));
+    }
+    let mut jobs = Vec::new();
+    if !keys.is_empty() {
+        let share = share(limit, keys.len());
+        jobs = store.take(conn, claim, &keys, share).await?;
+        let left = limit - jobs.len() as i64;
+        let served = jobs.iter().map(OfTenant::tenant);
+        if let Some(key) = refill(&keys, share, served).filter(|_| left > 0) {
+            let key = [key.clone()];
+            jobs.extend(store.take(conn, claim, &key, left).await?);
+        }
+    }
+    let rest = limit - jobs.len() as i64;
+    if rest > 0 {
+        let rest_claim = Claim {
+            fair: None,
+            ..*claim
+        };
+        jobs.extend(store.rest(conn, &rest_claim, rest).await?);
+    }
+    Ok(jobs)
+}
+
+/// A queue's limit of running jobs per tenant, and each tenant's running jobs, as a
+/// claim of the queue read them under the queue's row lock.
+pub(crate) struct TenantRoom {
+    pub(crate) limit: i64,
+    pub(crate) running: HashMap<String, i64>,
+}
+
+impl TenantRoom {
+    /// How many more jobs of `tenant` may start.
+    fn of(&self, tenant: &str) -> i64 {
+        (self.limit - self.running.get(tenant).copied().unwrap_or(0)).max(0)
+    }
+}
+
+/// Up to `limit` of the jobs `claim` asks for, in the transaction on `conn`, and the
+/// tenant the next claim's turn begins after if the claim says: of a queue with a limit
+/// per tenant (`room`, read first by [`tenant_room`] under the queue's row lock), the
+/// tenants with due jobs in turn after `claim.fair`, each up to an equal share of the
+/// claim and its own room (its limit less its running jobs), then more of those that
+/// filled their share while they have room, then jobs without a tenant in the queue's
+/// order; a tenant at its limit is passed over and holds back no one else's jobs. Of
+/// other queues, [`claim`].
+pub(crate) async fn claim_within<S: Steps + Sync>(
+    store: &S,
+    conn: &mut S::Conn,
+    claim: &Claim<'_>,
+    limit: i64,
+    room: Option<&TenantRoom>,
+) -> Result<(Vec<S::Job>, Option<String>)> {
+    let (Some(room), Some(after), Some([queue])) = (room, claim.fair, claim.queues) else {
+        return Ok((self::claim(store, conn, claim, limit).await?, None));
+    };
+    if claim.paused.contains(queue) || limit <= 0 {
+        return Ok((Vec::new(), None));
+    }
+    // Tenants at their limit are passed over, so more are read than the claim can serve.
+    let read = limit.saturating_mul(2).clamp(8, 256);
+    let mut keys = store.keys(conn, queue, after, read, claim.now).await?;
+    if let Some(tenants) = claim.tenants {
+        keys.retain(|k| tenants.contains(k));
+    }
+    let mut open: Vec<(&String, i64)> = keys
+        .iter()
+        .map(|k| (k, room.of(k)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let served_all = i64::try_from(open.len()).is_ok_and(|n| n <= limit);
+    open.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    // The next turn begins after the last tenant served, or, when every tenant with
+    // room was, after the last one read (those at their limit wait their own turn).
+    let turn = if served_all {
+        keys.last()
+    } else {
+        open.last().map(|(k, _)| *k)
+    }
+    .cloned();
+    let mut jobs = Vec::new();
+    let share = share(limit, open.len());
+    // Tenants whose room is at least the share are claimed in one step; the others
+    // each up to their room.
+    let (whole, short): (Vec<_>, Vec<_>) = open.iter().partition(|(_, n)| *n >= share);
+    let whole: Vec<String> = whole.iter().map(|(k, _)| (*k).clone()).collect();
+    if !whole.is_empty() {
+        jobs = store.take(conn, claim, &whole, share).await?;
+    }
+    for (key, n) in short {
+        jobs.extend(
+            store
+                .take(conn, claim, std::slice::from_ref(key), n)
+                .await?,
+        );
+    }
+    // More of the tenants that filled their share, in turn, while the claim has room.
+    for (key, n) in &open {
+        let left = limit - jobs.len() as i64;
+        if left <= 0 {
+            break;
+        }
+        let taken = jobs
+            .iter()
+            .filter(|j| j.tenant() == Some(key.as_str()))
+            .count() as i64;
+        if taken == share.min(*n) && *n > taken {
+            let more = (*n - taken).min(left);
+            jobs.extend(
+                store
+                    .take(conn, claim, std::slice::from_ref(*key), more)
+                    .await?,
+            );
+        }
+    }
+    let rest = limit - jobs.len() as i64;
+    if rest > 0 && claim.tenants.is_none() {
+        let untenanted = Claim {
+            fair: None,
+            untenanted: true,
+            ..*claim
+        };
+        jobs.extend(store.rest(conn, &untenanted, rest).await?);
+    }
+    Ok((jobs, turn))
+}
+
+/// The one queue of a claim with a limit per tenant (`claim.tenant_capped`).
+///
+/// # Errors
+/// Such a claim of no queue or several, or without a turn (a bug in the producer).
+pub(crate) fn tenant_capped_queue<'a>(claim: &Claim<'a>) -> Result<Option<&'a str>> {
+    match (claim.tenant_capped, claim.queues, claim.fair) {
+        (false, _, _) => Ok(None),
+        (true, Some([queue]), Some(_)) => Ok(Some(queue)),
+        (true, _, _) => Err(crate::Error::invalid(
+            "claim",
+            "a claim under a limit per tenant names exactly one queue and its turn",
+        )),
+    }
+}
+
+/// The limit per tenant of `queue` (`None`: it has none) and each tenant's running jobs
+/// at `now`, with the queue's row locked until the transaction on `conn` ends (SQLite's
+/// write transaction serializes them anyway), so claims of the queue take turns, each
+/// counting after the one before committed. The running jobs are read through the
+/// running-jobs index (PostgreSQL migration 8).
+pub(crate) fn tenant_room<'a, D: Dialect>(
+    conn: &'a mut D::Connection,
+    schema: &'a Schema,
+    queue: &'a str,
+    now: DateTime<Utc>,
+) -> Boxed<'a, Option<TenantRoom>>
+where
+    (Option<i64>,): for<'r> sqlx::FromRow<'r, D::Row>,
+    (String, i64): for<'r> sqlx::FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let lock = format!(
+            "SELECT {} FROM {} WHERE queue_name = $1{}",
+            D::bigint("queue_tenant_limit"),
+            D::table(schema, "queues_t"),
+            D::for_update()
+        );
+        let rows: Vec<(Option<i64>,)> =
+            D::fetch_all_on(&mut *conn, &lock, &[Arg::Text(Some(queue))]).await?;
+        let Some(limit) = rows.first().and_then(|r| r.0) else {
+            return Ok(None);
+        };
+        let count = format!(
+            "SELECT {}, {} FROM {} WHERE task_queue = $1 AND task_locked_by IS NOT NULL
+                AND task_locked_until_ts > $2 AND task_tenant IS NOT NULL
+             GROUP BY task_tenant",
+            D::text("task_tenant"),
+            D::bigint("count(*)"),
+            D::table(schema, "tasks_queue_t")
+        );
+        let args = [Arg::Text(Some(queue)), Arg::Time(now)];
+        let running: Vec<(String, i64)> = D::fetch_all_on(conn, &count, &args).await?;
+        Ok(Some(TenantRoom {
+            limit,
+            running: running.into_iter().collect(),
+        }))
+    })
+}
 
 /// Up to `limit` tenants of `queue` with due jobs, in name order from the first after
 /// `after`, then (when fewer) from the first: a skip scan of the fair index, one probe

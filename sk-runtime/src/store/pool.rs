@@ -178,13 +178,35 @@ pub(crate) struct QueueControls {
     pub(crate) rated: Vec<String>,
     /// Job types with a rate limit: each claimed on its own, under its limit's row lock.
     pub(crate) rated_types: Vec<String>,
+    /// Queues with a limit of running jobs per tenant: each claimed on its own, under its
+    /// row's lock, tenant by tenant (`store::fair::claim_per_tenant`).
+    pub(crate) tenant_capped: Vec<String>,
+}
+
+/// Which limit of running jobs across workers a queue's row holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QueueLimit {
+    /// Of the whole queue (`Client::set_global_limit`).
+    Global,
+    /// Of each tenant of the queue (`Client::set_tenant_limit`).
+    PerTenant,
+}
+
+impl QueueLimit {
+    /// The column of the queues table that holds it.
+    pub(crate) fn column(self) -> &'static str {
+        match self {
+            QueueLimit::Global => "queue_global_limit",
+            QueueLimit::PerTenant => "queue_tenant_limit",
+        }
+    }
 }
 
 impl QueueControls {
-    /// From rows of the queues table, (name, paused, has a global limit), and the names
-    /// of the queues and of the job types with a rate limit.
+    /// From rows of the queues table, (name, paused, has a global limit, has a limit per
+    /// tenant), and the names of the queues and of the job types with a rate limit.
     pub(crate) fn from_rows(
-        rows: Vec<(String, bool, bool)>,
+        rows: Vec<(String, bool, bool, bool)>,
         rated: Vec<String>,
         rated_types: Vec<String>,
     ) -> Self {
@@ -193,9 +215,12 @@ impl QueueControls {
             rated_types,
             ..QueueControls::default()
         };
-        for (name, paused, capped) in rows {
+        for (name, paused, capped, tenant_capped) in rows {
             if capped {
                 controls.capped.push(name.clone());
+            }
+            if tenant_capped {
+                controls.tenant_capped.push(name.clone());
             }
             if paused {
                 controls.paused.push(name);
@@ -205,25 +230,30 @@ impl QueueControls {
     }
 }
 
-/// Checks a global limit and turns it into the column's value.
-pub(crate) fn global_limit_value(limit: Option<u32>) -> Result<Option<i32>> {
+/// Checks a limit of running jobs (`what`: "global limit") and turns it into the
+/// column's value.
+pub(crate) fn running_limit_value(what: &'static str, limit: Option<u32>) -> Result<Option<i32>> {
     limit
         .map(|n| match i32::try_from(n) {
             Ok(n) if n > 0 => Ok(n),
             _ => Err(crate::Error::invalid(
-                "global limit",
+                what,
                 format!("{n} is not between 1 and {}", i32::MAX),
             )),
         })
         .transpose()
 }
 
+/// A queues table's row as insight reads it: name, pause time, global limit, limit per
+/// tenant.
+pub(crate) type ControlRow = (String, Option<DateTime<Utc>>, Option<i64>, Option<i64>);
+
 /// Queue states from live counts per queue (available, scheduled, running) and the
-/// queues table's rows (name, pause time, global limit) and the queues' rate limits, by
+/// queues table's rows (name, pause time, global limit, limit per tenant) and the queues' rate limits, by
 /// name.
 pub(crate) fn merge_queue_states(
     live: Vec<(String, i64, i64, i64, i64)>,
-    controlled: Vec<(String, Option<DateTime<Utc>>, Option<i64>)>,
+    controlled: Vec<ControlRow>,
     rates: Vec<(String, crate::model::RateState)>,
 ) -> Vec<crate::model::QueueState> {
     fn empty(name: String) -> crate::model::QueueState {
@@ -231,6 +261,7 @@ pub(crate) fn merge_queue_states(
             name,
             paused_at: None,
             global_limit: None,
+            tenant_limit: None,
             rate_limit: None,
             available: 0,
             scheduled: 0,
@@ -251,10 +282,11 @@ pub(crate) fn merge_queue_states(
             (name, state)
         })
         .collect();
-    for (name, paused_at, global_limit) in controlled {
+    for (name, paused_at, global_limit, tenant_limit) in controlled {
         let state = by_name.entry(name.clone()).or_insert_with(|| empty(name));
         state.paused_at = paused_at;
         state.global_limit = global_limit.and_then(|n| u32::try_from(n).ok());
+        state.tenant_limit = tenant_limit.and_then(|n| u32::try_from(n).ok());
     }
     for (name, rate) in rates {
         let state = by_name.entry(name.clone()).or_insert_with(|| empty(name));

@@ -172,24 +172,25 @@ pub(crate) async fn set_sub_state<D: Dialect>(
     Ok(D::execute(pool, &sql, &args).await? > 0)
 }
 
-/// Sets or (with `None`) removes a queue's concurrency limit across workers.
-pub(crate) async fn set_global_limit<D: Dialect>(
+/// Sets or (with `None`) removes a queue's limit of running jobs across workers, of the
+/// whole queue or of each of its tenants (`kind`).
+pub(crate) async fn set_queue_limit<D: Dialect>(
     pool: &sqlx::Pool<D>,
     schema: &Schema,
+    kind: crate::store::QueueLimit,
     queue: &str,
     limit: Option<i32>,
     now: DateTime<Utc>,
 ) -> Result<()> {
     let t = D::table(schema, "queues_t");
+    let column = kind.column();
     let sql = if limit.is_some() {
         format!(
-            "INSERT INTO {t} (queue_name, queue_global_limit, queue_updated_at_ts) VALUES ($1, $2, $3) {}",
-            D::upsert("queue_name", &["queue_global_limit", "queue_updated_at_ts"])
+            "INSERT INTO {t} (queue_name, {column}, queue_updated_at_ts) VALUES ($1, $2, $3) {}",
+            D::upsert("queue_name", &[column, "queue_updated_at_ts"])
         )
     } else {
-        format!(
-            "UPDATE {t} SET queue_global_limit = $2, queue_updated_at_ts = $3 WHERE queue_name = $1"
-        )
+        format!("UPDATE {t} SET {column} = $2, queue_updated_at_ts = $3 WHERE queue_name = $1")
     };
     let args = [Arg::Text(Some(queue)), Arg::Int4(limit), Arg::Time(now)];
     D::execute(pool, &sql, &args).await?;
@@ -204,7 +205,7 @@ pub(crate) fn queue_states<'a, D: Dialect>(
 ) -> Boxed<'a, Vec<QueueState>>
 where
     (String, i64, i64, i64, i64): for<'r> FromRow<'r, D::Row>,
-    (String, Option<DateTime<Utc>>, Option<i64>): for<'r> FromRow<'r, D::Row>,
+    super::ControlRow: for<'r> FromRow<'r, D::Row>,
     (String, i64, i64, String, Option<DateTime<Utc>>): for<'r> FromRow<'r, D::Row>,
 {
     Box::pin(async move {
@@ -221,9 +222,10 @@ where
         );
         let live = D::fetch_all(pool, &live_sql, &[Arg::Time(now)]).await?;
         let controlled_sql = format!(
-            "SELECT {}, queue_paused_at_ts, {} FROM {}",
+            "SELECT {}, queue_paused_at_ts, {}, {} FROM {}",
             D::text("queue_name"),
             D::bigint("queue_global_limit"),
+            D::bigint("queue_tenant_limit"),
             D::table(schema, "queues_t")
         );
         let controlled = D::fetch_all(pool, &controlled_sql, &[]).await?;

@@ -171,6 +171,9 @@ pub(crate) struct Taken {
 pub(crate) struct RatedClaim {
     pub(crate) jobs: Vec<super::ClaimedJob>,
     pub(crate) opens_at: Option<DateTime<Utc>>,
+    /// Of a queue with a limit per tenant: the tenant the next claim's turn begins after
+    /// (`fair::claim_within`).
+    pub(crate) turn: Option<String>,
 }
 
 /// The one queue of a claim with a global limit (`claim.capped`).

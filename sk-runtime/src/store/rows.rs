@@ -110,6 +110,12 @@ pub(crate) struct Claim<'a> {
     /// with due jobs, taken in turn from the first after this one (`store::fair`), and
     /// fills the rest in the queue's order.
     pub(crate) fair: Option<&'a str>,
+    /// `queues` is one queue with a limit of running jobs per tenant: the claim takes
+    /// the queue's row lock and each tenant's jobs up to its room, in turn from the one
+    /// after `fair` (`store::fair::claim_per_tenant`).
+    pub(crate) tenant_capped: bool,
+    /// Only jobs without a tenant (what a claim per tenant takes last).
+    pub(crate) untenanted: bool,
     pub(crate) limit: i64,
     pub(crate) now: DateTime<Utc>,
     pub(crate) lease_until: DateTime<Utc>,

@@ -258,6 +258,8 @@ pub(crate) async fn run_one_due(shared: &Arc<Shared>) -> Result<Option<crate::wo
             paused: &controls.paused,
             capped: false,
             fair: None,
+            tenant_capped: false,
+            untenanted: false,
             limit: 1,
             now,
             lease_until,

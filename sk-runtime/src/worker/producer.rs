@@ -43,7 +43,8 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
     let mut polled = false;
     // The worker's job types without a rate limit, as last worked out from the controls.
     let mut plain = Plain::default();
-    // Per fair queue, the tenant its next claim's turn begins after.
+    // Per fair queue (or with a limit per tenant), the tenant its next claim's turn
+    // begins after.
     let mut turns: HashMap<String, String> = HashMap::new();
     loop {
         if shared.stopping.is_cancelled() {
@@ -64,6 +65,7 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
             capped: known.capped.contains(q),
             rated: known.rated.contains(q),
             fair: shared.config.fair.contains(q),
+            tenant_capped: known.tenant_capped.contains(q),
         };
         // Each queue limited in this worker up to its free slots, each queue limited
         // across workers on its own, then the rest up to the worker's free slots; each
@@ -78,6 +80,7 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
             .capped
             .iter()
             .chain(&known.rated)
+            .chain(&known.tenant_capped)
             .chain(&shared.config.fair)
             .collect();
         own.sort();
@@ -113,7 +116,9 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
                     continue;
                 }
                 let turn = match label {
-                    Some(queue) if alone.fair => Some(turns.entry(queue.clone()).or_default()),
+                    Some(queue) if alone.fair || alone.tenant_capped => {
+                        Some(turns.entry(queue.clone()).or_default())
+                    }
                     _ => None,
                 };
                 let request = Request {
@@ -267,18 +272,19 @@ enum Claimed {
 /// PostgreSQL, a claim costing the server about 1 ms whatever its size.
 const GATHER: Duration = Duration::from_millis(2);
 
-/// Why a queue is claimed on its own: a concurrency limit across workers, a rate limit,
-/// fair claims across its tenants.
+/// Why a queue is claimed on its own: a concurrency limit across workers (of the queue,
+/// or of each of its tenants), a rate limit, fair claims across its tenants.
 #[derive(Debug, Default, Clone, Copy)]
 struct Alone {
     capped: bool,
     rated: bool,
     fair: bool,
+    tenant_capped: bool,
 }
 
 impl Alone {
     fn any(self) -> bool {
-        self.capped || self.rated || self.fair
+        self.capped || self.rated || self.fair || self.tenant_capped
     }
 }
 
@@ -354,7 +360,7 @@ async fn claim(
     // hold room another worker's idle handler could use (and start later than counted).
     // (A fair queue's claims prefetch: a tenant's share can wait behind the jobs of
     // earlier claims, at most the prefetch, `WorkerBuilder::prefetch`.)
-    let capped = alone.capped || alone.rated || rated_type.is_some();
+    let capped = alone.capped || alone.rated || alone.tenant_capped || rated_type.is_some();
     let prefetch = if capped { 0 } else { shared.prefetch() };
     let waiting = shared.waiting().len();
     if slots == 0 && waiting > prefetch / 2 {
@@ -389,12 +395,16 @@ async fn claim(
     let limit = i64::try_from(free).unwrap_or(i64::MAX);
     let skipped;
     let fair = &shared.config.fair;
-    let alone_elsewhere = !known.capped.is_empty() || !known.rated.is_empty() || !fair.is_empty();
+    let alone_elsewhere = !known.capped.is_empty()
+        || !known.rated.is_empty()
+        || !known.tenant_capped.is_empty()
+        || !fair.is_empty();
     let paused = if !alone.any() && alone_elsewhere {
         skipped = [
             &known.paused[..],
             &known.capped[..],
             &known.rated[..],
+            &known.tenant_capped[..],
             &fair[..],
         ]
         .concat();
@@ -409,6 +419,8 @@ async fn claim(
         paused,
         capped: alone.capped,
         fair: turn.as_deref().map(String::as_str),
+        tenant_capped: alone.tenant_capped,
+        untenanted: false,
         limit,
         now,
         lease_until,
@@ -421,11 +433,11 @@ async fn claim(
     if let Some(task_type) = rated_type {
         keys.push((crate::store::rates::TYPE, task_type));
     }
-    let (jobs, opens_at) = if keys.is_empty() {
-        (shared.store.claim(&request).await?, None)
+    let (jobs, opens_at, next_turn) = if keys.is_empty() && !alone.tenant_capped {
+        (shared.store.claim(&request).await?, None, None)
     } else {
         let rated = shared.store.claim_rated(&request, &keys).await?;
-        (rated.jobs, rated.opens_at)
+        (rated.jobs, rated.opens_at, rated.turn)
     };
     let full = jobs.len() == free;
     if opens_at.is_some() && !full {
@@ -440,8 +452,10 @@ async fn claim(
     }
     Metrics::add(&shared.metrics.claimed, jobs.len() as u64);
     if let Some(turn) = turn {
-        let served = jobs.iter().filter_map(|job| job.task_tenant.as_deref());
-        *turn = crate::store::fair::next_after(turn, served);
+        *turn = next_turn.unwrap_or_else(|| {
+            let served = jobs.iter().filter_map(|job| job.task_tenant.as_deref());
+            crate::store::fair::next_after(turn, served)
+        });
     }
     if shared.late(lease_until) && !jobs.is_empty() {
         give_back_late(shared, &jobs, lease_until).await;

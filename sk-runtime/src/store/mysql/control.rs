@@ -335,15 +335,17 @@ impl Control for MySqlPool {
         Ok(changed)
     }
 
-    /// Sets or (with `None`) removes a queue's concurrency limit across workers.
-    async fn set_global_limit(
+    /// Sets or (with `None`) removes a queue's concurrency limit across workers, of the
+    /// whole queue or of each of its tenants.
+    async fn set_queue_limit(
         &self,
         schema: &Schema,
+        kind: crate::store::QueueLimit,
         queue: &str,
         limit: Option<i32>,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        queries::set_global_limit(self, schema, queue, limit, now).await?;
+        queries::set_queue_limit(self, schema, kind, queue, limit, now).await?;
         crate::bus::pauses_changed();
         Ok(())
     }

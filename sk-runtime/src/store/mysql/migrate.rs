@@ -59,6 +59,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "rate limits shared by every worker",
         include_str!("../../../migrations/mysql/0011_rate_limits.sql"),
     ),
+    (
+        12,
+        "running jobs limited per tenant",
+        include_str!("../../../migrations/mysql/0012_tenant_limits.sql"),
+    ),
 ];
 
 pub(crate) async fn migrate_to(pool: &MySqlPool, schema: &Schema, target: i32) -> Result<()> {

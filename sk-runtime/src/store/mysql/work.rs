@@ -1,65 +1,10 @@
 //! The worker's pipeline on MySQL/MariaDB (the driver contract's `Work`): claims, outcomes, leases, ticks and upkeep.
 
 use super::*;
-use crate::store::fair::OfTenant;
+use crate::store::dialect::Boxed;
 
 impl MySqlStore {
-    /// Leases up to `limit` of the due jobs `claim` asks for, in the transaction on
-    /// `conn`: of a fair queue, a share of each tenant with due jobs first.
-    async fn claim_in(
-        &self,
-        conn: &mut MySqlConnection,
-        claim: &super::super::Claim<'_>,
-        limit: i64,
-    ) -> Result<Vec<ClaimedJob>> {
-        let (Some(after), Some([queue])) = (claim.fair, claim.queues) else {
-            return self.claim_rows(conn, claim, limit).await;
-        };
-        if claim.paused.contains(queue) || limit <= 0 {
-            return Ok(Vec::new());
-        }
-        let mut keys =
-            fair::due_keys::<MySql>(&mut *conn, &self.schema, queue, after, limit, claim.now)
-                .await?;
-        if let Some(tenants) = claim.tenants {
-            keys.retain(|k| tenants.contains(k));
-        }
-        let share = fair::share(limit, keys.len());
-        let mut jobs = Vec::new();
-        for key in &keys {
-            jobs.extend(self.claim_key(conn, claim, key, share).await?);
-        }
-        let left = limit - jobs.len() as i64;
-        let served = jobs.iter().map(OfTenant::tenant);
-        if let Some(key) = fair::refill(&keys, share, served).filter(|_| left > 0) {
-            let key = key.clone();
-            jobs.extend(self.claim_key(conn, claim, &key, left).await?);
-        }
-        // What the tenants left: the queue's order (jobs without a tenant among them).
-        let rest = limit - jobs.len() as i64;
-        if rest > 0 {
-            jobs.extend(self.claim_rows(conn, claim, rest).await?);
-        }
-        Ok(jobs)
-    }
-
-    /// Up to `limit` due jobs of tenant `key` in the fair queue `claim` names: one queue
-    /// and one tenant, through the fair index in the claim's order.
-    async fn claim_key(
-        &self,
-        conn: &mut MySqlConnection,
-        claim: &super::super::Claim<'_>,
-        key: &String,
-        limit: i64,
-    ) -> Result<Vec<ClaimedJob>> {
-        let one = super::super::Claim {
-            tenants: Some(std::slice::from_ref(key)),
-            ..*claim
-        };
-        self.claim_rows(conn, &one, limit).await
-    }
-
-    /// `claim_in` in the order of the queues (and tenants) it names.
+    /// A claim in the order of the queues (and tenants) it names.
     async fn claim_rows(
         &self,
         conn: &mut MySqlConnection,
@@ -109,6 +54,9 @@ impl MySqlStore {
                 items.push_bind(item);
             }
             query.push(")");
+        }
+        if claim.untenanted {
+            query.push(" AND task_tenant IS NULL");
         }
         query.push(" ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id LIMIT ");
         query.push_bind(limit);
@@ -226,6 +174,50 @@ impl MySqlStore {
     }
 }
 
+impl fair::Steps for MySqlStore {
+    type Conn = MySqlConnection;
+    type Job = ClaimedJob;
+
+    fn keys<'a>(
+        &'a self,
+        conn: &'a mut MySqlConnection,
+        queue: &'a str,
+        after: &'a str,
+        limit: i64,
+        now: DateTime<Utc>,
+    ) -> Boxed<'a, Vec<String>> {
+        fair::due_keys::<MySql>(conn, &self.schema, queue, after, limit, now)
+    }
+
+    /// Through the fair index, one statement for each tenant (`claim_key`).
+    async fn take(
+        &self,
+        conn: &mut MySqlConnection,
+        claim: &super::super::Claim<'_>,
+        keys: &[String],
+        each: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        let mut jobs = Vec::new();
+        for key in keys {
+            let one = super::super::Claim {
+                tenants: Some(std::slice::from_ref(key)),
+                ..*claim
+            };
+            jobs.extend(self.claim_rows(conn, &one, each).await?);
+        }
+        Ok(jobs)
+    }
+
+    async fn rest(
+        &self,
+        conn: &mut MySqlConnection,
+        claim: &super::super::Claim<'_>,
+        limit: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        self.claim_rows(conn, claim, limit).await
+    }
+}
+
 impl Work for MySqlStore {
     /// The claim under no rate limit: its queue's global limit's room (if capped), the
     /// claim, in one transaction.
@@ -245,6 +237,7 @@ impl Work for MySqlStore {
             self.fair_index().await?;
         }
         let capped = rates::capped_queue(claim)?;
+        let per_tenant = fair::tenant_capped_queue(claim)?;
         retrying!(self, "a claim", |conn| {
             let mut tx = conn.begin_with(BEGIN).await?;
             let mut limit = claim.limit;
@@ -253,14 +246,25 @@ impl Work for MySqlStore {
                     limit = limit.min(room);
                 }
             }
+            let room = match per_tenant {
+                Some(queue) => {
+                    fair::tenant_room::<MySql>(&mut tx, &self.schema, queue, claim.now).await?
+                }
+                None => None,
+            };
             let taken = rates::take_all::<MySql>(&mut tx, &self.schema, keys, claim.now).await?;
             limit = taken.room(limit);
-            let jobs = self.claim_in(&mut tx, claim, limit).await?;
+            let (jobs, turn) =
+                fair::claim_within(self, &mut *tx, claim, limit, room.as_ref()).await?;
             let opens_at = taken
                 .spend::<MySql>(&mut tx, &self.schema, jobs.len(), claim.now)
                 .await?;
             tx.commit().await?;
-            Ok(RatedClaim { jobs, opens_at })
+            Ok(RatedClaim {
+                jobs,
+                opens_at,
+                turn,
+            })
         })
     }
 

@@ -100,6 +100,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "fair claims across tenants",
         include_str!("../../../migrations/postgres/0019_fair_claims.sql"),
     ),
+    (
+        20,
+        "running jobs limited per tenant",
+        include_str!("../../../migrations/postgres/0020_tenant_limits.sql"),
+    ),
 ];
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with

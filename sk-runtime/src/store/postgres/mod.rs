@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use std::time::Duration;
 
 mod admin;
+mod claims;
 mod control;
 mod dialect;
 mod enqueue;

@@ -29,6 +29,8 @@ pub(crate) struct Statements {
     pub(super) claim_capped: String,
     /// `claim` of one fair queue, per tenant (`with_claim_fair`).
     pub(super) claim_fair: String,
+    /// `claim` of jobs without a tenant (`with_claim_untenanted`).
+    pub(crate) claim_untenanted: String,
     /// Upserts the results rows of jobs enqueued without one: safe whatever the queue
     /// row says, for a completion inside the job's own transaction and as the fallback of
     /// `complete_plain`.
@@ -572,6 +574,7 @@ impl Statements {
             claim_skipping: String::new(),
             claim_capped: String::new(),
             claim_fair: String::new(),
+            claim_untenanted: String::new(),
             fail,
             // A given-back job did not use up an attempt, and is claimable at once.
             give_back: format!(
@@ -669,40 +672,6 @@ impl Statements {
         .with_claim_skipping()
         .with_claim_capped(schema)
         .with_claim_fair(&q, &due)
-    }
-
-    /// `claim_fair`: the claim of one fair queue (`$3`'s one queue), up to `$4` due jobs
-    /// of each tenant of `$8`, each tenant's through the fair index in the claim's order
-    /// (migration 19).
-    fn with_claim_fair(mut self, q: &str, due: &str) -> Self {
-        let fair = format!(
-            "SELECT f.task_id FROM unnest($8::varchar[]) AS k(tenant)
-             CROSS JOIN LATERAL (
-                SELECT task_id FROM {q}
-                WHERE task_queue = ($3::varchar[])[1] AND task_tenant COLLATE \"C\" = k.tenant
-                  AND task_locked_until_ts <= $1 AND task_type = ANY($2)
-                  AND ($7::varchar[] IS NULL OR task_tenant = ANY($7))
-                ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
-                LIMIT $4
-                FOR UPDATE SKIP LOCKED) f"
-        );
-        self.claim_fair = self.claim.replace(due, &fair);
-        self
-    }
-
-    fn with_claim_skipping(mut self) -> Self {
-        self.claim_skipping = self
-            .claim
-            .replace("AND true -- paused", "AND task_queue <> ALL($8)");
-        self
-    }
-
-    fn with_claim_capped(mut self, schema: &Schema) -> Self {
-        let room = schema.table("queue_room");
-        self.claim_capped = self.claim.replace(
-            "LIMIT $4",
-            &format!("LIMIT least($4, coalesce({room}($8, $1), $4))"),
-        );
-        self
+        .with_claim_untenanted()
     }
 }

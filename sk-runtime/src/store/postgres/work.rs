@@ -1,7 +1,7 @@
 //! The worker's store: its connections, the claim, outcomes, leases, ticks and upkeep (the driver contract's `Work`).
 
 use super::*;
-use crate::store::fair::OfTenant;
+use crate::store::dialect::Boxed;
 
 /// The worker's view of the store: every statement that runs under a lease.
 #[derive(Clone)]
@@ -82,93 +82,6 @@ impl PgStore {
             Error::Database(e) => self.lost(e),
             other => other,
         }
-    }
-
-    /// Runs `claim` (or `claim_skipping`, with paused queues) on `conn`.
-    async fn claim_on(
-        &self,
-        conn: &mut PgConnection,
-        claim: &super::super::Claim<'_>,
-    ) -> Result<Vec<ClaimedJob>> {
-        let (Some(after), Some([queue])) = (claim.fair, claim.queues) else {
-            return self.claim_plain(conn, claim).await;
-        };
-        if claim.paused.contains(queue) || claim.limit <= 0 {
-            return Ok(Vec::new());
-        }
-        let mut keys = fair::due_keys::<Postgres>(
-            &mut *conn,
-            &self.schema,
-            queue,
-            after,
-            claim.limit,
-            claim.now,
-        )
-        .await
-        .map_err(|e| self.lost_in(e))?;
-        if let Some(tenants) = claim.tenants {
-            keys.retain(|k| tenants.contains(k));
-        }
-        let mut jobs = Vec::new();
-        if !keys.is_empty() {
-            let share = fair::share(claim.limit, keys.len());
-            jobs = self.claim_keys(conn, claim, &keys, share).await?;
-            let left = claim.limit - jobs.len() as i64;
-            let served = jobs.iter().map(OfTenant::tenant);
-            if let Some(key) = fair::refill(&keys, share, served).filter(|_| left > 0) {
-                let key = [key.clone()];
-                jobs.extend(self.claim_keys(conn, claim, &key, left).await?);
-            }
-        }
-        // What the tenants left: the queue's order (jobs without a tenant among them).
-        let rest = claim.limit - jobs.len() as i64;
-        if rest > 0 {
-            let rest = super::super::Claim {
-                limit: rest,
-                fair: None,
-                ..*claim
-            };
-            jobs.extend(self.claim_plain(conn, &rest).await?);
-        }
-        Ok(jobs)
-    }
-
-    /// Up to `each` due jobs of each tenant of `keys` in the fair queue `claim` names.
-    async fn claim_keys(
-        &self,
-        conn: &mut PgConnection,
-        claim: &super::super::Claim<'_>,
-        keys: &[String],
-        each: i64,
-    ) -> Result<Vec<ClaimedJob>> {
-        let each = super::super::Claim {
-            limit: each,
-            ..*claim
-        };
-        let rows = self
-            .claim_query(&self.schema.sql.claim_fair, &each)
-            .bind(keys)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(|e| self.lost(e))?;
-        Ok(claimed(&rows))
-    }
-
-    /// The claim in the queues' order.
-    async fn claim_plain(
-        &self,
-        conn: &mut PgConnection,
-        claim: &super::super::Claim<'_>,
-    ) -> Result<Vec<ClaimedJob>> {
-        let sql = &self.schema.sql;
-        let query = if claim.paused.is_empty() {
-            self.claim_query(&sql.claim, claim)
-        } else {
-            self.claim_query(&sql.claim_skipping, claim)
-                .bind(claim.paused)
-        };
-        let rows = query.fetch_all(conn).await.map_err(|e| self.lost(e))?;
-        Ok(claimed(&rows))
     }
 
     /// A claim statement with `$1` to `$7` bound.
@@ -301,17 +214,79 @@ pub(super) fn claimed(rows: &[sqlx::postgres::PgRow]) -> Vec<ClaimedJob> {
         .collect()
 }
 
+impl fair::Steps for PgStore {
+    type Conn = PgConnection;
+    type Job = ClaimedJob;
+
+    fn keys<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        queue: &'a str,
+        after: &'a str,
+        limit: i64,
+        now: DateTime<Utc>,
+    ) -> Boxed<'a, Vec<String>> {
+        Box::pin(async move {
+            fair::due_keys::<Postgres>(conn, &self.schema, queue, after, limit, now)
+                .await
+                .map_err(|e| self.lost_in(e))
+        })
+    }
+
+    /// Through the fair index, one statement for every tenant (`claim_fair`).
+    async fn take(
+        &self,
+        conn: &mut PgConnection,
+        claim: &super::super::Claim<'_>,
+        keys: &[String],
+        each: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        let each = super::super::Claim {
+            limit: each,
+            ..*claim
+        };
+        let rows = self
+            .claim_query(&self.schema.sql.claim_fair, &each)
+            .bind(keys)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| self.lost(e))?;
+        Ok(claimed(&rows))
+    }
+
+    /// `claim` (or `claim_skipping`, with paused queues; `claim_untenanted`).
+    async fn rest(
+        &self,
+        conn: &mut PgConnection,
+        claim: &super::super::Claim<'_>,
+        limit: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        let claim = super::super::Claim { limit, ..*claim };
+        let sql = &self.schema.sql;
+        let query = if claim.untenanted {
+            self.claim_query(&sql.claim_untenanted, &claim)
+        } else if claim.paused.is_empty() {
+            self.claim_query(&sql.claim, &claim)
+        } else {
+            self.claim_query(&sql.claim_skipping, &claim)
+                .bind(claim.paused)
+        };
+        let rows = query.fetch_all(conn).await.map_err(|e| self.lost(e))?;
+        Ok(claimed(&rows))
+    }
+}
+
 impl Work for PgStore {
     async fn claim(&self, claim: &super::super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
+        // A fair claim of a limited queue takes the room first, in one transaction, as
+        // does a claim of a queue with a limit per tenant.
+        if claim.capped && claim.fair.is_some() || claim.tenant_capped {
+            return Ok(self.claim_rated(claim, &[]).await?.jobs);
+        }
         let mut conn = self.acquire().await?;
         let capped = match claim.queues {
-            // A fair claim of a limited queue takes the room first, in one transaction.
-            Some([_]) if claim.capped && claim.fair.is_some() => {
-                drop(conn);
-                return Ok(self.claim_rated(claim, &[]).await?.jobs);
-            }
             Some([queue]) if claim.capped => queue,
-            _ => return self.claim_on(&mut conn, claim).await,
+            _ => return fair::claim(self, &mut *conn, claim, claim.limit).await,
         };
         if claim.paused.contains(capped) {
             return Ok(Vec::new());
@@ -341,8 +316,10 @@ impl Work for PgStore {
             return Ok(RatedClaim {
                 jobs: Vec::new(),
                 opens_at: None,
+                turn: None,
             });
         }
+        let per_tenant = fair::tenant_capped_queue(claim)?;
         let mut conn = self.acquire().await?;
         let mut tx = conn.begin().await.map_err(|e| self.lost(e))?;
         let mut limit = claim.limit;
@@ -358,26 +335,36 @@ impl Work for PgStore {
             .map_err(|e| self.lost(e))?;
             limit = limit.min(room.unwrap_or(limit));
         }
+        // The queue's row is locked before any rate limit's, as by `queue_room`.
+        let room = match per_tenant {
+            Some(queue) => fair::tenant_room::<Postgres>(&mut tx, &self.schema, queue, claim.now)
+                .await
+                .map_err(|e| self.lost_in(e))?,
+            None => None,
+        };
         let taken = rates::take_all::<Postgres>(&mut tx, &self.schema, keys, claim.now)
             .await
             .map_err(|e| self.lost_in(e))?;
         limit = taken.room(limit);
-        let jobs = if limit > 0 {
+        let (jobs, turn) = if limit > 0 {
             let claim = super::super::Claim {
-                limit,
                 capped: false,
                 ..*claim
             };
-            self.claim_on(&mut tx, &claim).await?
+            fair::claim_within(self, &mut *tx, &claim, limit, room.as_ref()).await?
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
         let opens_at = taken
             .spend::<Postgres>(&mut tx, &self.schema, jobs.len(), claim.now)
             .await
             .map_err(|e| self.lost_in(e))?;
         tx.commit().await.map_err(|e| self.lost(e))?;
-        Ok(RatedClaim { jobs, opens_at })
+        Ok(RatedClaim {
+            jobs,
+            opens_at,
+            turn,
+        })
     }
 
     /// Finalizes successful runs; returns the ids whose lease was still held.

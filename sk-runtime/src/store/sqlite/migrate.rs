@@ -54,6 +54,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "fair claims across tenants",
         include_str!("../../../migrations/sqlite/0010_fair_claims.sql"),
     ),
+    (
+        11,
+        "running jobs limited per tenant",
+        include_str!("../../../migrations/sqlite/0011_tenant_limits.sql"),
+    ),
 ];
 
 /// Migration 6's checks, as (table, the value a row's column must meet, per column):

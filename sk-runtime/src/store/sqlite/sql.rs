@@ -15,6 +15,7 @@ pub(crate) struct Statements {
     pub(super) enqueue_many_uniform: String,
     pub(super) claim: String,
     pub(super) claim_key: String,
+    pub(super) claim_untenanted: String,
     pub(super) claim_capped: String,
     /// The rows of a batch of failures this worker still holds, as one JSON array of
     /// `Row` objects.
@@ -173,6 +174,12 @@ impl Statements {
             // (`CROSS JOIN` reads the temp table first: else SQLite may start from the
             // running-jobs index, which `task_locked_by = $6` matches, and read every lease.)
             claim: claim_of(&due),
+            // `claim` of the jobs without a tenant (what a claim of a queue with a limit
+            // per tenant takes after each tenant's, `fair::claim_within`).
+            claim_untenanted: claim_of(&due.replace(
+                "AND ($7 IS NULL OR task_tenant IN (SELECT value FROM json_each($7)))",
+                "AND task_tenant IS NULL",
+            )),
             // `claim` of one tenant (`$7`'s one) of one fair queue (`$3`'s one), through
             // the fair index in the claim's order (migration 10). Named: after `ANALYZE`,
             // SQLite preferred skipping through the claim-order index, past every other

@@ -1,7 +1,7 @@
 //! The worker's pipeline on SQLite (the driver contract's `Work`): claims, outcomes, leases, ticks and upkeep.
 
 use super::*;
-use crate::store::fair::OfTenant;
+use crate::store::dialect::Boxed;
 
 impl SqliteStore {
     /// The claim's statement with `$1` to `$8` bound, asking for `limit` jobs.
@@ -23,65 +23,11 @@ impl SqliteStore {
             .bind((!claim.paused.is_empty()).then(|| list(claim.paused)))
     }
 
-    /// Leases up to `limit` of the jobs `claim` asks for, on a connection that holds this
-    /// worker's turn to write: each with its lock handle. Candidates another writer
-    /// leased between the claim's steps are claimed for again at once, until the claim
-    /// has its limit or lost none.
-    async fn claim_in(
-        &self,
-        conn: &mut SqliteConnection,
-        claim: &super::super::Claim<'_>,
-        limit: i64,
-    ) -> Result<Vec<(i64, ClaimedJob)>> {
-        let claim_sql = &self.sql().claim;
-        let (Some(after), Some([queue])) = (claim.fair, claim.queues) else {
-            return self.claim_rows(conn, claim_sql, claim, limit).await;
-        };
-        if claim.paused.contains(queue) || limit <= 0 {
-            return Ok(Vec::new());
-        }
-        let mut keys =
-            fair::due_keys::<Sqlite>(&mut *conn, &self.schema, queue, after, limit, claim.now)
-                .await?;
-        if let Some(tenants) = claim.tenants {
-            keys.retain(|k| tenants.contains(k));
-        }
-        let share = fair::share(limit, keys.len());
-        let mut jobs = Vec::new();
-        for key in &keys {
-            jobs.extend(self.claim_key(conn, claim, key, share).await?);
-        }
-        let left = limit - jobs.len() as i64;
-        let served = jobs.iter().map(OfTenant::tenant);
-        if let Some(key) = fair::refill(&keys, share, served).filter(|_| left > 0) {
-            let key = key.clone();
-            jobs.extend(self.claim_key(conn, claim, &key, left).await?);
-        }
-        // What the tenants left: the queue's order (jobs without a tenant among them).
-        let rest = limit - jobs.len() as i64;
-        if rest > 0 {
-            jobs.extend(self.claim_rows(conn, claim_sql, claim, rest).await?);
-        }
-        Ok(jobs)
-    }
-
-    /// Up to `limit` due jobs of tenant `key` in the fair queue `claim` names.
-    async fn claim_key(
-        &self,
-        conn: &mut SqliteConnection,
-        claim: &super::super::Claim<'_>,
-        key: &String,
-        limit: i64,
-    ) -> Result<Vec<(i64, ClaimedJob)>> {
-        let one = super::super::Claim {
-            tenants: Some(std::slice::from_ref(key)),
-            ..*claim
-        };
-        self.claim_rows(conn, &self.sql().claim_key, &one, limit)
-            .await
-    }
-
-    /// `claim_in` with the statement `sql` (`claim`, or `claim_key` of one tenant).
+    /// Leases up to `limit` of the jobs `claim` asks for by the statement `sql` (`claim`,
+    /// or `claim_key` of one tenant), on a connection that holds this worker's turn to
+    /// write: each with its lock handle. Candidates another writer leased between the
+    /// claim's steps are claimed for again at once, until the claim has its limit or lost
+    /// none.
     async fn claim_rows(
         &self,
         conn: &mut SqliteConnection,
@@ -139,11 +85,64 @@ fn in_order(mut jobs: Vec<(i64, ClaimedJob)>) -> Vec<ClaimedJob> {
     jobs.into_iter().map(|(_, job)| job).collect()
 }
 
+impl fair::Steps for SqliteStore {
+    type Conn = SqliteConnection;
+    type Job = (i64, ClaimedJob);
+
+    fn keys<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        queue: &'a str,
+        after: &'a str,
+        limit: i64,
+        now: DateTime<Utc>,
+    ) -> Boxed<'a, Vec<String>> {
+        fair::due_keys::<Sqlite>(conn, &self.schema, queue, after, limit, now)
+    }
+
+    /// Through the fair index, one statement for each tenant (`claim_key`).
+    async fn take(
+        &self,
+        conn: &mut SqliteConnection,
+        claim: &super::super::Claim<'_>,
+        keys: &[String],
+        each: i64,
+    ) -> Result<Vec<(i64, ClaimedJob)>> {
+        let mut jobs = Vec::new();
+        for key in keys {
+            let one = super::super::Claim {
+                tenants: Some(std::slice::from_ref(key)),
+                ..*claim
+            };
+            jobs.extend(
+                self.claim_rows(conn, &self.sql().claim_key, &one, each)
+                    .await?,
+            );
+        }
+        Ok(jobs)
+    }
+
+    async fn rest(
+        &self,
+        conn: &mut SqliteConnection,
+        claim: &super::super::Claim<'_>,
+        limit: i64,
+    ) -> Result<Vec<(i64, ClaimedJob)>> {
+        let sql = if claim.untenanted {
+            &self.sql().claim_untenanted
+        } else {
+            &self.sql().claim
+        };
+        self.claim_rows(conn, sql, claim, limit).await
+    }
+}
+
 impl Work for SqliteStore {
     async fn claim(&self, claim: &super::super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
         let capped = match claim.queues {
-            // A fair claim of a limited queue takes the room first, in one transaction.
-            Some([_]) if claim.capped && claim.fair.is_some() => {
+            // A fair claim of a limited queue takes the room first, in one transaction,
+            // as does a claim of a queue with a limit per tenant.
+            Some([_]) if claim.capped && claim.fair.is_some() || claim.tenant_capped => {
                 return Ok(self.claim_rated(claim, &[]).await?.jobs);
             }
             Some([queue]) if claim.capped => Some(queue),
@@ -167,7 +166,7 @@ impl Work for SqliteStore {
                 }
                 jobs
             }
-            None => self.claim_in(&mut conn, claim, claim.limit).await?,
+            None => fair::claim(self, &mut *conn, claim, claim.limit).await?,
         };
         drop((_turn, conn));
         Ok(in_order(jobs))
@@ -181,6 +180,7 @@ impl Work for SqliteStore {
         keys: &[(&'static str, &str)],
     ) -> Result<RatedClaim> {
         let capped = rates::capped_queue(claim)?;
+        let per_tenant = fair::tenant_capped_queue(claim)?;
         let (_turn, mut conn) = self.writing().await?;
         let mut tx = Self::write(&mut conn).await?;
         let mut limit = claim.limit;
@@ -189,12 +189,18 @@ impl Work for SqliteStore {
                 limit = limit.min(room);
             }
         }
+        let room = match per_tenant {
+            Some(queue) => {
+                fair::tenant_room::<Sqlite>(&mut tx, &self.schema, queue, claim.now).await?
+            }
+            None => None,
+        };
         let taken = rates::take_all::<Sqlite>(&mut tx, &self.schema, keys, claim.now).await?;
         limit = taken.room(limit);
-        let jobs = if limit > 0 {
-            self.claim_in(&mut tx, claim, limit).await?
+        let (jobs, turn) = if limit > 0 {
+            fair::claim_within(self, &mut *tx, claim, limit, room.as_ref()).await?
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
         let opens_at = taken
             .spend::<Sqlite>(&mut tx, &self.schema, jobs.len(), claim.now)
@@ -204,6 +210,7 @@ impl Work for SqliteStore {
         Ok(RatedClaim {
             jobs: in_order(jobs),
             opens_at,
+            turn,
         })
     }
 
