@@ -51,7 +51,9 @@
 //! - `burn_down_tenant_limit`: the same 8 tenants' no-ops at concurrency 16 under a limit
 //!   of running jobs per tenant as high as the concurrency (so it never binds), beside
 //!   `burn_down_c16`: what the queue's row lock, the count of each tenant's running jobs
-//!   and the claims per tenant cost, without the prefetch.
+//!   and the claims per tenant cost, without the prefetch; then under a rate limit per
+//!   tenant that never binds (10^9 a second): what reading and writing each tenant's log
+//!   of starts adds.
 //! - `failure_storm`: `burn_down` of jobs whose first run fails and whose retry (at once)
 //!   succeeds, every job run twice; beside `burn_down` of no-op jobs, its ratio says what
 //!   a storm of failures costs against the same number of successes, and
@@ -487,6 +489,15 @@ async fn run() -> Result<(), BoxError> {
             }),
         )
         .await?;
+        b.measure_pair(
+            ("burn_down_c16_tenant_rate", "jobs/s", &|b| {
+                Box::pin(b.burn_down_tenant_rate(n, 16))
+            }),
+            ("burn_down_c16_tenant_limit", "jobs/s", &|b| {
+                Box::pin(b.burn_down_tenant_limit(n, 16))
+            }),
+        )
+        .await?;
     }
     if b.wants("burn_down_c1") {
         let n = b.args.single;
@@ -870,6 +881,17 @@ impl Bench {
         client.set_tenant_limit(QUEUE_OF_NOOP, limit).await?;
         let result = self.burn_down(n, concurrency, Load::Fair).await;
         client.set_tenant_limit(QUEUE_OF_NOOP, None).await?;
+        result
+    }
+
+    async fn burn_down_tenant_rate(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+        let client = Client::new(self.pool.clone()).schema(self.schema.clone());
+        let open = RateLimit::new(1_000_000_000, Duration::from_secs(1))?;
+        client
+            .set_tenant_rate_limit(QUEUE_OF_NOOP, Some(open))
+            .await?;
+        let result = self.burn_down(n, concurrency, Load::Fair).await;
+        client.set_tenant_rate_limit(QUEUE_OF_NOOP, None).await?;
         result
     }
 

@@ -149,6 +149,12 @@ each_backend! {
         assert!(err.starts_with("sk: error: invalid tenant limit: 0 is not between 1 and"), "{err}");
         assert_eq!(sk(&url, &["limit", "mail", "--per-tenant", "none"]).await.0, 0);
         assert!(client.queues().await.unwrap().iter().all(|q| q.tenant_limit.is_none()));
+        let (code, out, _) = sk(&url, &["limit", "mail", "--per-tenant-rate", "10/1s"]).await;
+        assert_eq!((code, out.trim()), (0, "mail: at most 10 starts of each tenant in any 1s across all workers"));
+        let (code, out, _) = sk(&url, &["status"]).await;
+        assert!(code == 0 && out.contains("10/1s"), "{out}");
+        assert_eq!(sk(&url, &["limit", "mail", "--per-tenant-rate", "none"]).await.0, 0);
+        assert!(client.queues().await.unwrap().iter().all(|q| q.tenant_rate_limit.is_none()));
 
         let (code, out, _) = sk(&url, &["run-now", &waiting.to_string()]).await;
         assert_eq!((code, out.trim()), (0, format!("{waiting}: Rescheduled").as_str()));

@@ -387,9 +387,146 @@ each_backend! {
             assert!(c.len() == 3 && c[2] < 20, "c's jobs started at {c:?}");
         }
 
+        // The claims passed over the floods at their limit, and the workers counted it.
+        let held = "SELECT count(*) FROM sk_metrics_t
+            WHERE metric_id = 'tenants_held_by_limit' AND metric_value > 0";
+        assert!(db.scalar(held, None).await.unwrap_or(0) >= 1, "tenants_held_by_limit");
+
         client.set_tenant_limit("per_tenant", None).await.unwrap();
         let state = client.queues().await.unwrap();
         assert_eq!(state.iter().find(|q| q.name == "per_tenant").and_then(|q| q.tenant_limit), None);
+        db.drop().await;
+    }
+}
+
+/// A call to a downstream that gives each account (the job's tenant) its own quota; job
+/// 0 of tenant "a" first hears "429, retry after 2 s" when `refused` says so.
+#[job(queue = "per_account")]
+async fn account_call(n: u32, refused: Data<Refused>) -> Result<(), JobError> {
+    let mut refused = refused.lock().unwrap();
+    if n == 0 && refused.is_none() {
+        *refused = Some(Utc::now());
+        return Err(JobError::rate_limited(Duration::from_secs(2)));
+    }
+    Ok(())
+}
+
+/// Each job's tenant and first start, from the record.
+async fn starts_by_tenant(client: &Client, ids: &[uuid::Uuid]) -> Vec<(String, DateTime<Utc>)> {
+    let mut starts = Vec::new();
+    for id in ids {
+        let record = client.job(*id).await.unwrap().unwrap();
+        assert_eq!(record.status(), JobStatus::Processed);
+        let attempts = record.attempts();
+        starts.push((
+            record.tenant.clone().unwrap_or_default(),
+            attempts[0].started_at.unwrap(),
+        ));
+    }
+    starts.sort_by_key(|s| s.1);
+    starts
+}
+
+each_backend! {
+    async fn a_rate_limit_per_tenant_holds_each_tenant_in_every_window(db) {
+        let client = client(&db);
+        let limit: RateLimit = "10/1s".parse().unwrap();
+        client.set_tenant_rate_limit("per_account", Some(limit)).await.unwrap();
+        let state = client.queues().await.unwrap();
+        let queue = state.iter().find(|q| q.name == "per_account").unwrap();
+        assert_eq!((queue.tenant_rate_limit, queue.rate_limit.is_none()), (Some(limit), true));
+
+        // 3 windows' worth of a's and b's, a few of c's, and jobs without a tenant; the
+        // handler is never refused (`refused` set).
+        let job = |tenant: &str, n: u32| {
+            let job = Enqueue::new(AccountCall::new(n));
+            if tenant.is_empty() { job } else { job.with_tenant(tenant) }
+        };
+        let jobs = (1..=25)
+            .flat_map(|n| [job("a", n), job("b", n)])
+            .chain((1..=4).map(|n| job("c", n)))
+            .chain((1..=5).map(|n| job("", n)));
+        let ids = AccountCall::enqueue_many(&db.pool, jobs).await.unwrap();
+        let refused = Refused::new(Mutex::new(Some(Utc::now())));
+        let workers: Vec<RunningWorker> = (0..3)
+            .map(|_| {
+                RunningWorker::start(
+                    worker(&db, &[AccountCall::TASK_TYPE]).concurrency(8).data(Arc::clone(&refused)),
+                )
+            })
+            .collect();
+        for id in &ids {
+            client.wait(*id, T).await.unwrap();
+        }
+        for w in workers {
+            w.stop().await;
+        }
+
+        let starts = starts_by_tenant(&client, &ids).await;
+        let first = starts[0].1;
+        let second = chrono::Duration::seconds(1);
+        for tenant in ["a", "b", "c"] {
+            let mine: Vec<DateTime<Utc>> =
+                starts.iter().filter(|s| s.0 == tenant).map(|s| s.1).collect();
+            for (i, from) in mine.iter().enumerate() {
+                let within = mine[i..].iter().take_while(|t| **t < *from + second).count();
+                assert!(within <= 10, "{tenant}: {within} starts in the second from {from}");
+            }
+        }
+        // Each tenant drains at its own limit, beside the others: a's and b's 25 take 2 s
+        // from the first start to their last (not 5 s, one after the other), and c's few
+        // start in the first second.
+        for tenant in ["a", "b"] {
+            let last = starts.iter().filter(|s| s.0 == tenant).map(|s| s.1).max().unwrap();
+            let span = (last - first).to_std().unwrap();
+            assert!(span >= Duration::from_secs(2), "{tenant}: {span:?}");
+            assert!(span < Duration::from_millis(3_500), "{tenant} drained below its limit: {span:?}");
+        }
+        let c_last = starts.iter().filter(|s| s.0 == "c").map(|s| s.1).max().unwrap();
+        assert!(c_last - first < second, "c waited for the others: {:?}", c_last - first);
+
+        client.set_tenant_rate_limit("per_account", None).await.unwrap();
+        let state = client.queues().await.unwrap();
+        assert!(state.iter().all(|q| q.tenant_rate_limit.is_none()));
+        db.drop().await;
+    }
+}
+
+each_backend! {
+    async fn a_rate_limited_handler_holds_its_tenant_and_not_the_others(db) {
+        let client = client(&db);
+        let limit = "100/1s".parse().unwrap();
+        client.set_tenant_rate_limit("per_account", Some(limit)).await.unwrap();
+        let refused = Refused::default();
+        let w = RunningWorker::start(
+            worker(&db, &[AccountCall::TASK_TYPE]).concurrency(4).data(Arc::clone(&refused)),
+        );
+        // a's job 0 hears "429, retry after 2 s"; its tenant's limit is held until then.
+        let zero = Enqueue::new(AccountCall::new(0)).with_tenant("a").enqueue(&db.pool).await.unwrap();
+        let held = "SELECT count(*) FROM sk_tenant_starts_t WHERE starts_held_until_ts IS NOT NULL";
+        wait_until("a's hold", T, || async { (db.scalar(held, None).await == Some(1)).then_some(()) })
+            .await;
+        let at = refused.lock().unwrap().expect("job 0 was refused");
+        let job = |tenant: &str, n: u32| Enqueue::new(AccountCall::new(n)).with_tenant(tenant);
+        let jobs = (1..=5).flat_map(|n| [job("a", n), job("b", n)]);
+        let ids = AccountCall::enqueue_many(&db.pool, jobs).await.unwrap();
+        for id in ids.iter().chain([&zero]) {
+            client.wait(*id, T).await.unwrap();
+        }
+        w.stop().await;
+
+        let starts = starts_by_tenant(&client, &ids).await;
+        let hold = chrono::Duration::seconds(2);
+        for (tenant, start) in &starts {
+            match tenant.as_str() {
+                "a" => assert!(*start >= at + hold, "a's job started at {start}, in its hold from {at}"),
+                _ => assert!(*start < at + hold / 2, "b's job waited for a's hold: {start}, from {at}"),
+            }
+        }
+        // Job 0 ran again after the hold, and kept its attempts (a snooze uses none).
+        let zero = client.job(zero).await.unwrap().unwrap();
+        assert_eq!(zero.status(), JobStatus::Processed);
+        assert!(zero.attempts().last().unwrap().started_at.unwrap() >= at + hold);
         db.drop().await;
     }
 }

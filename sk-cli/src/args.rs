@@ -110,12 +110,13 @@ pub(crate) enum Command {
     },
     /// Set a queue's concurrency limit across all workers (or remove it with `none`),
     /// each of its tenants' (`--per-tenant 4`, or `--per-tenant none`), its rate limit
-    /// (`--rate 100/1m`, or `--rate none`), or several.
+    /// (`--rate 100/1m`, or `--rate none`), each of its tenants' rate limit
+    /// (`--per-tenant-rate 10/1s`), or several.
     Limit {
         /// The queue.
         queue: String,
         /// At most this many of its jobs at once, or `none`.
-        #[arg(required_unless_present_any = ["rate", "per_tenant"])]
+        #[arg(required_unless_present_any = ["rate", "per_tenant", "per_tenant_rate"])]
         limit: Option<String>,
         /// At most this many jobs of each of its tenants at once over every worker, or
         /// `none`.
@@ -125,6 +126,10 @@ pub(crate) enum Command {
         /// or `3/h`, or `none`.
         #[arg(long)]
         rate: Option<String>,
+        /// At most this many starts of each of its tenants per window over every worker,
+        /// as `10/1s`, or `none`.
+        #[arg(long)]
+        per_tenant_rate: Option<String>,
     },
     /// Errors grouped by type and message.
     Errors {

@@ -72,9 +72,7 @@ pub(crate) async fn status(
             control
                 .and_then(|q| q.global_limit)
                 .map_or_else(String::new, |n| n.to_string()),
-            control
-                .and_then(|q| q.tenant_limit)
-                .map_or_else(String::new, |n| n.to_string()),
+            control.map_or_else(String::new, per_tenant_cell),
             control
                 .and_then(|q| q.rate_limit.as_ref())
                 .map_or_else(String::new, rate_cell),
@@ -479,6 +477,18 @@ pub(crate) async fn act(
     Ok(())
 }
 
+/// A queue's limits per tenant as `sk status` and the dashboard show them: "2", "10/1s"
+/// or "2, 10/1s" ("" for none).
+pub(crate) fn per_tenant_cell(queue: &sk_runtime::QueueState) -> String {
+    let running = queue.tenant_limit.map(|n| n.to_string());
+    let rate = queue.tenant_rate_limit.map(|r| r.to_string());
+    running
+        .into_iter()
+        .chain(rate)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// A limit of running jobs as given (`what`: "limit"): a number from 1, or `none`.
 fn running_limit(what: &str, text: Option<&str>) -> Result<Option<Option<u32>>, Failure> {
     text.map(|text| match text {
@@ -491,25 +501,37 @@ fn running_limit(what: &str, text: Option<&str>) -> Result<Option<Option<u32>>, 
     .transpose()
 }
 
-/// `sk limit`: sets or lifts a queue's concurrency limit, each of its tenants', its
-/// rate limit, or several.
-pub(crate) async fn limit(
-    client: &Client,
-    queue: &str,
-    limit: Option<&str>,
-    per_tenant: Option<&str>,
-    rate: Option<&str>,
-    json: bool,
-    out: &mut dyn Write,
-) -> Result<(), Failure> {
-    let limit = running_limit("limit", limit)?;
-    let per_tenant = running_limit("--per-tenant", per_tenant)?;
-    let rate = rate
+/// The limits `sk limit` changes, as given (each `None` when not).
+pub(crate) struct Limits<'a> {
+    pub(crate) running: Option<&'a str>,
+    pub(crate) per_tenant: Option<&'a str>,
+    pub(crate) rate: Option<&'a str>,
+    pub(crate) per_tenant_rate: Option<&'a str>,
+}
+
+/// A rate limit as given: `100/1m`, or `none`.
+fn rate_limit(text: Option<&str>) -> Result<Option<Option<sk_runtime::RateLimit>>, Failure> {
+    Ok(text
         .map(|text| match text {
             "none" => Ok(None),
             r => r.parse::<sk_runtime::RateLimit>().map(Some),
         })
-        .transpose()?;
+        .transpose()?)
+}
+
+/// `sk limit`: sets or lifts a queue's concurrency limit, each of its tenants', its
+/// rate limit, each of its tenants' rate limit, or several.
+pub(crate) async fn limit(
+    client: &Client,
+    queue: &str,
+    change: &Limits<'_>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    let limit = running_limit("limit", change.running)?;
+    let per_tenant = running_limit("--per-tenant", change.per_tenant)?;
+    let rate = rate_limit(change.rate)?;
+    let tenant_rate = rate_limit(change.per_tenant_rate)?;
     let mut said = Vec::new();
     let mut record = serde_json::json!({ "queue": queue });
     if let Some(limit) = limit {
@@ -538,6 +560,18 @@ pub(crate) async fn limit(
                 humantime::format_duration(r.window)
             ),
             None => "no rate limit".to_owned(),
+        });
+    }
+    if let Some(rate) = tenant_rate {
+        client.set_tenant_rate_limit(queue, rate).await?;
+        record["tenant_rate_limit"] = serde_json::json!(rate);
+        said.push(match rate {
+            Some(r) => format!(
+                "at most {} starts of each tenant in any {} across all workers",
+                r.count,
+                humantime::format_duration(r.window)
+            ),
+            None => "no rate limit per tenant".to_owned(),
         });
     }
     say(out, json, &record, || {

@@ -206,17 +206,15 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
             limit,
             per_tenant,
             rate,
+            per_tenant_rate,
         } => {
-            commands::limit(
-                &client,
-                &queue,
-                limit.as_deref(),
-                per_tenant.as_deref(),
-                rate.as_deref(),
-                json,
-                out,
-            )
-            .await
+            let change = commands::Limits {
+                running: limit.as_deref(),
+                per_tenant: per_tenant.as_deref(),
+                rate: rate.as_deref(),
+                per_tenant_rate: per_tenant_rate.as_deref(),
+            };
+            commands::limit(&client, &queue, &change, json, out).await
         }
         Command::Errors { since, limit } => {
             let groups = client.error_groups(ago(since)?, limit).await?;

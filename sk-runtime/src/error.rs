@@ -216,7 +216,9 @@ impl JobError {
     /// job again after `retry_after` without using an attempt, as [`JobError::snooze`],
     /// and hold its queue's rate limit shut until then, so no worker starts another job
     /// of that queue before the downstream is ready ("holds the key, not just the job").
-    /// Other queues run on. A queue without a rate limit (`Client::set_rate_limit`) has
+    /// Other queues run on. In a queue with a rate limit per tenant
+    /// (`Client::set_tenant_rate_limit`), the job's tenant's limit is held too, and the
+    /// other tenants run on. A queue without a rate limit (`Client::set_rate_limit`) has
     /// no limit to hold: then only this job waits.
     ///
     /// ```

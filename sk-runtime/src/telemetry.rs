@@ -13,7 +13,7 @@
 //! | `sk_jobs_cancelled_total` | counter | `task_type`, `queue` | running jobs stopped by a cancel (on this worker) |
 //! | `sk_job_run_seconds` | histogram | `task_type`, `queue` | run time of each recorded run |
 //! | `sk_job_queue_wait_seconds` | histogram | `task_type`, `queue` | from posting to the first start (includes a scheduled delay) |
-//! | `sk_claims_held_total` | counter | `queue`, `task_type`, `limit` | claims a limit held back (`limit="rate"`: the rate limit of the queue or of the job type, the other label `""`, let fewer jobs start than were due and wanted; the claim waits for the window to open) |
+//! | `sk_claims_held_total` | counter | `queue`, `task_type`, `limit` | claims a limit held back (`limit="rate"`: the rate limit of the queue or of the job type, the other label `""`, let fewer jobs start than were due and wanted; the claim waits for the window to open; `limit="tenant"`: the claim passed over tenants with due jobs at their limit per tenant) |
 //! | `sk_queue_jobs` | gauge | `queue`, `state` | jobs by state, read every [`WorkerBuilder::queue_depth_metrics`](crate::WorkerBuilder::queue_depth_metrics) interval |
 //!
 //! # OpenTelemetry
@@ -70,6 +70,12 @@ pub(crate) fn finished(
 /// type's (`task_type`, else "").
 pub(crate) fn rate_held(queue: &str, task_type: &str) {
     counter!("sk_claims_held_total", "queue" => queue.to_owned(), "task_type" => task_type.to_owned(), "limit" => "rate")
+        .increment(1);
+}
+
+/// A claim of `queue` that passed over tenants with due jobs at their limit per tenant.
+pub(crate) fn tenant_held(queue: &str) {
+    counter!("sk_claims_held_total", "queue" => queue.to_owned(), "task_type" => "", "limit" => "tenant")
         .increment(1);
 }
 

@@ -30,7 +30,7 @@ pub(super) async fn queues(State(app): Shared) -> Page {
                             td { (q.pending) }
                             td { (q.running) }
                             td { (q.global_limit.map_or_else(|| "none".to_owned(), |n| n.to_string())) }
-                            td { (q.tenant_limit.map_or_else(|| "none".to_owned(), |n| n.to_string())) }
+                            td { (Some(crate::commands::per_tenant_cell(q)).filter(|c| !c.is_empty()).unwrap_or_else(|| "none".to_owned())) }
                             td.rate { (q.rate_limit.as_ref().map_or_else(|| "none".to_owned(), rate_cell)) }
                             td.state {
                                 @match q.paused_at {

@@ -299,6 +299,37 @@ impl Client {
             .await
     }
 
+    /// Limits how many jobs of each tenant of `queue` (`Enqueue::with_tenant`) start per
+    /// time window over every worker (`"10/1s"`: at most 10 starts of each tenant in any
+    /// second); `None` lifts the limit. Persisted, and read by every worker within a
+    /// second. Jobs without a tenant are not limited by it. Use it for a downstream that
+    /// gives each account its own quota: the account is the job's tenant.
+    ///
+    /// Each tenant has its own sliding log of starts (as [`Client::set_rate_limit`]'s),
+    /// written by the claims that start its jobs. A claim of the queue serves the tenants
+    /// with due jobs in turn, each up to what its log lets start (and, with
+    /// [`Client::set_tenant_limit`] too, its running jobs): a tenant at its limit holds
+    /// back its own jobs and no one else's, and a worker whose claim found every tenant
+    /// held sleeps until the first opens. A handler's [`JobError::rate_limited`] holds
+    /// its job's tenant shut until then, not the other tenants.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad queue name; the database fails.
+    ///
+    /// [`JobError::rate_limited`]: crate::JobError::rate_limited
+    pub async fn set_tenant_rate_limit(&self, queue: &str, limit: Option<RateLimit>) -> Result<()> {
+        crate::model::check_name("queue name", queue)?;
+        self.pool
+            .set_rate_limit(
+                &self.schema,
+                crate::store::tenants::TENANT,
+                queue,
+                limit,
+                self.now(),
+            )
+            .await
+    }
+
     /// The rate limits of job types (`#[job(rate = "100/1m")]`, written by each worker
     /// that runs the type when it starts), by type: each limit with the starts of the
     /// window that ends now and when it opens next if it is full. A queue's rate limit is

@@ -398,6 +398,9 @@ pub struct QueueState {
     /// At most this many jobs of each of its tenants run at once over all workers
     /// ([`Client::set_tenant_limit`](crate::Client::set_tenant_limit)).
     pub tenant_limit: Option<u32>,
+    /// At most so many jobs of each of its tenants start per time window over all workers
+    /// ([`Client::set_tenant_rate_limit`](crate::Client::set_tenant_rate_limit)).
+    pub tenant_rate_limit: Option<crate::model::RateLimit>,
     /// At most so many of its jobs start per time window over all workers, and how many
     /// did in the window that ends now
     /// ([`Client::set_rate_limit`](crate::Client::set_rate_limit)).

@@ -1,15 +1,17 @@
-//! Fair claims across tenants, written once over the [`Dialect`]: which tenants of a queue
-//! have due jobs, in turn after the last one served, and how many jobs each may take of
-//! one claim. Each backend's claim then takes each tenant's jobs in the claim's order
-//! through the queue's fair index (PostgreSQL migration 19) and fills what is left of the
-//! claim in the queue's own order (`Claim::fair`).
+//! Fair claims across tenants, written once over the [`Dialect`] and a backend's claim
+//! [`Steps`]: which tenants of a queue have due jobs, in turn after the last one served,
+//! and how many jobs each may take of one claim ([`claim`]), or, under limits per tenant
+//! (`store::tenants`), of its room ([`claim_within`]). Each backend's steps take each
+//! tenant's jobs in the claim's order through the queue's fair index (PostgreSQL
+//! migration 19), and what is left of the claim in the queue's own order
+//! (`Claim::fair`).
 
-use std::collections::HashMap;
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
 
 use super::dialect::{Arg, Boxed, Dialect};
+use super::tenants::TenantRoom;
 use super::{Claim, Schema};
 use crate::error::Result;
 
@@ -37,6 +39,27 @@ pub(crate) trait Steps {
         keys: &[String],
         each: i64,
     ) -> impl Future<Output = Result<Vec<Self::Job>>> + Send;
+    /// The logs of starts of `tenants` of `queue` that have one ([`tenants::logs`]).
+    ///
+    /// [`tenants::logs`]: super::tenants::logs
+    fn tenant_logs<'a>(
+        &'a self,
+        conn: &'a mut Self::Conn,
+        queue: &'a str,
+        tenants: &'a [String],
+        limit: crate::model::RateLimit,
+        now: DateTime<Utc>,
+    ) -> Boxed<'a, std::collections::HashMap<String, super::tenants::Log>>;
+    /// Writes the tenants' logs of starts `logs` ([`tenants::record`]).
+    ///
+    /// [`tenants::record`]: super::tenants::record
+    fn record_starts<'a>(
+        &'a self,
+        conn: &'a mut Self::Conn,
+        queue: &'a str,
+        logs: &'a [(String, String)],
+        now: DateTime<Utc>,
+    ) -> Boxed<'a, ()>;
     /// Up to `limit` of the jobs `claim` asks for, in the queues' order (of those
     /// without a tenant only, if `claim.untenanted`).
     fn rest(
@@ -89,40 +112,58 @@ pub(crate) async fn claim<S: Steps + Sync>(
     Ok(jobs)
 }
 
-/// A queue's limit of running jobs per tenant, and each tenant's running jobs, as a
-/// claim of the queue read them under the queue's row lock.
-pub(crate) struct TenantRoom {
-    pub(crate) limit: i64,
-    pub(crate) running: HashMap<String, i64>,
+/// A tenant and how many of its jobs may start now.
+type Roomed<'a> = (&'a String, i64);
+
+/// What [`claim_within`] took.
+pub(crate) struct Served<J> {
+    pub(crate) jobs: Vec<J>,
+    /// Of a queue with limits per tenant: the tenant the next claim's turn begins after.
+    pub(crate) turn: Option<String>,
+    /// Tenants with due jobs passed over at their limits.
+    pub(crate) passed: usize,
+    /// When the first of those may start a job, if each was held by its rate and the
+    /// claim took nothing.
+    pub(crate) opens_at: Option<DateTime<Utc>>,
 }
 
-impl TenantRoom {
-    /// How many more jobs of `tenant` may start.
-    fn of(&self, tenant: &str) -> i64 {
-        (self.limit - self.running.get(tenant).copied().unwrap_or(0)).max(0)
+impl<J> Served<J> {
+    pub(crate) fn none() -> Self {
+        Served {
+            jobs: Vec::new(),
+            turn: None,
+            passed: 0,
+            opens_at: None,
+        }
     }
 }
 
-/// Up to `limit` of the jobs `claim` asks for, in the transaction on `conn`, and the
-/// tenant the next claim's turn begins after if the claim says: of a queue with a limit
-/// per tenant (`room`, read first by [`tenant_room`] under the queue's row lock), the
-/// tenants with due jobs in turn after `claim.fair`, each up to an equal share of the
-/// claim and its own room (its limit less its running jobs), then more of those that
-/// filled their share while they have room, then jobs without a tenant in the queue's
-/// order; a tenant at its limit is passed over and holds back no one else's jobs. Of
-/// other queues, [`claim`].
+/// Up to `limit` of the jobs `claim` asks for, in the transaction on `conn`. Of a queue
+/// with limits per tenant (`room`, read first by [`tenants::room`] under the queue's
+/// locks): the tenants with due jobs in turn after `claim.fair`, each up to an equal
+/// share of the claim and its own room (the least its limits leave it), then more of
+/// those that filled their share while they have room, then jobs without a tenant in the
+/// queue's order; a tenant at its limit is passed over and holds back no one else's
+/// jobs; the tenants' starts are recorded against their rate. Of other queues,
+/// [`claim`].
+///
+/// [`tenants::room`]: super::tenants::room
 pub(crate) async fn claim_within<S: Steps + Sync>(
     store: &S,
     conn: &mut S::Conn,
     claim: &Claim<'_>,
     limit: i64,
-    room: Option<&TenantRoom>,
-) -> Result<(Vec<S::Job>, Option<String>)> {
+    room: Option<&mut TenantRoom>,
+) -> Result<Served<S::Job>> {
     let (Some(room), Some(after), Some([queue])) = (room, claim.fair, claim.queues) else {
-        return Ok((self::claim(store, conn, claim, limit).await?, None));
+        let jobs = self::claim(store, conn, claim, limit).await?;
+        return Ok(Served {
+            jobs,
+            ..Served::none()
+        });
     };
     if claim.paused.contains(queue) || limit <= 0 {
-        return Ok((Vec::new(), None));
+        return Ok(Served::none());
     }
     // Tenants at their limit are passed over, so more are read than the claim can serve.
     let read = limit.saturating_mul(2).clamp(8, 256);
@@ -130,11 +171,15 @@ pub(crate) async fn claim_within<S: Steps + Sync>(
     if let Some(tenants) = claim.tenants {
         keys.retain(|k| tenants.contains(k));
     }
-    let mut open: Vec<(&String, i64)> = keys
+    if let Some(rate) = room.rate {
+        room.logs = store
+            .tenant_logs(conn, queue, &keys, rate, claim.now)
+            .await?;
+    }
+    let (mut open, held): (Vec<Roomed<'_>>, Vec<Roomed<'_>>) = keys
         .iter()
         .map(|k| (k, room.of(k)))
-        .filter(|(_, n)| *n > 0)
-        .collect();
+        .partition(|(_, n)| *n > 0);
     let served_all = i64::try_from(open.len()).is_ok_and(|n| n <= limit);
     open.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
     // The next turn begins after the last tenant served, or, when every tenant with
@@ -180,6 +225,10 @@ pub(crate) async fn claim_within<S: Steps + Sync>(
             );
         }
     }
+    let logs = room.record(jobs.iter().filter_map(OfTenant::tenant));
+    if !logs.is_empty() {
+        store.record_starts(conn, queue, &logs, claim.now).await?;
+    }
     let rest = limit - jobs.len() as i64;
     if rest > 0 && claim.tenants.is_none() {
         let untenanted = Claim {
@@ -189,65 +238,18 @@ pub(crate) async fn claim_within<S: Steps + Sync>(
         };
         jobs.extend(store.rest(conn, &untenanted, rest).await?);
     }
-    Ok((jobs, turn))
-}
-
-/// The one queue of a claim with a limit per tenant (`claim.tenant_capped`).
-///
-/// # Errors
-/// Such a claim of no queue or several, or without a turn (a bug in the producer).
-pub(crate) fn tenant_capped_queue<'a>(claim: &Claim<'a>) -> Result<Option<&'a str>> {
-    match (claim.tenant_capped, claim.queues, claim.fair) {
-        (false, _, _) => Ok(None),
-        (true, Some([queue]), Some(_)) => Ok(Some(queue)),
-        (true, _, _) => Err(crate::Error::invalid(
-            "claim",
-            "a claim under a limit per tenant names exactly one queue and its turn",
-        )),
-    }
-}
-
-/// The limit per tenant of `queue` (`None`: it has none) and each tenant's running jobs
-/// at `now`, with the queue's row locked until the transaction on `conn` ends (SQLite's
-/// write transaction serializes them anyway), so claims of the queue take turns, each
-/// counting after the one before committed. The running jobs are read through the
-/// running-jobs index (PostgreSQL migration 8).
-pub(crate) fn tenant_room<'a, D: Dialect>(
-    conn: &'a mut D::Connection,
-    schema: &'a Schema,
-    queue: &'a str,
-    now: DateTime<Utc>,
-) -> Boxed<'a, Option<TenantRoom>>
-where
-    (Option<i64>,): for<'r> sqlx::FromRow<'r, D::Row>,
-    (String, i64): for<'r> sqlx::FromRow<'r, D::Row>,
-{
-    Box::pin(async move {
-        let lock = format!(
-            "SELECT {} FROM {} WHERE queue_name = $1{}",
-            D::bigint("queue_tenant_limit"),
-            D::table(schema, "queues_t"),
-            D::for_update()
-        );
-        let rows: Vec<(Option<i64>,)> =
-            D::fetch_all_on(&mut *conn, &lock, &[Arg::Text(Some(queue))]).await?;
-        let Some(limit) = rows.first().and_then(|r| r.0) else {
-            return Ok(None);
-        };
-        let count = format!(
-            "SELECT {}, {} FROM {} WHERE task_queue = $1 AND task_locked_by IS NOT NULL
-                AND task_locked_until_ts > $2 AND task_tenant IS NOT NULL
-             GROUP BY task_tenant",
-            D::text("task_tenant"),
-            D::bigint("count(*)"),
-            D::table(schema, "tasks_queue_t")
-        );
-        let args = [Arg::Text(Some(queue)), Arg::Time(now)];
-        let running: Vec<(String, i64)> = D::fetch_all_on(conn, &count, &args).await?;
-        Ok(Some(TenantRoom {
-            limit,
-            running: running.into_iter().collect(),
-        }))
+    // Only a claim that found nothing to start waits for the first opening: one that
+    // started jobs claims again as they end, and so serves the other tenants at once.
+    let opens_at = if jobs.is_empty() && !held.is_empty() {
+        room.opens_at(held.iter().map(|(k, _)| *k))
+    } else {
+        None
+    };
+    Ok(Served {
+        jobs,
+        turn,
+        passed: held.len(),
+        opens_at,
     })
 }
 

@@ -25,6 +25,7 @@ mod rows;
 mod schema;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
+pub(crate) mod tenants;
 mod wait;
 mod worker_rows;
 

@@ -249,12 +249,13 @@ pub(crate) fn running_limit_value(what: &'static str, limit: Option<u32>) -> Res
 pub(crate) type ControlRow = (String, Option<DateTime<Utc>>, Option<i64>, Option<i64>);
 
 /// Queue states from live counts per queue (available, scheduled, running) and the
-/// queues table's rows (name, pause time, global limit, limit per tenant) and the queues' rate limits, by
-/// name.
+/// queues table's rows (name, pause time, global limit, limit per tenant) and the queues'
+/// rate limits (of the queue, of each tenant), by name.
 pub(crate) fn merge_queue_states(
     live: Vec<(String, i64, i64, i64, i64)>,
     controlled: Vec<ControlRow>,
     rates: Vec<(String, crate::model::RateState)>,
+    tenant_rates: Vec<(String, crate::model::RateState)>,
 ) -> Vec<crate::model::QueueState> {
     fn empty(name: String) -> crate::model::QueueState {
         crate::model::QueueState {
@@ -262,6 +263,7 @@ pub(crate) fn merge_queue_states(
             paused_at: None,
             global_limit: None,
             tenant_limit: None,
+            tenant_rate_limit: None,
             rate_limit: None,
             available: 0,
             scheduled: 0,
@@ -291,6 +293,10 @@ pub(crate) fn merge_queue_states(
     for (name, rate) in rates {
         let state = by_name.entry(name.clone()).or_insert_with(|| empty(name));
         state.rate_limit = Some(rate);
+    }
+    for (name, rate) in tenant_rates {
+        let state = by_name.entry(name.clone()).or_insert_with(|| empty(name));
+        state.tenant_rate_limit = Some(rate.limit);
     }
     by_name.into_values().collect()
 }
@@ -343,6 +349,18 @@ impl Pool {
         until: DateTime<Utc>,
     ) -> crate::error::Result<bool> {
         on_backend!(self, pool => super::rates::hold(pool, schema, super::rates::QUEUE, queue, until).await)
+    }
+
+    /// Holds `tenant`'s rate limit in `queue` shut until `until` (a handler's
+    /// `JobError::rate_limited`); whether the queue has a rate limit per tenant.
+    pub(crate) async fn hold_tenant_rate_limit(
+        &self,
+        schema: &Schema,
+        queue: &str,
+        tenant: &str,
+        until: DateTime<Utc>,
+    ) -> crate::error::Result<bool> {
+        on_backend!(self, pool => super::tenants::hold(pool, schema, queue, tenant, until).await)
     }
 
     /// The rate limits of job types (`#[job(rate = "...")]`) as they stand at `now`, by

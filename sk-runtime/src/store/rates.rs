@@ -130,28 +130,35 @@ where
     })
 }
 
-/// The names with a limit: (queues, job types), by name, in one query.
+/// The names with a limit: (queues, job types, queues with a limit per tenant), by
+/// name, in one query.
 pub(crate) fn names<'a, D: Dialect>(
     pool: &'a sqlx::Pool<D>,
     schema: &'a Schema,
-) -> Boxed<'a, (Vec<String>, Vec<String>)>
+) -> Boxed<'a, (Vec<String>, Vec<String>, Vec<String>)>
 where
     (String, String): for<'r> sqlx::FromRow<'r, D::Row>,
 {
     Box::pin(async move {
         let sql = format!(
-            "SELECT {}, {} FROM {} WHERE limit_scope IN ($1, $2) ORDER BY limit_name",
+            "SELECT {}, {} FROM {} WHERE limit_scope IN ($1, $2, $3) ORDER BY limit_name",
             D::text("limit_scope"),
             D::text("limit_name"),
             D::table(schema, "rate_limits_t")
         );
-        let args = [Arg::Text(Some(QUEUE)), Arg::Text(Some(TYPE))];
+        let args = [
+            Arg::Text(Some(QUEUE)),
+            Arg::Text(Some(TYPE)),
+            Arg::Text(Some(super::tenants::TENANT)),
+        ];
         let rows: Vec<(String, String)> = D::fetch_all(pool, &sql, &args).await?;
-        let (queues, types): (Vec<_>, Vec<_>) = rows.into_iter().partition(|r| r.0 == QUEUE);
-        Ok((
-            queues.into_iter().map(|r| r.1).collect(),
-            types.into_iter().map(|r| r.1).collect(),
-        ))
+        let of = |scope: &str| -> Vec<String> {
+            rows.iter()
+                .filter(|r| r.0 == scope)
+                .map(|r| r.1.clone())
+                .collect()
+        };
+        Ok((of(QUEUE), of(TYPE), of(super::tenants::TENANT)))
     })
 }
 
@@ -174,6 +181,18 @@ pub(crate) struct RatedClaim {
     /// Of a queue with a limit per tenant: the tenant the next claim's turn begins after
     /// (`fair::claim_within`).
     pub(crate) turn: Option<String>,
+    /// Of a queue with a limit per tenant: the tenants with due jobs it passed over at
+    /// their limit.
+    pub(crate) held_tenants: usize,
+}
+
+/// When a claim held back by two limits may start a job: when both let it (`None`: one
+/// of them did not hold it).
+pub(crate) fn later(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The one queue of a claim with a global limit (`claim.capped`).

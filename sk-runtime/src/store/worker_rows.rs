@@ -31,12 +31,15 @@ where
             D::text("queue_name"),
             D::table(schema, "queues_t")
         );
-        let (rated, rated_types) = super::rates::names(pool, schema).await?;
-        Ok(QueueControls::from_rows(
-            D::fetch_all(pool, &sql, &[]).await?,
-            rated,
-            rated_types,
-        ))
+        let (rated, rated_types, tenant_rated) = super::rates::names(pool, schema).await?;
+        let mut controls =
+            QueueControls::from_rows(D::fetch_all(pool, &sql, &[]).await?, rated, rated_types);
+        // A queue with a rate limit per tenant is claimed as one with a limit of running
+        // jobs per tenant: tenant by tenant, under its locks.
+        controls.tenant_capped.extend(tenant_rated);
+        controls.tenant_capped.sort();
+        controls.tenant_capped.dedup();
+        Ok(controls)
     })
 }
 

@@ -201,6 +201,8 @@ struct Run {
     max_attempts: i32,
     /// Shared by the job's context and its outcome (its metrics' label).
     queue: Arc<str>,
+    /// The job's tenant (whose rate limit a handler's `JobError::rate_limited` holds).
+    tenant: Option<Arc<str>>,
     stopped: Arc<OnceLock<StopReason>>,
     completions: UnboundedSender<Completion>,
     permit: Slot,
@@ -276,6 +278,7 @@ fn begin(
         .expect("the claim selects only task types in the registry");
     let max_attempts = job.task_max_attempts;
     let queue: Arc<str> = Arc::from(std::mem::take(&mut job.task_queue));
+    let tenant: Option<Arc<str>> = job.task_tenant.as_deref().map(Arc::from);
     if job.task_attempt == 1 && job.unreadable.is_none() {
         let waited = (shared.now() - job.task_posted_at_ts).as_seconds_f64();
         crate::telemetry::waited(registration.task_type, &queue, waited);
@@ -333,6 +336,7 @@ fn begin(
             registration,
             max_attempts,
             queue,
+            tenant,
             stopped: stop,
             completions,
             permit,
@@ -401,6 +405,7 @@ impl Run {
             committed,
             millis,
             queue: self.queue,
+            tenant: self.tenant,
             slot: self.permit,
         });
     }

@@ -55,6 +55,9 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
         let known = controls.refresh(&shared).await;
         if shared.posted.swap(false, Ordering::Relaxed) | std::mem::take(&mut polled) {
             idle.clear();
+            // A queue limited per tenant held back by its tenants' rates may have jobs of
+            // another tenant now.
+            held.retain(|key, _| !known.tenant_capped.contains(&key.0));
         }
         // `more`: claim again at once; `later`: claim again when a slot frees.
         let (mut more, mut later) = (false, false);
@@ -231,7 +234,7 @@ impl Controls {
                         .write()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
                     if *known != read {
-                        tracing::info!(paused = ?read.paused, global_limits = ?read.capped, rate_limits = ?read.rated, "sk: queue controls");
+                        tracing::info!(paused = ?read.paused, global_limits = ?read.capped, rate_limits = ?read.rated, tenant_limits = ?read.tenant_capped, "sk: queue controls");
                         *known = read;
                     }
                 }
@@ -437,6 +440,12 @@ async fn claim(
         (shared.store.claim(&request).await?, None, None)
     } else {
         let rated = shared.store.claim_rated(&request, &keys).await?;
+        if rated.held_tenants > 0 {
+            Metrics::add(&shared.metrics.tenant_held, rated.held_tenants as u64);
+            crate::telemetry::tenant_held(
+                queues.and_then(|q| q.first()).map_or("", String::as_str),
+            );
+        }
         (rated.jobs, rated.opens_at, rated.turn)
     };
     let full = jobs.len() == free;

@@ -385,6 +385,8 @@ pub(crate) struct Metrics {
     pub(crate) claim_errors: AtomicU64,
     /// Claims a rate limit held back (it let fewer jobs start than were due and wanted).
     pub(crate) rate_held: AtomicU64,
+    /// Tenants with due jobs that claims passed over at their limit per tenant.
+    pub(crate) tenant_held: AtomicU64,
 }
 
 impl Metrics {
@@ -404,6 +406,7 @@ impl Metrics {
             ("jobs_snoozed", get(&self.snoozed)),
             ("claim_errors", get(&self.claim_errors)),
             ("claims_held_by_rate_limit", get(&self.rate_held)),
+            ("tenants_held_by_limit", get(&self.tenant_held)),
         ]
     }
 }

@@ -64,6 +64,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "running jobs limited per tenant",
         include_str!("../../../migrations/mysql/0012_tenant_limits.sql"),
     ),
+    (
+        13,
+        "rate limits per tenant",
+        include_str!("../../../migrations/mysql/0013_tenant_rates.sql"),
+    ),
 ];
 
 pub(crate) async fn migrate_to(pool: &MySqlPool, schema: &Schema, target: i32) -> Result<()> {

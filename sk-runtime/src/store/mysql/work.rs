@@ -189,6 +189,27 @@ impl fair::Steps for MySqlStore {
         fair::due_keys::<MySql>(conn, &self.schema, queue, after, limit, now)
     }
 
+    fn tenant_logs<'a>(
+        &'a self,
+        conn: &'a mut MySqlConnection,
+        queue: &'a str,
+        tenants: &'a [String],
+        limit: crate::model::RateLimit,
+        now: DateTime<Utc>,
+    ) -> Boxed<'a, std::collections::HashMap<String, tenants::Log>> {
+        tenants::logs::<MySql>(conn, &self.schema, queue, tenants, limit, now)
+    }
+
+    fn record_starts<'a>(
+        &'a self,
+        conn: &'a mut MySqlConnection,
+        queue: &'a str,
+        logs: &'a [(String, String)],
+        now: DateTime<Utc>,
+    ) -> Boxed<'a, ()> {
+        tenants::record::<MySql>(conn, &self.schema, queue, logs, now)
+    }
+
     /// Through the fair index, one statement for each tenant (`claim_key`).
     async fn take(
         &self,
@@ -237,7 +258,7 @@ impl Work for MySqlStore {
             self.fair_index().await?;
         }
         let capped = rates::capped_queue(claim)?;
-        let per_tenant = fair::tenant_capped_queue(claim)?;
+        let per_tenant = tenants::tenant_capped_queue(claim)?;
         retrying!(self, "a claim", |conn| {
             let mut tx = conn.begin_with(BEGIN).await?;
             let mut limit = claim.limit;
@@ -246,24 +267,24 @@ impl Work for MySqlStore {
                     limit = limit.min(room);
                 }
             }
-            let room = match per_tenant {
+            let mut room = match per_tenant {
                 Some(queue) => {
-                    fair::tenant_room::<MySql>(&mut tx, &self.schema, queue, claim.now).await?
+                    tenants::room::<MySql>(&mut tx, &self.schema, queue, claim.now).await?
                 }
                 None => None,
             };
             let taken = rates::take_all::<MySql>(&mut tx, &self.schema, keys, claim.now).await?;
             limit = taken.room(limit);
-            let (jobs, turn) =
-                fair::claim_within(self, &mut *tx, claim, limit, room.as_ref()).await?;
+            let served = fair::claim_within(self, &mut *tx, claim, limit, room.as_mut()).await?;
             let opens_at = taken
-                .spend::<MySql>(&mut tx, &self.schema, jobs.len(), claim.now)
+                .spend::<MySql>(&mut tx, &self.schema, served.jobs.len(), claim.now)
                 .await?;
             tx.commit().await?;
             Ok(RatedClaim {
-                jobs,
-                opens_at,
-                turn,
+                jobs: served.jobs,
+                opens_at: rates::later(opens_at, served.opens_at),
+                turn: served.turn,
+                held_tenants: served.passed,
             })
         })
     }

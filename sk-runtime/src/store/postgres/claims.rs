@@ -1,8 +1,15 @@
 //! The claim's variants, each made from `claim` (`Statements::new`) by replacing a piece
-//! of it, so they lock and return the same rows in the same way.
+//! of it, so they lock and return the same rows in the same way, and the steps of a fair
+//! claim or a claim under limits per tenant (`fair::Steps`) that run them.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Postgres};
 
 use super::sql::Statements;
-use super::Schema;
+use super::work::claimed;
+use super::{fair, tenants, ClaimedJob, PgStore, Schema};
+use crate::error::Result;
+use crate::store::dialect::Boxed;
 
 impl Statements {
     /// `claim_fair`: the claim of one fair queue (`$3`'s one queue), up to `$4` due jobs
@@ -48,5 +55,96 @@ impl Statements {
             "AND task_tenant IS NULL",
         );
         self
+    }
+}
+
+impl fair::Steps for PgStore {
+    type Conn = PgConnection;
+    type Job = ClaimedJob;
+
+    fn keys<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        queue: &'a str,
+        after: &'a str,
+        limit: i64,
+        now: DateTime<Utc>,
+    ) -> Boxed<'a, Vec<String>> {
+        Box::pin(async move {
+            fair::due_keys::<Postgres>(conn, &self.schema, queue, after, limit, now)
+                .await
+                .map_err(|e| self.lost_in(e))
+        })
+    }
+
+    fn tenant_logs<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        queue: &'a str,
+        tenants: &'a [String],
+        limit: crate::model::RateLimit,
+        now: DateTime<Utc>,
+    ) -> Boxed<'a, std::collections::HashMap<String, tenants::Log>> {
+        Box::pin(async move {
+            tenants::logs::<Postgres>(conn, &self.schema, queue, tenants, limit, now)
+                .await
+                .map_err(|e| self.lost_in(e))
+        })
+    }
+
+    fn record_starts<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        queue: &'a str,
+        logs: &'a [(String, String)],
+        now: DateTime<Utc>,
+    ) -> Boxed<'a, ()> {
+        Box::pin(async move {
+            tenants::record::<Postgres>(conn, &self.schema, queue, logs, now)
+                .await
+                .map_err(|e| self.lost_in(e))
+        })
+    }
+
+    /// Through the fair index, one statement for every tenant (`claim_fair`).
+    async fn take(
+        &self,
+        conn: &mut PgConnection,
+        claim: &super::super::Claim<'_>,
+        keys: &[String],
+        each: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        let each = super::super::Claim {
+            limit: each,
+            ..*claim
+        };
+        let rows = self
+            .claim_query(&self.schema.sql.claim_fair, &each)
+            .bind(keys)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| self.lost(e))?;
+        Ok(claimed(&rows))
+    }
+
+    /// `claim` (or `claim_skipping`, with paused queues; `claim_untenanted`).
+    async fn rest(
+        &self,
+        conn: &mut PgConnection,
+        claim: &super::super::Claim<'_>,
+        limit: i64,
+    ) -> Result<Vec<ClaimedJob>> {
+        let claim = super::super::Claim { limit, ..*claim };
+        let sql = &self.schema.sql;
+        let query = if claim.untenanted {
+            self.claim_query(&sql.claim_untenanted, &claim)
+        } else if claim.paused.is_empty() {
+            self.claim_query(&sql.claim, &claim)
+        } else {
+            self.claim_query(&sql.claim_skipping, &claim)
+                .bind(claim.paused)
+        };
+        let rows = query.fetch_all(conn).await.map_err(|e| self.lost(e))?;
+        Ok(claimed(&rows))
     }
 }

@@ -105,6 +105,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "running jobs limited per tenant",
         include_str!("../../../migrations/postgres/0020_tenant_limits.sql"),
     ),
+    (
+        21,
+        "rate limits per tenant",
+        include_str!("../../../migrations/postgres/0021_tenant_rates.sql"),
+    ),
 ];
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with

@@ -34,8 +34,8 @@ use uuid::Uuid;
 
 use super::driver::{Admin, Work};
 use super::{
-    fair, rates, ClaimedJob, Failure, Lease, NewJob, ProbeFailure, RatedClaim, ScheduleRow, Schema,
-    Success, TableHealth,
+    fair, rates, tenants, ClaimedJob, Failure, Lease, NewJob, ProbeFailure, RatedClaim,
+    ScheduleRow, Schema, Success, TableHealth,
 };
 use crate::error::{Error, Result};
 use crate::model::{JobRecord, QueueCounts, QueuedJob};

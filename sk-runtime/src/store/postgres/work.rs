@@ -1,7 +1,6 @@
 //! The worker's store: its connections, the claim, outcomes, leases, ticks and upkeep (the driver contract's `Work`).
 
 use super::*;
-use crate::store::dialect::Boxed;
 
 /// The worker's view of the store: every statement that runs under a lease.
 #[derive(Clone)]
@@ -67,7 +66,7 @@ impl PgStore {
     }
 
     /// Names the database when a connection broke (reset, closed, refused).
-    fn lost(&self, error: sqlx::Error) -> Error {
+    pub(super) fn lost(&self, error: sqlx::Error) -> Error {
         match error {
             sqlx::Error::Io(io) => Error::Connect {
                 address: self.address(),
@@ -77,7 +76,7 @@ impl PgStore {
         }
     }
 
-    fn lost_in(&self, error: Error) -> Error {
+    pub(super) fn lost_in(&self, error: Error) -> Error {
         match error {
             Error::Database(e) => self.lost(e),
             other => other,
@@ -85,7 +84,7 @@ impl PgStore {
     }
 
     /// A claim statement with `$1` to `$7` bound.
-    fn claim_query<'q>(
+    pub(super) fn claim_query<'q>(
         &'q self,
         statement: &'q str,
         claim: &super::super::Claim<'q>,
@@ -214,68 +213,6 @@ pub(super) fn claimed(rows: &[sqlx::postgres::PgRow]) -> Vec<ClaimedJob> {
         .collect()
 }
 
-impl fair::Steps for PgStore {
-    type Conn = PgConnection;
-    type Job = ClaimedJob;
-
-    fn keys<'a>(
-        &'a self,
-        conn: &'a mut PgConnection,
-        queue: &'a str,
-        after: &'a str,
-        limit: i64,
-        now: DateTime<Utc>,
-    ) -> Boxed<'a, Vec<String>> {
-        Box::pin(async move {
-            fair::due_keys::<Postgres>(conn, &self.schema, queue, after, limit, now)
-                .await
-                .map_err(|e| self.lost_in(e))
-        })
-    }
-
-    /// Through the fair index, one statement for every tenant (`claim_fair`).
-    async fn take(
-        &self,
-        conn: &mut PgConnection,
-        claim: &super::super::Claim<'_>,
-        keys: &[String],
-        each: i64,
-    ) -> Result<Vec<ClaimedJob>> {
-        let each = super::super::Claim {
-            limit: each,
-            ..*claim
-        };
-        let rows = self
-            .claim_query(&self.schema.sql.claim_fair, &each)
-            .bind(keys)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(|e| self.lost(e))?;
-        Ok(claimed(&rows))
-    }
-
-    /// `claim` (or `claim_skipping`, with paused queues; `claim_untenanted`).
-    async fn rest(
-        &self,
-        conn: &mut PgConnection,
-        claim: &super::super::Claim<'_>,
-        limit: i64,
-    ) -> Result<Vec<ClaimedJob>> {
-        let claim = super::super::Claim { limit, ..*claim };
-        let sql = &self.schema.sql;
-        let query = if claim.untenanted {
-            self.claim_query(&sql.claim_untenanted, &claim)
-        } else if claim.paused.is_empty() {
-            self.claim_query(&sql.claim, &claim)
-        } else {
-            self.claim_query(&sql.claim_skipping, &claim)
-                .bind(claim.paused)
-        };
-        let rows = query.fetch_all(conn).await.map_err(|e| self.lost(e))?;
-        Ok(claimed(&rows))
-    }
-}
-
 impl Work for PgStore {
     async fn claim(&self, claim: &super::super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
         // A fair claim of a limited queue takes the room first, in one transaction, as
@@ -317,9 +254,10 @@ impl Work for PgStore {
                 jobs: Vec::new(),
                 opens_at: None,
                 turn: None,
+                held_tenants: 0,
             });
         }
-        let per_tenant = fair::tenant_capped_queue(claim)?;
+        let per_tenant = tenants::tenant_capped_queue(claim)?;
         let mut conn = self.acquire().await?;
         let mut tx = conn.begin().await.map_err(|e| self.lost(e))?;
         let mut limit = claim.limit;
@@ -336,8 +274,8 @@ impl Work for PgStore {
             limit = limit.min(room.unwrap_or(limit));
         }
         // The queue's row is locked before any rate limit's, as by `queue_room`.
-        let room = match per_tenant {
-            Some(queue) => fair::tenant_room::<Postgres>(&mut tx, &self.schema, queue, claim.now)
+        let mut room = match per_tenant {
+            Some(queue) => tenants::room::<Postgres>(&mut tx, &self.schema, queue, claim.now)
                 .await
                 .map_err(|e| self.lost_in(e))?,
             None => None,
@@ -346,24 +284,25 @@ impl Work for PgStore {
             .await
             .map_err(|e| self.lost_in(e))?;
         limit = taken.room(limit);
-        let (jobs, turn) = if limit > 0 {
+        let served = if limit > 0 {
             let claim = super::super::Claim {
                 capped: false,
                 ..*claim
             };
-            fair::claim_within(self, &mut *tx, &claim, limit, room.as_ref()).await?
+            fair::claim_within(self, &mut *tx, &claim, limit, room.as_mut()).await?
         } else {
-            (Vec::new(), None)
+            fair::Served::none()
         };
         let opens_at = taken
-            .spend::<Postgres>(&mut tx, &self.schema, jobs.len(), claim.now)
+            .spend::<Postgres>(&mut tx, &self.schema, served.jobs.len(), claim.now)
             .await
             .map_err(|e| self.lost_in(e))?;
         tx.commit().await.map_err(|e| self.lost(e))?;
         Ok(RatedClaim {
-            jobs,
-            opens_at,
-            turn,
+            jobs: served.jobs,
+            opens_at: rates::later(opens_at, served.opens_at),
+            turn: served.turn,
+            held_tenants: served.passed,
         })
     }
 

@@ -59,6 +59,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "running jobs limited per tenant",
         include_str!("../../../migrations/sqlite/0011_tenant_limits.sql"),
     ),
+    (
+        12,
+        "rate limits per tenant",
+        include_str!("../../../migrations/sqlite/0012_tenant_rates.sql"),
+    ),
 ];
 
 /// Migration 6's checks, as (table, the value a row's column must meet, per column):

@@ -36,8 +36,8 @@ use uuid::Uuid;
 
 use super::driver::{Admin, Work};
 use super::{
-    fair, rates, ClaimedJob, Failure, Lease, LeasedRow, NewJob, ProbeFailure, RatedClaim, Retired,
-    ScheduleRow, Schema, Success,
+    fair, rates, tenants, ClaimedJob, Failure, Lease, LeasedRow, NewJob, ProbeFailure, RatedClaim,
+    Retired, ScheduleRow, Schema, Success,
 };
 use crate::bus::wake;
 use crate::error::{Error, Result};

@@ -100,6 +100,27 @@ impl fair::Steps for SqliteStore {
         fair::due_keys::<Sqlite>(conn, &self.schema, queue, after, limit, now)
     }
 
+    fn tenant_logs<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        queue: &'a str,
+        tenants: &'a [String],
+        limit: crate::model::RateLimit,
+        now: DateTime<Utc>,
+    ) -> Boxed<'a, std::collections::HashMap<String, tenants::Log>> {
+        tenants::logs::<Sqlite>(conn, &self.schema, queue, tenants, limit, now)
+    }
+
+    fn record_starts<'a>(
+        &'a self,
+        conn: &'a mut SqliteConnection,
+        queue: &'a str,
+        logs: &'a [(String, String)],
+        now: DateTime<Utc>,
+    ) -> Boxed<'a, ()> {
+        tenants::record::<Sqlite>(conn, &self.schema, queue, logs, now)
+    }
+
     /// Through the fair index, one statement for each tenant (`claim_key`).
     async fn take(
         &self,
@@ -180,7 +201,7 @@ impl Work for SqliteStore {
         keys: &[(&'static str, &str)],
     ) -> Result<RatedClaim> {
         let capped = rates::capped_queue(claim)?;
-        let per_tenant = fair::tenant_capped_queue(claim)?;
+        let per_tenant = tenants::tenant_capped_queue(claim)?;
         let (_turn, mut conn) = self.writing().await?;
         let mut tx = Self::write(&mut conn).await?;
         let mut limit = claim.limit;
@@ -189,28 +210,27 @@ impl Work for SqliteStore {
                 limit = limit.min(room);
             }
         }
-        let room = match per_tenant {
-            Some(queue) => {
-                fair::tenant_room::<Sqlite>(&mut tx, &self.schema, queue, claim.now).await?
-            }
+        let mut room = match per_tenant {
+            Some(queue) => tenants::room::<Sqlite>(&mut tx, &self.schema, queue, claim.now).await?,
             None => None,
         };
         let taken = rates::take_all::<Sqlite>(&mut tx, &self.schema, keys, claim.now).await?;
         limit = taken.room(limit);
-        let (jobs, turn) = if limit > 0 {
-            fair::claim_within(self, &mut *tx, claim, limit, room.as_ref()).await?
+        let served = if limit > 0 {
+            fair::claim_within(self, &mut *tx, claim, limit, room.as_mut()).await?
         } else {
-            (Vec::new(), None)
+            fair::Served::none()
         };
         let opens_at = taken
-            .spend::<Sqlite>(&mut tx, &self.schema, jobs.len(), claim.now)
+            .spend::<Sqlite>(&mut tx, &self.schema, served.jobs.len(), claim.now)
             .await?;
         tx.commit().await?;
         drop((_turn, conn));
         Ok(RatedClaim {
-            jobs: in_order(jobs),
-            opens_at,
-            turn,
+            jobs: in_order(served.jobs),
+            opens_at: rates::later(opens_at, served.opens_at),
+            turn: served.turn,
+            held_tenants: served.passed,
         })
     }
 

@@ -41,6 +41,8 @@ pub(crate) enum Completion {
         millis: i64,
         /// The job's queue (a metrics label).
         queue: std::sync::Arc<str>,
+        /// The job's tenant.
+        tenant: Option<std::sync::Arc<str>>,
         /// The job's hold on its lease (its handler's slot is free already), freed once
         /// the outcome is written.
         slot: Slot,
@@ -118,8 +120,9 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     let mut failures = Vec::new();
     let mut give_back = Vec::new();
     let mut snoozed = Vec::new();
-    // Queues whose rate limit a handler held (`JobError::rate_limited`), until when.
-    let mut holds: Vec<(Arc<str>, DateTime<Utc>)> = Vec::new();
+    // Queues (and tenants) whose rate limits a handler held (`JobError::rate_limited`),
+    // until when.
+    let mut holds: Vec<Hold> = Vec::new();
     // Successes recorded in their jobs' own transactions.
     let mut committed = Vec::new();
     // The task type, run time and queue of each of `successes` and `failures`, in their
@@ -196,6 +199,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 registration,
                 slot,
                 queue,
+                tenant,
                 ..
             } => {
                 slots.push(slot);
@@ -203,7 +207,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 let until = crate::clock::add(now, delay);
                 snoozed.push((lease, until));
                 if hold {
-                    holds.push((queue, until));
+                    holds.push((queue, tenant, until));
                 }
             }
             Completion::Finished {
@@ -353,23 +357,31 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
 }
 
 /// Logs an outcome the store refused: the job's lease was lost, or it was cancelled.
-/// Holds each queue's rate limit shut until the latest time a handler asked of it
-/// (`JobError::rate_limited`). A hold that cannot be written is named in the log: the
-/// jobs that asked for it wait all the same (they were snoozed), only the queue's others
-/// may start sooner.
-async fn hold_rate_limits(shared: &Shared, mut holds: Vec<(Arc<str>, DateTime<Utc>)>) {
-    holds.sort_unstable();
-    holds.dedup_by(|later, earlier| {
-        // Sorted by queue then time: keep the last (latest) time of each queue.
-        if later.0 == earlier.0 {
-            earlier.1 = later.1;
-            true
-        } else {
-            false
+/// A handler's "too many requests": its job's queue and tenant, and until when.
+type Hold = (Arc<str>, Option<Arc<str>>, DateTime<Utc>);
+
+/// Holds each queue's rate limit, and each tenant's of a queue with a rate limit per
+/// tenant, shut until the latest time a handler asked of it (`JobError::rate_limited`).
+/// A hold that cannot be written is named in the log: the jobs that asked for it wait
+/// all the same (they were snoozed), only the queue's (or tenant's) others may start
+/// sooner.
+async fn hold_rate_limits(shared: &Shared, mut holds: Vec<Hold>) {
+    // The latest time of each queue and of each tenant.
+    holds.sort_unstable_by_key(|h| std::cmp::Reverse(h.2));
+    let mut queues: Vec<(Arc<str>, DateTime<Utc>)> = Vec::new();
+    let mut tenants: Vec<(Arc<str>, Arc<str>, DateTime<Utc>)> = Vec::new();
+    for (queue, tenant, until) in holds {
+        if !queues.iter().any(|q| q.0 == queue) {
+            queues.push((queue.clone(), until));
         }
-    });
+        if let Some(tenant) = tenant {
+            if !tenants.iter().any(|t| t.0 == queue && t.1 == tenant) {
+                tenants.push((queue, tenant, until));
+            }
+        }
+    }
     let runtime = &shared.runtime;
-    for (queue, until) in holds {
+    for (queue, until) in queues {
         match runtime
             .pool
             .hold_rate_limit(&runtime.schema, &queue, until)
@@ -379,10 +391,25 @@ async fn hold_rate_limits(shared: &Shared, mut holds: Vec<(Arc<str>, DateTime<Ut
                 tracing::info!(%queue, %until, "sk: a handler was rate limited downstream; the queue's rate limit holds until then")
             }
             Ok(false) => {
-                tracing::debug!(%queue, "sk: a handler was rate limited downstream; its queue has no rate limit to hold, so only its job waits")
+                tracing::debug!(%queue, "sk: a handler was rate limited downstream; its queue has no rate limit to hold")
             }
             Err(e) => {
                 tracing::warn!(%queue, "sk: cannot hold the queue's rate limit after a handler was rate limited downstream: {e}")
+            }
+        }
+    }
+    for (queue, tenant, until) in tenants {
+        match runtime
+            .pool
+            .hold_tenant_rate_limit(&runtime.schema, &queue, &tenant, until)
+            .await
+        {
+            Ok(true) => {
+                tracing::info!(%queue, %tenant, %until, "sk: a handler was rate limited downstream; its tenant's rate limit holds until then")
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(%queue, %tenant, "sk: cannot hold the tenant's rate limit after a handler was rate limited downstream: {e}")
             }
         }
     }
