@@ -534,45 +534,42 @@ pub(crate) async fn limit(
     let tenant_rate = rate_limit(change.per_tenant_rate)?;
     let mut said = Vec::new();
     let mut record = serde_json::json!({ "queue": queue });
+    let mut tell = |key: &str, value: serde_json::Value, text: String| {
+        record[key] = value;
+        said.push(text);
+    };
+    let starts = |r: &sk_runtime::RateLimit, of: &str| {
+        let window = humantime::format_duration(r.window);
+        format!(
+            "at most {} starts{of} in any {window} across all workers",
+            r.count
+        )
+    };
     if let Some(limit) = limit {
         client.set_global_limit(queue, limit).await?;
-        record["global_limit"] = serde_json::json!(limit);
-        said.push(match limit {
-            Some(n) => format!("at most {n} at once across all workers"),
-            None => "no limit across workers".to_owned(),
+        let text = limit.map_or("no limit across workers".to_owned(), |n| {
+            format!("at most {n} at once across all workers")
         });
+        tell("global_limit", serde_json::json!(limit), text);
     }
     if let Some(limit) = per_tenant {
         client.set_tenant_limit(queue, limit).await?;
-        record["tenant_limit"] = serde_json::json!(limit);
-        said.push(match limit {
-            Some(n) => format!("at most {n} of each tenant at once across all workers"),
-            None => "no limit per tenant".to_owned(),
+        let text = limit.map_or("no limit per tenant".to_owned(), |n| {
+            format!("at most {n} of each tenant at once across all workers")
         });
+        tell("tenant_limit", serde_json::json!(limit), text);
     }
     if let Some(rate) = rate {
         client.set_rate_limit(queue, rate).await?;
-        record["rate_limit"] = serde_json::json!(rate);
-        said.push(match rate {
-            Some(r) => format!(
-                "at most {} starts in any {} across all workers",
-                r.count,
-                humantime::format_duration(r.window)
-            ),
-            None => "no rate limit".to_owned(),
-        });
+        let text = rate.map_or("no rate limit".to_owned(), |r| starts(&r, ""));
+        tell("rate_limit", serde_json::json!(rate), text);
     }
     if let Some(rate) = tenant_rate {
         client.set_tenant_rate_limit(queue, rate).await?;
-        record["tenant_rate_limit"] = serde_json::json!(rate);
-        said.push(match rate {
-            Some(r) => format!(
-                "at most {} starts of each tenant in any {} across all workers",
-                r.count,
-                humantime::format_duration(r.window)
-            ),
-            None => "no rate limit per tenant".to_owned(),
+        let text = rate.map_or("no rate limit per tenant".to_owned(), |r| {
+            starts(&r, " of each tenant")
         });
+        tell("tenant_rate_limit", serde_json::json!(rate), text);
     }
     say(out, json, &record, || {
         format!("{queue}: {}", said.join("; "))

@@ -287,15 +287,21 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`] for a bad queue name; the database fails.
     pub async fn set_rate_limit(&self, queue: &str, limit: Option<RateLimit>) -> Result<()> {
+        self.set_queue_rate(crate::store::rates::QUEUE, queue, limit)
+            .await
+    }
+
+    /// Sets or lifts the rate limit of `queue` in `scope` (of the queue, or of each of
+    /// its tenants).
+    async fn set_queue_rate(
+        &self,
+        scope: &'static str,
+        queue: &str,
+        limit: Option<RateLimit>,
+    ) -> Result<()> {
         crate::model::check_name("queue name", queue)?;
         self.pool
-            .set_rate_limit(
-                &self.schema,
-                crate::store::rates::QUEUE,
-                queue,
-                limit,
-                self.now(),
-            )
+            .set_rate_limit(&self.schema, scope, queue, limit, self.now())
             .await
     }
 
@@ -318,15 +324,7 @@ impl Client {
     ///
     /// [`JobError::rate_limited`]: crate::JobError::rate_limited
     pub async fn set_tenant_rate_limit(&self, queue: &str, limit: Option<RateLimit>) -> Result<()> {
-        crate::model::check_name("queue name", queue)?;
-        self.pool
-            .set_rate_limit(
-                &self.schema,
-                crate::store::tenants::TENANT,
-                queue,
-                limit,
-                self.now(),
-            )
+        self.set_queue_rate(crate::store::rates::TENANT, queue, limit)
             .await
     }
 

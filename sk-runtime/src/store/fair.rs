@@ -68,6 +68,68 @@ pub(crate) trait Steps {
         claim: &Claim<'_>,
         limit: i64,
     ) -> impl Future<Output = Result<Vec<Self::Job>>> + Send;
+    /// The error a step of the claim returns for `error` (a backend may tell a lost
+    /// connection apart).
+    fn mend(&self, error: crate::error::Error) -> crate::error::Error {
+        error
+    }
+}
+
+/// The steps a backend's [`Steps`] impl takes through the [`Dialect`] `$db` unchanged:
+/// `keys` ([`due_keys`]), `tenant_logs` and `record_starts`, each error passed through
+/// [`Steps::mend`].
+macro_rules! dialect_steps {
+    ($db:ty) => {
+        fn keys<'a>(
+            &'a self,
+            conn: &'a mut Self::Conn,
+            queue: &'a str,
+            after: &'a str,
+            limit: i64,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> $crate::store::dialect::Boxed<'a, Vec<String>> {
+            $crate::store::fair::mended(
+                self,
+                $crate::store::fair::due_keys::<$db>(conn, &self.schema, queue, after, limit, now),
+            )
+        }
+
+        fn tenant_logs<'a>(
+            &'a self,
+            conn: &'a mut Self::Conn,
+            queue: &'a str,
+            tenants: &'a [String],
+            limit: $crate::model::RateLimit,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> $crate::store::dialect::Boxed<
+            'a,
+            std::collections::HashMap<String, $crate::store::tenants::Log>,
+        > {
+            $crate::store::fair::mended(
+                self,
+                $crate::store::tenants::logs::<$db>(conn, &self.schema, queue, tenants, limit, now),
+            )
+        }
+
+        fn record_starts<'a>(
+            &'a self,
+            conn: &'a mut Self::Conn,
+            queue: &'a str,
+            logs: &'a [(String, String)],
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> $crate::store::dialect::Boxed<'a, ()> {
+            $crate::store::fair::mended(
+                self,
+                $crate::store::tenants::record::<$db>(conn, &self.schema, queue, logs, now),
+            )
+        }
+    };
+}
+pub(crate) use dialect_steps;
+
+/// `step`, its error passed through the store's [`Steps::mend`].
+pub(crate) fn mended<'a, S: Steps + Sync, T: 'a>(store: &'a S, step: Boxed<'a, T>) -> Boxed<'a, T> {
+    Box::pin(async move { step.await.map_err(|e| store.mend(e)) })
 }
 
 /// Up to `limit` of the jobs `claim` asks for: of a fair queue, a share of each tenant

@@ -230,7 +230,7 @@ where
         );
         let controlled = D::fetch_all(pool, &controlled_sql, &[]).await?;
         let rates = super::rates::states(pool, schema, super::rates::QUEUE, now).await?;
-        let tenants = super::rates::states(pool, schema, super::tenants::TENANT, now).await?;
+        let tenants = super::rates::states(pool, schema, super::rates::TENANT, now).await?;
         Ok(merge_queue_states(live, controlled, rates, tenants))
     })
 }

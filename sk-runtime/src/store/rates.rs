@@ -14,6 +14,8 @@ use crate::model::{RateLimit, RateState, StartLog};
 pub(crate) const QUEUE: &str = "queue";
 /// The scope of a job type's limit (`#[job(rate = "...")]`).
 pub(crate) const TYPE: &str = "type";
+/// The scope of a queue's rate limit per tenant.
+pub(crate) const TENANT: &str = "tenant";
 
 /// A limit's row: name, count, window in ms, log of starts, hold.
 type Row = (String, i64, i64, String, Option<DateTime<Utc>>);
@@ -31,11 +33,11 @@ fn select<D: Dialect>(schema: &Schema, by_name: bool) -> String {
 
 /// The limit a row holds (a row that breaks the table's checks reads as 1 start a
 /// millisecond, and is named in the log).
-fn limit_of(row: &Row) -> RateLimit {
-    let count = u32::try_from(row.1).unwrap_or(0);
-    let window = std::time::Duration::from_millis(u64::try_from(row.2).unwrap_or(0));
+pub(crate) fn limit_of(name: &str, count: i64, window_ms: i64) -> RateLimit {
+    let count = u32::try_from(count).unwrap_or(0);
+    let window = std::time::Duration::from_millis(u64::try_from(window_ms).unwrap_or(0));
     RateLimit::new(count, window).unwrap_or_else(|e| {
-        tracing::warn!("sk: the rate limit of {} cannot be read ({e})", row.0);
+        tracing::warn!("sk: the rate limit of {name} cannot be read ({e})");
         RateLimit {
             count: 1,
             window: std::time::Duration::from_millis(1),
@@ -122,7 +124,7 @@ where
         Ok(rows
             .into_iter()
             .map(|row| {
-                let limit = limit_of(&row);
+                let limit = limit_of(&row.0, row.1, row.2);
                 let log = StartLog::parse(&row.3, &limit, now);
                 (row.0.clone(), log.state(limit, row.4, now))
             })
@@ -149,7 +151,7 @@ where
         let args = [
             Arg::Text(Some(QUEUE)),
             Arg::Text(Some(TYPE)),
-            Arg::Text(Some(super::tenants::TENANT)),
+            Arg::Text(Some(TENANT)),
         ];
         let rows: Vec<(String, String)> = D::fetch_all(pool, &sql, &args).await?;
         let of = |scope: &str| -> Vec<String> {
@@ -158,7 +160,7 @@ where
                 .map(|r| r.1.clone())
                 .collect()
         };
-        Ok((of(QUEUE), of(TYPE), of(super::tenants::TENANT)))
+        Ok((of(QUEUE), of(TYPE), of(TENANT)))
     })
 }
 
@@ -278,7 +280,7 @@ where
         let args = [Arg::Text(Some(scope)), Arg::Text(Some(name))];
         let rows: Vec<Row> = D::fetch_all_on(conn, &sql, &args).await?;
         Ok(rows.into_iter().next().map(|row| {
-            let limit = limit_of(&row);
+            let limit = limit_of(&row.0, row.1, row.2);
             let log = StartLog::parse(&row.3, &limit, now);
             let room = log.room(&limit, row.4, now);
             Taken {

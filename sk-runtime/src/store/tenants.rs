@@ -10,12 +10,10 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 
 use super::dialect::{Arg, Boxed, Dialect};
+use super::rates::{self, TENANT};
 use super::{Claim, Schema};
 use crate::error::Result;
 use crate::model::{RateLimit, StartLog};
-
-/// The scope of a queue's rate limit per tenant in `rate_limits_t`.
-pub(crate) const TENANT: &str = "tenant";
 
 /// A tenant's log of starts and the end of its hold, as a claim read them.
 pub(crate) type Log = (StartLog, Option<DateTime<Utc>>);
@@ -143,14 +141,9 @@ where
         );
         let args = [Arg::Text(Some(TENANT)), Arg::Text(Some(queue))];
         let rates: Vec<(i64, i64)> = D::fetch_all_on(&mut *conn, &rate_sql, &args).await?;
-        let rate = rates.first().map(|(count, window_ms)| {
-            let count = u32::try_from(*count).unwrap_or(1);
-            let window = std::time::Duration::from_millis(u64::try_from(*window_ms).unwrap_or(1));
-            RateLimit::new(count, window).unwrap_or(RateLimit {
-                count: 1,
-                window: std::time::Duration::from_millis(1),
-            })
-        });
+        let rate = rates
+            .first()
+            .map(|(count, window_ms)| rates::limit_of(queue, *count, *window_ms));
         if running_limit.is_none() && rate.is_none() {
             return Ok(None);
         }

@@ -1,7 +1,6 @@
 //! The worker's pipeline on MySQL/MariaDB (the driver contract's `Work`): claims, outcomes, leases, ticks and upkeep.
 
 use super::*;
-use crate::store::dialect::Boxed;
 
 impl MySqlStore {
     /// A claim in the order of the queues (and tenants) it names.
@@ -178,37 +177,7 @@ impl fair::Steps for MySqlStore {
     type Conn = MySqlConnection;
     type Job = ClaimedJob;
 
-    fn keys<'a>(
-        &'a self,
-        conn: &'a mut MySqlConnection,
-        queue: &'a str,
-        after: &'a str,
-        limit: i64,
-        now: DateTime<Utc>,
-    ) -> Boxed<'a, Vec<String>> {
-        fair::due_keys::<MySql>(conn, &self.schema, queue, after, limit, now)
-    }
-
-    fn tenant_logs<'a>(
-        &'a self,
-        conn: &'a mut MySqlConnection,
-        queue: &'a str,
-        tenants: &'a [String],
-        limit: crate::model::RateLimit,
-        now: DateTime<Utc>,
-    ) -> Boxed<'a, std::collections::HashMap<String, tenants::Log>> {
-        tenants::logs::<MySql>(conn, &self.schema, queue, tenants, limit, now)
-    }
-
-    fn record_starts<'a>(
-        &'a self,
-        conn: &'a mut MySqlConnection,
-        queue: &'a str,
-        logs: &'a [(String, String)],
-        now: DateTime<Utc>,
-    ) -> Boxed<'a, ()> {
-        tenants::record::<MySql>(conn, &self.schema, queue, logs, now)
-    }
+    fair::dialect_steps!(MySql);
 
     /// Through the fair index, one statement for each tenant (`claim_key`).
     async fn take(

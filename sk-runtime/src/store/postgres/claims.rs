@@ -2,14 +2,12 @@
 //! of it, so they lock and return the same rows in the same way, and the steps of a fair
 //! claim or a claim under limits per tenant (`fair::Steps`) that run them.
 
-use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Postgres};
 
 use super::sql::Statements;
 use super::work::claimed;
-use super::{fair, tenants, ClaimedJob, PgStore, Schema};
-use crate::error::Result;
-use crate::store::dialect::Boxed;
+use super::{fair, ClaimedJob, PgStore, Schema};
+use crate::error::{Error, Result};
 
 impl Statements {
     /// `claim_fair`: the claim of one fair queue (`$3`'s one queue), up to `$4` due jobs
@@ -62,48 +60,10 @@ impl fair::Steps for PgStore {
     type Conn = PgConnection;
     type Job = ClaimedJob;
 
-    fn keys<'a>(
-        &'a self,
-        conn: &'a mut PgConnection,
-        queue: &'a str,
-        after: &'a str,
-        limit: i64,
-        now: DateTime<Utc>,
-    ) -> Boxed<'a, Vec<String>> {
-        Box::pin(async move {
-            fair::due_keys::<Postgres>(conn, &self.schema, queue, after, limit, now)
-                .await
-                .map_err(|e| self.lost_in(e))
-        })
-    }
+    fair::dialect_steps!(Postgres);
 
-    fn tenant_logs<'a>(
-        &'a self,
-        conn: &'a mut PgConnection,
-        queue: &'a str,
-        tenants: &'a [String],
-        limit: crate::model::RateLimit,
-        now: DateTime<Utc>,
-    ) -> Boxed<'a, std::collections::HashMap<String, tenants::Log>> {
-        Box::pin(async move {
-            tenants::logs::<Postgres>(conn, &self.schema, queue, tenants, limit, now)
-                .await
-                .map_err(|e| self.lost_in(e))
-        })
-    }
-
-    fn record_starts<'a>(
-        &'a self,
-        conn: &'a mut PgConnection,
-        queue: &'a str,
-        logs: &'a [(String, String)],
-        now: DateTime<Utc>,
-    ) -> Boxed<'a, ()> {
-        Box::pin(async move {
-            tenants::record::<Postgres>(conn, &self.schema, queue, logs, now)
-                .await
-                .map_err(|e| self.lost_in(e))
-        })
+    fn mend(&self, error: Error) -> Error {
+        self.lost_in(error)
     }
 
     /// Through the fair index, one statement for every tenant (`claim_fair`).

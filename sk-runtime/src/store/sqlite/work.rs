@@ -1,7 +1,6 @@
 //! The worker's pipeline on SQLite (the driver contract's `Work`): claims, outcomes, leases, ticks and upkeep.
 
 use super::*;
-use crate::store::dialect::Boxed;
 
 impl SqliteStore {
     /// The claim's statement with `$1` to `$8` bound, asking for `limit` jobs.
@@ -89,37 +88,7 @@ impl fair::Steps for SqliteStore {
     type Conn = SqliteConnection;
     type Job = (i64, ClaimedJob);
 
-    fn keys<'a>(
-        &'a self,
-        conn: &'a mut SqliteConnection,
-        queue: &'a str,
-        after: &'a str,
-        limit: i64,
-        now: DateTime<Utc>,
-    ) -> Boxed<'a, Vec<String>> {
-        fair::due_keys::<Sqlite>(conn, &self.schema, queue, after, limit, now)
-    }
-
-    fn tenant_logs<'a>(
-        &'a self,
-        conn: &'a mut SqliteConnection,
-        queue: &'a str,
-        tenants: &'a [String],
-        limit: crate::model::RateLimit,
-        now: DateTime<Utc>,
-    ) -> Boxed<'a, std::collections::HashMap<String, tenants::Log>> {
-        tenants::logs::<Sqlite>(conn, &self.schema, queue, tenants, limit, now)
-    }
-
-    fn record_starts<'a>(
-        &'a self,
-        conn: &'a mut SqliteConnection,
-        queue: &'a str,
-        logs: &'a [(String, String)],
-        now: DateTime<Utc>,
-    ) -> Boxed<'a, ()> {
-        tenants::record::<Sqlite>(conn, &self.schema, queue, logs, now)
-    }
+    fair::dialect_steps!(Sqlite);
 
     /// Through the fair index, one statement for each tenant (`claim_key`).
     async fn take(
