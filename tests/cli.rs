@@ -20,7 +20,7 @@ async fn sk(url: &str, args: &[&str]) -> (u8, String, String) {
 }
 
 /// `sk ARGS... --json`, parsed; the command must succeed.
-async fn sk_json(url: &str, args: &[&str]) -> serde_json::Value {
+pub(crate) async fn sk_json(url: &str, args: &[&str]) -> serde_json::Value {
     let mut all = args.to_vec();
     all.push("--json");
     let (code, out, err) = sk(url, &all).await;

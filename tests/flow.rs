@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sk_runtime::{job, Client, Data, Enqueue, Error, Job, JobError, JobStatus, RateLimit};
+use sk_runtime::{
+    job, Client, Data, Enqueue, Error, Job, JobError, JobStatus, RateLimit, TenantHold,
+};
 use sk_tests::{each_backend, wait_until, Db, RunningWorker, TestBackend};
 
 use super::{worker, T};
@@ -357,6 +359,14 @@ each_backend! {
         let ids = TenantCall::enqueue_many(&db.pool, floods.chain(few).chain(untenanted))
             .await
             .unwrap();
+        // Before any worker: each tenant's jobs, by name, none running or held; the jobs
+        // without a tenant are no tenant's.
+        let tenants = client.tenants("per_tenant").await.unwrap();
+        let shown: Vec<(&str, i64, i64, Option<TenantHold>)> = tenants
+            .iter()
+            .map(|t| (t.tenant.as_str(), t.available, t.running, t.held_by))
+            .collect();
+        assert_eq!(shown, [("a", 30, 0, None), ("b", 30, 0, None), ("c", 3, 0, None)]);
 
         let calls = Arc::new(Mutex::new(Calls::default()));
         let start = || {
@@ -507,16 +517,26 @@ each_backend! {
         wait_until("a's hold", T, || async { (db.scalar(held, None).await == Some(1)).then_some(()) })
             .await;
         let at = refused.lock().unwrap().expect("job 0 was refused");
+        let hold = chrono::Duration::seconds(2);
         let job = |tenant: &str, n: u32| Enqueue::new(AccountCall::new(n)).with_tenant(tenant);
         let jobs = (1..=5).flat_map(|n| [job("a", n), job("b", n)]);
         let ids = AccountCall::enqueue_many(&db.pool, jobs).await.unwrap();
+        // In its hold, a is shown held by its rate until the hold ends, its jobs waiting
+        // (`Client::tenants`, `sk tenants --held`); b is not held.
+        let a = client.tenants("per_account").await.unwrap().into_iter().find(|t| t.tenant == "a");
+        let a = a.expect("a is one of the queue's tenants");
+        assert_eq!(a.held_by, Some(TenantHold::RateLimit), "{a:?}");
+        let opens = a.rate.as_ref().and_then(|r| r.opens_at).expect("when a's hold ends");
+        assert!(opens >= at + hold, "a opens at {opens}, in its hold from {at}");
+        let held = crate::cli::sk_json(&db.url, &["tenants", "per_account", "--held"]).await;
+        assert_eq!(held.as_array().map(Vec::len), Some(1), "{held}");
+        assert_eq!((held[0]["tenant"].as_str(), held[0]["held_by"].as_str()), (Some("a"), Some("rate_limit")));
         for id in ids.iter().chain([&zero]) {
             client.wait(*id, T).await.unwrap();
         }
         w.stop().await;
 
         let starts = starts_by_tenant(&client, &ids).await;
-        let hold = chrono::Duration::seconds(2);
         for (tenant, start) in &starts {
             match tenant.as_str() {
                 "a" => assert!(*start >= at + hold, "a's job started at {start}, in its hold from {at}"),

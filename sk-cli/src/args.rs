@@ -154,6 +154,15 @@ pub(crate) enum Command {
     },
     /// Live workers and the jobs they run.
     Workers,
+    /// A queue's tenants: their available and running jobs, their starts against the
+    /// queue's rate limit per tenant, and which limit per tenant holds each back now.
+    Tenants {
+        /// The queue.
+        queue: String,
+        /// Only the tenants a limit holds back with jobs waiting.
+        #[arg(long)]
+        held: bool,
+    },
     /// Serve the dashboard (binds to loopback unless told otherwise).
     Web {
         /// Where to listen. Anywhere but loopback needs `--token` or `--read-only`.

@@ -11,6 +11,7 @@ use sk_runtime::{
 use uuid::Uuid;
 
 use crate::args::{BulkArgs, ListArgs};
+use crate::limits::{held_tenants, per_tenant_cell};
 use crate::output::{
     cells, print_json, print_table, rate_cell, say, state, table, text, time, workers_table,
 };
@@ -25,6 +26,7 @@ pub(crate) async fn status(
     let queues = client.queues().await?;
     let type_limits = client.task_type_rate_limits().await?;
     let workers = client.workers().await?;
+    let held = held_tenants(client, &queues).await?;
     if json {
         let type_limits: serde_json::Map<String, serde_json::Value> = type_limits
             .iter()
@@ -36,6 +38,7 @@ pub(crate) async fn status(
                 "queues": counts,
                 "controls": queues,
                 "task_type_rate_limits": type_limits,
+                "tenants_held": held,
                 "workers": workers,
             }),
         );
@@ -72,7 +75,10 @@ pub(crate) async fn status(
             control
                 .and_then(|q| q.global_limit)
                 .map_or_else(String::new, |n| n.to_string()),
-            control.map_or_else(String::new, per_tenant_cell),
+            control.map_or_else(String::new, |q| match held.get(&q.name) {
+                Some(n) => format!("{}; {n} held", per_tenant_cell(q)),
+                None => per_tenant_cell(q),
+            }),
             control
                 .and_then(|q| q.rate_limit.as_ref())
                 .map_or_else(String::new, rate_cell),
@@ -475,103 +481,4 @@ pub(crate) async fn act(
         writeln!(out, "  {said}: {n}")?;
     }
     Ok(())
-}
-
-/// A queue's limits per tenant as `sk status` and the dashboard show them: "2", "10/1s"
-/// or "2, 10/1s" ("" for none).
-pub(crate) fn per_tenant_cell(queue: &sk_runtime::QueueState) -> String {
-    let running = queue.tenant_limit.map(|n| n.to_string());
-    let rate = queue.tenant_rate_limit.map(|r| r.to_string());
-    running
-        .into_iter()
-        .chain(rate)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// A limit of running jobs as given (`what`: "limit"): a number from 1, or `none`.
-fn running_limit(what: &str, text: Option<&str>) -> Result<Option<Option<u32>>, Failure> {
-    text.map(|text| match text {
-        "none" => Ok(None),
-        n => n
-            .parse::<u32>()
-            .map(Some)
-            .map_err(|_| fail(format!("{what} {n:?}: a number from 1, or none"), 1)),
-    })
-    .transpose()
-}
-
-/// The limits `sk limit` changes, as given (each `None` when not).
-pub(crate) struct Limits<'a> {
-    pub(crate) running: Option<&'a str>,
-    pub(crate) per_tenant: Option<&'a str>,
-    pub(crate) rate: Option<&'a str>,
-    pub(crate) per_tenant_rate: Option<&'a str>,
-}
-
-/// A rate limit as given: `100/1m`, or `none`.
-fn rate_limit(text: Option<&str>) -> Result<Option<Option<sk_runtime::RateLimit>>, Failure> {
-    Ok(text
-        .map(|text| match text {
-            "none" => Ok(None),
-            r => r.parse::<sk_runtime::RateLimit>().map(Some),
-        })
-        .transpose()?)
-}
-
-/// `sk limit`: sets or lifts a queue's concurrency limit, each of its tenants', its
-/// rate limit, each of its tenants' rate limit, or several.
-pub(crate) async fn limit(
-    client: &Client,
-    queue: &str,
-    change: &Limits<'_>,
-    json: bool,
-    out: &mut dyn Write,
-) -> Result<(), Failure> {
-    let limit = running_limit("limit", change.running)?;
-    let per_tenant = running_limit("--per-tenant", change.per_tenant)?;
-    let rate = rate_limit(change.rate)?;
-    let tenant_rate = rate_limit(change.per_tenant_rate)?;
-    let mut said = Vec::new();
-    let mut record = serde_json::json!({ "queue": queue });
-    let mut tell = |key: &str, value: serde_json::Value, text: String| {
-        record[key] = value;
-        said.push(text);
-    };
-    let starts = |r: &sk_runtime::RateLimit, of: &str| {
-        let window = humantime::format_duration(r.window);
-        format!(
-            "at most {} starts{of} in any {window} across all workers",
-            r.count
-        )
-    };
-    if let Some(limit) = limit {
-        client.set_global_limit(queue, limit).await?;
-        let text = limit.map_or("no limit across workers".to_owned(), |n| {
-            format!("at most {n} at once across all workers")
-        });
-        tell("global_limit", serde_json::json!(limit), text);
-    }
-    if let Some(limit) = per_tenant {
-        client.set_tenant_limit(queue, limit).await?;
-        let text = limit.map_or("no limit per tenant".to_owned(), |n| {
-            format!("at most {n} of each tenant at once across all workers")
-        });
-        tell("tenant_limit", serde_json::json!(limit), text);
-    }
-    if let Some(rate) = rate {
-        client.set_rate_limit(queue, rate).await?;
-        let text = rate.map_or("no rate limit".to_owned(), |r| starts(&r, ""));
-        tell("rate_limit", serde_json::json!(rate), text);
-    }
-    if let Some(rate) = tenant_rate {
-        client.set_tenant_rate_limit(queue, rate).await?;
-        let text = rate.map_or("no rate limit per tenant".to_owned(), |r| {
-            starts(&r, " of each tenant")
-        });
-        tell("tenant_rate_limit", serde_json::json!(rate), text);
-    }
-    say(out, json, &record, || {
-        format!("{queue}: {}", said.join("; "))
-    })
 }

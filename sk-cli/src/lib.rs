@@ -11,6 +11,7 @@ use sk_runtime::{Client, Error, Per, Pool, Schema};
 
 mod args;
 mod commands;
+mod limits;
 mod output;
 pub mod web;
 
@@ -208,14 +209,15 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
             rate,
             per_tenant_rate,
         } => {
-            let change = commands::Limits {
+            let change = limits::Limits {
                 running: limit.as_deref(),
                 per_tenant: per_tenant.as_deref(),
                 rate: rate.as_deref(),
                 per_tenant_rate: per_tenant_rate.as_deref(),
             };
-            commands::limit(&client, &queue, &change, json, out).await
+            limits::limit(&client, &queue, &change, json, out).await
         }
+        Command::Tenants { queue, held } => limits::tenants(&client, &queue, held, json, out).await,
         Command::Errors { since, limit } => {
             let groups = client.error_groups(ago(since)?, limit).await?;
             if json {

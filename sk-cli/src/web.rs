@@ -66,6 +66,7 @@ pub fn router(client: Client, options: WebOptions, bound: SocketAddr) -> Router 
     Router::new()
         .route("/", get(overview::overview))
         .route("/queues", get(queues::queues))
+        .route("/queues/{name}/tenants", get(queues::tenants))
         .route("/queues/{name}/{action}", post(queues::queue_action))
         .route("/jobs", get(jobs::jobs))
         .route("/jobs/{id}", get(jobs::job))

@@ -72,7 +72,8 @@ pub use migrate::{migrate, migrations, set_seed_keys, Migration, SeedKeys};
 pub use model::{
     Attempt, AttemptOutcome, CountBy, ErrorGroup, GroupCounts, JobFilter, JobPage, JobRecord,
     JobStatus, JobSummary, Per, Pruned, QueueCounts, QueueState, QueuedJob, RateLimit, RateState,
-    Throughput, UniqueMode, UpdateOutcome, WorkerInfo, MAX_PAGE, MAX_RATE_WINDOW,
+    TenantHold, TenantState, Throughput, UniqueMode, UpdateOutcome, WorkerInfo, MAX_PAGE,
+    MAX_RATE_WINDOW,
 };
 pub use retry::Backoff;
 pub use store::{Backend, Executor, Pool, Schema};

@@ -27,7 +27,7 @@ try {
   const dialogs = [];
   page.on('dialog', (d) => { dialogs.push(d.message()); d.dismiss(); });
   const q = encodeURIComponent(text);
-  for (const path of ['/', '/queues', '/errors', '/jobs', `/jobs?queue=${q}`, `/jobs?tenant=${q}`, `/jobs/${job}`]) {
+  for (const path of ['/', '/queues', `/queues/${q}/tenants`, '/errors', '/jobs', `/jobs?queue=${q}`, `/jobs?tenant=${q}`, `/jobs/${job}`]) {
     const response = await page.goto(url + path);
     check(`${path} answers`, response.status() === 200, response.status());
     const seen = await page.evaluate(() => ({

@@ -5,7 +5,9 @@
 
 use chrono::{Duration as Span, Utc};
 use sk_runtime::__driver::Driver;
-use sk_runtime::{Client, Clock as _, CountBy, JobFilter, JobStatus, ManualClock, StoredSchedules};
+use sk_runtime::{
+    Client, Clock as _, CountBy, JobFilter, JobStatus, ManualClock, StoredSchedules, TenantHold,
+};
 use sk_tests::each_backend;
 
 use super::super::Record;
@@ -91,6 +93,12 @@ each_backend! {
         assert_eq!((acme.available, acme.running, acme.fatal), (2, 1, 0));
         let none = by_tenant.iter().find(|g| g.key.is_none()).expect("no tenant");
         assert_eq!((none.scheduled, none.fatal), (1, 1));
+        // Queue a's tenants (`tenant_states`): acme's due job and its running one, held by
+        // a limit of one running job per tenant; a's job without a tenant is no tenant's.
+        client.set_tenant_limit("a", Some(1)).await.unwrap();
+        let tenants = client.tenants("a").await.unwrap();
+        let shown: Vec<_> = tenants.iter().map(|t| (t.tenant.as_str(), t.available, t.running, t.held_by)).collect();
+        assert_eq!(shown, [("acme", 1, 1, Some(TenantHold::RunningLimit))]);
 
         let peeked = client.peek(10).await.unwrap();
         assert_eq!(peeked.iter().map(|j| j.id).collect::<Vec<_>>(), [later, due, ended]);

@@ -1,4 +1,5 @@
-//! The queues: each one's jobs by state, its global and rate limits, and pause or resume.
+//! The queues: each one's jobs by state, its global and rate limits, and pause or resume;
+//! a queue's tenants and what its limits per tenant hold back now.
 
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Path, State};
@@ -7,7 +8,11 @@ use maud::html;
 
 use super::layout::{button, page, segment};
 use super::{check_csrf, not_found, ActionForm, Failure, Page, Shared};
+use crate::limits::{hold_cell, per_tenant_cell, waiting};
 use crate::output::{rate_cell, time};
+
+/// Most tenants the tenants page lists (those held back first); `sk tenants` lists all.
+const TENANTS_SHOWN: usize = 500;
 
 pub(super) async fn queues(State(app): Shared) -> Page {
     let queues = app.client.queues().await?;
@@ -30,7 +35,9 @@ pub(super) async fn queues(State(app): Shared) -> Page {
                             td { (q.pending) }
                             td { (q.running) }
                             td { (q.global_limit.map_or_else(|| "none".to_owned(), |n| n.to_string())) }
-                            td { (Some(crate::commands::per_tenant_cell(q)).filter(|c| !c.is_empty()).unwrap_or_else(|| "none".to_owned())) }
+                            td { a href=(format!("/queues/{}/tenants", segment(&q.name))) {
+                                (Some(per_tenant_cell(q)).filter(|c| !c.is_empty()).unwrap_or_else(|| "none".to_owned()))
+                            } }
                             td.rate { (q.rate_limit.as_ref().map_or_else(|| "none".to_owned(), rate_cell)) }
                             td.state {
                                 @match q.paused_at {
@@ -64,4 +71,41 @@ pub(super) async fn queue_action(
         _ => return Err(not_found(format!("no action {action:?} on a queue"))),
     };
     Ok(Redirect::to("/queues"))
+}
+
+/// A queue's tenants: each one's jobs, its starts against the queue's rate per tenant and
+/// which limit holds it back now; those held back with jobs waiting first.
+pub(super) async fn tenants(State(app): Shared, Path(name): Path<String>) -> Page {
+    let mut tenants = app.client.tenants(&name).await?;
+    let held = tenants.iter().filter(|t| waiting(t)).count();
+    tenants.sort_by_key(|t| !waiting(t));
+    let more = tenants.len().saturating_sub(TENANTS_SHOWN);
+    tenants.truncate(TENANTS_SHOWN);
+    let body = html! {
+        section {
+            h2 { "Tenants of " (name) }
+            p #held { (held) " held back by a limit per tenant with jobs waiting" }
+            @if tenants.is_empty() {
+                p { "No tenants." }
+            } @else {
+                div.scroll { table #tenants {
+                    tr { th { "tenant" } th { "available" } th { "running" } th { "rate" }
+                         th { "held by" } }
+                    @for t in &tenants {
+                        tr data-tenant=(t.tenant) {
+                            td { (t.tenant) }
+                            td { (t.available) }
+                            td { (t.running) }
+                            td { (t.rate.as_ref().map_or_else(String::new, rate_cell)) }
+                            td.held { (hold_cell(t)) }
+                        }
+                    }
+                } }
+                @if more > 0 {
+                    p { "and " (more) " more: " code { "sk tenants " (name) } }
+                }
+            }
+        }
+    };
+    Ok(page(&format!("Tenants of {name}"), "/queues", body))
 }

@@ -1,5 +1,5 @@
-//! Queue insight on the client handle: counts by queue, task type or tenant, and the job
-//! list with filters and keyset pagination.
+//! Queue insight on the client handle: counts by queue, task type or tenant, the job
+//! list with filters and keyset pagination, workers, a queue's tenants and throughput.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -8,7 +8,8 @@ use super::Client;
 use crate::error::{Error, Result};
 use crate::model::throughput_of;
 use crate::model::{
-    CountBy, ErrorGroup, GroupCounts, JobFilter, JobPage, Per, Throughput, WorkerInfo, MAX_PAGE,
+    CountBy, ErrorGroup, GroupCounts, JobFilter, JobPage, Per, TenantState, Throughput, WorkerInfo,
+    MAX_PAGE,
 };
 
 impl Client {
@@ -108,6 +109,33 @@ impl Client {
     /// The database fails.
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
         self.pool.workers(&self.schema, self.now()).await
+    }
+
+    /// The tenants of `queue` ([`Enqueue::with_tenant`](crate::Enqueue::with_tenant))
+    /// with live jobs, or with starts in the window of the queue's rate limit per tenant,
+    /// by name: each one's available and running jobs, its starts against that rate, and
+    /// which limit per tenant holds it back now, if one does
+    /// ([`Client::set_tenant_limit`](crate::Client::set_tenant_limit),
+    /// [`Client::set_tenant_rate_limit`](crate::Client::set_tenant_rate_limit)). A
+    /// tenant held with available jobs waits for its own limit, not for the others.
+    ///
+    /// ```no_run
+    /// # async fn f(client: sk_runtime::Client) -> sk_runtime::Result<()> {
+    /// for t in client.tenants("partner_api").await? {
+    ///     if let Some(hold) = t.held_by {
+    ///         println!("{}: {} waiting, held by {hold:?}", t.tenant, t.available);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad queue name; the database fails.
+    pub async fn tenants(&self, queue: &str) -> Result<Vec<TenantState>> {
+        crate::model::check_name("queue name", queue)?;
+        self.pool
+            .tenant_states(&self.schema, queue, self.now())
+            .await
     }
 }
 

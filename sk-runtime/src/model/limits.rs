@@ -124,6 +124,40 @@ pub struct RateState {
     pub opens_at: Option<DateTime<Utc>>,
 }
 
+/// One tenant of a queue as [`Client::tenants`](crate::Client::tenants) shows it: its
+/// live jobs, what it uses of the queue's limits per tenant, and whether they hold it
+/// back now.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct TenantState {
+    /// The tenant (`Enqueue::with_tenant`).
+    pub tenant: String,
+    /// Its jobs that can run now.
+    pub available: i64,
+    /// Its jobs under a valid lease.
+    pub running: i64,
+    /// Its starts against the queue's rate limit per tenant, if the queue has one: the
+    /// starts of the window that ends now, and when it opens next if it is full or a
+    /// handler holds it shut.
+    pub rate: Option<RateState>,
+    /// What keeps any of its jobs from starting now, if a limit does.
+    pub held_by: Option<TenantHold>,
+}
+
+/// The limit per tenant that keeps a tenant's jobs from starting now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TenantHold {
+    /// It runs as many jobs as the queue's limit per tenant allows
+    /// ([`Client::set_tenant_limit`](crate::Client::set_tenant_limit)).
+    RunningLimit,
+    /// Its window of starts is full, or a handler's
+    /// [`JobError::rate_limited`](crate::JobError::rate_limited) holds it shut, until
+    /// `rate.opens_at` ([`Client::set_tenant_rate_limit`](crate::Client::set_tenant_rate_limit)).
+    RateLimit,
+}
+
 /// Most pairs a log keeps: past it, the two closest in time are merged into the later,
 /// which counts the earlier's starts a little longer (never shorter), so the limit still
 /// holds.

@@ -9,7 +9,7 @@ mod seed_002;
 mod stats;
 
 pub(crate) use limits::StartLog;
-pub use limits::{RateLimit, RateState, MAX_RATE_WINDOW};
+pub use limits::{RateLimit, RateState, TenantHold, TenantState, MAX_RATE_WINDOW};
 pub use list::{
     CountBy, ErrorGroup, GroupCounts, JobFilter, JobPage, JobSummary, Per, Pruned, QueueState,
     Throughput, WorkerInfo, MAX_PAGE,

@@ -24,7 +24,7 @@ use super::{
 use crate::error::Result;
 use crate::model::{
     CountBy, ErrorGroup, GroupCounts, JobFilter, JobRecord, JobSummary, Pruned, QueueCounts,
-    QueueState, QueuedJob, StatBucket, StatRow, UniqueMode, WorkerInfo, WorkerUp,
+    QueueState, QueuedJob, StatBucket, StatRow, TenantState, UniqueMode, WorkerInfo, WorkerUp,
 };
 
 /// Declares a trait of async operations (each future `Send`) and the methods of the enum
@@ -129,6 +129,9 @@ driver! {
         ) -> Result<()>;
         /// Every queue with jobs, a paused state or a limit.
         fn queue_states(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<QueueState>>;
+        /// A queue's tenants with live jobs or starts in their window, by name, with what
+        /// its limits per tenant leave each.
+        fn tenant_states(&self, schema: &Schema, queue: &str, now: DateTime<Utc>) -> Result<Vec<TenantState>>;
         /// The ids a filter takes, live jobs or ended ones, newest first, a page at a time.
         fn find_ids(
             &self,

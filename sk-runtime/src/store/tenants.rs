@@ -13,7 +13,7 @@ use super::dialect::{Arg, Boxed, Dialect};
 use super::rates::{self, TENANT};
 use super::{Claim, Schema};
 use crate::error::Result;
-use crate::model::{RateLimit, StartLog};
+use crate::model::{RateLimit, RateState, StartLog, TenantHold, TenantState};
 
 /// A tenant's log of starts and the end of its hold, as a claim read them.
 pub(crate) type Log = (StartLog, Option<DateTime<Utc>>);
@@ -124,26 +124,7 @@ where
     (String, i64): for<'r> sqlx::FromRow<'r, D::Row>,
 {
     Box::pin(async move {
-        let lock = format!(
-            "SELECT {} FROM {} WHERE queue_name = $1{}",
-            D::bigint("queue_tenant_limit"),
-            D::table(schema, "queues_t"),
-            D::for_update()
-        );
-        let rows: Vec<(Option<i64>,)> =
-            D::fetch_all_on(&mut *conn, &lock, &[Arg::Text(Some(queue))]).await?;
-        let running_limit = rows.first().and_then(|r| r.0);
-        let rate_sql = format!(
-            "SELECT {}, limit_window_ms FROM {} WHERE limit_scope = $1 AND limit_name = $2{}",
-            D::bigint("limit_count"),
-            D::table(schema, "rate_limits_t"),
-            D::for_update()
-        );
-        let args = [Arg::Text(Some(TENANT)), Arg::Text(Some(queue))];
-        let rates: Vec<(i64, i64)> = D::fetch_all_on(&mut *conn, &rate_sql, &args).await?;
-        let rate = rates
-            .first()
-            .map(|(count, window_ms)| rates::limit_of(queue, *count, *window_ms));
+        let (running_limit, rate) = limits::<D>(&mut *conn, schema, queue, D::for_update()).await?;
         if running_limit.is_none() && rate.is_none() {
             return Ok(None);
         }
@@ -205,6 +186,122 @@ where
             .map(|(tenant, log, held)| (tenant, (StartLog::parse(&log, &limit, now), held)))
             .collect())
     })
+}
+
+/// The limits per tenant of `queue`: of running jobs (`queue_tenant_limit`) and of
+/// starts per window, each row read with `lock` (`FOR UPDATE`, or nothing).
+fn limits<'a, D: Dialect>(
+    conn: &'a mut D::Connection,
+    schema: &'a Schema,
+    queue: &'a str,
+    lock: &'static str,
+) -> Boxed<'a, (Option<i64>, Option<RateLimit>)>
+where
+    (Option<i64>,): for<'r> sqlx::FromRow<'r, D::Row>,
+    (i64, i64): for<'r> sqlx::FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let running_sql = format!(
+            "SELECT {} FROM {} WHERE queue_name = $1{lock}",
+            D::bigint("queue_tenant_limit"),
+            D::table(schema, "queues_t"),
+        );
+        let rows: Vec<(Option<i64>,)> =
+            D::fetch_all_on(&mut *conn, &running_sql, &[Arg::Text(Some(queue))]).await?;
+        let rate_sql = format!(
+            "SELECT {}, limit_window_ms FROM {} WHERE limit_scope = $1 AND limit_name = $2{lock}",
+            D::bigint("limit_count"),
+            D::table(schema, "rate_limits_t"),
+        );
+        let args = [Arg::Text(Some(TENANT)), Arg::Text(Some(queue))];
+        let rates: Vec<(i64, i64)> = D::fetch_all_on(conn, &rate_sql, &args).await?;
+        let rate = rates
+            .first()
+            .map(|(count, window_ms)| rates::limit_of(queue, *count, *window_ms));
+        Ok((rows.first().and_then(|r| r.0), rate))
+    })
+}
+
+/// The tenants of `queue` with live jobs, or with starts or a hold in the window of its
+/// rate limit per tenant, by name, each with what its limits leave it at `now`
+/// (`Client::tenants`). Read without locks: a claim may change them at once.
+pub(crate) fn states<'a, D: Dialect>(
+    pool: &'a sqlx::Pool<D>,
+    schema: &'a Schema,
+    queue: &'a str,
+    now: DateTime<Utc>,
+) -> Boxed<'a, Vec<TenantState>>
+where
+    (Option<i64>,): for<'r> sqlx::FromRow<'r, D::Row>,
+    (i64, i64): for<'r> sqlx::FromRow<'r, D::Row>,
+    (String, i64, i64): for<'r> sqlx::FromRow<'r, D::Row>,
+    (String, String, Option<DateTime<Utc>>): for<'r> sqlx::FromRow<'r, D::Row>,
+{
+    Box::pin(async move {
+        let mut conn = pool.acquire().await?;
+        let (running_limit, rate) = limits::<D>(&mut conn, schema, queue, "").await?;
+        let live_sql = format!(
+            "SELECT {}, {}, {} FROM {} WHERE task_queue = $1 AND task_tenant IS NOT NULL
+             GROUP BY task_tenant",
+            D::text("task_tenant"),
+            D::count_if("task_locked_by IS NULL AND task_locked_until_ts <= $2"),
+            D::count_if("task_locked_by IS NOT NULL AND task_locked_until_ts > $2"),
+            D::table(schema, "tasks_queue_t")
+        );
+        let args = [Arg::Text(Some(queue)), Arg::Time(now)];
+        let live: Vec<(String, i64, i64)> = D::fetch_all_on(&mut conn, &live_sql, &args).await?;
+        let mut states: std::collections::BTreeMap<String, TenantState> = live
+            .into_iter()
+            .map(|(tenant, available, running)| (tenant.clone(), fresh(tenant, available, running)))
+            .collect();
+        if let Some(limit) = rate {
+            let logs_sql = format!(
+                "SELECT {}, starts_log, starts_held_until_ts FROM {} WHERE starts_queue = $1",
+                D::text("starts_tenant"),
+                D::table(schema, "tenant_starts_t"),
+            );
+            let logs: Vec<(String, String, Option<DateTime<Utc>>)> =
+                D::fetch_all_on(&mut conn, &logs_sql, &[Arg::Text(Some(queue))]).await?;
+            let mut logged = HashMap::new();
+            for (tenant, log, held) in logs {
+                let state = StartLog::parse(&log, &limit, now).state(limit, held, now);
+                if state.started > 0 || state.opens_at.is_some() {
+                    logged.insert(tenant, state);
+                }
+            }
+            for tenant in logged.keys() {
+                (states.entry(tenant.clone())).or_insert_with(|| fresh(tenant.clone(), 0, 0));
+            }
+            for state in states.values_mut() {
+                state.rate = Some(logged.remove(&state.tenant).unwrap_or(RateState {
+                    limit,
+                    started: 0,
+                    opens_at: None,
+                }));
+            }
+        }
+        for state in states.values_mut() {
+            state.held_by = if running_limit.is_some_and(|n| state.running >= n) {
+                Some(TenantHold::RunningLimit)
+            } else if state.rate.as_ref().is_some_and(|r| r.opens_at.is_some()) {
+                Some(TenantHold::RateLimit)
+            } else {
+                None
+            };
+        }
+        Ok(states.into_values().collect())
+    })
+}
+
+/// A tenant's state before its limits are read.
+fn fresh(tenant: String, available: i64, running: i64) -> TenantState {
+    TenantState {
+        tenant,
+        available,
+        running,
+        rate: None,
+        held_by: None,
+    }
 }
 
 /// Writes the logs of starts `logs` (tenant, log) of `queue`, in the claim's transaction.

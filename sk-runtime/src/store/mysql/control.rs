@@ -13,7 +13,7 @@ use super::{dt, push_ids, ts, BEGIN};
 use crate::bus::wake;
 use crate::error::Result;
 use crate::model::status::{CANCELLED, FATAL, UNPROCESSED};
-use crate::model::{JobFilter, QueueState};
+use crate::model::{JobFilter, QueueState, TenantState};
 use crate::store::queries;
 use crate::store::worker_rows::delete_job_stats;
 use crate::store::{CancelledRun, NewJob, Schema};
@@ -367,6 +367,16 @@ impl Control for MySqlPool {
     /// Live jobs per queue and state, with each queue's pause.
     async fn queue_states(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<QueueState>> {
         queries::queue_states(self, schema, now).await
+    }
+
+    /// A queue's tenants, with what its limits per tenant leave each.
+    async fn tenant_states(
+        &self,
+        schema: &Schema,
+        queue: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<TenantState>> {
+        crate::store::tenants::states(self, schema, queue, now).await
     }
 
     /// Up to `limit` ids of the jobs `filter` takes, after `after` in id order (as on
