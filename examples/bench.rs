@@ -84,8 +84,9 @@
 //! `--backend sqlite` runs the measures SQLite has against SQLite's own raw SQL
 //! (`bench_sqlite.rs`), in a file in the temp dir; no server needed. `--backend mysql`
 //! does the same on MySQL/MariaDB (`bench_mysql.rs`, server at `MYSQL_URL`). Both have
-//! `burn_down_c16_rated` (a rate limit that never binds) and `burn_down_c16_fair` (no-ops
-//! of 8 tenants claimed fairly) beside `burn_down_c16`.
+//! `burn_down_c16_rated` (a rate limit that never binds), `burn_down_c16_fair` (no-ops
+//! of 8 tenants claimed fairly) and `burn_down_c16_tenant_limit` (the same under a limit
+//! of running jobs per tenant that never binds) beside `burn_down_c16`.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -216,6 +217,20 @@ fn args() -> Result<Args, String> {
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Sets a limit of running jobs per tenant of the no-op queue that never binds (each
+/// tenant's at most `concurrency`, the worker's): what the limit's claim costs (SQLite,
+/// MySQL; on a fresh database, so nothing to lift).
+async fn open_tenant_limit(
+    pool: impl Into<sk_runtime::Pool>,
+    concurrency: usize,
+) -> Result<(), BoxError> {
+    let limit = Some(u32::try_from(concurrency)?);
+    Client::new(pool)
+        .set_tenant_limit(QUEUE_OF_NOOP, limit)
+        .await?;
+    Ok(())
+}
 
 /// Enqueues jobs `0..n`, each made by `job`, 10,000 per `enqueue_many` call (any backend).
 async fn enqueue_chunks<'e, J, E>(
@@ -877,8 +892,9 @@ impl Bench {
 
     async fn burn_down_tenant_limit(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
         let client = Client::new(self.pool.clone()).schema(self.schema.clone());
-        let limit = Some(u32::try_from(concurrency)?);
-        client.set_tenant_limit(QUEUE_OF_NOOP, limit).await?;
+        client
+            .set_tenant_limit(QUEUE_OF_NOOP, Some(u32::try_from(concurrency)?))
+            .await?;
         let result = self.burn_down(n, concurrency, Load::Fair).await;
         client.set_tenant_limit(QUEUE_OF_NOOP, None).await?;
         result

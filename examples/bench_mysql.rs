@@ -87,7 +87,7 @@ use std::future::Future;
 
 pub(super) async fn run(args: Args) -> Result<(), BoxError> {
     let mut lines = Vec::new();
-    let pairs: [(&str, &str, Run, &str, Run); 7] = [
+    let pairs: [(&str, &str, Run, &str, Run); 8] = [
         (
             "enqueue_single",
             "jobs/s",
@@ -127,6 +127,19 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
             "burn_down_c16_fair",
             "jobs/s",
             |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Fair)),
+            "burn_down_c16",
+            |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Noop)),
+        ),
+        (
+            "burn_down_c16_tenant_limit",
+            "jobs/s",
+            |p, a| {
+                let n = a.jobs;
+                Box::pin(async move {
+                    super::open_tenant_limit(p.clone(), 16).await?;
+                    burn_down(p, n, 16, Load::Fair).await
+                })
+            },
             "burn_down_c16",
             |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Noop)),
         ),

@@ -596,7 +596,7 @@ async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(13));
+    assert_eq!(db.scalar(versions, None).await, Some(14));
     let triggers = "SELECT count(*) FROM information_schema.TRIGGERS
         WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'old_sk_tasks_queue_t'
             AND EVENT_MANIPULATION = 'INSERT'";
@@ -649,8 +649,8 @@ async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
 /// A MySQL queue of version 7 holds a waiting job with a unique key and a leased one.
 /// Version 8 moves the key and the lease into tables of their own: the key still refuses
 /// a second job (mode skip) and stays with its job through a retry's update, the lease
-/// is counted for the queue's limit, and both go when their jobs leave the queue (the
-/// table's triggers).
+/// is counted for the queue's limit (and, from version 14, its tenant's), and both go
+/// when their jobs leave the queue (the table's triggers).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mysql_queue_of_version_7_keeps_its_keys_and_leases() {
     let db = Db::<sqlx::MySql>::new().await;
@@ -661,11 +661,11 @@ async fn a_mysql_queue_of_version_7_keeps_its_keys_and_leases() {
     let (keyed, leased) = (Uuid::now_v7(), Uuid::now_v7());
     db.execute(&format!(
         "INSERT INTO seven_sk_tasks_queue_t (task_id, task_type, task_payload, task_unique_key,
-            task_unique_mode, task_queue, task_locked_until_ts, task_locked_by)
+            task_unique_mode, task_queue, task_locked_until_ts, task_locked_by, task_tenant)
          VALUES (x'{}', 'record', '{{\"label\": \"keyed\"}}', 'doc:7', 1, 'default',
-                UTC_TIMESTAMP(6), NULL),
+                UTC_TIMESTAMP(6), NULL, NULL),
             (x'{}', 'record', '{{\"label\": \"leased\"}}', NULL, NULL, 'limited',
-                UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 'gone-worker')",
+                UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 'gone-worker', 'acme')",
         keyed.simple(),
         leased.simple()
     ))
@@ -676,6 +676,13 @@ async fn a_mysql_queue_of_version_7_keeps_its_keys_and_leases() {
         db.scalar(running, None).await,
         Some(1),
         "the lease is counted"
+    );
+    // Version 14 counts it for its tenant too (a limit of running jobs per tenant).
+    let acme = "SELECT count(*) FROM seven_sk_running_t WHERE task_tenant = 'acme'";
+    assert_eq!(
+        db.scalar(acme, None).await,
+        Some(1),
+        "the lease is its tenant's"
     );
     let post = |label: &str| {
         sk_runtime::Enqueue::new(Record::new(label.into()))

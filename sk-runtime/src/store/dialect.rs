@@ -138,6 +138,19 @@ pub(crate) trait Dialect: sqlx::Database {
     where
         T: for<'r> sqlx::FromRow<'r, Self::Row> + Send + Unpin + 'a;
 
+    /// Each tenant's running jobs (leases that hold at `$2`) of queue `$1`: (tenant,
+    /// count), through the running-jobs index (PostgreSQL migration 8, SQLite 3).
+    fn running_by_tenant(schema: &Schema) -> String {
+        format!(
+            "SELECT {}, {} FROM {} WHERE task_queue = $1 AND task_locked_by IS NOT NULL
+                AND task_locked_until_ts > $2 AND task_tenant IS NOT NULL
+             GROUP BY task_tenant",
+            Self::text("task_tenant"),
+            Self::bigint("count(*)"),
+            Self::table(schema, "tasks_queue_t")
+        )
+    }
+
     /// What follows a `SELECT` of rows the transaction then changes, to lock them until it
     /// ends (SQLite's write transaction locks the whole database: nothing).
     fn for_update() -> &'static str {

@@ -111,7 +111,7 @@ pub(crate) fn tenant_capped_queue<'a>(claim: &Claim<'a>) -> Result<Option<&'a st
 /// until the transaction on `conn` ends (its row in the queues table, then its rate
 /// limit's; SQLite's write transaction serializes them anyway), so claims of the queue
 /// take turns, each counting after the one before committed. The running jobs are read
-/// through the running-jobs index (PostgreSQL migration 8).
+/// from the leased jobs only ([`Dialect::running_by_tenant`]).
 pub(crate) fn room<'a, D: Dialect>(
     conn: &'a mut D::Connection,
     schema: &'a Schema,
@@ -130,14 +130,7 @@ where
         }
         let mut running = HashMap::new();
         if running_limit.is_some() {
-            let count = format!(
-                "SELECT {}, {} FROM {} WHERE task_queue = $1 AND task_locked_by IS NOT NULL
-                    AND task_locked_until_ts > $2 AND task_tenant IS NOT NULL
-                 GROUP BY task_tenant",
-                D::text("task_tenant"),
-                D::bigint("count(*)"),
-                D::table(schema, "tasks_queue_t")
-            );
+            let count = D::running_by_tenant(schema);
             let args = [Arg::Text(Some(queue)), Arg::Time(now)];
             let rows: Vec<(String, i64)> = D::fetch_all_on(conn, &count, &args).await?;
             running = rows.into_iter().collect();

@@ -69,6 +69,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "rate limits per tenant",
         include_str!("../../../migrations/mysql/0013_tenant_rates.sql"),
     ),
+    (
+        14,
+        "each running job's tenant counted apart",
+        include_str!("../../../migrations/mysql/0014_running_tenants.sql"),
+    ),
 ];
 
 pub(crate) async fn migrate_to(pool: &MySqlPool, schema: &Schema, target: i32) -> Result<()> {
