@@ -547,6 +547,18 @@ each_backend! {
         let zero = client.job(zero).await.unwrap().unwrap();
         assert_eq!(zero.status(), JobStatus::Processed);
         assert!(zero.attempts().last().unwrap().started_at.unwrap() >= at + hold);
+
+        // Maintenance deletes the logs last written before its cutoff (here, all of
+        // them) but keeps one whose hold has not ended: a's, while in its hold.
+        let driver = sk_runtime::__driver::Driver::new(db.pool.clone(), "upkeep");
+        let logs = "SELECT count(*) FROM sk_tenant_starts_t";
+        assert_eq!(db.scalar(logs, None).await, Some(2), "a's and b's");
+        let cutoff = Utc::now() + chrono::Duration::hours(1);
+        assert_eq!(driver.prune_tenant_logs(cutoff, at + hold / 2).await.unwrap(), 1);
+        let kept = "SELECT count(*) FROM sk_tenant_starts_t WHERE starts_tenant = 'a'";
+        assert_eq!(db.scalar(kept, None).await, Some(1), "a's log, in its hold");
+        assert_eq!(driver.prune_tenant_logs(cutoff, at + hold * 2).await.unwrap(), 1);
+        assert_eq!(db.scalar(logs, None).await, Some(0));
         db.drop().await;
     }
 }

@@ -1,4 +1,5 @@
-//! The worker side of the driver contract (`Work`) opened to its conformance suite
+//! The worker side of the driver contract (`Work`, and `WorkerRows`' pruning) opened to
+//! its conformance suite
 //! (`tests/store/`), which runs every operation on every backend. Not a public API: the
 //! store stays sealed; this is `sk_runtime::__driver`, hidden from the docs.
 
@@ -159,6 +160,19 @@ impl Driver {
     /// The database fails.
     pub async fn succeeded_here(&self, ids: &[Uuid]) -> Result<Vec<Uuid>> {
         self.store.succeeded_here(ids).await
+    }
+
+    /// `WorkerRows::prune_tenant_logs`: deletes the logs of starts per tenant last
+    /// written before `before` that hold no tenant shut at `now`; how many.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn prune_tenant_logs(
+        &self,
+        before: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<u64> {
+        self.store.prune_tenant_logs(before, now).await
     }
 
     /// `Work::extend`: extends these leases to `until`; the ids still held.

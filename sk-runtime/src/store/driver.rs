@@ -255,6 +255,9 @@ driver! {
         fn worker_down(&self) -> Result<()>;
         /// Deletes the run counts of minutes before `before`.
         fn prune_job_stats(&self, before: DateTime<Utc>) -> Result<u64>;
+        /// Deletes the logs of starts per tenant last written before `before` that hold
+        /// no tenant shut at `now`.
+        fn prune_tenant_logs(&self, before: DateTime<Utc>, now: DateTime<Utc>) -> Result<u64>;
         /// Writes this worker's run counts per minute and task type.
         fn write_job_stats(&self, buckets: &[(DateTime<Utc>, String, StatBucket)]) -> Result<()>;
     }

@@ -263,7 +263,9 @@ where
                 }
             }
             for tenant in logged.keys() {
-                (states.entry(tenant.clone())).or_insert_with(|| fresh(tenant.clone(), 0, 0));
+                states
+                    .entry(tenant.clone())
+                    .or_insert_with(|| fresh(tenant.clone(), 0, 0));
             }
             for state in states.values_mut() {
                 state.rate = Some(logged.remove(&state.tenant).unwrap_or(RateState {

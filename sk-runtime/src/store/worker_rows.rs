@@ -135,6 +135,24 @@ pub(crate) async fn delete_job_stats<D: Dialect>(
     D::execute(pool, &sql, &[Arg::Time(before)]).await
 }
 
+/// Deletes the logs of starts per tenant (`tenant_starts_t`) last written before
+/// `before` whose hold, if any, has ended at `now`. With `before` a longest window
+/// ([`MAX_RATE_WINDOW`](crate::MAX_RATE_WINDOW)) ago, such a log holds no start in any
+/// window, so a tenant's next claim starts it afresh as if it were kept.
+pub(crate) async fn delete_idle_tenant_logs<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    before: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<u64> {
+    let sql = format!(
+        "DELETE FROM {} WHERE starts_updated_at_ts < $1
+            AND (starts_held_until_ts IS NULL OR starts_held_until_ts <= $2)",
+        D::table(schema, "tenant_starts_t")
+    );
+    D::execute(pool, &sql, &[Arg::Time(before), Arg::Time(now)]).await
+}
+
 /// Writes worker `owner`'s run counts per minute and task type (absolute values), in
 /// one transaction.
 pub(crate) async fn write_job_stats<D: Dialect>(
@@ -217,6 +235,20 @@ macro_rules! worker_rows_of {
                 before: chrono::DateTime<chrono::Utc>,
             ) -> $crate::error::Result<u64> {
                 $crate::store::worker_rows::delete_job_stats(&self.pool, &self.schema, before).await
+            }
+
+            async fn prune_tenant_logs(
+                &self,
+                before: chrono::DateTime<chrono::Utc>,
+                now: chrono::DateTime<chrono::Utc>,
+            ) -> $crate::error::Result<u64> {
+                $crate::store::worker_rows::delete_idle_tenant_logs(
+                    &self.pool,
+                    &self.schema,
+                    before,
+                    now,
+                )
+                .await
             }
 
             async fn write_job_stats(

@@ -113,7 +113,8 @@ async fn vacuum_if_needed(shared: &Shared, queue_vacuum: &mut Spacing) {
 }
 
 /// Creates the results partitions ahead (also done at start) and retires those past the
-/// retention (docs/reliability.md, "Results"), with the run counts of those times.
+/// retention (docs/reliability.md, "Results"), with the run counts of those times; deletes
+/// the logs of tenants' starts idle for a longest rate window.
 pub(crate) async fn partitions(shared: &Shared, now: chrono::DateTime<chrono::Utc>) {
     let store = &shared.store;
     match store
@@ -131,6 +132,17 @@ pub(crate) async fn partitions(shared: &Shared, now: chrono::DateTime<chrono::Ut
         }
         Ok(_) => {}
         Err(e) => tracing::warn!("sk: cannot create results partitions: {e}"),
+    }
+    // A tenant's log of starts idle for a longest window holds no start in any window.
+    if let Some(before) = chrono::Duration::from_std(crate::MAX_RATE_WINDOW)
+        .ok()
+        .and_then(|window| now.checked_sub_signed(window))
+    {
+        match store.prune_tenant_logs(before, now).await {
+            Ok(rows) if rows > 0 => tracing::info!(rows, "sk: pruned idle logs of tenants' starts"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("sk: cannot prune idle logs of tenants' starts: {e}"),
+        }
     }
     let Some(cutoff) = chrono::Duration::from_std(shared.config.result_retention)
         .ok()
