@@ -259,7 +259,17 @@ impl Work for PgStore {
         }
         let per_tenant = tenants::tenant_capped_queue(claim)?;
         let mut conn = self.acquire().await?;
-        let mut tx = conn.begin().await.map_err(|e| self.lost(e))?;
+        // Under limits per tenant, the claim's statements (the locks, the count, the
+        // tenants' probe, a claim per share) were planned again at every claim, as custom
+        // plans: 0.1-0.3 ms each, a third of the claim. Their generic plans serve the
+        // same indexes (burn_down_tenant_limit: 1.4 times the jobs a second, server CPU
+        // 214 µs a job against 319). Other rated claims gained nothing, so keep theirs.
+        let begin = if per_tenant.is_some() {
+            "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
+        } else {
+            "BEGIN"
+        };
+        let mut tx = conn.begin_with(begin).await.map_err(|e| self.lost(e))?;
         let mut limit = claim.limit;
         if let Some(queue) = capped {
             let room: Option<i64> = sqlx::query_scalar(&format!(
