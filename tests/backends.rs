@@ -474,7 +474,7 @@ async fn a_sqlite_queue_of_version_4_is_brought_forward_with_its_rows() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(12));
+    assert_eq!(db.scalar(versions, None).await, Some(13));
     assert_eq!(db.scalar(last, None).await, Some(last_handle));
     let table = db
         .texts("SELECT sql FROM sqlite_master WHERE name = 'old_sk_tasks_queue_t'")
@@ -596,7 +596,7 @@ async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(14));
+    assert_eq!(db.scalar(versions, None).await, Some(15));
     let triggers = "SELECT count(*) FROM information_schema.TRIGGERS
         WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'old_sk_tasks_queue_t'
             AND EVENT_MANIPULATION = 'INSERT'";

@@ -155,6 +155,19 @@ each_backend! {
         assert!(code == 0 && out.contains("10/1s"), "{out}");
         assert_eq!(sk(&url, &["limit", "mail", "--per-tenant-rate", "none"]).await.0, 0);
         assert!(client.queues().await.unwrap().iter().all(|q| q.tenant_rate_limit.is_none()));
+        let (code, out, _) = sk(&url, &["limit", "mail", "--fair", "on"]).await;
+        assert_eq!((code, out.trim()), (0, "mail: claimed fairly across its tenants"));
+        let (code, out, _) = sk(&url, &["status"]).await;
+        assert!(code == 0 && out.contains("fair"), "{out}");
+        let status = sk_json(&url, &["status"]).await;
+        let mail = status["controls"].as_array().unwrap().iter().find(|q| q["name"] == "mail").unwrap();
+        assert!(mail["fair_since"].is_string(), "{status}");
+        let (code, _, err) = sk(&url, &["limit", "mail", "--fair", "yes", "--per-tenant", "2"]).await;
+        assert_eq!((code, err.trim()), (1, "sk: error: --fair \"yes\": on or off"));
+        assert!(client.queues().await.unwrap().iter().all(|q| q.tenant_limit.is_none()), "nothing set");
+        let off = sk_json(&url, &["limit", "mail", "--fair", "off"]).await;
+        assert_eq!(off, serde_json::json!({ "queue": "mail", "fair": false }));
+        assert!(client.queues().await.unwrap().iter().all(|q| q.fair_since.is_none()));
 
         let (code, out, _) = sk(&url, &["run-now", &waiting.to_string()]).await;
         assert_eq!((code, out.trim()), (0, format!("{waiting}: Rescheduled").as_str()));

@@ -272,12 +272,17 @@ each_backend! {
             Err(Error::Invalid { what: "fair queue", .. })
         ));
 
+        // Fair claims are the queue's stored control: this worker is told nothing.
+        let admin = client(&db);
+        assert!(admin.set_fair("shared", true).await.unwrap());
+        assert!(!admin.set_fair("shared", true).await.unwrap(), "already fair");
+        assert!(matches!(
+            admin.set_fair("", true).await,
+            Err(Error::Invalid { what: "queue name", .. })
+        ));
         let started = Started::default();
         let w = RunningWorker::start(
-            worker(&db, &[TenantJob::TASK_TYPE])
-                .concurrency(4)
-                .fair("shared")
-                .data(Arc::clone(&started)),
+            worker(&db, &[TenantJob::TASK_TYPE]).concurrency(4).data(Arc::clone(&started)),
         );
         wait_until("every job to start", T, || {
             let n = started.lock().unwrap().len();
@@ -309,6 +314,25 @@ each_backend! {
         let out_of_order = a.iter().enumerate().filter(|(i, n)| i.abs_diff(**n as usize) >= 8);
         assert_eq!(out_of_order.count(), 0, "a in its order: {a:?}");
         assert_eq!(position("").len(), 5, "the jobs without a tenant ran too");
+
+        // Shown, and turned off.
+        let fair_since = |queues: Vec<sk_runtime::QueueState>| {
+            queues.into_iter().find(|q| q.name == "shared").and_then(|q| q.fair_since)
+        };
+        assert!(fair_since(admin.queues().await.unwrap()).is_some());
+        assert!(admin.set_fair("shared", false).await.unwrap());
+        assert!(!admin.set_fair("shared", false).await.unwrap(), "already off");
+        assert_eq!(fair_since(admin.queues().await.unwrap()), None);
+        // A worker built with `fair` turns it on for every worker as it starts.
+        let w = RunningWorker::start(
+            worker(&db, &[TenantJob::TASK_TYPE]).fair("shared").data(Started::default()),
+        );
+        wait_until("the worker to make the queue fair", T, || {
+            let admin = admin.clone();
+            async move { fair_since(admin.queues().await.unwrap()).map(|_| ()) }
+        })
+        .await;
+        w.stop().await;
         db.drop().await;
     }
 }

@@ -158,6 +158,14 @@ async fn the_dashboard_in_a_browser_shows_and_acts() {
     assert_eq!(ran.id, after);
     assert_eq!(db.job(held).await.status(), JobStatus::Unprocessed);
     assert!(rx.try_recv().is_err(), "nothing of the paused queue ran");
+    // A fair queue says so in its "per tenant" cell, which links to its tenants.
+    client.set_fair("mail", true).await.unwrap();
+    let (status, page) = request(&url, "GET", "/queues", "").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains(r#"<a href="/queues/mail/tenants">fair</a>"#),
+        "{page}"
+    );
     w.stop().await;
     db.drop().await;
 }

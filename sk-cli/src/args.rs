@@ -111,12 +111,13 @@ pub(crate) enum Command {
     /// Set a queue's concurrency limit across all workers (or remove it with `none`),
     /// each of its tenants' (`--per-tenant 4`, or `--per-tenant none`), its rate limit
     /// (`--rate 100/1m`, or `--rate none`), each of its tenants' rate limit
-    /// (`--per-tenant-rate 10/1s`), or several.
+    /// (`--per-tenant-rate 10/1s`), fair claims across its tenants (`--fair on`), or
+    /// several.
     Limit {
         /// The queue.
         queue: String,
         /// At most this many of its jobs at once, or `none`.
-        #[arg(required_unless_present_any = ["rate", "per_tenant", "per_tenant_rate"])]
+        #[arg(required_unless_present_any = ["rate", "per_tenant", "per_tenant_rate", "fair"])]
         limit: Option<String>,
         /// At most this many jobs of each of its tenants at once over every worker, or
         /// `none`.
@@ -130,6 +131,10 @@ pub(crate) enum Command {
         /// as `10/1s`, or `none`.
         #[arg(long)]
         per_tenant_rate: Option<String>,
+        /// Claim it fairly across its tenants on every worker (`on`), or in the queue's
+        /// order (`off`).
+        #[arg(long)]
+        fair: Option<String>,
     },
     /// Errors grouped by type and message.
     Errors {

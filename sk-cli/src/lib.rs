@@ -208,12 +208,14 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
             per_tenant,
             rate,
             per_tenant_rate,
+            fair,
         } => {
             let change = limits::Limits {
                 running: limit.as_deref(),
                 per_tenant: per_tenant.as_deref(),
                 rate: rate.as_deref(),
                 per_tenant_rate: per_tenant_rate.as_deref(),
+                fair: fair.as_deref(),
             };
             limits::limit(&client, &queue, &change, json, out).await
         }

@@ -8,13 +8,14 @@ use sk_runtime::Client;
 use crate::output::{cells, print_json, print_table, rate_cell, say, table};
 use crate::{fail, Failure};
 
-/// A queue's limits per tenant as `sk status` and the dashboard show them: "2", "10/1s"
-/// or "2, 10/1s" ("" for none).
+/// A queue's fairness and limits per tenant as `sk status` and the dashboard show them:
+/// "fair", "2", "10/1s", "fair, 2, 10/1s" ("" for none).
 pub(crate) fn per_tenant_cell(queue: &sk_runtime::QueueState) -> String {
+    let fair = queue.fair_since.map(|_| "fair".to_owned());
     let running = queue.tenant_limit.map(|n| n.to_string());
     let rate = queue.tenant_rate_limit.map(|r| r.to_string());
-    running
-        .into_iter()
+    fair.into_iter()
+        .chain(running)
         .chain(rate)
         .collect::<Vec<_>>()
         .join(", ")
@@ -38,6 +39,7 @@ pub(crate) struct Limits<'a> {
     pub(crate) per_tenant: Option<&'a str>,
     pub(crate) rate: Option<&'a str>,
     pub(crate) per_tenant_rate: Option<&'a str>,
+    pub(crate) fair: Option<&'a str>,
 }
 
 /// A rate limit as given: `100/1m`, or `none`.
@@ -50,8 +52,18 @@ fn rate_limit(text: Option<&str>) -> Result<Option<Option<sk_runtime::RateLimit>
         .transpose()?)
 }
 
+/// Fair claims as given: `on` or `off`.
+fn switch(what: &str, text: Option<&str>) -> Result<Option<bool>, Failure> {
+    text.map(|text| match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(fail(format!("{what} {other:?}: on or off"), 1)),
+    })
+    .transpose()
+}
+
 /// `sk limit`: sets or lifts a queue's concurrency limit, each of its tenants', its
-/// rate limit, each of its tenants' rate limit, or several.
+/// rate limit, each of its tenants' rate limit, its fair claims, or several.
 pub(crate) async fn limit(
     client: &Client,
     queue: &str,
@@ -63,6 +75,7 @@ pub(crate) async fn limit(
     let per_tenant = running_limit("--per-tenant", change.per_tenant)?;
     let rate = rate_limit(change.rate)?;
     let tenant_rate = rate_limit(change.per_tenant_rate)?;
+    let fair = switch("--fair", change.fair)?;
     let mut said = Vec::new();
     let mut record = serde_json::json!({ "queue": queue });
     let mut tell = |key: &str, value: serde_json::Value, text: String| {
@@ -101,6 +114,15 @@ pub(crate) async fn limit(
             starts(&r, " of each tenant")
         });
         tell("tenant_rate_limit", serde_json::json!(rate), text);
+    }
+    if let Some(fair) = fair {
+        client.set_fair(queue, fair).await?;
+        let text = if fair {
+            "claimed fairly across its tenants"
+        } else {
+            "claimed in the queue's order"
+        };
+        tell("fair", serde_json::json!(fair), text.to_owned());
     }
     say(out, json, &record, || {
         format!("{queue}: {}", said.join("; "))

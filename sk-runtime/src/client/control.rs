@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::model::{
     JobFilter, JobRecord, JobStatus, Pruned, QueueCounts, QueueState, QueuedJob, RateLimit,
 };
-use crate::store::{NewJob, QueueLimit};
+use crate::store::{NewJob, QueueFlag, QueueLimit};
 
 /// Jobs per statement of a bulk call ([`Client::cancel_where`], [`Client::retry_where`]).
 const BULK_BATCH: i64 = 500;
@@ -200,7 +200,7 @@ impl Client {
     pub async fn pause(&self, queue: &str) -> Result<bool> {
         crate::model::check_name("queue name", queue)?;
         self.pool
-            .set_paused(&self.schema, queue, true, self.now())
+            .set_queue_flag(&self.schema, QueueFlag::Paused, queue, true, self.now())
             .await
     }
 
@@ -212,7 +212,29 @@ impl Client {
     pub async fn resume(&self, queue: &str) -> Result<bool> {
         crate::model::check_name("queue name", queue)?;
         self.pool
-            .set_paused(&self.schema, queue, false, self.now())
+            .set_queue_flag(&self.schema, QueueFlag::Paused, queue, false, self.now())
+            .await
+    }
+
+    /// Claims `queue` fairly across its tenants ([`Enqueue::with_tenant`](crate::Enqueue::with_tenant))
+    /// on every worker (`on`), or in the queue's order again. Persisted, and read by every
+    /// worker within a second. Returns false if the queue already was so.
+    ///
+    /// A fair claim shares its jobs among the tenants with due jobs, served in turn, each
+    /// tenant's in the claim's order (priority first), and fills what they leave in the
+    /// queue's order: one tenant's backlog then delays another's jobs by about one claim,
+    /// not by the backlog. Jobs without a tenant are taken with what the tenants leave.
+    /// It costs one index probe per tenant with due jobs more per claim
+    /// (docs/operations.md, "Flow control"). A limit per tenant
+    /// ([`Client::set_tenant_limit`], [`Client::set_tenant_rate_limit`]) claims fairly
+    /// whatever this says.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad queue name; the database fails.
+    pub async fn set_fair(&self, queue: &str, on: bool) -> Result<bool> {
+        crate::model::check_name("queue name", queue)?;
+        self.pool
+            .set_queue_flag(&self.schema, QueueFlag::Fair, queue, on, self.now())
             .await
     }
 

@@ -392,6 +392,10 @@ pub struct QueueState {
     pub name: String,
     /// When an operator paused it; `None` while it runs.
     pub paused_at: Option<DateTime<Utc>>,
+    /// Since when every worker claims it fairly across its tenants
+    /// ([`Client::set_fair`](crate::Client::set_fair)); `None`: in the queue's order
+    /// (a limit per tenant still claims tenant by tenant).
+    pub fair_since: Option<DateTime<Utc>>,
     /// At most this many of its jobs run at once over all workers
     /// ([`Client::set_global_limit`](crate::Client::set_global_limit)).
     pub global_limit: Option<u32>,

@@ -18,8 +18,8 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{
-    Claim, ClaimedJob, Failure, Lease, NewJob, Pool, ProbeFailure, QueueControls, QueueLimit,
-    Retired, ScheduleRow, Schema, Store, Success, TableHealth,
+    Claim, ClaimedJob, Failure, Lease, NewJob, Pool, ProbeFailure, QueueControls, QueueFlag,
+    QueueLimit, Retired, ScheduleRow, Schema, Store, Success, TableHealth,
 };
 use crate::error::Result;
 use crate::model::{
@@ -99,12 +99,14 @@ driver! {
         /// Sets a live job's priority; whether its queue row changed (a job already at that
         /// priority may read as unchanged on MySQL, which counts changed rows).
         fn reprioritize(&self, schema: &Schema, id: Uuid, priority: i32) -> Result<bool>;
-        /// Pauses or resumes a queue; whether that changed its state.
-        fn set_paused(
+        /// Turns a queue's switch on or off (a pause, fair claims); whether that changed
+        /// it.
+        fn set_queue_flag(
             &self,
             schema: &Schema,
+            flag: QueueFlag,
             queue: &str,
-            paused: bool,
+            on: bool,
             now: DateTime<Utc>,
         ) -> Result<bool>;
         /// Sets or lifts a queue's limit of running jobs across workers (of the whole

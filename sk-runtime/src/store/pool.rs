@@ -181,6 +181,9 @@ pub(crate) struct QueueControls {
     /// Queues with a limit of running jobs per tenant: each claimed on its own, under its
     /// row's lock, tenant by tenant (`store::fair::claim_per_tenant`).
     pub(crate) tenant_capped: Vec<String>,
+    /// Queues claimed fairly across their tenants (`Client::set_fair`): each claimed on
+    /// its own, tenant by tenant.
+    pub(crate) fair: Vec<String>,
 }
 
 /// Which limit of running jobs across workers a queue's row holds.
@@ -202,11 +205,30 @@ impl QueueLimit {
     }
 }
 
+/// Which switch of a queue its row holds, as the time it was turned on (NULL: off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QueueFlag {
+    /// Paused by an operator (`Client::pause`): no claim takes its jobs.
+    Paused,
+    /// Claimed fairly across its tenants (`Client::set_fair`).
+    Fair,
+}
+
+impl QueueFlag {
+    /// The column of the queues table that holds it.
+    pub(crate) fn column(self) -> &'static str {
+        match self {
+            QueueFlag::Paused => "queue_paused_at_ts",
+            QueueFlag::Fair => "queue_fair_at_ts",
+        }
+    }
+}
+
 impl QueueControls {
     /// From rows of the queues table, (name, paused, has a global limit, has a limit per
-    /// tenant), and the names of the queues and of the job types with a rate limit.
+    /// tenant, fair), and the names of the queues and of the job types with a rate limit.
     pub(crate) fn from_rows(
-        rows: Vec<(String, bool, bool, bool)>,
+        rows: Vec<(String, bool, bool, bool, bool)>,
         rated: Vec<String>,
         rated_types: Vec<String>,
     ) -> Self {
@@ -215,7 +237,10 @@ impl QueueControls {
             rated_types,
             ..QueueControls::default()
         };
-        for (name, paused, capped, tenant_capped) in rows {
+        for (name, paused, capped, tenant_capped, fair) in rows {
+            if fair {
+                controls.fair.push(name.clone());
+            }
             if capped {
                 controls.capped.push(name.clone());
             }
@@ -245,11 +270,17 @@ pub(crate) fn running_limit_value(what: &'static str, limit: Option<u32>) -> Res
 }
 
 /// A queues table's row as insight reads it: name, pause time, global limit, limit per
-/// tenant.
-pub(crate) type ControlRow = (String, Option<DateTime<Utc>>, Option<i64>, Option<i64>);
+/// tenant, time fair claims began.
+pub(crate) type ControlRow = (
+    String,
+    Option<DateTime<Utc>>,
+    Option<i64>,
+    Option<i64>,
+    Option<DateTime<Utc>>,
+);
 
 /// Queue states from live counts per queue (available, scheduled, running) and the
-/// queues table's rows (name, pause time, global limit, limit per tenant) and the queues'
+/// queues table's rows ([`ControlRow`]) and the queues'
 /// rate limits (of the queue, of each tenant), by name.
 pub(crate) fn merge_queue_states(
     live: Vec<(String, i64, i64, i64, i64)>,
@@ -261,6 +292,7 @@ pub(crate) fn merge_queue_states(
         crate::model::QueueState {
             name,
             paused_at: None,
+            fair_since: None,
             global_limit: None,
             tenant_limit: None,
             tenant_rate_limit: None,
@@ -284,9 +316,10 @@ pub(crate) fn merge_queue_states(
             (name, state)
         })
         .collect();
-    for (name, paused_at, global_limit, tenant_limit) in controlled {
+    for (name, paused_at, global_limit, tenant_limit, fair_since) in controlled {
         let state = by_name.entry(name.clone()).or_insert_with(|| empty(name));
         state.paused_at = paused_at;
+        state.fair_since = fair_since;
         state.global_limit = global_limit.and_then(|n| u32::try_from(n).ok());
         state.tenant_limit = tenant_limit.and_then(|n| u32::try_from(n).ok());
     }

@@ -21,35 +21,39 @@ use crate::model::{
 
 pub(crate) use super::dialect::Boxed;
 
-/// Pauses a queue (a new row if it has none) or resumes it; whether it changed.
-pub(crate) async fn set_paused<D: Dialect>(
+/// Turns a queue's `flag` on (a new row if it has none: a pause, fair claims) or off;
+/// whether that changed it.
+pub(crate) async fn set_queue_flag<D: Dialect>(
     pool: &sqlx::Pool<D>,
     schema: &Schema,
+    flag: crate::store::QueueFlag,
     queue: &str,
-    paused: bool,
+    on: bool,
     now: DateTime<Utc>,
 ) -> Result<bool> {
     let t = D::table(schema, "queues_t");
+    let column = flag.column();
     let args = [Arg::Text(Some(queue)), Arg::Time(now)];
-    if !paused {
+    if !on {
         let sql = format!(
-            "UPDATE {t} SET queue_paused_at_ts = NULL, queue_updated_at_ts = $2
-             WHERE queue_name = $1 AND queue_paused_at_ts IS NOT NULL"
+            "UPDATE {t} SET {column} = NULL, queue_updated_at_ts = $2
+             WHERE queue_name = $1 AND {column} IS NOT NULL"
         );
         return Ok(D::execute(pool, &sql, &args).await? > 0);
     }
-    // A queue that runs is paused; one without a row gets a paused row (a row another
-    // call added meanwhile is left as it is: that call paused it).
+    // A queue with its flag off turns it on; one without a row gets a row with it on (a
+    // row another call added meanwhile is left as it is: that call turned it on, or set
+    // a limit, and this one is then not a change).
     let sql = format!(
-        "UPDATE {t} SET queue_paused_at_ts = $2, queue_updated_at_ts = $2
-         WHERE queue_name = $1 AND queue_paused_at_ts IS NULL"
+        "UPDATE {t} SET {column} = $2, queue_updated_at_ts = $2
+         WHERE queue_name = $1 AND {column} IS NULL"
     );
     if D::execute(pool, &sql, &args).await? > 0 {
         return Ok(true);
     }
     let sql = D::insert_or_ignore(
         &t,
-        "queue_name, queue_paused_at_ts, queue_updated_at_ts",
+        &format!("queue_name, {column}, queue_updated_at_ts"),
         "$1, $2, $2",
     );
     Ok(D::execute(pool, &sql, &args).await? > 0)
@@ -222,7 +226,7 @@ where
         );
         let live = D::fetch_all(pool, &live_sql, &[Arg::Time(now)]).await?;
         let controlled_sql = format!(
-            "SELECT {}, queue_paused_at_ts, {}, {} FROM {}",
+            "SELECT {}, queue_paused_at_ts, {}, {}, queue_fair_at_ts FROM {}",
             D::text("queue_name"),
             D::bigint("queue_global_limit"),
             D::bigint("queue_tenant_limit"),

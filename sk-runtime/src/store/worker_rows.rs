@@ -10,23 +10,23 @@ use crate::error::Result;
 use crate::model::{StatBucket, WorkerUp};
 use crate::store::queries::Boxed;
 
-/// The paused queues (every claim skips them) and those with a global, a per-tenant or a
-/// rate limit.
+/// The paused queues (every claim skips them), the fair ones, and those with a global,
+/// a per-tenant or a rate limit.
 pub(crate) fn queue_controls<'a, D: Dialect>(
     pool: &'a sqlx::Pool<D>,
     schema: &'a Schema,
 ) -> Boxed<'a, QueueControls>
 where
-    (String, bool, bool, bool): for<'r> sqlx::FromRow<'r, D::Row>,
+    (String, bool, bool, bool, bool): for<'r> sqlx::FromRow<'r, D::Row>,
     (String, String): for<'r> sqlx::FromRow<'r, D::Row>,
 {
     Box::pin(async move {
         let sql = format!(
             "SELECT {}, queue_paused_at_ts IS NOT NULL, queue_global_limit IS NOT NULL,
-                queue_tenant_limit IS NOT NULL
+                queue_tenant_limit IS NOT NULL, queue_fair_at_ts IS NOT NULL
              FROM {}
              WHERE queue_paused_at_ts IS NOT NULL OR queue_global_limit IS NOT NULL
-                OR queue_tenant_limit IS NOT NULL
+                OR queue_tenant_limit IS NOT NULL OR queue_fair_at_ts IS NOT NULL
              ORDER BY queue_name",
             D::text("queue_name"),
             D::table(schema, "queues_t")

@@ -72,7 +72,7 @@ pub(crate) struct Config {
     pub(crate) prefetch: usize,
     /// Rate limits this worker writes at start (`WorkerBuilder::rate_limit`).
     pub(crate) rate_limits: Vec<(String, crate::model::RateLimit)>,
-    /// The queues this worker claims fairly across tenants (`WorkerBuilder::fair`).
+    /// The queues this worker makes fair at start (`WorkerBuilder::fair`).
     pub(crate) fair: Vec<String>,
 }
 
@@ -172,14 +172,12 @@ impl WorkerBuilder {
         self
     }
 
-    /// Claims `queue` fairly across its tenants ([`Enqueue::with_tenant`](crate::Enqueue::with_tenant)):
-    /// each claim shares its jobs among the tenants with due jobs, served in turn, each
-    /// tenant's in the claim's order (priority first), and fills what they leave in the
-    /// queue's order. One tenant's backlog then delays another's jobs by about one claim,
-    /// not by the backlog. Jobs without a tenant are not a tenant of their own: they are
-    /// taken in the queue's order, with what the tenants leave. The claim costs one index
-    /// probe per tenant more (docs/operations.md, "Flow control"). Checked at `build`: a
-    /// queue this worker takes jobs from, given once.
+    /// Claims `queue` fairly across its tenants ([`Enqueue::with_tenant`](crate::Enqueue::with_tenant))
+    /// on every worker: written to the database when the worker starts, as
+    /// [`Client::set_fair`](crate::Client::set_fair) does, which says what a fair claim
+    /// does and costs. A worker started without it does not turn it off; turn it off with
+    /// `Client::set_fair(queue, false)` or `sk limit QUEUE --fair off`. Checked at
+    /// `build`: a queue this worker takes jobs from, given once.
     pub fn fair(mut self, queue: impl Into<String>) -> Self {
         self.config.fair.push(queue.into());
         self

@@ -23,11 +23,13 @@ use crate::transaction::TxSource;
 /// Takes claimed jobs (each with its queue's slot, if its queue is limited in this
 /// worker) into the local queue, behind those waiting already, and starts what the free
 /// slots allow. Their leases (held until `lease_until`) join the running map first, so
-/// heartbeats keep them and a stop gives them back.
+/// heartbeats keep them and a stop gives them back. `fair`: they are of a fair queue's
+/// claim, and wait their tenant's turn here too.
 pub(crate) fn admit(
     shared: &Arc<Shared>,
     jobs: Vec<(ClaimedJob, Option<OwnedSemaphorePermit>)>,
     lease_until: chrono::DateTime<chrono::Utc>,
+    fair: bool,
     completions: &UnboundedSender<Completion>,
 ) {
     {
@@ -51,7 +53,6 @@ pub(crate) fn admit(
     {
         let mut waiting = shared.waiting();
         for (job, queue) in jobs {
-            let fair = shared.config.fair.contains(&job.task_queue);
             waiting.push(job, queue, fair);
         }
     }

@@ -120,7 +120,7 @@ impl Worker {
         if shared.config.auto_migrate {
             shared.store.migrate().await?;
         }
-        write_rate_limits(&shared).await?;
+        write_flow_controls(&shared).await?;
         warn_of_a_large_pool(&shared).await;
         tracing::info!(
             worker = %shared.store.worker_id(),
@@ -218,8 +218,9 @@ impl Worker {
 }
 
 /// Writes the rate limits of this worker's queues (`WorkerBuilder::rate_limit`) and job
-/// types (`#[job(rate = "...")]`), so every worker shares them.
-async fn write_rate_limits(shared: &Shared) -> Result<()> {
+/// types (`#[job(rate = "...")]`), and its fair queues (`WorkerBuilder::fair`), so every
+/// worker shares them.
+async fn write_flow_controls(shared: &Shared) -> Result<()> {
     use crate::store::rates::{QUEUE, TYPE};
     let runtime = &shared.runtime;
     let mut limits: Vec<(&'static str, &str, crate::model::RateLimit)> = shared
@@ -238,6 +239,13 @@ async fn write_rate_limits(shared: &Shared) -> Result<()> {
         runtime
             .pool
             .set_rate_limit(&runtime.schema, scope, name, Some(limit), shared.now())
+            .await?;
+    }
+    for queue in &shared.config.fair {
+        let fair = crate::store::QueueFlag::Fair;
+        runtime
+            .pool
+            .set_queue_flag(&runtime.schema, fair, queue, true, shared.now())
             .await?;
     }
     Ok(())
@@ -270,7 +278,7 @@ pub(crate) async fn run_one_due(shared: &Arc<Shared>) -> Result<Option<crate::wo
     };
     let (id, task_type, attempt) = (job.task_id, job.task_type.clone(), job.task_attempt);
     let (tx, mut rx) = mpsc::unbounded_channel();
-    executor::admit(shared, vec![(job, None)], lease_until, &tx);
+    executor::admit(shared, vec![(job, None)], lease_until, false, &tx);
     drop(tx);
     let completion = rx
         .recv()

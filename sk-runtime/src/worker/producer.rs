@@ -67,7 +67,7 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
         let alone = |q: &String| Alone {
             capped: known.capped.contains(q),
             rated: known.rated.contains(q),
-            fair: shared.config.fair.contains(q),
+            fair: known.fair.contains(q),
             tenant_capped: known.tenant_capped.contains(q),
         };
         // Each queue limited in this worker up to its free slots, each queue limited
@@ -84,7 +84,7 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
             .iter()
             .chain(&known.rated)
             .chain(&known.tenant_capped)
-            .chain(&shared.config.fair)
+            .chain(&known.fair)
             .collect();
         own.sort();
         own.dedup();
@@ -234,7 +234,7 @@ impl Controls {
                         .write()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
                     if *known != read {
-                        tracing::info!(paused = ?read.paused, global_limits = ?read.capped, rate_limits = ?read.rated, tenant_limits = ?read.tenant_capped, "sk: queue controls");
+                        tracing::info!(paused = ?read.paused, global_limits = ?read.capped, rate_limits = ?read.rated, tenant_limits = ?read.tenant_capped, fair = ?read.fair, "sk: queue controls");
                         *known = read;
                     }
                 }
@@ -397,18 +397,17 @@ async fn claim(
     let lease_until = crate::clock::add(now, shared.config.lease);
     let limit = i64::try_from(free).unwrap_or(i64::MAX);
     let skipped;
-    let fair = &shared.config.fair;
     let alone_elsewhere = !known.capped.is_empty()
         || !known.rated.is_empty()
         || !known.tenant_capped.is_empty()
-        || !fair.is_empty();
+        || !known.fair.is_empty();
     let paused = if !alone.any() && alone_elsewhere {
         skipped = [
             &known.paused[..],
             &known.capped[..],
             &known.rated[..],
             &known.tenant_capped[..],
-            &fair[..],
+            &known.fair[..],
         ]
         .concat();
         &skipped[..]
@@ -488,7 +487,7 @@ async fn claim(
             (job, queue_slot)
         })
         .collect();
-    executor::admit(shared, jobs, lease_until, completions);
+    executor::admit(shared, jobs, lease_until, alone.fair, completions);
     Ok(match (full, opens_at, capped) {
         (true, _, _) => Claimed::Full,
         (false, Some(at), _) => Claimed::Held(at),

@@ -317,18 +317,19 @@ impl Control for MySqlPool {
         Ok(waiting.is_some())
     }
 
-    /// Pauses or resumes a queue; whether that changed its state.
-    async fn set_paused(
+    /// Turns a queue's switch (a pause, fair claims) on or off; whether it changed.
+    async fn set_queue_flag(
         &self,
         schema: &Schema,
+        flag: crate::store::QueueFlag,
         queue: &str,
-        paused: bool,
+        on: bool,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        let changed = queries::set_paused(self, schema, queue, paused, now).await?;
+        let changed = queries::set_queue_flag(self, schema, flag, queue, on, now).await?;
         if changed {
             crate::bus::pauses_changed();
-            if !paused {
+            if flag == crate::store::QueueFlag::Paused && !on {
                 wake();
             }
         }

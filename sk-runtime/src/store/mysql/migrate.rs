@@ -74,6 +74,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "each running job's tenant counted apart",
         include_str!("../../../migrations/mysql/0014_running_tenants.sql"),
     ),
+    (
+        15,
+        "fair claims stored per queue",
+        include_str!("../../../migrations/mysql/0015_fair_queues.sql"),
+    ),
 ];
 
 pub(crate) async fn migrate_to(pool: &MySqlPool, schema: &Schema, target: i32) -> Result<()> {

@@ -110,6 +110,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "rate limits per tenant",
         include_str!("../../../migrations/postgres/0021_tenant_rates.sql"),
     ),
+    (
+        22,
+        "fair claims stored per queue",
+        include_str!("../../../migrations/postgres/0022_fair_queues.sql"),
+    ),
 ];
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with

@@ -64,6 +64,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "rate limits per tenant",
         include_str!("../../../migrations/sqlite/0012_tenant_rates.sql"),
     ),
+    (
+        13,
+        "fair claims stored per queue",
+        include_str!("../../../migrations/sqlite/0013_fair_queues.sql"),
+    ),
 ];
 
 /// Migration 6's checks, as (table, the value a row's column must meet, per column):
