@@ -245,9 +245,10 @@ impl Client {
     ///
     /// Each claim of a limited queue takes the queue's row lock and counts its running
     /// jobs, so claims of that queue take turns (docs/operations.md gives the cost);
-    /// other queues' claims are untouched. A limited queue is claimed for free handler
-    /// slots only, without the worker's prefetch (`WorkerBuilder::prefetch`): a job
-    /// waiting in one worker would hold room under the limit.
+    /// other queues' claims are untouched. Every lease counts against the limit, a job
+    /// waiting in a worker's local queue too, so a limited queue's claims prefetch at most
+    /// the worker's concurrency (`WorkerBuilder::prefetch`): a job waiting in one worker
+    /// holds room under the limit that another worker's free slot could use.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a bad queue name or a limit of 0 or over `i32::MAX`; the
@@ -267,8 +268,10 @@ impl Client {
     /// jobs, and takes each tenant with due jobs in turn (as a fair claim does,
     /// `WorkerBuilder::fair`) up to its room: a tenant at its limit holds back its own
     /// jobs and no one else's. As with a global limit, claims of the queue take turns,
-    /// and the queue is claimed for free handler slots only (no prefetch). A global
-    /// limit of the same queue holds too.
+    /// and they prefetch at most the worker's concurrency (a waiting job's lease counts
+    /// against its tenant's limit); with a rate per tenant
+    /// ([`Client::set_tenant_rate_limit`]), for free handler slots only. A global limit
+    /// of the same queue holds too.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a bad queue name or a limit of 0 or over `i32::MAX`; the

@@ -181,6 +181,9 @@ pub(crate) struct QueueControls {
     /// Queues with a limit of running jobs per tenant: each claimed on its own, under its
     /// row's lock, tenant by tenant (`store::fair::claim_per_tenant`).
     pub(crate) tenant_capped: Vec<String>,
+    /// Of those, the queues with a rate limit per tenant (the others have a limit of
+    /// running jobs per tenant only).
+    pub(crate) tenant_rated: Vec<String>,
     /// Queues claimed fairly across their tenants (`Client::set_fair`): each claimed on
     /// its own, tenant by tenant.
     pub(crate) fair: Vec<String>,

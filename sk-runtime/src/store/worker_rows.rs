@@ -36,9 +36,10 @@ where
             QueueControls::from_rows(D::fetch_all(pool, &sql, &[]).await?, rated, rated_types);
         // A queue with a rate limit per tenant is claimed as one with a limit of running
         // jobs per tenant: tenant by tenant, under its locks.
-        controls.tenant_capped.extend(tenant_rated);
+        controls.tenant_capped.extend(tenant_rated.iter().cloned());
         controls.tenant_capped.sort();
         controls.tenant_capped.dedup();
+        controls.tenant_rated = tenant_rated;
         Ok(controls)
     })
 }

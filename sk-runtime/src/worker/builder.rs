@@ -134,8 +134,10 @@ impl WorkerBuilder {
     /// through in about 25 ms, so jobs of a second or more are never held back from
     /// other workers, and no more than `max`. Waiting jobs start by priority, then post
     /// time (a later claim's more urgent job goes first); their leases are kept by the
-    /// heartbeat and handed back, attempts intact, when the worker stops. A queue with a
-    /// global limit (`Client::set_global_limit`) is never prefetched.
+    /// heartbeat and handed back, attempts intact, when the worker stops. A queue or job
+    /// type with a rate limit is never prefetched (a start counts as it is claimed); one
+    /// with a limit of running jobs across workers (`Client::set_global_limit`,
+    /// `Client::set_tenant_limit`) at most the worker's concurrency.
     pub fn prefetch(mut self, max: usize) -> Self {
         self.config.prefetch = max;
         self

@@ -69,6 +69,7 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
             rated: known.rated.contains(q),
             fair: known.fair.contains(q),
             tenant_capped: known.tenant_capped.contains(q),
+            tenant_rated: known.tenant_rated.contains(q),
         };
         // Each queue limited in this worker up to its free slots, each queue limited
         // across workers on its own, then the rest up to the worker's free slots; each
@@ -276,13 +277,15 @@ enum Claimed {
 const GATHER: Duration = Duration::from_millis(2);
 
 /// Why a queue is claimed on its own: a concurrency limit across workers (of the queue,
-/// or of each of its tenants), a rate limit, fair claims across its tenants.
+/// or of each of its tenants), a rate limit (of the queue, or of each of its tenants:
+/// `tenant_rated`, with `tenant_capped`), fair claims across its tenants.
 #[derive(Debug, Default, Clone, Copy)]
 struct Alone {
     capped: bool,
     rated: bool,
     fair: bool,
     tenant_capped: bool,
+    tenant_rated: bool,
 }
 
 impl Alone {
@@ -358,13 +361,22 @@ async fn claim(
         .slots
         .available_permits()
         .min(shared.held.available_permits());
-    // A queue or a job type with a global or rate limit is claimed for free slots only:
-    // every lease counts against the limit as it is taken, so jobs waiting here would
-    // hold room another worker's idle handler could use (and start later than counted).
-    // (A fair queue's claims prefetch: a tenant's share can wait behind the jobs of
-    // earlier claims, at most the prefetch, `WorkerBuilder::prefetch`.)
-    let capped = alone.capped || alone.rated || alone.tenant_capped || rated_type.is_some();
-    let prefetch = if capped { 0 } else { shared.prefetch() };
+    // A rate counts a job's start as it is claimed, so a claim under one (of the queue,
+    // of its tenants or of a job type) takes free slots only: a job waiting here would
+    // start later than counted. A limit of running jobs (of the queue, or of each tenant)
+    // counts every lease, waiting or running, so what waits here stays within it; but it
+    // holds room another worker's free slot could use, so such a claim prefetches at
+    // most the worker's concurrency. (A fair queue's claims prefetch as any: a tenant's
+    // share can wait behind the jobs of earlier claims, at most the prefetch.)
+    let rated = alone.rated || alone.tenant_rated || rated_type.is_some();
+    let capped = rated || alone.capped || alone.tenant_capped;
+    let prefetch = if rated {
+        0
+    } else if capped {
+        shared.prefetch().min(shared.config.concurrency)
+    } else {
+        shared.prefetch()
+    };
     let waiting = shared.waiting().len();
     if slots == 0 && waiting > prefetch / 2 {
         return Ok(Claimed::NoSlot);
