@@ -124,6 +124,13 @@ async fn describe(ctx: JobContext) -> Result<String, JobError> {
     ))
 }
 
+/// A job whose tenant is its argument `account`.
+#[job(tenant = account)]
+async fn for_account(account: u64, ctx: JobContext) -> Result<Option<String>, JobError> {
+    let _ = account;
+    Ok(ctx.tenant().map(str::to_owned))
+}
+
 /// A test builds the context a job sees; without a pool, enqueueing from it says why not.
 #[tokio::test]
 async fn a_test_builds_the_context_a_job_sees() {
@@ -144,6 +151,17 @@ async fn a_test_builds_the_context_a_job_sees() {
     );
     let error = ctx.enqueue(Describe::new()).await.unwrap_err();
     assert!(error.to_string().contains("Runner::pool"), "{error}");
+    // A job run by the runner has the tenant its arguments give it, unless told one.
+    let derived = Runner::new().perform(ForAccount::new(42)).await;
+    assert_eq!(
+        derived.output::<Option<String>>(),
+        Some(Some("42".to_owned()))
+    );
+    let told = runner.perform(ForAccount::new(42)).await;
+    assert_eq!(
+        told.output::<Option<String>>(),
+        Some(Some("acme".to_owned()))
+    );
 }
 
 /// Where the children of `fan_out` report.

@@ -345,9 +345,14 @@ struct Calls {
     started: Vec<String>,
 }
 
-/// A downstream call on behalf of `tenant` ("" for none), in a queue limited per tenant.
-#[job(queue = "per_tenant")]
-async fn tenant_call(tenant: String, calls: Data<Arc<Mutex<Calls>>>) -> Result<(), JobError> {
+/// A downstream call on behalf of `tenant`, its tenant (none for `None`), in a queue
+/// limited per tenant.
+#[job(queue = "per_tenant", tenant = tenant)]
+async fn tenant_call(
+    tenant: Option<String>,
+    calls: Data<Arc<Mutex<Calls>>>,
+) -> Result<(), JobError> {
+    let tenant = tenant.unwrap_or_default();
     {
         let mut calls = calls.lock().unwrap();
         calls.started.push(tenant.clone());
@@ -372,17 +377,32 @@ each_backend! {
         let limited = state.iter().find(|q| q.name == "per_tenant").unwrap();
         assert_eq!((limited.tenant_limit, limited.global_limit), (Some(2), None));
 
+        // Each job's tenant is its argument (`tenant = tenant`).
         let job = |tenant: &str| {
-            let job = Enqueue::new(TenantCall::new(tenant.into()));
-            if tenant.is_empty() { job } else { job.with_tenant(tenant) }
+            Enqueue::new(TenantCall::new((!tenant.is_empty()).then(|| tenant.to_owned())))
         };
         // Two floods, then a tenant with a few, then jobs without a tenant.
         let floods = (0..30).flat_map(|_| [job("a"), job("b")]);
         let few = (0..3).map(|_| job("c"));
         let untenanted = (0..6).map(|_| job(""));
-        let ids = TenantCall::enqueue_many(&db.pool, floods.chain(few).chain(untenanted))
+        let mut ids = TenantCall::enqueue_many(&db.pool, floods.chain(few).chain(untenanted))
             .await
             .unwrap();
+        assert_eq!(db.job(ids[0]).await.tenant.as_deref(), Some("a"));
+        assert_eq!(db.job(ids[ids.len() - 1]).await.tenant, None);
+        // `with_tenant` says otherwise; an argument that gives an empty tenant is refused.
+        let later = chrono::Duration::hours(1);
+        let moved = job("a").with_tenant("z").run_at(Utc::now() + later);
+        let moved = moved.enqueue(&db.pool).await.unwrap();
+        assert_eq!(db.job(moved).await.tenant.as_deref(), Some("z"));
+        assert!(matches!(
+            job("").with_tenant("").enqueue(&db.pool).await,
+            Err(Error::Invalid { what: "tenant", .. })
+        ));
+        assert!(matches!(
+            TenantCall::new(Some(String::new())).enqueue(&db.pool).await,
+            Err(Error::Invalid { what: "tenant", .. })
+        ));
         // Before any worker: each tenant's jobs, by name, none running or held; the jobs
         // without a tenant are no tenant's.
         let tenants = client.tenants("per_tenant").await.unwrap();
@@ -390,7 +410,18 @@ each_backend! {
             .iter()
             .map(|t| (t.tenant.as_str(), t.available, t.running, t.held_by))
             .collect();
-        assert_eq!(shown, [("a", 30, 0, None), ("b", 30, 0, None), ("c", 3, 0, None)]);
+        // (z's one job waits for its time.)
+        let z = ("z", 0, 0, None);
+        assert_eq!(shown, [("a", 30, 0, None), ("b", 30, 0, None), ("c", 3, 0, None), z]);
+        // Enqueued by name, the job's tenant is its argument too.
+        let named = client.enqueue_json("tenant_call", serde_json::json!({ "tenant": "c" }));
+        let named = named.await.unwrap();
+        assert_eq!(db.job(named).await.tenant.as_deref(), Some("c"));
+        ids.push(named);
+        assert!(matches!(
+            client.enqueue_json("tenant_call", serde_json::json!({ "tenant": "" })).await,
+            Err(Error::Invalid { what: "tenant", .. })
+        ));
 
         let calls = Arc::new(Mutex::new(Calls::default()));
         let start = || {
@@ -418,7 +449,7 @@ each_backend! {
             // c's few jobs took turns with the floods: all started among the first claims,
             // not after a's and b's 60.
             let c: Vec<usize> = (0..calls.started.len()).filter(|i| calls.started[*i] == "c").collect();
-            assert!(c.len() == 3 && c[2] < 20, "c's jobs started at {c:?}");
+            assert!(c.len() == 4 && c[2] < 20, "c's jobs started at {c:?}");
         }
 
         // The claims passed over the floods at their limit, and the workers counted it.

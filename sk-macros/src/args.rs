@@ -8,7 +8,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprPath, ExprUnary, Lit, LitStr, Meta, Token, UnOp};
 
 const KEYS: &str =
-    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, timezone, overlap, missed, every, after, rate";
+    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, timezone, overlap, missed, every, after, rate, tenant";
 const MAX_NAME_LEN: usize = 255;
 
 /// How the delay before a retry grows.
@@ -48,6 +48,9 @@ pub(crate) struct JobArgs {
     pub(crate) timezone: Option<(String, Span)>,
     /// At most this many starts of the job type per window, over every worker.
     pub(crate) rate: Option<(u32, Duration)>,
+    /// The payload argument the job's tenant is derived from (checked against the fn's
+    /// arguments by `expand`).
+    pub(crate) tenant: Option<syn::Ident>,
 }
 
 /// Collects errors so that every mistake is reported at once.
@@ -194,6 +197,15 @@ impl JobArgs {
                     }
                 }
             }
+            "tenant" => match value {
+                Expr::Path(ExprPath { path, qself: None, .. }) if path.get_ident().is_some() => {
+                    self.tenant = path.get_ident().cloned();
+                }
+                other => errors.at(
+                    other.span(),
+                    "`tenant` names one of the fn's arguments, like `tenant = account_id`: the job's tenant is that argument's value",
+                ),
+            },
             "every" => {
                 let every = duration(key, value, errors);
                 if every == Some(Duration::ZERO) {

@@ -64,6 +64,20 @@ pub(crate) fn job(attr: TokenStream, item: TokenStream) -> TokenStream {
             "`after` applies to `every`: whether the period runs from when the last run was due or from when it ended",
         );
     }
+    if let Some(tenant) = &args.tenant {
+        let payload: Vec<String> = job_fn.payload().map(|a| a.ident.to_string()).collect();
+        if !payload.contains(&tenant.to_string()) {
+            let have = if payload.is_empty() {
+                "it takes none".to_owned()
+            } else {
+                format!("it takes {}", payload.join(", "))
+            };
+            errors.at(
+                tenant.span(),
+                format!("`tenant = {tenant}` names no payload argument of this fn ({have}); the job's tenant is the value of one of them"),
+            );
+        }
+    }
     if let (Some(_), Some((_, span))) = (&args.schedule, &args.every) {
         errors.at(
             *span,
@@ -192,6 +206,19 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
         }
         None => quote!(::core::option::Option::None),
     };
+    // The tenant derived from an argument; its type must be a `TenantKey`, and the
+    // error says so at the argument.
+    let tenant = args.tenant.as_ref().map(|field| {
+        let ty = job_fn.payload().find(|a| a.ident == *field).map(|a| &a.ty);
+        let span = ty.map_or_else(|| field.span(), syn::spanned::Spanned::span);
+        // At the argument's type: where a type that is no `TenantKey` is reported.
+        let field = Ident::new(&field.to_string(), span);
+        quote_spanned! {span=>
+            fn tenant(&self) -> ::core::option::Option<::std::string::String> {
+                ::sk_runtime::TenantKey::tenant_key(&self.#field)
+            }
+        }
+    });
     let every_after_due = args.after_due.is_some_and(|(b, _)| b);
     let overlap = args.overlap.is_some_and(|(b, _)| b);
     let run_missed = args.run_missed.is_some_and(|(b, _)| b);
@@ -393,6 +420,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
             const OPTIONS: ::sk_runtime::JobOptions =
                 #p::options(#queue, #priority, #max_attempts, #backoff, #timeout);
             type Output = #job_output;
+            #tenant
         }
 
         #accepts

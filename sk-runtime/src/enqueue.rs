@@ -61,8 +61,10 @@ impl<J: Job> From<J> for Enqueue<J> {
 }
 
 impl<J: Job> Enqueue<J> {
-    /// Wraps a job value with its `#[job]` defaults.
+    /// Wraps a job value with its `#[job]` defaults (and the tenant its arguments give
+    /// it, [`Job::tenant`]).
     pub fn new(job: J) -> Self {
+        let tenant = job.tenant();
         Enqueue {
             job,
             priority: None,
@@ -72,7 +74,7 @@ impl<J: Job> Enqueue<J> {
             source: None,
             unique_key: None,
             unique_mode: None,
-            tenant: None,
+            tenant,
             correlation_id: None,
             metadata: None,
             retry_group: None,
@@ -147,8 +149,10 @@ impl<J: Job> Enqueue<J> {
         self
     }
 
-    /// Enqueues the job for `tenant` (seed 002); workers can be limited to tenants with
-    /// [`WorkerBuilder::tenants`](crate::WorkerBuilder::tenants).
+    /// Enqueues the job for `tenant` (seed 002), in place of the one its arguments give it
+    /// (`#[job(tenant = arg)]`); workers can be limited to tenants with
+    /// [`WorkerBuilder::tenants`](crate::WorkerBuilder::tenants), and a queue's fair claims
+    /// and limits per tenant share and count by it.
     pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant = Some(tenant.into());
         self

@@ -26,7 +26,63 @@ pub trait Job: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// What a run returns on success (the fn's `Ok` type; `()` for none): the input of
     /// the jobs that wait on it ([`Workflow`](crate::Workflow)).
     type Output;
+
+    /// The tenant the job's arguments give it (`#[job(tenant = account_id)]`: that
+    /// argument, as text), which [`Enqueue`](crate::Enqueue) posts it with unless
+    /// [`Enqueue::with_tenant`](crate::Enqueue::with_tenant) says otherwise; `None`
+    /// without the attribute.
+    fn tenant(&self) -> Option<String> {
+        None
+    }
 }
+
+/// An argument a job's tenant can be derived from (`#[job(tenant = arg)]`): text, an
+/// integer, a UUID, or an `Option` of one (`None`: no tenant).
+pub trait TenantKey {
+    /// The tenant, as text.
+    fn tenant_key(&self) -> Option<String>;
+}
+
+impl TenantKey for str {
+    fn tenant_key(&self) -> Option<String> {
+        Some(self.to_owned())
+    }
+}
+
+impl TenantKey for String {
+    fn tenant_key(&self) -> Option<String> {
+        Some(self.clone())
+    }
+}
+
+impl TenantKey for uuid::Uuid {
+    fn tenant_key(&self) -> Option<String> {
+        Some(self.to_string())
+    }
+}
+
+impl<T: TenantKey + ?Sized> TenantKey for &T {
+    fn tenant_key(&self) -> Option<String> {
+        (**self).tenant_key()
+    }
+}
+
+impl<T: TenantKey> TenantKey for Option<T> {
+    fn tenant_key(&self) -> Option<String> {
+        self.as_ref().and_then(TenantKey::tenant_key)
+    }
+}
+
+macro_rules! integer_tenant_keys {
+    ($($t:ty),*) => {
+        $(impl TenantKey for $t {
+            fn tenant_key(&self) -> Option<String> {
+                Some(self.to_string())
+            }
+        })*
+    };
+}
+integer_tenant_keys!(i8, i16, i32, i64, i128, isize, u8, u16, u32, u64, u128, usize);
 
 /// A job type's defaults, from its `#[job(...)]` attribute.
 #[derive(Debug, Clone, Copy)]

@@ -67,7 +67,7 @@ pub use client::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use enqueue::{Enqueue, EnqueueOutcome, Enqueued, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use error::{Error, JobError, Result};
-pub use job::{Data, Job, JobContext, JobOptions, StopReason, DEFAULT_MAX_ATTEMPTS};
+pub use job::{Data, Job, JobContext, JobOptions, StopReason, TenantKey, DEFAULT_MAX_ATTEMPTS};
 pub use migrate::{migrate, migrations, set_seed_keys, Migration, SeedKeys};
 pub use model::{
     Attempt, AttemptOutcome, CountBy, ErrorGroup, GroupCounts, JobFilter, JobPage, JobRecord,

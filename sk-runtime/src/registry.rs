@@ -44,8 +44,9 @@ pub struct Registration {
     /// The fn takes a transaction: a success returned by `handler` is already committed
     /// with its completion.
     pub transaction: bool,
-    /// Checks that a JSON payload deserializes into the job's arguments.
-    pub validate: fn(&str) -> std::result::Result<(), String>,
+    /// Checks that a JSON payload deserializes into the job's arguments; the tenant
+    /// they give the job (`#[job(tenant = arg)]`), if any.
+    pub validate: fn(&str) -> std::result::Result<Option<String>, String>,
     /// The `Data<T>` types the fn takes.
     pub requirements: fn() -> Vec<Requirement>,
     /// Where the fn is defined, for the duplicate-name error.
@@ -56,13 +57,14 @@ pub struct Registration {
 
 inventory::collect!(Registration);
 
-/// Whether `payload` deserializes into job `J` (`Registration::validate`).
+/// Whether `payload` deserializes into job `J`, and then the tenant its arguments give it
+/// ([`Job::tenant`](crate::Job::tenant)) (`Registration::validate`).
 ///
 /// # Errors
 /// Why it does not.
-pub fn validate<J: crate::job::Job>(payload: &str) -> std::result::Result<(), String> {
+pub fn validate<J: crate::job::Job>(payload: &str) -> std::result::Result<Option<String>, String> {
     serde_json::from_str::<J>(payload)
-        .map(drop)
+        .map(|job| job.tenant())
         .map_err(|e| e.to_string())
 }
 

@@ -251,7 +251,12 @@ impl Runner {
         registration: &'static crate::registry::Registration,
         payload: Option<String>,
     ) -> Outcome {
-        let ctx = self.context_of(registration.task_type, &registration.options);
+        let mut ctx = self.context_of(registration.task_type, &registration.options);
+        if ctx.tenant.is_none() {
+            // The tenant the job's arguments give it, as its enqueue would.
+            let derived = payload.as_deref().map(registration.validate);
+            ctx.tenant = derived.and_then(Result::ok).flatten().map(Into::into);
+        }
         let max_attempts = ctx.max_attempts;
         let input = HandlerInput {
             payload,

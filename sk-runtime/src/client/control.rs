@@ -262,7 +262,8 @@ impl Client {
     /// once over every worker, wherever they run; `None` removes the limit. Persisted,
     /// and read by every worker within a second; jobs running over a lowered limit
     /// finish. Jobs without a tenant are not limited by it. Use it for a downstream that
-    /// allows each account a few requests at a time: the account is the job's tenant.
+    /// allows each account a few requests at a time: the account is the job's tenant
+    /// (`#[job(tenant = account_id)]` derives it from an argument).
     ///
     /// A claim of such a queue takes the queue's row lock, counts each tenant's running
     /// jobs, and takes each tenant with due jobs in turn (as a fair claim does,
@@ -440,13 +441,16 @@ impl Client {
             ));
         };
         let payload = json_object(payload)?;
-        (registration.validate)(&payload).map_err(|e| {
+        let tenant = (registration.validate)(&payload).map_err(|e| {
             Error::invalid(
                 "payload",
                 format!("does not fit the arguments of `{task_type}`: {e}"),
             )
         })?;
-        self.post(task_type.to_owned(), payload, registration.options)
+        if let Some(tenant) = &tenant {
+            crate::model::check_name("tenant", tenant)?;
+        }
+        self.post(task_type.to_owned(), payload, registration.options, tenant)
             .await
     }
 
@@ -471,14 +475,17 @@ impl Client {
             crate::retry::Backoff::exponential(None, None),
             None,
         );
-        self.post(task_type.to_owned(), payload, options).await
+        self.post(task_type.to_owned(), payload, options, None)
+            .await
     }
 
+    /// Posts a job of `task_type` with `options`, for `tenant`.
     async fn post(
         &self,
         task_type: String,
         payload: String,
         options: crate::job::JobOptions,
+        tenant: Option<String>,
     ) -> Result<Uuid> {
         let now = self.now();
         let job = NewJob {
@@ -492,7 +499,7 @@ impl Client {
             max_attempts: options.max_attempts,
             unique_key: None,
             unique_mode: None,
-            tenant: None,
+            tenant,
             correlation_id: None,
             metadata: None,
             every_ms: None,

@@ -119,6 +119,8 @@ impl Client {
         let payload = super::control::json_object(payload)?;
         if let Some(job) = self.job(id).await? {
             if let Some(registration) = crate::registry::find(&job.task_type) {
+                // (The tenant the new arguments would give it is not applied: a job's
+                // tenant is set when it is enqueued.)
                 (registration.validate)(&payload).map_err(|e| {
                     Error::invalid(
                         "payload",

@@ -5,7 +5,7 @@ use sk_runtime::{job, Data, Job, JobContext, JobError};
 struct Mailer;
 
 #[job(name = "mail.welcome", queue = "mail", priority = -10, max_attempts = 5, backoff = "linear",
-      backoff_base = "2s", backoff_max = "1m", timeout = "30s")]
+      backoff_base = "2s", backoff_max = "1m", timeout = "30s", tenant = user_id)]
 async fn send_welcome(
     user_id: i64,
     template: String,
@@ -20,7 +20,7 @@ fn every_ten_seconds(_attempt: u32) -> Duration {
     Duration::from_secs(10)
 }
 
-#[job(backoff = every_ten_seconds)]
+#[job(backoff = every_ten_seconds, rate = "10/1s")]
 async fn custom_backoff(values: Vec<u8>) -> Result<(), std::io::Error> {
     let _ = values;
     Ok(())
@@ -51,6 +51,9 @@ pub fn main() {
     assert_eq!(TidyUp::TASK_TYPE, "tidy_up");
     let job = SendWelcome::new(1, "hi".into());
     assert_eq!((job.user_id, job.template.as_str()), (1, "hi"));
+    // Its tenant is its `user_id`, as text; a job without `tenant` has none.
+    assert_eq!(job.tenant().as_deref(), Some("1"));
+    assert_eq!(TidyUp::new().tenant(), None);
     let _later = EveryFiveMinutes::new()
         .with_priority(3)
         .run_after(Duration::from_secs(1));
