@@ -63,6 +63,9 @@
 //!   its ratio is what the span costs per job; `burn_down_traced_cpu_ratio`, the
 //!   untraced runs' CPU time per job of this process over the traced runs', is the same
 //!   cost in the worker's CPU, steadier than throughput where the database is the limit.
+//! - `burn_down_layered`: `burn_down` with every job run through a layer that only
+//!   calls the rest (`WorkerBuilder::layer`), beside `burn_down`: what a layer stack
+//!   costs per job; `burn_down_layered_cpu_ratio` is that cost in the worker's CPU.
 //! - `burn_down_history`: `burn_down` with 10,000,000 finished jobs of the three days
 //!   before in the results table (UUIDv7 ids in their time partitions) and 1,000,000 jobs
 //!   waiting behind the measured ones; beside `burn_down` on empty tables. Then a
@@ -135,12 +138,27 @@ async fn bench_flaky(n: u64, ctx: JobContext) -> Result<(), JobError> {
 #[derive(Clone, Copy, PartialEq)]
 enum Load {
     Noop,
+    /// No-ops, each run through a layer that only calls the rest (`WorkerBuilder::layer`).
+    Layered,
     /// No-ops of 8 tenants in turn, claimed fairly across them (`WorkerBuilder::fair`).
     Fair,
     /// Sleep 100 ms.
     Sleep,
     /// Fail, then succeed on the retry.
     Flaky,
+}
+
+/// A layer that only runs the rest: what a layer stack costs by itself.
+struct Pass;
+
+impl sk_runtime::Layer for Pass {
+    fn around<'a>(
+        &'a self,
+        _ctx: &'a sk_runtime::JobContext,
+        next: sk_runtime::Next<'a>,
+    ) -> sk_runtime::LayerFuture<'a> {
+        Box::pin(next.run())
+    }
 }
 
 /// Reports the enqueue-to-start latency of each run.
@@ -545,7 +563,19 @@ async fn run() -> Result<(), BoxError> {
                 Box::pin(b.burn_down_traced(n, c))
             }),
             ("burn_down", "jobs/s", &|b| {
-                Box::pin(b.burn_down_cpu("burn_down_untraced", n, c))
+                Box::pin(b.burn_down_cpu("burn_down_untraced", n, c, Load::Noop))
+            }),
+        )
+        .await?;
+    }
+    if b.wants("burn_down_layered") {
+        let (n, c) = (b.args.jobs, b.args.concurrency);
+        b.measure_pair(
+            ("burn_down_layered", "jobs/s", &|b| {
+                Box::pin(b.burn_down_cpu("burn_down_layered", n, c, Load::Layered))
+            }),
+            ("burn_down", "jobs/s", &|b| {
+                Box::pin(b.burn_down_cpu("burn_down_unlayered", n, c, Load::Noop))
             }),
         )
         .await?;
@@ -611,14 +641,17 @@ async fn run() -> Result<(), BoxError> {
             b => b,
         };
         println!("{name}_ratio {ratio:.2} of_{of}");
-        if *name == "burn_down_traced" {
-            // What the span costs in the worker's CPU: the untraced runs' CPU per job over
-            // the traced runs' (1.0: nothing).
+        // What the span, or the layer, costs in the worker's CPU: the runs' CPU per job
+        // without it over theirs with it (1.0: nothing).
+        for (with, without) in [("traced", "untraced"), ("layered", "unlayered")] {
+            if *name != format!("burn_down_{with}") {
+                continue;
+            }
             if let (Some(on), Some(off)) = (
-                side_median(&side, "burn_down_traced_cpu_us_per_job"),
-                side_median(&side, "burn_down_untraced_cpu_us_per_job"),
+                side_median(&side, &format!("burn_down_{with}_cpu_us_per_job")),
+                side_median(&side, &format!("burn_down_{without}_cpu_us_per_job")),
             ) {
-                println!("burn_down_traced_cpu_ratio {:.2} of_untraced", off / on);
+                println!("burn_down_{with}_cpu_ratio {:.2} of_{without}", off / on);
             }
         }
         if *name == "failure_storm" {
@@ -917,7 +950,9 @@ impl Bench {
     async fn burn_down_traced(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
         let filter = FILTER.get().ok_or("no reloadable subscriber installed")?;
         filter.reload(env_filter().add_directive("sk_runtime=info".parse()?))?;
-        let result = self.burn_down_cpu("burn_down_traced", n, concurrency).await;
+        let result = self
+            .burn_down_cpu("burn_down_traced", n, concurrency, Load::Noop)
+            .await;
         filter.reload(env_filter())?;
         result
     }
@@ -925,9 +960,15 @@ impl Bench {
     /// `burn_down` of no-op jobs, noting this process's CPU time per job (user and
     /// system, all threads: the worker's share of the cost, which throughput shows only
     /// where the worker, not the database, is the limit) as `{name}_cpu_us_per_job`.
-    async fn burn_down_cpu(&self, name: &str, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+    async fn burn_down_cpu(
+        &self,
+        name: &str,
+        n: u64,
+        concurrency: usize,
+        load: Load,
+    ) -> Result<f64, BoxError> {
         let before = cpu_seconds()?;
-        let rate = self.burn_down(n, concurrency, Load::Noop).await?;
+        let rate = self.burn_down(n, concurrency, load).await?;
         self.note_us_per_job(format!("{name}_cpu_us_per_job"), cpu_seconds()? - before, n);
         Ok(rate)
     }
@@ -1119,7 +1160,7 @@ impl Bench {
                 })
                 .await?
             }
-            Load::Noop => {
+            Load::Noop | Load::Layered => {
                 enqueue_chunks(&self.pool, n, |k| {
                     Enqueue::new(BenchNoop::new(k)).with_schema(schema)
                 })
@@ -1162,7 +1203,7 @@ impl Bench {
             .execute(&self.pool)
             .await?;
         let task_type = match load {
-            Load::Noop | Load::Fair => "bench_noop",
+            Load::Noop | Load::Layered | Load::Fair => "bench_noop",
             Load::Sleep => "bench_sleep",
             Load::Flaky => "bench_flaky",
         };
@@ -1174,6 +1215,9 @@ impl Bench {
             .concurrency(concurrency);
         if load == Load::Fair {
             worker = worker.fair(QUEUE_OF_NOOP);
+        }
+        if load == Load::Layered {
+            worker = worker.layer(Pass);
         }
         let worker = worker.build()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -296,13 +296,16 @@ async fn burn_down(
             })
             .await?;
         }
-        Load::Noop | Load::Sleep => fill(&pool, n).await?,
+        Load::Noop | Load::Layered | Load::Sleep => fill(&pool, n).await?,
     }
     let mut worker = Worker::builder(pool.clone())
         .task_types(["bench_noop", "bench_flaky"])
         .concurrency(concurrency);
     if load == Load::Fair {
         worker = worker.fair("default");
+    }
+    if load == Load::Layered {
+        worker = worker.layer(super::Pass);
     }
     let worker = worker.build()?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -164,6 +164,51 @@ async fn a_test_builds_the_context_a_job_sees() {
     );
 }
 
+/// Refuses the jobs of tenant "closed", and panics for tenant "boom".
+struct Gate;
+
+impl sk_runtime::Layer for Gate {
+    fn around<'a>(
+        &'a self,
+        ctx: &'a JobContext,
+        next: sk_runtime::Next<'a>,
+    ) -> sk_runtime::LayerFuture<'a> {
+        Box::pin(async move {
+            match ctx.tenant() {
+                Some("closed") => Err(JobError::fatal("closed").with_kind("refused")),
+                Some("boom") => panic!("the gate broke"),
+                _ => next.run().await,
+            }
+        })
+    }
+}
+
+/// The runner runs a job through its layers as a worker does: a refusal is the run's
+/// outcome, and a layer's panic its failure.
+#[tokio::test]
+async fn the_runner_runs_layers() {
+    let through = Runner::new().layer(Gate).perform(ForAccount::new(7)).await;
+    assert_eq!(
+        through.output::<Option<String>>(),
+        Some(Some("7".to_owned()))
+    );
+    let refused = Runner::new()
+        .layer(Gate)
+        .tenant("closed")
+        .perform(ForAccount::new(7))
+        .await;
+    assert!(matches!(refused, Outcome::Failed { .. }), "{refused:?}");
+    assert_eq!(refused.error().map(JobError::kind), Some("refused"));
+    let broke = Runner::new()
+        .layer(Gate)
+        .tenant("boom")
+        .perform(ForAccount::new(7))
+        .await;
+    let error = broke.error().expect("a failure");
+    assert_eq!(error.kind(), "panic");
+    assert!(error.message().contains("the gate broke"), "{error:?}");
+}
+
 /// Where the children of `fan_out` report.
 #[derive(Clone, Default)]
 struct Seen(Arc<Mutex<Vec<String>>>);

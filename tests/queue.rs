@@ -23,6 +23,7 @@ mod control;
 mod devkit;
 mod flow;
 mod leases;
+mod lifecycle;
 mod observed;
 mod partitions;
 mod runs;

@@ -358,3 +358,17 @@ impl<E: std::error::Error + Send + Sync + 'static> From<E> for JobError {
         }
     }
 }
+
+/// A panic as a run's failure (kind `panic`).
+pub(crate) fn panic_error(panic: &(dyn std::any::Any + Send)) -> JobError {
+    JobError::new(format!("panicked: {}", panic_message(panic))).with_kind("panic")
+}
+
+/// A panic's message, when it has one.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic payload".to_owned())
+}

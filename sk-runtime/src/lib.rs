@@ -49,6 +49,7 @@ mod clock;
 mod enqueue;
 mod error;
 mod job;
+mod layer;
 mod migrate;
 mod model;
 mod registry;
@@ -68,6 +69,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use enqueue::{Enqueue, EnqueueOutcome, Enqueued, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use error::{Error, JobError, Result};
 pub use job::{Data, Job, JobContext, JobOptions, StopReason, TenantKey, DEFAULT_MAX_ATTEMPTS};
+pub use layer::{Layer, LayerFuture, Next};
 pub use migrate::{migrate, migrations, set_seed_keys, Migration, SeedKeys};
 pub use model::{
     Attempt, AttemptOutcome, CountBy, ErrorGroup, GroupCounts, JobFilter, JobPage, JobRecord,

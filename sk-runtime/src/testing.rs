@@ -44,8 +44,8 @@ pub use crate::worker::run::{Outcome, Run};
 use crate::worker::Worker;
 
 /// Runs job values through their handlers, without a queue: the worker's own run path
-/// (payload round trip, injected arguments, timeout, panics caught), with the context and
-/// data a test gives. A job that takes a transaction, or enqueues through its context,
+/// (payload round trip, injected arguments, timeout, panics caught, layers), with the
+/// context and data a test gives. A job that takes a transaction, or enqueues through its context,
 /// needs [`Runner::pool`]; its transaction commits when it succeeds.
 pub struct Runner {
     data: DataMap,
@@ -58,6 +58,7 @@ pub struct Runner {
     pool: Option<Pool>,
     schema: Schema,
     clock: SharedClock,
+    layers: Vec<Arc<dyn crate::Layer>>,
     inputs: Option<Vec<Option<String>>>,
 }
 
@@ -82,6 +83,7 @@ impl Runner {
             pool: None,
             schema: Schema::default(),
             clock: Arc::new(SystemClock),
+            layers: Vec::new(),
         }
     }
 
@@ -131,6 +133,14 @@ impl Runner {
     #[must_use]
     pub fn timeout(mut self, limit: Duration) -> Self {
         self.timeout = Some(limit);
+        self
+    }
+
+    /// Runs the jobs through `layer`, inside the layers given before it, as
+    /// [`WorkerBuilder::layer`](crate::WorkerBuilder::layer) does.
+    #[must_use]
+    pub fn layer(mut self, layer: impl crate::Layer) -> Self {
+        self.layers.push(Arc::new(layer));
         self
     }
 
@@ -266,9 +276,15 @@ impl Runner {
             inputs: self.inputs.clone(),
         };
         let limit = self.timeout.or(registration.options.timeout);
-        let result =
-            crate::worker::executor::run_handler(registration, input, limit, self.clock.clone())
-                .await;
+        let ctx = input.ctx.clone();
+        let handler =
+            crate::worker::executor::run_handler(registration, input, limit, self.clock.clone());
+        let result = if self.layers.is_empty() {
+            handler.await
+        } else {
+            let stack: crate::layer::Stack = self.layers.iter().cloned().collect();
+            crate::layer::run(&stack, &ctx, Box::pin(handler)).await
+        };
         Outcome::of(
             result,
             self.attempt,

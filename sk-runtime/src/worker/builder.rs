@@ -49,6 +49,7 @@ pub struct WorkerBuilder {
     clock: SharedClock,
     id: Option<String>,
     periodic: Vec<crate::worker::schedule::Periodic>,
+    layers: crate::layer::Layers,
 }
 
 #[derive(Debug, Clone)]
@@ -112,6 +113,7 @@ impl WorkerBuilder {
             clock: Arc::new(SystemClock),
             id: None,
             periodic: Vec::new(),
+            layers: crate::layer::Layers::default(),
             pool,
         }
     }
@@ -182,6 +184,20 @@ impl WorkerBuilder {
     /// `build`: a queue this worker takes jobs from, given once.
     pub fn fair(mut self, queue: impl Into<String>) -> Self {
         self.config.fair.push(queue.into());
+        self
+    }
+
+    /// Runs every job of this worker through `layer` ([`Layer`](crate::Layer)): around
+    /// the layers added after it and each job type's own.
+    pub fn layer(mut self, layer: impl crate::Layer) -> Self {
+        self.layers.push(Arc::new(layer));
+        self
+    }
+
+    /// Runs the jobs of type `J` through `layer`, inside the worker's layers. Checked at
+    /// `build`: a job type this worker runs.
+    pub fn layer_for<J: crate::Job>(mut self, layer: impl crate::Layer) -> Self {
+        self.layers.push_for(J::TASK_TYPE, Arc::new(layer));
         self
     }
 
@@ -513,6 +529,18 @@ impl WorkerBuilder {
                  reference it from the binary (`use my_jobs as _;`) or name one of its job types"
             );
         }
+        if let Some(task_type) = self.layers.typed().find(|t| !registry.jobs.contains_key(t)) {
+            return Err(Error::invalid(
+                "layer",
+                format!("this worker does not run job type {task_type:?}: `layer_for` names one it runs"),
+            ));
+        }
+        let stacks = registry
+            .jobs
+            .keys()
+            .map(|t| (*t, self.layers.stack(t)))
+            .filter(|(_, stack)| !stack.is_empty())
+            .collect();
         let schedules = crate::worker::schedule::Schedules::new(&registry, self.periodic)?;
         let id = self.id.unwrap_or_else(|| {
             format!(
@@ -535,6 +563,7 @@ impl WorkerBuilder {
                 store: self.pool.store(self.schema, id),
                 task_types: registry.task_types(),
                 registry,
+                stacks,
                 schedules,
                 queues,
                 queue_limits,

@@ -13,7 +13,7 @@ use super::completer::Completion;
 use super::local::Waiting;
 use super::{RunState, Running, Shared, Slot};
 use crate::clock::SharedClock;
-use crate::error::JobError;
+use crate::error::{panic_error, panic_message, JobError};
 use crate::job::JobOutcome;
 use crate::job::{JobContext, Scope, StopReason};
 use crate::registry::{HandlerInput, Registration};
@@ -180,9 +180,15 @@ async fn run_one(
     completions: UnboundedSender<Completion>,
     permit: Slot,
 ) {
-    let Some((run, body)) = begin(shared, job, cancel, stop, completions, permit) else {
+    let Some((mut run, body)) = begin(shared, job, cancel, stop, completions, permit) else {
         return;
     };
+    if let Some(layered) = run.layered.take() {
+        // Boxed: a run without layers keeps its small future.
+        let (result, committed) = Box::pin(through_layers(&run, &layered, body)).await;
+        run.end(result, committed);
+        return;
+    }
     let result = match body {
         Body::Decided(result) => result,
         Body::Handler(future, limit) => await_handler(future, limit).await,
@@ -208,6 +214,43 @@ struct Run {
     completions: UnboundedSender<Completion>,
     permit: Slot,
     started: Instant,
+    /// The job type's layers (`WorkerBuilder::layer`) and the run's context, if it has
+    /// any.
+    layered: Option<Box<(crate::layer::Stack, JobContext)>>,
+}
+
+/// A run through its job type's layers: its outcome, and whether that is a success the
+/// handler committed with its job's transaction. A layer cannot undo such a success: a
+/// failure it returns over one is logged and the success kept. A layer's panic is the
+/// run's failure.
+async fn through_layers(
+    run: &Run,
+    layered: &(crate::layer::Stack, JobContext),
+    body: Body,
+) -> (JobOutcome, bool) {
+    let (stack, ctx) = layered;
+    let transaction = run.registration.transaction;
+    let committed: OnceLock<Option<String>> = OnceLock::new();
+    let handler = async {
+        let result = match body {
+            Body::Decided(result) => result,
+            Body::Handler(future, limit) => await_handler(future, limit).await,
+            Body::Inputs(input, limit) => with_inputs(run, *input, limit).await,
+        };
+        if let (true, Ok(output)) = (transaction, &result) {
+            let _ = committed.set(output.clone());
+        }
+        result
+    };
+    let outcome = crate::layer::run(stack, ctx, Box::pin(handler)).await;
+    match (committed.into_inner(), outcome) {
+        (Some(output), Err(error)) => {
+            tracing::warn!(id = %run.lease.id, attempt = run.lease.attempt, "sk: a layer returned a failure ({error}) over the success the job committed with its transaction; the success stands");
+            (Ok(output), true)
+        }
+        (Some(_), Ok(output)) => (Ok(output), true),
+        (None, outcome) => (outcome, false),
+    }
 }
 
 /// How a started job gets its outcome.
@@ -285,6 +328,7 @@ fn begin(
         crate::telemetry::waited(registration.task_type, &queue, waited);
     }
     let started = Instant::now();
+    let mut layered = None;
     let body = if let Some(reason) = job.unreadable.take() {
         // Only a producer outside sk can post this, past every check: the job alone
         // ends, as a bad payload does, and the rest of its claim runs.
@@ -321,6 +365,10 @@ fn begin(
             cancel,
             stop.clone(),
         );
+        layered = shared
+            .stacks
+            .get(registration.task_type)
+            .map(|stack| Box::new((stack.clone(), input.ctx.clone())));
         if waited_on {
             Body::Inputs(Box::new(input), limit)
         } else {
@@ -342,6 +390,7 @@ fn begin(
             completions,
             permit,
             started,
+            layered,
         },
         body,
     ))
@@ -547,19 +596,6 @@ pub(crate) async fn run_handler(
     clock: SharedClock,
 ) -> JobOutcome {
     await_handler(handler_run(registration, input, clock)?, limit).await
-}
-
-fn panic_error(panic: &(dyn std::any::Any + Send)) -> JobError {
-    JobError::new(format!("panicked: {}", panic_message(panic))).with_kind("panic")
-}
-
-/// A panic's message, when it has one.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic payload".to_owned())
 }
 
 /// The stop: running jobs get the grace period (cut short by `force`); what still runs

@@ -161,7 +161,7 @@ impl Worker {
         };
         if let Some((task, ended)) = ended {
             let cause = match ended {
-                Err(e) if e.is_panic() => executor::panic_message(&*e.into_panic()),
+                Err(e) if e.is_panic() => crate::error::panic_message(&*e.into_panic()),
                 Err(e) => e.to_string(),
                 Ok(()) => "it returned".to_owned(),
             };

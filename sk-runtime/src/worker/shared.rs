@@ -22,6 +22,8 @@ pub(crate) struct Shared {
     /// The pool and schema, for the enqueues and transactions of jobs.
     pub(crate) runtime: Arc<crate::job::Runtime>,
     pub(crate) registry: Registry,
+    /// The layers of each job type with any (`WorkerBuilder::layer`), outermost first.
+    pub(crate) stacks: HashMap<&'static str, crate::layer::Stack>,
     pub(crate) schedules: crate::worker::schedule::Schedules,
     pub(crate) task_types: Vec<String>,
     pub(crate) queues: Option<Vec<String>>,

@@ -1,0 +1,206 @@
+//! A job's life open to the application: layers around every run (`WorkerBuilder::layer`,
+//! `layer_for`). A module of the `queue` test binary.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sk_runtime::{
+    job, Client, Data, Enqueue, Error, Job, JobContext, JobError, JobStatus, Layer, LayerFuture,
+    Next,
+};
+use sk_tests::{each_backend, RunningWorker};
+
+use super::{worker, T};
+
+/// What the layers and handlers saw, in order: (who, the job's tenant).
+type Seen = Arc<Mutex<Vec<(&'static str, String)>>>;
+
+/// A job that fails for tenant "forgiven", and records its run.
+#[job(queue = "layered", tenant = tenant, max_attempts = 1)]
+async fn layered_job(tenant: String, seen: Data<Seen>) -> Result<(), JobError> {
+    seen.lock().unwrap().push(("handler", tenant.clone()));
+    if tenant == "forgiven" {
+        return Err(JobError::new("the downstream said no"));
+    }
+    Ok(())
+}
+
+/// A job of another type, which only the worker's layer wraps.
+#[job(queue = "layered", tenant = tenant)]
+async fn plain_job(tenant: String, seen: Data<Seen>) -> Result<(), JobError> {
+    seen.lock().unwrap().push(("plain", tenant));
+    Ok(())
+}
+
+/// Every job of the worker: refuses the suspended tenant's, records the others' start
+/// and end around the rest.
+struct Outer(Seen);
+
+impl Layer for Outer {
+    fn around<'a>(&'a self, ctx: &'a JobContext, next: Next<'a>) -> LayerFuture<'a> {
+        Box::pin(async move {
+            let tenant = ctx.tenant().unwrap_or_default().to_owned();
+            if tenant == "suspended" {
+                return Err(JobError::fatal("the tenant is suspended").with_kind("refused"));
+            }
+            self.0.lock().unwrap().push(("outer in", tenant.clone()));
+            let outcome = next.run().await;
+            self.0.lock().unwrap().push(("outer out", tenant));
+            outcome
+        })
+    }
+}
+
+/// `LayeredJob` only: delays each job of tenant "later" once (no attempt used), and
+/// turns the handler's failure into a success for tenant "forgiven".
+struct Inner {
+    seen: Seen,
+    delayed: Mutex<HashSet<uuid::Uuid>>,
+}
+
+impl Layer for Inner {
+    fn around<'a>(&'a self, ctx: &'a JobContext, next: Next<'a>) -> LayerFuture<'a> {
+        Box::pin(async move {
+            let tenant = ctx.tenant().unwrap_or_default().to_owned();
+            if tenant == "later" && self.delayed.lock().unwrap().insert(ctx.id()) {
+                return Err(JobError::snooze(Duration::from_millis(50)));
+            }
+            self.seen.lock().unwrap().push(("inner", tenant.clone()));
+            match next.run().await {
+                Err(_) if tenant == "forgiven" => Ok(None),
+                outcome => outcome,
+            }
+        })
+    }
+}
+
+each_backend! {
+    async fn layers_wrap_every_run_and_may_refuse_delay_or_change_it(db) {
+        let client = Client::new(db.pool.clone());
+        let seen = Seen::default();
+        // A job type's layers are checked against the job types the worker runs.
+        let wrong = worker(&db, &[PlainJob::TASK_TYPE])
+            .data(Seen::default())
+            .layer_for::<LayeredJob>(Inner { seen: Seen::default(), delayed: Mutex::default() })
+            .build();
+        assert!(matches!(wrong, Err(Error::Invalid { what: "layer", .. })));
+
+        let mut ids = Vec::new();
+        for tenant in ["ok", "suspended", "later", "forgiven"] {
+            let job = LayeredJob::new(tenant.into());
+            ids.push(Enqueue::new(job).enqueue(&db.pool).await.unwrap());
+        }
+        ids.push(PlainJob::new("plain".into()).enqueue(&db.pool).await.unwrap());
+        let w = RunningWorker::start(
+            worker(&db, &[LayeredJob::TASK_TYPE, PlainJob::TASK_TYPE])
+                .concurrency(1)
+                .data(Arc::clone(&seen))
+                .layer(Outer(Arc::clone(&seen)))
+                .layer_for::<LayeredJob>(Inner { seen: Arc::clone(&seen), delayed: Mutex::default() }),
+        );
+        for id in &ids {
+            client.wait(*id, T).await.unwrap();
+        }
+        w.stop().await;
+
+        let status = |i: usize| {
+            let client = client.clone();
+            let id = ids[i];
+            async move { client.job(id).await.unwrap().unwrap() }
+        };
+        assert_eq!(status(0).await.status(), JobStatus::Processed);
+        // Refused: fatal with the layer's error, its handler never ran.
+        let refused = status(1).await;
+        assert_eq!(refused.status(), JobStatus::Fatal);
+        assert_eq!(refused.last_error_type.as_deref(), Some("refused"));
+        // Delayed once, then run, on its first attempt.
+        let later = status(2).await;
+        assert_eq!(later.status(), JobStatus::Processed);
+        assert_eq!(later.attempts().len(), 1, "{:?}", later.attempts());
+        // The handler's failure, turned into a success by the job type's layer.
+        assert_eq!(status(3).await.status(), JobStatus::Processed);
+        assert_eq!(status(4).await.status(), JobStatus::Processed);
+
+        let seen = seen.lock().unwrap().clone();
+        let of = |tenant: &str| -> Vec<&str> {
+            seen.iter().filter(|(_, t)| t == tenant).map(|(who, _)| *who).collect()
+        };
+        // The worker's layer outermost, then the job type's, then the handler.
+        assert_eq!(of("ok"), ["outer in", "inner", "handler", "outer out"]);
+        assert_eq!(of("suspended"), Vec::<&str>::new());
+        assert_eq!(of("later"), ["outer in", "outer out", "outer in", "inner", "handler", "outer out"]);
+        assert_eq!(of("forgiven"), ["outer in", "inner", "handler", "outer out"]);
+        // Another job type: the worker's layer only.
+        assert_eq!(of("plain"), ["outer in", "plain", "outer out"]);
+        db.drop().await;
+    }
+}
+
+/// Writes `label` into table `written` in its own transaction, then fails if `fail`.
+#[job(queue = "layered_tx", max_attempts = 1)]
+async fn writes_in_its_transaction(
+    label: String,
+    fail: bool,
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+) -> Result<(), JobError> {
+    sqlx::query("INSERT INTO written (label) VALUES (?)")
+        .bind(&label)
+        .execute(&mut **tx)
+        .await?;
+    if fail {
+        return Err(JobError::new("failed after writing"));
+    }
+    Ok(())
+}
+
+/// Returns the opposite of the run's outcome.
+struct Contrary;
+
+impl Layer for Contrary {
+    fn around<'a>(&'a self, _ctx: &'a JobContext, next: Next<'a>) -> LayerFuture<'a> {
+        Box::pin(async move {
+            match next.run().await {
+                Ok(_) => Err(JobError::fatal("the layer says no")),
+                Err(_) => Ok(None),
+            }
+        })
+    }
+}
+
+/// A success committed with the job's transaction stands, whatever a layer returns over
+/// it; a success a layer returns over the handler's failure is recorded, without the
+/// handler's writes, which rolled back. (The executor decides this the same way on every
+/// backend; SQLite's transaction jobs stand for them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_cannot_undo_a_committed_success() {
+    let db = sk_tests::Db::<sqlx::Sqlite>::new().await;
+    sqlx::query("CREATE TABLE written (label TEXT NOT NULL)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let client = Client::new(db.pool.clone());
+    let kept = WritesInItsTransaction::new("kept".into(), false)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let forgiven = WritesInItsTransaction::new("rolled back".into(), true)
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let w = RunningWorker::start(worker(&db, &[WritesInItsTransaction::TASK_TYPE]).layer(Contrary));
+    for id in [kept, forgiven] {
+        client.wait(id, T).await.unwrap();
+    }
+    w.stop().await;
+    for id in [kept, forgiven] {
+        let record = client.job(id).await.unwrap().unwrap();
+        assert_eq!(record.status(), JobStatus::Processed, "{id}: {record:?}");
+    }
+    let written: Vec<String> = sqlx::query_scalar("SELECT label FROM written")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(written, ["kept"]);
+    db.drop().await;
+}
