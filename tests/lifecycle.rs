@@ -204,3 +204,107 @@ async fn a_layer_cannot_undo_a_committed_success() {
     assert_eq!(written, ["kept"]);
     db.drop().await;
 }
+
+/// Which runs of `evented` snoozed already (each snoozes once).
+type Snoozed = Arc<Mutex<HashSet<u32>>>;
+
+/// Job `n`: 0 succeeds; 1 fails on its first attempt, then succeeds; 2 fails for good; 3
+/// snoozes once, then succeeds; 4 waits for an operator's cancel.
+#[job(
+    queue = "evented",
+    max_attempts = 3,
+    backoff = "constant",
+    backoff_base = "50ms"
+)]
+async fn evented(n: u32, ctx: JobContext, snoozed: Data<Snoozed>) -> Result<(), JobError> {
+    match n {
+        1 if ctx.attempt() == 1 => Err(JobError::new("first try fails")),
+        2 => Err(JobError::fatal("never works")),
+        3 if snoozed.lock().unwrap().insert(n) => Err(JobError::snooze(Duration::from_millis(50))),
+        4 => {
+            ctx.cancelled().await;
+            Err(JobError::new("stopped because asked to"))
+        }
+        _ => Ok(()),
+    }
+}
+
+each_backend! {
+    async fn a_subscriber_sees_each_run_start_and_end(db) {
+        use sk_runtime::JobEventKind as K;
+        let client = Client::new(db.pool.clone());
+        let mut ids = Vec::new();
+        for n in 0..5 {
+            ids.push(Evented::new(n).enqueue(&db.pool).await.unwrap());
+        }
+        let built = worker(&db, &[Evented::TASK_TYPE])
+            .concurrency(5)
+            .data(Snoozed::default())
+            .build()
+            .unwrap();
+        let mut events = built.subscribe();
+        let w = RunningWorker::from_worker(built);
+        let mut seen: std::collections::HashMap<uuid::Uuid, Vec<(K, i32)>> = Default::default();
+        let mut cancelled = false;
+        let ended = |seen: &std::collections::HashMap<uuid::Uuid, Vec<(K, i32)>>, id| {
+            seen.get(id).and_then(|e| e.last()).is_some_and(|(k, _)| {
+                matches!(k, K::Succeeded | K::Failed | K::Cancelled)
+            })
+        };
+        while !ids.iter().all(|id| ended(&seen, id)) {
+            let event = tokio::time::timeout(T, events.recv()).await.expect("an event").unwrap();
+            assert_eq!((event.task_type, &*event.queue), (Evented::TASK_TYPE, "evented"));
+            if event.id == ids[4] && event.kind == K::Started && !cancelled {
+                client.cancel(ids[4]).await.unwrap();
+                cancelled = true;
+            }
+            seen.entry(event.id).or_default().push((event.kind, event.attempt));
+        }
+        w.stop().await;
+        let kinds = |i: usize| -> Vec<(K, i32)> {
+            seen[&ids[i]].iter().map(|(k, a)| (match k {
+                K::Retried { .. } => K::Retried { at: chrono::DateTime::UNIX_EPOCH },
+                K::Snoozed { .. } => K::Snoozed { until: chrono::DateTime::UNIX_EPOCH },
+                other => other.clone(),
+            }, *a)).collect()
+        };
+        let (retried, snoozed) = (
+            K::Retried { at: chrono::DateTime::UNIX_EPOCH },
+            K::Snoozed { until: chrono::DateTime::UNIX_EPOCH },
+        );
+        assert_eq!(kinds(0), [(K::Started, 1), (K::Succeeded, 1)]);
+        assert_eq!(kinds(1), [(K::Started, 1), (retried, 1), (K::Started, 2), (K::Succeeded, 2)]);
+        assert_eq!(kinds(2), [(K::Started, 1), (K::Failed, 1)]);
+        assert_eq!(kinds(3), [(K::Started, 1), (snoozed, 1), (K::Started, 1), (K::Succeeded, 1)]);
+        assert_eq!(kinds(4), [(K::Started, 1), (K::Cancelled, 1)]);
+        db.drop().await;
+    }
+}
+
+/// A subscriber that does not keep up misses the oldest events and is told how many.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscriber_is_told_how_many_events_it_missed() {
+    let db = sk_tests::Db::<sqlx::Sqlite>::new().await;
+    let client = Client::new(db.pool.clone());
+    let jobs = (0..2_100).map(|_| Evented::new(0)).collect::<Vec<_>>();
+    let ids = Evented::enqueue_many(&db.pool, jobs).await.unwrap();
+    let built = worker(&db, &[Evented::TASK_TYPE])
+        .concurrency(16)
+        .data(Snoozed::default())
+        .build()
+        .unwrap();
+    let mut events = built.subscribe();
+    let w = RunningWorker::from_worker(built);
+    for id in &ids {
+        client.wait(*id, T).await.unwrap();
+    }
+    w.stop().await;
+    // 4,200 events (a start and a success each) into a buffer of 4,096, none read.
+    match events.recv().await {
+        Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+            assert_eq!(missed, 4_200 - 4_096);
+        }
+        other => panic!("expected the count of missed events, got {other:?}"),
+    }
+    db.drop().await;
+}

@@ -79,6 +79,7 @@ pub use model::{
 };
 pub use retry::Backoff;
 pub use store::{Backend, Executor, Pool, Schema};
+pub use worker::events::{JobEvent, JobEventKind, JobEvents};
 pub use worker::schedule::{StoredSchedule, StoredSchedules};
 pub use worker::{Worker, WorkerBuilder};
 pub use workflow::{Accepts, Input, Inputs, Many, One, Workflow, WorkflowIds};

@@ -590,7 +590,11 @@ pub struct RunningWorker {
 impl RunningWorker {
     /// Builds and starts the worker.
     pub fn start(builder: WorkerBuilder) -> RunningWorker {
-        let worker: Worker = builder.build().expect("a valid worker");
+        RunningWorker::from_worker(builder.build().expect("a valid worker"))
+    }
+
+    /// Starts a worker built already (one a test subscribed to first).
+    pub fn from_worker(worker: Worker) -> RunningWorker {
         let id = worker.id().to_owned();
         let (tx, rx) = oneshot::channel();
         let task = tokio::spawn(worker.run_until(async move {

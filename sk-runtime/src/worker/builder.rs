@@ -564,6 +564,7 @@ impl WorkerBuilder {
                 task_types: registry.task_types(),
                 registry,
                 stacks,
+                events: super::events::Sender::default(),
                 schedules,
                 queues,
                 queue_limits,

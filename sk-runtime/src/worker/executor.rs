@@ -10,6 +10,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::completer::Completion;
+use super::events::JobEventKind;
 use super::local::Waiting;
 use super::{RunState, Running, Shared, Slot};
 use crate::clock::SharedClock;
@@ -327,6 +328,10 @@ fn begin(
         let waited = (shared.now() - job.task_posted_at_ts).as_seconds_f64();
         crate::telemetry::waited(registration.task_type, &queue, waited);
     }
+    let (kind, of) = (JobEventKind::Started, (registration.task_type, &queue));
+    shared
+        .events
+        .of_run(kind, &lease, of, None, None, shared.now());
     let started = Instant::now();
     let mut layered = None;
     let body = if let Some(reason) = job.unreadable.take() {
@@ -440,12 +445,13 @@ impl Run {
         // outcome and is freed once the result is written.
         self.permit.handler_done(shared, &self.completions);
         if matches!(self.stopped.get(), Some(StopReason::Cancelled)) {
-            crate::telemetry::finished(
-                crate::telemetry::Outcome::Cancelled,
-                self.registration.task_type,
-                &self.queue,
-                millis,
-            );
+            let task_type = self.registration.task_type;
+            let cancelled = crate::telemetry::Outcome::Cancelled;
+            crate::telemetry::finished(cancelled, task_type, &self.queue, millis);
+            let (kind, of) = (JobEventKind::Cancelled, (task_type, &self.queue));
+            shared
+                .events
+                .of_run(kind, &lease, of, Some(millis), None, shared.now());
         }
         let _ = self.completions.send(Completion::Finished {
             lease,

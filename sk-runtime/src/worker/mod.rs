@@ -3,6 +3,7 @@
 
 mod builder;
 pub(crate) mod completer;
+pub(crate) mod events;
 pub(crate) mod executor;
 mod heartbeat;
 mod listener;
@@ -46,6 +47,16 @@ impl Worker {
     /// The task types this worker runs.
     pub fn task_types(&self) -> &[String] {
         &self.shared.task_types
+    }
+
+    /// What happens to this worker's jobs from now on, as it happens: each run's start,
+    /// then its outcome once it is recorded (succeeded, retried, failed for good,
+    /// snoozed; cancelled while running). Take it before [`Worker::run`]; any number of
+    /// subscribers, each with its own buffer of 4,096 events: one that falls behind
+    /// misses the oldest, and its next `recv` says how many (`RecvError::Lagged(n)`).
+    /// The events are built only while someone subscribes.
+    pub fn subscribe(&self) -> events::JobEvents {
+        self.shared.events.subscribe()
     }
 
     /// Runs until Ctrl-C or SIGTERM, then stops gracefully; a second Ctrl-C or SIGTERM

@@ -24,6 +24,8 @@ pub(crate) struct Shared {
     pub(crate) registry: Registry,
     /// The layers of each job type with any (`WorkerBuilder::layer`), outermost first.
     pub(crate) stacks: HashMap<&'static str, crate::layer::Stack>,
+    /// Its job events' subscribers (`Worker::subscribe`).
+    pub(crate) events: super::events::Sender,
     pub(crate) schedules: crate::worker::schedule::Schedules,
     pub(crate) task_types: Vec<String>,
     pub(crate) queues: Option<Vec<String>>,

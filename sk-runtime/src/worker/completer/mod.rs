@@ -16,6 +16,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 mod write;
 
+use super::events::JobEventKind;
 use super::{Metrics, Shared, Slot};
 use crate::error::JobError;
 use crate::job::StopReason;
@@ -205,7 +206,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 slots.push(slot);
                 tracing::debug!(id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, "sk: job snoozed for {}", humantime::format_duration(delay));
                 let until = crate::clock::add(now, delay);
-                snoozed.push((lease, until));
+                snoozed.push((lease, until, registration.task_type, queue.clone()));
                 if hold {
                     holds.push((queue, tenant, until));
                 }
@@ -253,6 +254,11 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
         for (lease, task_type, millis, queue) in &committed {
             counted.push((*task_type, true, *millis));
             telemetry::finished(Outcome::Completed, task_type, queue, *millis);
+            let of = (*task_type, queue);
+            let kind = JobEventKind::Succeeded;
+            shared
+                .events
+                .of_run(kind, lease, of, Some(*millis), None, now);
             leases.push(*lease);
         }
         Metrics::add(&shared.metrics.succeeded, committed.len() as u64);
@@ -270,6 +276,10 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
             if done.contains(&s.lease.id) {
                 counted.push((*task_type, true, *millis));
                 telemetry::finished(Outcome::Completed, task_type, queue, *millis);
+                let (of, kind) = ((*task_type, queue), JobEventKind::Succeeded);
+                shared
+                    .events
+                    .of_run(kind, &s.lease, of, Some(*millis), None, now);
             }
         }
         if !done.is_empty() {
@@ -296,15 +306,19 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                     refused(shared, &f.lease, "failure");
                 }
             } else {
-                let outcome = if f.retry_at.is_some() {
+                let (outcome, kind) = if let Some(at) = f.retry_at {
                     Metrics::add(&shared.metrics.retried, 1);
-                    Outcome::Retried
+                    (Outcome::Retried, JobEventKind::Retried { at })
                 } else {
                     Metrics::add(&shared.metrics.failed, 1);
-                    Outcome::Failed
+                    (Outcome::Failed, JobEventKind::Failed)
                 };
                 counted.push((*task_type, false, *millis));
                 telemetry::finished(outcome, task_type, queue, *millis);
+                let (of, error) = ((*task_type, queue), Some(f.message.as_str()));
+                shared
+                    .events
+                    .of_run(kind, &f.lease, of, Some(*millis), error, now);
             }
             if held && f.retry_at.is_none() {
                 crate::bus::jobs_finished();
@@ -326,10 +340,10 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     }
     // A snooze hands the job back like a stop does, with a later not-before time: one
     // statement per distinct time (a storm of snoozes with one delay is one statement).
-    snoozed.sort_unstable_by_key(|(_, at)| *at);
-    for group in snoozed.chunk_by(|a, b| a.1 == b.1) {
-        let at = group[0].1;
-        let group: Vec<Lease> = group.iter().map(|(lease, _)| *lease).collect();
+    snoozed.sort_unstable_by_key(|(_, at, _, _)| *at);
+    for runs in snoozed.chunk_by(|a, b| a.1 == b.1) {
+        let at = runs[0].1;
+        let group: Vec<Lease> = runs.iter().map(|(lease, ..)| *lease).collect();
         if let Some(n) =
             persist_for_a_lease(shared, "snooze jobs", || shared.store.give_back(&group, at)).await
         {
@@ -337,6 +351,13 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
             let refused_n = group.len().saturating_sub(n as usize);
             if refused_n > 0 {
                 refused_among(shared, &group, refused_n, "snooze");
+            } else {
+                for (lease, until, task_type, queue) in runs {
+                    let kind = JobEventKind::Snoozed { until: *until };
+                    shared
+                        .events
+                        .of_run(kind, lease, (task_type, queue), None, None, now);
+                }
             }
         }
         leases.extend(group);

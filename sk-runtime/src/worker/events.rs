@@ -1,0 +1,116 @@
+//! What happens to a worker's jobs, as a stream an application subscribes to
+//! ([`Worker::subscribe`](crate::Worker::subscribe)): each run's start and its recorded
+//! outcome. Sent only while someone listens, after the outcome is written.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+/// What happened to a job ([`JobEvent::kind`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum JobEventKind {
+    /// Its handler started (attempt [`JobEvent::attempt`]).
+    Started,
+    /// It succeeded, and its success is recorded.
+    Succeeded,
+    /// It failed and runs again at this time.
+    Retried {
+        /// When its next attempt is due.
+        at: DateTime<Utc>,
+    },
+    /// It failed for good (fatal, or its last attempt).
+    Failed,
+    /// An operator cancelled it while it ran ([`Client::cancel`](crate::Client::cancel)).
+    Cancelled,
+    /// It asked to run again later without using an attempt
+    /// ([`JobError::snooze`](crate::JobError::snooze)).
+    Snoozed {
+        /// When it is due again.
+        until: DateTime<Utc>,
+    },
+}
+
+/// One thing that happened to one of a worker's jobs. The whole record is
+/// [`Client::job`](crate::Client::job)`(event.id)`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct JobEvent {
+    /// What happened.
+    pub kind: JobEventKind,
+    /// The job.
+    pub id: Uuid,
+    /// Its attempt (from 1).
+    pub attempt: i32,
+    /// Its task type.
+    pub task_type: &'static str,
+    /// Its queue.
+    pub queue: Arc<str>,
+    /// How long the run took, for an outcome.
+    pub millis: Option<i64>,
+    /// The run's error message, for a retry or a failure.
+    pub error: Option<String>,
+    /// When the worker saw it happen.
+    pub at: DateTime<Utc>,
+}
+
+/// The stream of a worker's job events: a bounded buffer per subscriber; one that falls
+/// behind by more than the buffer misses the oldest, and its next
+/// [`recv`](broadcast::Receiver::recv) says how many
+/// ([`RecvError::Lagged`](broadcast::error::RecvError::Lagged)).
+pub type JobEvents = broadcast::Receiver<JobEvent>;
+
+/// Events each subscriber can fall behind by before it misses some.
+pub(crate) const BUFFER: usize = 4096;
+
+/// The sending side, in the worker's shared state.
+pub(crate) struct Sender(broadcast::Sender<JobEvent>);
+
+impl Default for Sender {
+    fn default() -> Self {
+        Sender(broadcast::channel(BUFFER).0)
+    }
+}
+
+impl Sender {
+    pub(crate) fn subscribe(&self) -> JobEvents {
+        self.0.subscribe()
+    }
+
+    /// Whether anyone listens: events are built only then.
+    pub(crate) fn listened(&self) -> bool {
+        self.0.receiver_count() > 0
+    }
+
+    /// Sends `event` to the subscribers (none: nothing).
+    pub(crate) fn send(&self, event: JobEvent) {
+        let _ = self.0.send(event);
+    }
+
+    /// Sends what happened to run `lease` of a job of `task_type` in `queue`, if anyone
+    /// listens.
+    pub(crate) fn of_run(
+        &self,
+        kind: JobEventKind,
+        lease: &crate::store::Lease,
+        (task_type, queue): (&'static str, &Arc<str>),
+        millis: Option<i64>,
+        error: Option<&str>,
+        at: DateTime<Utc>,
+    ) {
+        if self.listened() {
+            self.send(JobEvent {
+                kind,
+                id: lease.id,
+                attempt: lease.attempt,
+                task_type,
+                queue: Arc::clone(queue),
+                millis,
+                error: error.map(str::to_owned),
+                at,
+            });
+        }
+    }
+}
