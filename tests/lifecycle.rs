@@ -308,3 +308,86 @@ async fn a_slow_subscriber_is_told_how_many_events_it_missed() {
     }
     db.drop().await;
 }
+
+/// A job the test's enqueue hook acts on (it leaves every other job of the process as it
+/// is: the hook is the process's, and the other tests run beside this one).
+#[job(queue = "hooked")]
+async fn hooked(n: u32) -> Result<u32, JobError> {
+    Ok(n)
+}
+
+/// Sets a correlation id and metadata on every `Hooked` job, refuses 13, moves 7 to 8
+/// at the first priority, and gives 99 an empty tenant.
+struct Conventions;
+
+impl sk_runtime::EnqueueHook for Conventions {
+    fn on_enqueue(&self, job: &mut sk_runtime::Posting<'_>) -> Result<(), String> {
+        if job.task_type() != Hooked::TASK_TYPE {
+            return Ok(());
+        }
+        let n = job.payload()["n"].as_u64();
+        if n == Some(13) {
+            return Err("13 is unlucky".into());
+        }
+        if job.correlation_id().is_none() {
+            job.set_correlation_id(Some("from the hook".into()));
+        }
+        job.set_metadata("app", "tests".into());
+        if n == Some(7) {
+            job.set_payload(&serde_json::json!({ "n": 8 }));
+            job.set_priority(-1);
+        }
+        if n == Some(99) {
+            job.set_tenant(Some(String::new()));
+        }
+        Ok(())
+    }
+}
+
+static HOOKED: std::sync::Once = std::sync::Once::new();
+
+each_backend! {
+    async fn an_enqueue_hook_sets_conventions_and_refuses_jobs(db) {
+        HOOKED.call_once(|| sk_runtime::add_enqueue_hook(Conventions));
+        let client = Client::new(db.pool.clone());
+        let plain = Hooked::new(1).enqueue(&db.pool).await.unwrap();
+        let record = client.job(plain).await.unwrap().unwrap();
+        assert_eq!(record.correlation_id.as_deref(), Some("from the hook"));
+        let metadata: serde_json::Value = serde_json::from_str(record.metadata.as_deref().unwrap()).unwrap();
+        assert_eq!(metadata["app"], "tests", "{metadata}");
+        // One the caller named keeps its own.
+        let named = Enqueue::new(Hooked::new(2)).with_correlation_id("mine").enqueue(&db.pool);
+        let named = client.job(named.await.unwrap()).await.unwrap().unwrap();
+        assert_eq!(named.correlation_id.as_deref(), Some("mine"));
+        // Changed arguments and priority, as stored and as run.
+        let moved = Hooked::new(7).enqueue(&db.pool).await.unwrap();
+        let record = client.job(moved).await.unwrap().unwrap();
+        assert_eq!((record.payload.as_deref(), record.priority), (Some(r#"{"n":8}"#), -1));
+        // Refused, alone, in a batch and by name: nothing of it stored.
+        let before = client.jobs(&sk_runtime::JobFilter::default(), None, 100).await.unwrap().jobs.len();
+        for refused in [
+            Hooked::new(13).enqueue(&db.pool).await.map(|_| ()),
+            Hooked::enqueue_many(&db.pool, [Hooked::new(3), Hooked::new(13)]).await.map(|_| ()),
+            client.enqueue_json("hooked", serde_json::json!({ "n": 13 })).await.map(|_| ()),
+        ] {
+            match refused {
+                Err(Error::Invalid { what: "enqueue hook", reason }) => {
+                    assert_eq!(reason, "refused job `hooked`: 13 is unlucky");
+                }
+                other => panic!("expected the hook's refusal, got {other:?}"),
+            }
+        }
+        let after = client.jobs(&sk_runtime::JobFilter::default(), None, 100).await.unwrap().jobs.len();
+        assert_eq!(before, after, "nothing refused was stored");
+        // What a hook sets is checked as any enqueue's.
+        assert!(matches!(
+            Hooked::new(99).enqueue(&db.pool).await,
+            Err(Error::Invalid { what: "tenant", .. })
+        ));
+        let w = RunningWorker::start(worker(&db, &[Hooked::TASK_TYPE]));
+        let ran = client.wait(moved, T).await.unwrap();
+        assert_eq!(ran.output::<u32>().unwrap(), Some(8));
+        w.stop().await;
+        db.drop().await;
+    }
+}

@@ -469,7 +469,7 @@ impl<J: Job> Enqueue<J> {
             (None, Some(delay)) => crate::clock::add(now, delay),
             (None, None) => now,
         };
-        Ok(NewJob {
+        let mut job = NewJob {
             id: Uuid::now_v7(),
             task_type: J::TASK_TYPE.into(),
             source,
@@ -485,7 +485,9 @@ impl<J: Job> Enqueue<J> {
             metadata,
             every_ms: None,
             timeout_ms,
-        })
+        };
+        crate::hooks::apply(&mut job)?;
+        Ok(job)
     }
 }
 

@@ -48,6 +48,7 @@ mod client;
 mod clock;
 mod enqueue;
 mod error;
+mod hooks;
 mod job;
 mod layer;
 mod migrate;
@@ -68,6 +69,7 @@ pub use client::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use enqueue::{Enqueue, EnqueueOutcome, Enqueued, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use error::{Error, JobError, Result};
+pub use hooks::{add_enqueue_hook, EnqueueHook, Posting};
 pub use job::{Data, Job, JobContext, JobOptions, StopReason, TenantKey, DEFAULT_MAX_ATTEMPTS};
 pub use layer::{Layer, LayerFuture, Next};
 pub use migrate::{migrate, migrations, set_seed_keys, Migration, SeedKeys};

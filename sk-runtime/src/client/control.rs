@@ -488,7 +488,7 @@ impl Client {
         tenant: Option<String>,
     ) -> Result<Uuid> {
         let now = self.now();
-        let job = NewJob {
+        let mut job = NewJob {
             id: Uuid::now_v7(),
             task_type: task_type.into(),
             source: "client".to_owned(),
@@ -505,6 +505,7 @@ impl Client {
             every_ms: None,
             timeout_ms: None,
         };
+        crate::hooks::apply(&mut job)?;
         let id = job.id;
         let labels = (job.task_type.clone(), job.queue.clone());
         self.pool.post(&self.schema, job, now).await?;
