@@ -391,3 +391,59 @@ each_backend! {
         db.drop().await;
     }
 }
+
+/// Reports its progress 100 times at once, says so, then waits for the gate.
+#[job(queue = "progress")]
+async fn reports(
+    ctx: JobContext,
+    said: Data<tokio::sync::mpsc::UnboundedSender<std::time::Instant>>,
+    gate: Data<tokio::sync::watch::Receiver<bool>>,
+) -> Result<(), JobError> {
+    let first = std::time::Instant::now();
+    for done in 0..100 {
+        ctx.progress(serde_json::json!({ "done": done, "of": 100 }))
+            .await?;
+    }
+    let _ = said.send(first);
+    let mut gate = (*gate).clone();
+    let _ = gate.wait_for(|open| *open).await;
+    Ok(())
+}
+
+each_backend! {
+    async fn progress_is_written_at_once_then_at_most_once_a_second(db) {
+        let client = Client::new(db.pool.clone());
+        let id = Reports::new().enqueue(&db.pool).await.unwrap();
+        let (said, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let (open, gate) = tokio::sync::watch::channel(false);
+        let w = RunningWorker::start(
+            worker(&db, &[Reports::TASK_TYPE]).data(said).data(gate),
+        );
+        let first: std::time::Instant = tokio::time::timeout(T, heard.recv()).await.unwrap().unwrap();
+        let progress = client.job(id).await.unwrap().unwrap().progress();
+        // The first value at once; the 99 after it held back until a second has passed
+        // (checked only while it has not: a machine that stalled may be past it).
+        if first.elapsed() < Duration::from_millis(800) {
+            assert_eq!(progress, Some(serde_json::json!({ "done": 0, "of": 100 })));
+        }
+        let last = serde_json::json!({ "done": 99, "of": 100 });
+        sk_tests::wait_until("the latest progress", T, || {
+            let (client, last) = (client.clone(), last.clone());
+            async move { (client.job(id).await.unwrap().unwrap().progress() == Some(last)).then_some(()) }
+        })
+        .await;
+        assert!(first.elapsed() >= sk_runtime::PROGRESS_EVERY, "written before its second");
+        open.send(true).unwrap();
+        client.wait(id, T).await.unwrap();
+        w.stop().await;
+        // Kept after it ended; and a value too large is refused.
+        assert_eq!(client.job(id).await.unwrap().unwrap().progress(), Some(last));
+        let runner = sk_runtime::testing::Runner::new();
+        let big = "x".repeat(sk_runtime::MAX_PROGRESS_BYTES);
+        assert!(matches!(
+            runner.context::<Reports>().progress(big).await,
+            Err(Error::Invalid { what: "progress", .. })
+        ));
+        db.drop().await;
+    }
+}

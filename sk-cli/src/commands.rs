@@ -168,6 +168,10 @@ pub(crate) async fn job(
         ("finished", time(record.finalized_at)),
         ("tenant", text(record.tenant.as_deref())),
         ("correlation id", text(record.correlation_id.as_deref())),
+        (
+            "progress",
+            text(record.progress().map(|p| p.to_string()).as_deref()),
+        ),
         ("metadata", text(record.metadata.as_deref())),
         ("payload", text(record.payload.as_deref())),
         ("output", text(record.output_json.as_deref())),

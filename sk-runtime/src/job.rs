@@ -158,6 +158,32 @@ pub struct JobContext {
     /// The worker's database, for enqueues from the job; `None` in a unit test's context
     /// built without a pool.
     pub(crate) runtime: Option<Arc<Runtime>>,
+    /// This run's progress writes (`JobContext::progress`).
+    pub(crate) progress: Arc<Progress>,
+}
+
+/// A run's progress writes (`JobContext::progress`, in `progress.rs`): when it last
+/// wrote, and the value waiting for the next.
+#[derive(Debug, Default)]
+pub(crate) struct Progress(pub(crate) std::sync::Mutex<ProgressState>);
+
+impl Progress {
+    /// Whether a value waits to be written.
+    pub(crate) fn pending(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pending
+            .is_some()
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct ProgressState {
+    pub(crate) written_at: Option<std::time::Instant>,
+    /// The latest value not written yet, and whether a write of it is due already.
+    pub(crate) pending: Option<String>,
+    pub(crate) armed: bool,
 }
 
 /// Why the worker asked a job to stop ([`JobContext::stop_reason`]).
@@ -384,9 +410,10 @@ impl JobContext {
                 "this context has no database to write the sub-state to: give the test runner a pool (testing::Runner::pool)",
             ));
         };
+        let run = (self.id, self.attempt);
         let held = runtime
             .pool
-            .set_sub_state(&runtime.schema, self.id, self.attempt, sub_state)
+            .set_running_metadata(&runtime.schema, run, "sub_state", sub_state, false)
             .await?;
         if held {
             Ok(())

@@ -53,6 +53,7 @@ mod job;
 mod layer;
 mod migrate;
 mod model;
+mod progress;
 mod registry;
 mod retry;
 mod store;
@@ -79,6 +80,7 @@ pub use model::{
     TenantHold, TenantState, Throughput, UniqueMode, UpdateOutcome, WorkerInfo, MAX_PAGE,
     MAX_RATE_WINDOW,
 };
+pub use progress::{MAX_PROGRESS_BYTES, PROGRESS_EVERY};
 pub use retry::Backoff;
 pub use store::{Backend, Executor, Pool, Schema};
 pub use worker::events::{JobEvent, JobEventKind, JobEvents};

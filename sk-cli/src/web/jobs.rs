@@ -202,6 +202,7 @@ fn record_table(record: &JobRecord) -> Markup {
         ("finished", record.finalized_at.map(|t| time(Some(t)))),
         ("tenant", record.tenant.clone()),
         ("correlation id", record.correlation_id.clone()),
+        ("progress", record.progress().map(|p| p.to_string())),
         (
             "worker",
             record.locked_by.clone().or(record.last_worker.clone()),

@@ -61,6 +61,13 @@ impl JobRecord {
     pub fn sub_state(&self) -> Option<String> {
         self.metadata_text("sub_state")
     }
+
+    /// How far its handler said it had come, last written
+    /// ([`JobContext::progress`](crate::JobContext::progress)), kept after it ends.
+    pub fn progress(&self) -> Option<serde_json::Value> {
+        let metadata: serde_json::Value = serde_json::from_str(self.metadata.as_deref()?).ok()?;
+        metadata.get("progress").cloned()
+    }
 }
 
 /// What [`Client::update`](crate::Client::update) did.

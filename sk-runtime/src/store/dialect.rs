@@ -70,6 +70,11 @@ pub(crate) trait Dialect: sqlx::Database {
         format!("jsonb_set(coalesce(task_metadata, '{{}}'), '{{{key}}}', to_jsonb($1::text))")
     }
 
+    /// The metadata of a row with `key` (a fixed name) set to the JSON text `$1`, as JSON.
+    fn metadata_json_with(key: &str) -> String {
+        format!("jsonb_set(coalesce(task_metadata, '{{}}'), '{{{key}}}', $1::jsonb)")
+    }
+
     /// The text under `key` (a key of seed 002's fields, `JobFilter::seed_002`,
     /// never input) of the metadata of the row `alias` names in a table of sk's (`q`, `r`, or
     /// `""` for the table itself), written as its index on that key takes it.

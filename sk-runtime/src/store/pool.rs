@@ -353,16 +353,17 @@ macro_rules! on_backend {
 }
 
 impl Pool {
-    /// Sets a running job's sub-state (seed 002) while run `attempt` holds it; whether
-    /// it still did.
-    pub(crate) async fn set_sub_state(
+    /// Sets metadata `key` of a running job while run `attempt` holds it: its sub-state
+    /// (seed 002, text) or its progress (`json`); whether it still did.
+    pub(crate) async fn set_running_metadata(
         &self,
         schema: &Schema,
-        id: uuid::Uuid,
-        attempt: i32,
-        sub_state: &str,
+        run: (uuid::Uuid, i32),
+        key: &'static str,
+        value: &str,
+        json: bool,
     ) -> crate::error::Result<bool> {
-        on_backend!(self, pool => super::queries::set_sub_state(pool, schema, id, attempt, sub_state).await)
+        on_backend!(self, pool => super::queries::set_running_metadata(pool, schema, run, key, value, json).await)
     }
 
     /// Changes a waiting job, at `expected` version if given (compare and set).

@@ -153,23 +153,29 @@ where
     })
 }
 
-/// Sets the sub-state (seed 002) of job `id` in its metadata while run `attempt` holds
-/// it; whether it did (false: the run no longer holds the job).
-pub(crate) async fn set_sub_state<D: Dialect>(
+/// Sets metadata `key` (a fixed name) of job `id` while run `attempt` holds it, to the
+/// text `value` (the sub-state, seed 002) or, with `json`, the JSON it holds (progress);
+/// whether it did (false: the run no longer holds the job).
+pub(crate) async fn set_running_metadata<D: Dialect>(
     pool: &sqlx::Pool<D>,
     schema: &Schema,
-    id: Uuid,
-    attempt: i32,
-    sub_state: &str,
+    (id, attempt): (Uuid, i32),
+    key: &'static str,
+    value: &str,
+    json: bool,
 ) -> Result<bool> {
+    let set = if json {
+        D::metadata_json_with(key)
+    } else {
+        D::metadata_with(key)
+    };
     let sql = format!(
-        "UPDATE {} SET task_metadata = {} WHERE task_id = $2 AND task_attempt = $3
+        "UPDATE {} SET task_metadata = {set} WHERE task_id = $2 AND task_attempt = $3
             AND task_locked_by IS NOT NULL",
         D::table(schema, "tasks_queue_t"),
-        D::metadata_with("sub_state")
     );
     let args = [
-        Arg::Text(Some(sub_state)),
+        Arg::Text(Some(value)),
         Arg::Id(Some(id)),
         Arg::Int4(Some(attempt)),
     ];

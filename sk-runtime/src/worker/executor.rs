@@ -184,20 +184,27 @@ async fn run_one(
     let Some((mut run, body)) = begin(shared, job, cancel, stop, completions, permit) else {
         return;
     };
-    if let Some(layered) = run.layered.take() {
+    let (result, committed) = if let Some(layered) = run.layered.take() {
         // Boxed: a run without layers keeps its small future.
-        let (result, committed) = Box::pin(through_layers(&run, &layered, body)).await;
-        run.end(result, committed);
-        return;
-    }
-    let result = match body {
-        Body::Decided(result) => result,
-        Body::Handler(future, limit) => await_handler(future, limit).await,
-        // Rare: its inputs are read first, in a future of its own.
-        Body::Inputs(input, limit) => Box::pin(with_inputs(&run, *input, limit)).await,
+        Box::pin(through_layers(&run, &layered, body)).await
+    } else {
+        let result = match body {
+            Body::Decided(result) => result,
+            Body::Handler(future, limit) => await_handler(future, limit).await,
+            // Rare: its inputs are read first, in a future of its own.
+            Body::Inputs(input, limit) => Box::pin(with_inputs(&run, *input, limit)).await,
+        };
+        // A transaction job's success is returned only once it committed with its
+        // completion.
+        let committed = run.registration.transaction && result.is_ok();
+        (result, committed)
     };
-    // A transaction job's success is returned only once it committed with its completion.
-    let committed = run.registration.transaction && result.is_ok();
+    if let Some(progress) = run.progress.take().filter(|p| p.pending()) {
+        // Its last progress, before its outcome moves the row (rare: boxed).
+        let (runtime, lease) = (&run.shared.runtime, run.lease);
+        let flush = crate::progress::flush(runtime, (lease.id, lease.attempt), &progress);
+        Box::pin(flush).await;
+    }
     run.end(result, committed);
 }
 
@@ -218,6 +225,8 @@ struct Run {
     /// The job type's layers (`WorkerBuilder::layer`) and the run's context, if it has
     /// any.
     layered: Option<Box<(crate::layer::Stack, JobContext)>>,
+    /// The run's progress writes, of which the last may still wait when it returns.
+    progress: Option<Arc<crate::job::Progress>>,
 }
 
 /// A run through its job type's layers: its outcome, and whether that is a success the
@@ -333,7 +342,7 @@ fn begin(
         .events
         .of_run(kind, &lease, of, None, None, shared.now());
     let started = Instant::now();
-    let mut layered = None;
+    let (mut layered, mut progress) = (None, None);
     let body = if let Some(reason) = job.unreadable.take() {
         // Only a producer outside sk can post this, past every check: the job alone
         // ends, as a bad payload does, and the rest of its claim runs.
@@ -374,6 +383,7 @@ fn begin(
             .stacks
             .get(registration.task_type)
             .map(|stack| Box::new((stack.clone(), input.ctx.clone())));
+        progress = Some(Arc::clone(&input.ctx.progress));
         if waited_on {
             Body::Inputs(Box::new(input), limit)
         } else {
@@ -396,6 +406,7 @@ fn begin(
             permit,
             started,
             layered,
+            progress,
         },
         body,
     ))
@@ -499,6 +510,7 @@ fn handler_input(
         cancel,
         stop,
         runtime: Some(shared.runtime.clone()),
+        progress: Arc::default(),
     };
     // Only a job that takes a transaction needs its source.
     let transaction = registration

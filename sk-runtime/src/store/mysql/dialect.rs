@@ -51,6 +51,10 @@ impl Dialect for MySql {
         format!("JSON_SET(coalesce(task_metadata, '{{}}'), '$.{key}', $1)")
     }
 
+    fn metadata_json_with(key: &str) -> String {
+        format!("JSON_SET(coalesce(task_metadata, '{{}}'), '$.{key}', JSON_EXTRACT($1, '$'))")
+    }
+
     fn upsert(_key: &str, columns: &[&str]) -> String {
         let set: Vec<String> = columns
             .iter()

@@ -25,6 +25,10 @@ impl Dialect for Sqlite {
         format!("json_set(coalesce(task_metadata, '{{}}'), '$.{key}', $1)")
     }
 
+    fn metadata_json_with(key: &str) -> String {
+        format!("json_set(coalesce(task_metadata, '{{}}'), '$.{key}', json($1))")
+    }
+
     fn metadata_key(alias: &str, key: &str) -> String {
         format!("json_extract({alias}task_metadata, '$.{key}')")
     }
