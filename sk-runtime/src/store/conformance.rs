@@ -1,7 +1,7 @@
 //! The worker side of the driver contract (`Work`, and `WorkerRows`' pruning) opened to
-//! its conformance suite
-//! (`tests/store/`), which runs every operation on every backend. Not a public API: the
-//! store stays sealed; this is `sk_runtime::__driver`, hidden from the docs.
+//! its conformance suite (`tests/store/`), which runs every operation on every backend.
+//! Not a public API: the store stays sealed; this is `sk_runtime::__driver`, hidden from
+//! the docs.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
