@@ -41,10 +41,15 @@ pub(crate) fn check(what: &'static str, value: &str, max: usize) -> Result<()> {
 }
 
 impl JobRecord {
+    /// The value under metadata `key`, if the metadata is an object holding one there.
+    fn metadata_value(&self, key: &str) -> Option<serde_json::Value> {
+        let metadata: serde_json::Value = serde_json::from_str(self.metadata.as_deref()?).ok()?;
+        metadata.get(key).cloned()
+    }
+
     /// The text under metadata `key`, if the metadata is an object holding a string there.
     fn metadata_text(&self, key: &str) -> Option<String> {
-        let metadata: serde_json::Value = serde_json::from_str(self.metadata.as_deref()?).ok()?;
-        metadata.get(key)?.as_str().map(str::to_owned)
+        self.metadata_value(key)?.as_str().map(str::to_owned)
     }
 
     /// Its retry group (seed 002), given at enqueue.
@@ -65,8 +70,7 @@ impl JobRecord {
     /// How far its handler said it had come, last written
     /// ([`JobContext::progress`](crate::JobContext::progress)), kept after it ends.
     pub fn progress(&self) -> Option<serde_json::Value> {
-        let metadata: serde_json::Value = serde_json::from_str(self.metadata.as_deref()?).ok()?;
-        metadata.get("progress").cloned()
+        self.metadata_value("progress")
     }
 }
 
