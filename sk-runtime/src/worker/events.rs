@@ -2,6 +2,7 @@
 //! ([`Worker::subscribe`](crate::Worker::subscribe)): each run's start and its recorded
 //! outcome. Sent only while someone listens, after the outcome is written.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -65,28 +66,26 @@ pub type JobEvents = broadcast::Receiver<JobEvent>;
 /// Events each subscriber can fall behind by before it misses some.
 pub(crate) const BUFFER: usize = 4096;
 
-/// The sending side, in the worker's shared state.
-pub(crate) struct Sender(broadcast::Sender<JobEvent>);
+/// The sending side, in the worker's shared state, and whether anyone ever subscribed:
+/// the channel counts its subscribers under its lock, which a worker nobody listens to
+/// then never takes (two runs' events a job).
+pub(crate) struct Sender(broadcast::Sender<JobEvent>, AtomicBool);
 
 impl Default for Sender {
     fn default() -> Self {
-        Sender(broadcast::channel(BUFFER).0)
+        Sender(broadcast::channel(BUFFER).0, AtomicBool::new(false))
     }
 }
 
 impl Sender {
     pub(crate) fn subscribe(&self) -> JobEvents {
+        self.1.store(true, Ordering::Release);
         self.0.subscribe()
     }
 
     /// Whether anyone listens: events are built only then.
-    pub(crate) fn listened(&self) -> bool {
-        self.0.receiver_count() > 0
-    }
-
-    /// Sends `event` to the subscribers (none: nothing).
-    pub(crate) fn send(&self, event: JobEvent) {
-        let _ = self.0.send(event);
+    fn listened(&self) -> bool {
+        self.1.load(Ordering::Acquire) && self.0.receiver_count() > 0
     }
 
     /// Sends what happened to run `lease` of a job of `task_type` in `queue`, if anyone
@@ -101,7 +100,7 @@ impl Sender {
         at: DateTime<Utc>,
     ) {
         if self.listened() {
-            self.send(JobEvent {
+            let _ = self.0.send(JobEvent {
                 kind,
                 id: lease.id,
                 attempt: lease.attempt,
