@@ -118,6 +118,7 @@ async fn cancel_once(
                 task_error_count = task_error_count + VALUES(task_error_count),
                 task_processing_finalized_at_ts = VALUES(task_processing_finalized_at_ts),
                 task_payload = VALUES(task_payload),
+                task_metadata = VALUES(task_metadata),
                 task_max_attempts = VALUES(task_max_attempts),
                 task_timeout_ms = VALUES(task_timeout_ms),
                 task_errors = VALUES(task_errors),

@@ -68,6 +68,7 @@ pub(super) const FAILURE_UPDATE: &str = "task_status = VALUES(task_status),
     task_processing_time_milliseconds = VALUES(task_processing_time_milliseconds),
     task_processing_finalized_at_ts = VALUES(task_processing_finalized_at_ts),
     task_payload = VALUES(task_payload),
+    task_metadata = VALUES(task_metadata),
     task_last_locked_by = VALUES(task_last_locked_by),
     task_errors = VALUES(task_errors),
     task_output = NULL,
@@ -85,7 +86,8 @@ pub(super) const SUCCESS_UPDATE: &str = "task_status = VALUES(task_status),
     task_first_processing_attempted_at_ts =
         coalesce(task_first_processing_attempted_at_ts, VALUES(task_first_processing_attempted_at_ts)),
     task_last_processing_attempted_at_ts = VALUES(task_last_processing_attempted_at_ts),
-    task_payload = VALUES(task_payload)";
+    task_payload = VALUES(task_payload),
+    task_metadata = VALUES(task_metadata)";
 
 impl Statements {
     pub(crate) fn new(schema: &Schema) -> Self {
@@ -189,7 +191,7 @@ impl Statements {
                     r.task_last_locked_by, r.task_output,
                     CAST(coalesce(r.task_tenant, q.task_tenant) AS CHAR) AS task_tenant,
                     CAST(coalesce(r.task_correlation_id, q.task_correlation_id) AS CHAR) AS task_correlation_id,
-                    coalesce(r.task_metadata, q.task_metadata) AS task_metadata,
+                    coalesce(q.task_metadata, r.task_metadata) AS task_metadata,
                     CAST(coalesce(r.task_unique_key, q.task_unique_key) AS CHAR) AS task_unique_key,
                     coalesce(r.task_unique_mode, q.task_unique_mode) AS task_unique_mode,
                     q.task_version,

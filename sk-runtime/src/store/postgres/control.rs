@@ -79,6 +79,7 @@ impl Control for PgPool {
                     task_error_count = r.task_error_count + EXCLUDED.task_error_count,
                     task_processing_finalized_at_ts = EXCLUDED.task_processing_finalized_at_ts,
                     task_payload = EXCLUDED.task_payload,
+                    task_metadata = EXCLUDED.task_metadata,
                     task_max_attempts = EXCLUDED.task_max_attempts,
                     task_timeout_ms = EXCLUDED.task_timeout_ms,
                     task_errors = r.task_errors || EXCLUDED.task_errors,

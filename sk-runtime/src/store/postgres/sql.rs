@@ -181,6 +181,7 @@ impl Statements {
                         coalesce(r.task_first_processing_attempted_at_ts, EXCLUDED.task_first_processing_attempted_at_ts),
                     task_last_processing_attempted_at_ts = EXCLUDED.task_last_processing_attempted_at_ts,
                     task_payload = EXCLUDED.task_payload,
+                    task_metadata = EXCLUDED.task_metadata,
                     task_last_locked_by = EXCLUDED.task_last_locked_by,
                     task_errors = r.task_errors || EXCLUDED.task_errors,
                     task_output = EXCLUDED.task_output,
@@ -343,6 +344,7 @@ impl Statements {
                             (done.task_lost_attempts -> 0 ->> 'started_at')::timestamptz, done.task_claimed_at_ts),
                         task_last_processing_attempted_at_ts = done.task_claimed_at_ts,
                         task_last_locked_by = $4, task_output = done.output, task_payload = done.task_payload,
+                        task_metadata = done.task_metadata,
                         -- Attempts lost before this success (usually none).
                         task_error_count = r.task_error_count
                             + jsonb_array_length(coalesce(done.task_lost_attempts, '[]')),
@@ -642,7 +644,7 @@ impl Statements {
                     r.task_last_locked_by, r.task_output,
                     coalesce(r.task_tenant, q.task_tenant) AS task_tenant,
                     coalesce(r.task_correlation_id, q.task_correlation_id) AS task_correlation_id,
-                    coalesce(r.task_metadata, q.task_metadata)::text AS task_metadata,
+                    coalesce(q.task_metadata, r.task_metadata)::text AS task_metadata,
                     coalesce(r.task_unique_key, q.task_unique_key) AS task_unique_key,
                     coalesce(r.task_unique_mode, q.task_unique_mode) AS task_unique_mode,
                     q.task_version, coalesce(q.task_updated_at_ts, r.task_updated_at_ts) AS task_updated_at_ts

@@ -99,6 +99,7 @@ impl Control for SqlitePool {
                     task_error_count = task_error_count + excluded.task_error_count,
                     task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,
                     task_payload = excluded.task_payload,
+                    task_metadata = excluded.task_metadata,
                     task_max_attempts = excluded.task_max_attempts,
                     task_timeout_ms = excluded.task_timeout_ms,
                     task_errors = excluded.task_errors,

@@ -56,6 +56,7 @@ pub(super) const FAILURE_UPDATE: &str = "task_status = excluded.task_status,
     task_processing_time_milliseconds = excluded.task_processing_time_milliseconds,
     task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,
     task_payload = excluded.task_payload,
+    task_metadata = excluded.task_metadata,
     task_last_locked_by = excluded.task_last_locked_by,
     task_errors = excluded.task_errors,
     task_output = NULL,
@@ -249,7 +250,8 @@ impl Statements {
                     task_first_processing_attempted_at_ts =
                         coalesce(task_first_processing_attempted_at_ts, excluded.task_first_processing_attempted_at_ts),
                     task_last_processing_attempted_at_ts = excluded.task_last_processing_attempted_at_ts,
-                    task_errors = coalesce($17, task_errors), task_payload = excluded.task_payload"
+                    task_errors = coalesce($17, task_errors), task_payload = excluded.task_payload,
+                    task_metadata = excluded.task_metadata"
             ),
             failure: format!(
                 "INSERT INTO {r} ({job_columns}, task_status, task_error_count, task_last_error_type,
@@ -325,7 +327,7 @@ impl Statements {
                     task_first_processing_attempted_at_ts =
                         coalesce(task_first_processing_attempted_at_ts, excluded.task_first_processing_attempted_at_ts),
                     task_last_processing_attempted_at_ts = excluded.task_last_processing_attempted_at_ts,
-                    task_payload = excluded.task_payload;
+                    task_payload = excluded.task_payload, task_metadata = excluded.task_metadata;
                  DELETE FROM {q} WHERE task_lock_handle_id IN (SELECT handle FROM temp.sk_went);
                  INSERT INTO {s} (et_payload_type, et_owner_process_id, et_avg_execution_time,
                     et_fastest_execution_time, et_longest_execution_time, et_total_execution_time,
@@ -393,7 +395,7 @@ impl Statements {
                     r.task_last_locked_by, r.task_output,
                     coalesce(r.task_tenant, q.task_tenant) AS task_tenant,
                     coalesce(r.task_correlation_id, q.task_correlation_id) AS task_correlation_id,
-                    coalesce(r.task_metadata, q.task_metadata) AS task_metadata,
+                    coalesce(q.task_metadata, r.task_metadata) AS task_metadata,
                     coalesce(r.task_unique_key, q.task_unique_key) AS task_unique_key,
                     coalesce(r.task_unique_mode, q.task_unique_mode) AS task_unique_mode,
                     q.task_version, NULL AS task_updated_at_ts
