@@ -43,6 +43,12 @@ async fn effect_mysql(millis: u64) {
     let _ = millis;
 }
 
+/// The worker binary's job of five resumable steps.
+#[job(max_attempts = 1000, backoff = "constant", backoff_base = "50ms")]
+async fn stepped(millis: u64) {
+    let _ = millis;
+}
+
 #[path = "faults/proxy.rs"]
 mod proxy;
 

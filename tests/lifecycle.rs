@@ -447,3 +447,87 @@ each_backend! {
         db.drop().await;
     }
 }
+
+/// The runs of each step: (job, step, attempt).
+type StepRuns = Arc<Mutex<Vec<(uuid::Uuid, &'static str, i32)>>>;
+
+/// Three steps; the second fails on the job's first attempt.
+#[job(
+    queue = "stepped",
+    max_attempts = 3,
+    backoff = "constant",
+    backoff_base = "10ms"
+)]
+async fn stepped(base: u32, ctx: JobContext, runs: Data<StepRuns>) -> Result<u32, JobError> {
+    let ran = |step| runs.lock().unwrap().push((ctx.id(), step, ctx.attempt()));
+    let fetched: u32 = ctx
+        .step("fetch", async {
+            ran("fetch");
+            Ok::<_, JobError>(base + 1)
+        })
+        .await?;
+    let charged: u32 = ctx
+        .step("charge", async {
+            ran("charge");
+            if ctx.attempt() == 1 {
+                return Err(JobError::new("the gateway timed out"));
+            }
+            Ok(fetched * 10)
+        })
+        .await?;
+    ctx.step("notify", async {
+        ran("notify");
+        Ok::<_, JobError>(charged + 1)
+    })
+    .await
+}
+
+each_backend! {
+    async fn a_retry_skips_the_steps_that_succeeded_and_gets_their_outputs(db) {
+        let client = Client::new(db.pool.clone());
+        let runs = StepRuns::default();
+        let id = Stepped::new(4).enqueue(&db.pool).await.unwrap();
+        let w = RunningWorker::start(worker(&db, &[Stepped::TASK_TYPE]).data(runs.clone()));
+        let record = client.wait(id, T).await.unwrap();
+        w.stop().await;
+        assert_eq!(record.status(), JobStatus::Processed);
+        assert_eq!(record.output::<u32>().unwrap(), Some(51));
+        let ran: Vec<(&str, i32)> = runs.lock().unwrap().iter().map(|r| (r.1, r.2)).collect();
+        assert_eq!(ran, [("fetch", 1), ("charge", 1), ("charge", 2), ("notify", 2)]);
+        let steps = serde_json::Value::Object(record.steps().unwrap());
+        assert_eq!(steps, serde_json::json!({ "fetch": 5, "charge": 50, "notify": 51 }));
+        db.drop().await;
+    }
+}
+
+/// The testing kit runs steps too: a run given an earlier run's steps resumes after
+/// them; a recorded output of the wrong type and a bad name are fatal.
+#[tokio::test]
+async fn the_test_runner_resumes_from_recorded_steps() {
+    let runs = StepRuns::default();
+    let runner = sk_runtime::testing::Runner::new()
+        .data(runs.clone())
+        .attempt(2)
+        .metadata(serde_json::json!({ "steps": { "fetch": 5 } }));
+    let outcome = runner.perform(Stepped::new(4)).await;
+    assert!(
+        matches!(&outcome, sk_runtime::testing::Outcome::Succeeded { output: Some(o) } if *o == 51),
+        "{outcome:?}"
+    );
+    let ran: Vec<&str> = runs.lock().unwrap().iter().map(|r| r.1).collect();
+    assert_eq!(ran, ["charge", "notify"]);
+
+    let changed = sk_runtime::testing::Runner::new()
+        .data(runs.clone())
+        .metadata(serde_json::json!({ "steps": { "fetch": "five" } }));
+    match changed.perform(Stepped::new(4)).await {
+        sk_runtime::testing::Outcome::Failed { error } => {
+            assert_eq!(error.kind(), "step");
+            assert!(error.message().contains("\"fetch\""), "{}", error.message());
+        }
+        other => panic!("a recorded output of another type is fatal: {other:?}"),
+    }
+    let ctx = sk_runtime::testing::Runner::new().context::<Stepped>();
+    let unnamed = ctx.step("", async { Ok::<_, JobError>(1) }).await;
+    assert!(unnamed.is_err_and(|e| e.is_fatal() && e.kind() == "step"));
+}

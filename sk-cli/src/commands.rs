@@ -172,6 +172,10 @@ pub(crate) async fn job(
             "progress",
             text(record.progress().map(|p| p.to_string()).as_deref()),
         ),
+        (
+            "steps done",
+            text(crate::output::steps_done(&record).as_deref()),
+        ),
         ("metadata", text(record.metadata.as_deref())),
         ("payload", text(record.payload.as_deref())),
         ("output", text(record.output_json.as_deref())),

@@ -95,6 +95,13 @@ pub(crate) fn time(at: Option<DateTime<Utc>>) -> String {
     at.map_or_else(String::new, |at| at.format("%F %T").to_string())
 }
 
+/// The names of a job's steps that succeeded (`JobContext::step`), in order of name.
+pub(crate) fn steps_done(record: &sk_runtime::JobRecord) -> Option<String> {
+    let steps = record.steps()?;
+    let names: Vec<&str> = steps.keys().map(String::as_str).collect();
+    Some(names.join(", "))
+}
+
 /// Outside text, or nothing. (Every cell is made inert in [`cells`].)
 pub(crate) fn text(value: Option<&str>) -> String {
     value.unwrap_or_default().to_owned()

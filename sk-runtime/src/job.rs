@@ -158,19 +158,40 @@ pub struct JobContext {
     /// The worker's database, for enqueues from the job; `None` in a unit test's context
     /// built without a pool.
     pub(crate) runtime: Option<Arc<Runtime>>,
-    /// This run's progress writes (`JobContext::progress`).
-    pub(crate) progress: Arc<Progress>,
+    /// This run's own writes to its job: progress and steps.
+    pub(crate) writes: Arc<RunWrites>,
 }
 
-/// A run's progress writes (`JobContext::progress`, in `progress.rs`): when it last
-/// wrote, and the value waiting for the next.
+/// What a run writes to its job while it runs, in one allocation per run: its progress
+/// (`JobContext::progress`, in `progress.rs`) and its steps' outputs
+/// (`JobContext::step`, in `steps.rs`).
 #[derive(Debug, Default)]
-pub(crate) struct Progress(pub(crate) std::sync::Mutex<ProgressState>);
+pub(crate) struct RunWrites {
+    pub(crate) progress: std::sync::Mutex<ProgressState>,
+    /// The outputs of the job's steps that succeeded, in this run or an earlier one
+    /// (read from its metadata at the first step); held across each write so that the
+    /// writes land in the order they were made.
+    pub(crate) steps: tokio::sync::Mutex<Option<serde_json::Map<String, serde_json::Value>>>,
+    /// Whether the run holds a row of the queue to record its steps on (a worker's run);
+    /// a test runner's run keeps them in memory.
+    pub(crate) leased: bool,
+    /// Whether the run's job takes a transaction (on SQLite, the one writer then).
+    pub(crate) transaction: bool,
+}
 
-impl Progress {
-    /// Whether a value waits to be written.
-    pub(crate) fn pending(&self) -> bool {
-        self.0
+impl RunWrites {
+    /// The writes of a worker's run, of a job that takes a transaction or not.
+    pub(crate) fn leased(transaction: bool) -> Self {
+        RunWrites {
+            leased: true,
+            transaction,
+            ..RunWrites::default()
+        }
+    }
+
+    /// Whether a progress value waits to be written.
+    pub(crate) fn progress_pending(&self) -> bool {
+        self.progress
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .pending

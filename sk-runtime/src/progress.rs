@@ -5,7 +5,7 @@
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::job::{JobContext, Progress, Runtime};
+use crate::job::{JobContext, RunWrites, Runtime};
 
 /// The least time between two progress writes of one run.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
@@ -53,8 +53,8 @@ impl JobContext {
         let mut json = Some(json);
         let put_off: Option<Option<Duration>> = {
             let mut state = self
+                .writes
                 .progress
-                .0
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             match state.written_at {
@@ -79,15 +79,18 @@ impl JobContext {
             Some(Some(wait)) => wait,
         };
         // The latest value, once the interval has passed.
-        let (runtime, progress, run) = (
+        let (runtime, writes, run) = (
             Arc::clone(runtime),
-            Arc::clone(&self.progress),
+            Arc::clone(&self.writes),
             (self.id, self.attempt),
         );
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
             let json = {
-                let mut state = progress.0.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut state = writes
+                    .progress
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
                 state.armed = false;
                 state.written_at = Some(Instant::now());
                 state.pending.take()
@@ -104,9 +107,9 @@ impl JobContext {
 
 /// Writes what run `run` reported last and has not written yet, as its handler returns,
 /// so that its record keeps the latest value.
-pub(crate) async fn flush(runtime: &Runtime, run: (uuid::Uuid, i32), progress: &Progress) {
-    let json = progress
-        .0
+pub(crate) async fn flush(runtime: &Runtime, run: (uuid::Uuid, i32), writes: &RunWrites) {
+    let json = writes
+        .progress
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .pending

@@ -205,7 +205,7 @@ impl Runner {
                     schema: self.schema.clone(),
                 })
             }),
-            progress: Arc::default(),
+            writes: Arc::default(),
         }
     }
 

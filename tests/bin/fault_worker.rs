@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! DATABASE_URL=... sk-fault-worker --id w1 --concurrency 16 --lease-ms 1000 --grace-ms 5000 --poll-ms 100 \
-//!     [--start-timeout-ms 0] [--job burn|effect|chaos] [--history FILE] [--clock-jump-ms 0]
+//!     [--start-timeout-ms 0] [--job burn|effect|stepped|chaos] [--history FILE] [--clock-jump-ms 0]
 //! ```
 //! Stops gracefully on SIGTERM/SIGINT; logs to stderr.
 //!
@@ -68,6 +68,52 @@ async fn effect_mysql(
         .execute(&mut **tx)
         .await?;
     tokio::time::sleep(Duration::from_millis(millis)).await;
+    Ok(())
+}
+
+/// Five resumable steps (`JobContext::step`), the third `millis` long and the others
+/// 2 ms, each recording its run in `fault_steps` as it starts; each step's output names
+/// the step and the attempt that ran it, checked as the later steps receive it.
+#[job(max_attempts = 1000, backoff = "constant", backoff_base = "50ms")]
+async fn stepped(millis: u64, ctx: JobContext, log: Data<RunLog>) -> Result<(), JobError> {
+    log_run(&ctx, &log).await?;
+    for step in 1..=5u32 {
+        let (ran, attempt): (u32, i32) = ctx
+            .step(&format!("step {step}"), async {
+                log_step(&ctx, &log, step).await?;
+                let work = if step == 3 { millis } else { 2 };
+                tokio::time::sleep(Duration::from_millis(work)).await;
+                Ok::<_, JobError>((step, ctx.attempt()))
+            })
+            .await?;
+        if ran != step || attempt > ctx.attempt() {
+            return Err(JobError::fatal(format!(
+                "step {step} received the output of step {ran}, attempt {attempt}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Records the start of a step's run in `fault_steps`, outside any transaction.
+async fn log_step(ctx: &JobContext, log: &RunLog, step: u32) -> Result<(), JobError> {
+    let step = i32::try_from(step).unwrap_or(i32::MAX);
+    let insert = "INSERT INTO fault_steps (task_id, step, attempt) VALUES ($1, $2, $3)";
+    match log {
+        RunLog::Postgres(pool) => {
+            let q = sqlx::query(insert).bind(ctx.id()).bind(step);
+            q.bind(ctx.attempt()).execute(pool).await?;
+        }
+        RunLog::Sqlite(pool) => {
+            let q = sqlx::query(insert).bind(ctx.id()).bind(step);
+            q.bind(ctx.attempt()).execute(pool).await?;
+        }
+        RunLog::MySql(pool) => {
+            let insert = "INSERT INTO fault_steps (task_id, step, attempt) VALUES (?, ?, ?)";
+            let q = sqlx::query(insert).bind(ctx.id()).bind(step);
+            q.bind(ctx.attempt()).execute(pool).await?;
+        }
+    }
     Ok(())
 }
 
@@ -309,7 +355,7 @@ struct Args {
     grace: Duration,
     poll: Duration,
     start_timeout: Option<Duration>,
-    /// `burn`, `effect` for the backend's transaction job, or `chaos`.
+    /// `burn`, `effect` for the backend's transaction job, `stepped`, or `chaos`.
     job: String,
     /// Where the chaos jobs record their runs.
     history: Option<String>,
@@ -389,6 +435,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     };
     let task_types = match (args.job.as_str(), &log) {
         ("burn", _) => vec![<Burn as sk_runtime::Job>::TASK_TYPE],
+        ("stepped", _) => vec![<Stepped as sk_runtime::Job>::TASK_TYPE],
         ("effect", RunLog::Postgres(_)) => vec![<EffectPg as sk_runtime::Job>::TASK_TYPE],
         ("effect", RunLog::MySql(_)) => vec![<EffectMysql as sk_runtime::Job>::TASK_TYPE],
         ("chaos", log) => vec![

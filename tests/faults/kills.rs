@@ -356,3 +356,134 @@ where
     ));
     db.drop().await;
 }
+
+on_backends! {
+    /// Jobs of five resumable steps (`stepped`: the third 150 ms, the others 2 ms): three
+    /// worker processes, one killed with SIGKILL at random points (mostly in a third
+    /// step, the long one) and restarted three times. A step that recorded its output
+    /// never runs again; a job whose first run was killed in its third step ran its first
+    /// two steps once.
+    fn kill_9_in_a_step_never_repeats_a_recorded_one => kill_9_steps_on [postgres, sqlite, mysql]
+}
+
+async fn kill_9_steps_on<B: TestBackend>(label: &str)
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let _serial = SERIAL.lock().await;
+    const JOBS: u32 = 1_500;
+    const DUE: u32 = JOBS * 9 / 10;
+    let (db, _) = setup::<B>(0, 0).await;
+    db.execute(if B::BACKEND == "MySQL" {
+        "CREATE TABLE fault_steps (task_id BINARY(16) NOT NULL, step INT NOT NULL, attempt INT NOT NULL)"
+    } else if B::BACKEND == "SQLite" {
+        "CREATE TABLE fault_steps (task_id BLOB NOT NULL, step INTEGER NOT NULL, attempt INTEGER NOT NULL)"
+    } else {
+        "CREATE TABLE fault_steps (task_id uuid NOT NULL, step int NOT NULL, attempt int NOT NULL)"
+    })
+    .await;
+    let mut ids = Stepped::enqueue_many(&db.pool, (0..DUE).map(|_| Stepped::new(150)))
+        .await
+        .unwrap();
+    ids.extend(hold_reserve(&db, (DUE..JOBS).map(|_| Stepped::new(150))).await);
+    let (mut rng, seed) = Rng::from_env();
+    let args = [
+        "--concurrency",
+        "16",
+        "--lease-ms",
+        "1000",
+        "--poll-ms",
+        "100",
+        "--job",
+        "stepped",
+    ];
+    let name = |role: &str| format!("{label}-steps-{role}");
+    let mut victims = vec![Proc::spawn(&db.url, &name("victim-0"), &args)];
+    let mut steady = [
+        Proc::spawn(&db.url, &name("steady-1"), &args),
+        Proc::spawn(&db.url, &name("steady-2"), &args),
+    ];
+    let started = Instant::now();
+    let kills = 3;
+    for k in 1..=kills {
+        at_kill_point(&db, &mut rng, (k, kills), DUE).await;
+        let victim = victims.last_mut().unwrap();
+        assert!(victim.alive(), "the victim was running");
+        victim.child.kill().unwrap(); // SIGKILL
+        victim.child.wait().unwrap();
+        victims.push(Proc::spawn(&db.url, &name(&format!("victim-{k}")), &args));
+    }
+    release_reserve(&db).await;
+    wait_processed(&db, JOBS as usize, Duration::from_secs(300)).await;
+    let elapsed = started.elapsed();
+    for p in victims.iter_mut().rev().take(1).chain(steady.iter_mut()) {
+        p.signal("TERM");
+        assert_eq!(
+            p.exit_code(Duration::from_secs(30)).await,
+            Some(0),
+            "{} exits 0 on SIGTERM",
+            p.id
+        );
+    }
+    let reran = assert_each_job_finished_once(&db, &ids).await;
+
+    // Every run of a step, by job: (step, attempt).
+    let runs_sql = match B::BACKEND {
+        "MySQL" => "SELECT CONCAT(HEX(task_id), ' ', step, ' ', attempt) FROM fault_steps",
+        "SQLite" => "SELECT hex(task_id) || ' ' || step || ' ' || attempt FROM fault_steps",
+        _ => "SELECT task_id::text || ' ' || step || ' ' || attempt FROM fault_steps",
+    };
+    let mut runs: std::collections::HashMap<Uuid, Vec<(u32, i32)>> = Default::default();
+    for line in db.texts(runs_sql).await {
+        let mut parts = line.split(' ');
+        let (id, step, attempt) = (parts.next(), parts.next(), parts.next());
+        let id = Uuid::parse_str(id.unwrap()).unwrap();
+        let run = (
+            step.unwrap().parse().unwrap(),
+            attempt.unwrap().parse().unwrap(),
+        );
+        runs.entry(id).or_default().push(run);
+    }
+    let client = sk_runtime::Client::new(db.pool.clone());
+    let (mut killed_in_step_3, mut repeated_steps) = (0, 0);
+    for id in &ids {
+        let steps = client.job(*id).await.unwrap().unwrap().steps().unwrap();
+        let runs = &runs[id];
+        // The attempt that recorded each step's output.
+        let recorded: Vec<i32> = (1..=5)
+            .map(|k| {
+                let output = &steps[&format!("step {k}")];
+                assert_eq!(output[0], k, "step {k}'s output names it");
+                i32::try_from(output[1].as_i64().unwrap()).unwrap()
+            })
+            .collect();
+        for (k, &at) in (1..=5u32).zip(&recorded) {
+            let of_step: Vec<i32> = runs.iter().filter(|r| r.0 == k).map(|r| r.1).collect();
+            assert_eq!(
+                of_step.iter().filter(|&&a| a >= at).count(),
+                1,
+                "job {id}: step {k} recorded at attempt {at} ran again after it: {runs:?}"
+            );
+            repeated_steps += of_step.len() - 1;
+        }
+        if recorded[2] > 1 && runs.contains(&(3, 1)) {
+            killed_in_step_3 += 1;
+            let mut first_two: Vec<&(u32, i32)> = runs.iter().filter(|r| r.0 < 3).collect();
+            first_two.sort_unstable();
+            assert_eq!(
+                first_two,
+                [&(1, 1), &(2, 1)],
+                "job {id}: its first run was cut in step 3, so steps 1 and 2 ran once"
+            );
+        }
+    }
+    assert!(reran > 0, "jobs cut short by a kill ran again");
+    assert!(killed_in_step_3 > 0, "a kill landed in a third step");
+    report(&format!(
+        "{label} kill-9 steps: seed={seed} jobs={JOBS} processes=3 kills={kills} reran_jobs={reran} \
+         killed_in_step_3={killed_in_step_3} step_runs_repeated_before_their_record={repeated_steps} \
+         recorded_steps_run_again=0 burn_down_s={:.1}",
+        elapsed.as_secs_f64()
+    ));
+    db.drop().await;
+}

@@ -203,6 +203,7 @@ fn record_table(record: &JobRecord) -> Markup {
         ("tenant", record.tenant.clone()),
         ("correlation id", record.correlation_id.clone()),
         ("progress", record.progress().map(|p| p.to_string())),
+        ("steps done", crate::output::steps_done(record)),
         (
             "worker",
             record.locked_by.clone().or(record.last_worker.clone()),

@@ -72,6 +72,15 @@ impl JobRecord {
     pub fn progress(&self) -> Option<serde_json::Value> {
         self.metadata_value("progress")
     }
+
+    /// The outputs of its steps that succeeded, by name
+    /// ([`JobContext::step`](crate::JobContext::step)): what a retry skips.
+    pub fn steps(&self) -> Option<serde_json::Map<String, serde_json::Value>> {
+        match self.metadata_value("steps")? {
+            serde_json::Value::Object(steps) => Some(steps),
+            _ => None,
+        }
+    }
 }
 
 /// What [`Client::update`](crate::Client::update) did.

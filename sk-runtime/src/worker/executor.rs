@@ -16,7 +16,7 @@ use super::{RunState, Running, Shared, Slot};
 use crate::clock::SharedClock;
 use crate::error::{panic_error, panic_message, JobError};
 use crate::job::JobOutcome;
-use crate::job::{JobContext, Scope, StopReason};
+use crate::job::{JobContext, RunWrites, Scope, StopReason};
 use crate::registry::{HandlerInput, Registration};
 use crate::store::{ClaimedJob, Lease};
 use crate::transaction::TxSource;
@@ -199,10 +199,10 @@ async fn run_one(
         let committed = run.registration.transaction && result.is_ok();
         (result, committed)
     };
-    if let Some(progress) = run.progress.take().filter(|p| p.pending()) {
+    if let Some(writes) = run.writes.take().filter(|w| w.progress_pending()) {
         // Its last progress, before its outcome moves the row (rare: boxed).
         let (runtime, lease) = (&run.shared.runtime, run.lease);
-        let flush = crate::progress::flush(runtime, (lease.id, lease.attempt), &progress);
+        let flush = crate::progress::flush(runtime, (lease.id, lease.attempt), &writes);
         Box::pin(flush).await;
     }
     run.end(result, committed);
@@ -225,8 +225,8 @@ struct Run {
     /// The job type's layers (`WorkerBuilder::layer`) and the run's context, if it has
     /// any.
     layered: Option<Box<(crate::layer::Stack, JobContext)>>,
-    /// The run's progress writes, of which the last may still wait when it returns.
-    progress: Option<Arc<crate::job::Progress>>,
+    /// The run's own writes, of which the last progress may still wait when it returns.
+    writes: Option<Arc<crate::job::RunWrites>>,
 }
 
 /// A run through its job type's layers: its outcome, and whether that is a success the
@@ -342,7 +342,7 @@ fn begin(
         .events
         .of_run(kind, &lease, of, None, None, shared.now());
     let started = Instant::now();
-    let (mut layered, mut progress) = (None, None);
+    let (mut layered, mut writes) = (None, None);
     let body = if let Some(reason) = job.unreadable.take() {
         // Only a producer outside sk can post this, past every check: the job alone
         // ends, as a bad payload does, and the rest of its claim runs.
@@ -383,7 +383,7 @@ fn begin(
             .stacks
             .get(registration.task_type)
             .map(|stack| Box::new((stack.clone(), input.ctx.clone())));
-        progress = Some(Arc::clone(&input.ctx.progress));
+        writes = Some(Arc::clone(&input.ctx.writes));
         if waited_on {
             Body::Inputs(Box::new(input), limit)
         } else {
@@ -406,7 +406,7 @@ fn begin(
             permit,
             started,
             layered,
-            progress,
+            writes,
         },
         body,
     ))
@@ -510,7 +510,7 @@ fn handler_input(
         cancel,
         stop,
         runtime: Some(shared.runtime.clone()),
-        progress: Arc::default(),
+        writes: Arc::new(RunWrites::leased(registration.transaction)),
     };
     // Only a job that takes a transaction needs its source.
     let transaction = registration
