@@ -448,6 +448,20 @@ each_backend! {
     }
 }
 
+/// What `sk job ID` prints.
+async fn sk_job(url: &str, id: uuid::Uuid) -> String {
+    let id = id.to_string();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = sk_cli::run(
+        vec!["sk", "--database-url", url, "job", &id],
+        &mut out,
+        &mut err,
+    )
+    .await;
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+    String::from_utf8(out).unwrap()
+}
+
 /// The runs of each step: (job, step, attempt).
 type StepRuns = Arc<Mutex<Vec<(uuid::Uuid, &'static str, i32)>>>;
 
@@ -496,6 +510,8 @@ each_backend! {
         assert_eq!(ran, [("fetch", 1), ("charge", 1), ("charge", 2), ("notify", 2)]);
         let steps = serde_json::Value::Object(record.steps().unwrap());
         assert_eq!(steps, serde_json::json!({ "fetch": 5, "charge": 50, "notify": 51 }));
+        let shown = sk_job(&db.url, id).await;
+        assert!(shown.contains("charge, fetch, notify"), "{shown}");
         db.drop().await;
     }
 }
@@ -530,4 +546,81 @@ async fn the_test_runner_resumes_from_recorded_steps() {
     let ctx = sk_runtime::testing::Runner::new().context::<Stepped>();
     let unnamed = ctx.step("", async { Ok::<_, JobError>(1) }).await;
     assert!(unnamed.is_err_and(|e| e.is_fatal() && e.kind() == "step"));
+}
+
+/// What the sealed jobs received.
+type Opened = Arc<Mutex<Vec<String>>>;
+
+#[job(queue = "sealed", encrypted, max_attempts = 1)]
+async fn sealed_job(email: String, opened: Data<Opened>) -> Result<(), JobError> {
+    opened.lock().unwrap().push(email);
+    Ok(())
+}
+
+/// The process's keys in every test that seals: the newest, "k2", seals.
+fn process_keys() {
+    let keys = sk_runtime::PayloadKeys::new("k2", [2; 32]).unwrap();
+    sk_runtime::set_payload_keys(keys.with_older("k1", [1; 32]).unwrap());
+}
+
+each_backend! {
+    async fn sealed_arguments_are_stored_unreadable_and_opened_only_by_a_key_holder(db) {
+        process_keys();
+        let client = Client::new(db.pool.clone());
+        let post = |email: &str, queue: &str| {
+            SealedJob::new(email.into()).with_queue(queue).enqueue(&db.pool)
+        };
+        let rotated = post("ada@example.com", "sealed-rotated").await.unwrap();
+        let wrong = post("bob@example.com", "sealed-wrong").await.unwrap();
+        let missing = post("cy@example.com", "sealed-missing").await.unwrap();
+        // By name too, and a payload changed while it waits stays sealed.
+        let by_name = client
+            .enqueue_json(SealedJob::TASK_TYPE, serde_json::json!({ "email": "dee@example.com" }))
+            .await
+            .unwrap();
+        let update = sk_runtime::JobUpdate::new().payload(serde_json::json!({ "email": "eve@example.com" }));
+        client.update(by_name, &update).await.unwrap();
+        for id in [rotated, wrong, missing, by_name] {
+            let record = client.job(id).await.unwrap().unwrap();
+            assert_eq!(record.sealed_with().as_deref(), Some("k2"));
+            assert!(!record.payload.unwrap().contains("@example.com"), "stored unreadable");
+        }
+        let shown = sk_job(&db.url, rotated).await;
+        assert!(shown.contains("sealed with payload key \"k2\"") && !shown.contains("ada@"), "{shown}");
+        // The testing kit opens them with the process's keys.
+        let waiting = sk_runtime::testing::enqueued::<SealedJob>(db.pool.clone()).await.unwrap();
+        let mut emails: Vec<String> = waiting.into_iter().map(|j| j.email).collect();
+        emails.sort();
+        assert_eq!(emails, ["ada@example.com", "bob@example.com", "cy@example.com", "eve@example.com"]);
+        let run = |queues: &[&str], keys: sk_runtime::PayloadKeys, opened: &Opened| {
+            let builder = worker(&db, &[SealedJob::TASK_TYPE]).queues(queues.iter().copied());
+            RunningWorker::start(builder.payload_keys(keys).data(opened.clone()))
+        };
+        // A worker a rotation later: "k3" seals now, "k2" still opens.
+        let opened = Opened::default();
+        let newer = sk_runtime::PayloadKeys::new("k3", [3; 32]).unwrap().with_older("k2", [2; 32]).unwrap();
+        let w = run(&["sealed-rotated", "sealed"], newer, &opened);
+        assert_eq!(client.wait(rotated, T).await.unwrap().status(), JobStatus::Processed);
+        client.wait(by_name, T).await.unwrap();
+        w.stop().await;
+        let mut seen = opened.lock().unwrap().clone();
+        seen.sort();
+        assert_eq!(seen, ["ada@example.com", "eve@example.com"]);
+        // Another key of the same id, and no key of that id: fatal, naming the key.
+        let other = sk_runtime::PayloadKeys::new("k2", [7; 32]).unwrap();
+        let w = run(&["sealed-wrong"], other, &opened);
+        let record = client.wait(wrong, T).await.unwrap();
+        w.stop().await;
+        assert_eq!(record.status(), JobStatus::Fatal);
+        let error = record.last_error_message.unwrap_or_default();
+        assert!(error.contains("\"k2\"") && error.contains("altered"), "{error}");
+        let unrelated = sk_runtime::PayloadKeys::new("k9", [9; 32]).unwrap();
+        let w = run(&["sealed-missing"], unrelated, &opened);
+        let record = client.wait(missing, T).await.unwrap();
+        w.stop().await;
+        let error = record.last_error_message.unwrap_or_default();
+        assert!(error.contains("\"k2\"") && error.contains("\"k9\""), "{error}");
+        assert_eq!(opened.lock().unwrap().len(), 2, "no handler ran without its arguments");
+        db.drop().await;
+    }
 }

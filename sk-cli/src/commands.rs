@@ -177,7 +177,10 @@ pub(crate) async fn job(
             text(crate::output::steps_done(&record).as_deref()),
         ),
         ("metadata", text(record.metadata.as_deref())),
-        ("payload", text(record.payload.as_deref())),
+        (
+            "payload",
+            text(crate::output::payload_shown(&record).as_deref()),
+        ),
         ("output", text(record.output_json.as_deref())),
         (
             "worker",

@@ -102,6 +102,14 @@ pub(crate) fn steps_done(record: &sk_runtime::JobRecord) -> Option<String> {
     Some(names.join(", "))
 }
 
+/// A job's arguments as shown: sealed ones (`#[job(encrypted)]`) by their key's id only.
+pub(crate) fn payload_shown(record: &sk_runtime::JobRecord) -> Option<String> {
+    match record.sealed_with() {
+        Some(key) => Some(format!("(sealed with payload key {key:?})")),
+        None => record.payload.clone(),
+    }
+}
+
 /// Outside text, or nothing. (Every cell is made inert in [`cells`].)
 pub(crate) fn text(value: Option<&str>) -> String {
     value.unwrap_or_default().to_owned()

@@ -8,7 +8,7 @@ use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, ExprPath, ExprUnary, Lit, LitStr, Meta, Token, UnOp};
 
 const KEYS: &str =
-    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, timezone, overlap, missed, every, after, rate, tenant";
+    "name, queue, priority, max_attempts, backoff, backoff_base, backoff_max, timeout, schedule, timezone, overlap, missed, every, after, rate, tenant, encrypted";
 const MAX_NAME_LEN: usize = 255;
 
 /// How the delay before a retry grows.
@@ -51,6 +51,8 @@ pub(crate) struct JobArgs {
     /// The payload argument the job's tenant is derived from (checked against the fn's
     /// arguments by `expand`).
     pub(crate) tenant: Option<syn::Ident>,
+    /// `encrypted`: the payload is stored sealed.
+    pub(crate) encrypted: bool,
 }
 
 /// Collects errors so that every mistake is reported at once.
@@ -92,6 +94,13 @@ impl JobArgs {
         for meta in metas {
             let nv = match meta {
                 Meta::NameValue(nv) => nv,
+                Meta::Path(path) if path.is_ident("encrypted") => {
+                    if args.encrypted {
+                        errors.at(path.span(), "duplicate #[job] key `encrypted`");
+                    }
+                    args.encrypted = true;
+                    continue;
+                }
                 other => {
                     errors.at(
                         other.span(),
@@ -224,6 +233,10 @@ impl JobArgs {
                     }
                 }
             }
+            "encrypted" => errors.at(
+                path.span(),
+                "`encrypted` takes no value: write `#[job(encrypted)]`",
+            ),
             _ => errors.at(
                 path.span(),
                 format!("unknown #[job] key `{key}`; valid keys are: {KEYS}"),

@@ -198,6 +198,11 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
         }
     };
     let timeout = duration_tokens(args.timeout);
+    let encrypted = if args.encrypted {
+        quote! { .sealed() }
+    } else {
+        quote! {}
+    };
     let every = duration_tokens(args.every.map(|(d, _)| d));
     let rate = match args.rate {
         Some((count, window)) => {
@@ -418,7 +423,7 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
         impl #p::Job for #ty {
             const TASK_TYPE: &'static str = #task_type;
             const OPTIONS: ::sk_runtime::JobOptions =
-                #p::options(#queue, #priority, #max_attempts, #backoff, #timeout);
+                #p::options(#queue, #priority, #max_attempts, #backoff, #timeout)#encrypted;
             type Output = #job_output;
             #tenant
         }

@@ -487,6 +487,7 @@ impl<J: Job> Enqueue<J> {
             timeout_ms,
         };
         crate::hooks::apply(&mut job)?;
+        crate::sealed::seal_new_job(&mut job, J::OPTIONS.encrypted)?;
         Ok(job)
     }
 }

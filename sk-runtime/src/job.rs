@@ -98,6 +98,19 @@ pub struct JobOptions {
     pub backoff: Backoff,
     /// Longest a run may take before it counts as a (recoverable) failure; none by default.
     pub timeout: Option<Duration>,
+    /// `#[job(encrypted)]`: its arguments are stored sealed with the process's payload
+    /// keys ([`PayloadKeys`](crate::PayloadKeys)) and opened only by a worker.
+    pub encrypted: bool,
+}
+
+impl JobOptions {
+    /// These options with sealed arguments (`#[job(encrypted)]`; used by the generated
+    /// code).
+    #[must_use]
+    pub const fn sealed(mut self) -> Self {
+        self.encrypted = true;
+        self
+    }
 }
 
 /// Builds a [`JobOptions`] (used by the generated code).
@@ -118,6 +131,7 @@ pub const fn options(
         max_attempts,
         backoff,
         timeout,
+        encrypted: false,
     }
 }
 

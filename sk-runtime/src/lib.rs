@@ -56,6 +56,7 @@ mod model;
 mod progress;
 mod registry;
 mod retry;
+mod sealed;
 mod steps;
 mod store;
 pub mod telemetry;
@@ -83,6 +84,7 @@ pub use model::{
 };
 pub use progress::{MAX_PROGRESS_BYTES, PROGRESS_EVERY};
 pub use retry::Backoff;
+pub use sealed::{set_payload_keys, PayloadKeys};
 pub use steps::{MAX_STEPS_BYTES, MAX_STEP_OUTPUT_BYTES};
 pub use store::{Backend, Executor, Pool, Schema};
 pub use worker::events::{JobEvent, JobEventKind, JobEvents};

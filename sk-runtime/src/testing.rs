@@ -260,8 +260,15 @@ impl Runner {
     async fn run(
         &self,
         registration: &'static crate::registry::Registration,
-        payload: Option<String>,
+        mut payload: Option<String>,
     ) -> Outcome {
+        // A stored payload's sealed arguments, opened as a worker would.
+        let keys = crate::sealed::process_keys();
+        if let Err(error) =
+            crate::sealed::open_claimed(keys.as_deref(), registration.task_type, &mut payload)
+        {
+            return Outcome::Failed { error };
+        }
         let mut ctx = self.context_of(registration.task_type, &registration.options);
         if ctx.tenant.is_none() {
             // The tenant the job's arguments give it, as its enqueue would.
@@ -392,7 +399,8 @@ pub async fn drain(worker: &Worker) -> Result<Drained> {
 /// ```
 ///
 /// # Errors
-/// The database fails; [`Error::Invalid`] for a stored payload that does not read as `J`.
+/// The database fails; [`Error::Invalid`] for a stored payload that does not read as `J`
+/// (or, sealed, does not open with the process's payload keys).
 pub async fn enqueued<J: Job>(pool: impl Into<Pool>) -> Result<Vec<J>> {
     let pool = pool.into();
     let client = crate::Client::new(pool.clone());
@@ -419,7 +427,12 @@ pub async fn enqueued<J: Job>(pool: impl Into<Pool>) -> Result<Vec<J>> {
         let Some(record) = info.job(id).await? else {
             continue; // it ran since
         };
-        let payload = record.payload.unwrap_or_default();
+        // Sealed arguments (`#[job(encrypted)]`) opened with the process's keys.
+        let mut payload = record.payload;
+        let keys = crate::sealed::process_keys();
+        crate::sealed::open_claimed(keys.as_deref(), J::TASK_TYPE, &mut payload)
+            .map_err(|e| Error::invalid("payload", format!("job {id}: {}", e.message())))?;
+        let payload = payload.unwrap_or_default();
         jobs.push(serde_json::from_str(&payload).map_err(|e| {
             Error::invalid(
                 "payload",

@@ -210,7 +210,7 @@ fn record_table(record: &JobRecord) -> Markup {
         ),
     ];
     let documents = [
-        ("payload", &record.payload),
+        ("payload", &crate::output::payload_shown(record)),
         ("output", &record.output_json),
         ("metadata", &record.metadata),
     ];

@@ -506,6 +506,7 @@ impl Client {
             timeout_ms: None,
         };
         crate::hooks::apply(&mut job)?;
+        crate::sealed::seal_new_job(&mut job, options.encrypted)?;
         let id = job.id;
         let labels = (job.task_type.clone(), job.queue.clone());
         self.pool.post(&self.schema, job, now).await?;

@@ -127,6 +127,8 @@ impl Client {
                         format!("does not fit the arguments of `{}`: {e}", job.task_type),
                     )
                 })?;
+                let encrypted = registration.options.encrypted;
+                return crate::sealed::seal_payload(&job.task_type, payload, encrypted);
             }
         }
         Ok(payload)

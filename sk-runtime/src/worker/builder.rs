@@ -75,6 +75,9 @@ pub(crate) struct Config {
     pub(crate) rate_limits: Vec<(String, crate::model::RateLimit)>,
     /// The queues this worker makes fair at start (`WorkerBuilder::fair`).
     pub(crate) fair: Vec<String>,
+    /// The keys this worker opens sealed arguments with (`WorkerBuilder::payload_keys`);
+    /// `None`: the process's (`set_payload_keys`).
+    pub(crate) payload_keys: Option<Arc<crate::PayloadKeys>>,
 }
 
 impl WorkerBuilder {
@@ -102,6 +105,7 @@ impl WorkerBuilder {
                 prefetch: 2 * producer::MAX_CLAIM_BATCH,
                 rate_limits: Vec::new(),
                 fair: Vec::new(),
+                payload_keys: None,
             },
             queues: None,
             queue_limits: Vec::new(),
@@ -358,6 +362,14 @@ impl WorkerBuilder {
     /// tuned for these tables; see `docs/reliability.md`.
     pub fn vacuum(mut self, on: bool) -> Self {
         self.config.vacuum = on;
+        self
+    }
+
+    /// The keys this worker opens sealed arguments (`#[job(encrypted)]`) with, instead of
+    /// the process's ([`set_payload_keys`](crate::set_payload_keys)). A job whose key it
+    /// lacks fails for good, naming the key.
+    pub fn payload_keys(mut self, keys: crate::PayloadKeys) -> Self {
+        self.config.payload_keys = Some(Arc::new(keys));
         self
     }
 

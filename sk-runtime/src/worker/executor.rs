@@ -363,6 +363,8 @@ fn begin(
             job.task_attempt
         ))
         .with_kind("lease_expired")))
+    } else if let Err(error) = open_payload(&shared, registration, &mut job.task_payload) {
+        Body::Decided(Err(error))
     } else {
         let limit = job
             .task_timeout_ms
@@ -476,6 +478,24 @@ impl Run {
             slot: self.permit,
         });
     }
+}
+
+/// Opens a claimed job's sealed arguments (`#[job(encrypted)]`) with the worker's keys;
+/// a plain payload costs a look at its first characters.
+fn open_payload(
+    shared: &Shared,
+    registration: &Registration,
+    payload: &mut Option<String>,
+) -> Result<(), JobError> {
+    if !payload.as_deref().is_some_and(crate::sealed::is_sealed) {
+        return Ok(());
+    }
+    let keys = shared
+        .config
+        .payload_keys
+        .clone()
+        .or_else(crate::sealed::process_keys);
+    crate::sealed::open_claimed(keys.as_deref(), registration.task_type, payload)
 }
 
 /// The input of a claimed job's handler (without the outputs of the jobs it waited on).
