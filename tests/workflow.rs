@@ -1,10 +1,12 @@
 //! Workflows: jobs that wait on other jobs and receive their outputs, on every backend.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sk_runtime::testing::{self, Outcome, Runner};
 use sk_runtime::{
-    job, Client, Input, Inputs, Job, JobError, JobStatus, RescheduleOutcome, Worker, Workflow,
+    job, Client, Data, Input, Inputs, Job, JobError, JobStatus, RescheduleOutcome, Worker, Workflow,
 };
 use sk_tests::{each_backend, Db, RunningWorker, TestBackend};
 
@@ -256,4 +258,78 @@ async fn the_runner_gives_a_job_its_inputs() {
         matches!(&two, Outcome::Failed { error } if error.message().contains("waited on 2")),
         "{two:?}"
     );
+}
+
+/// Fails for good while the gate is shut; then returns `n`.
+#[job(max_attempts = 1)]
+async fn flaky_step(n: i64, open: Data<Arc<AtomicBool>>) -> Result<i64, JobError> {
+    if !open.load(Ordering::SeqCst) {
+        return Err(JobError::fatal(format!("gate {n} is shut")));
+    }
+    Ok(n)
+}
+
+#[job]
+async fn total(values: Inputs<i64>) -> Result<i64, JobError> {
+    Ok(values.iter().sum())
+}
+
+each_backend! {
+    /// A retry heals a workflow: the jobs a failed dependency ended wait on it again and
+    /// run when it succeeds; a fan-in comes back once every failed branch is retried;
+    /// dependants retried with their dependency wait for it; `retry_alone` heals nothing.
+    async fn retrying_a_failed_dependency_revives_what_it_ended(db) {
+        let open = Arc::new(AtomicBool::new(false));
+        let worker = Worker::builder(db.pool.clone())
+            .task_types([FlakyStep::TASK_TYPE, NextStep::TASK_TYPE, Total::TASK_TYPE])
+            .data(open.clone())
+            .build()
+            .unwrap();
+        let chain = || Workflow::start(FlakyStep::new(1)).then(NextStep::new()).then(NextStep::new());
+        let alone = chain().enqueue(&db.pool).await.unwrap();
+        let bulk = chain().enqueue(&db.pool).await.unwrap();
+        let fan = Workflow::fan_out([FlakyStep::new(10), FlakyStep::new(20)])
+            .then(Total::new())
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let drained = testing::drain(&worker).await.unwrap();
+        assert_eq!(drained.failed(), 4, "{drained:?}");
+        let db_ref = &db;
+        let status = |id| async move { db_ref.job(id).await.status() };
+        for id in [alone.last()[0], bulk.last()[0], fan.last()[0]] {
+            assert_eq!(status(id).await, JobStatus::Fatal);
+        }
+        open.store(true, Ordering::SeqCst);
+        let client = Client::new(db.pool.clone());
+
+        // Alone: the dependants stay ended; then a retry of the middle one heals the rest.
+        let [a0, a1, a2] = [alone.stages[0][0], alone.stages[1][0], alone.stages[2][0]];
+        assert_eq!(client.retry_alone(a0).await.unwrap(), sk_runtime::RetryOutcome::Retried);
+        testing::drain(&worker).await.unwrap();
+        assert_eq!((status(a0).await, status(a1).await), (JobStatus::Processed, JobStatus::Fatal));
+        assert_eq!(client.retry(a1).await.unwrap(), sk_runtime::RetryOutcome::Retried);
+        assert_eq!(status(a2).await, JobStatus::Pending, "revived, waiting on a1");
+        testing::drain(&worker).await.unwrap();
+        assert_eq!(output::<i64>(&db.job(a1).await), 2, "a retried dependant gets its input");
+        assert_eq!(output::<i64>(&db.job(a2).await), 3);
+
+        // A fan-in waits for every branch it lost: one retried branch is not enough.
+        let [b0, b1, joined] = [fan.stages[0][0], fan.stages[0][1], fan.stages[1][0]];
+        client.retry(b0).await.unwrap();
+        testing::drain(&worker).await.unwrap();
+        assert_eq!((status(b0).await, status(joined).await), (JobStatus::Processed, JobStatus::Fatal));
+        client.retry(b1).await.unwrap();
+        testing::drain(&worker).await.unwrap();
+        assert_eq!(output::<i64>(&db.job(joined).await), 30);
+
+        // Every failed job at once: the dependants wait for their dependency, in order.
+        let retried = client.retry_where(&sk_runtime::JobFilter::new().status(JobStatus::Fatal)).await.unwrap();
+        assert_eq!(retried, 3);
+        assert_eq!(status(bulk.last()[0]).await, JobStatus::Pending);
+        let drained = testing::drain(&worker).await.unwrap();
+        assert_eq!((drained.succeeded(), drained.failed()), (3, 0), "{drained:?}");
+        assert_eq!(output::<i64>(&db.job(bulk.last()[0]).await), 3);
+        db.drop().await;
+    }
 }

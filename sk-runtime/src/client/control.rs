@@ -79,15 +79,38 @@ impl Client {
     /// is kept, and its attempts go on counting from where they were); a job waiting for
     /// its not-before time or a retry is made due now.
     ///
+    /// A workflow heals: the jobs that waited on it and ended when it failed or was
+    /// cancelled (and theirs in turn) wait on it again, in the same transaction, and run
+    /// when it succeeds; a dependant that also waits on another job that failed comes
+    /// back when that one is retried too. [`Client::retry_alone`] leaves them ended.
+    ///
     /// # Errors
     /// The database fails.
     pub async fn retry(&self, id: Uuid) -> Result<RetryOutcome> {
+        self.retry_healing(id, true).await
+    }
+
+    /// Runs a fatal or cancelled job again as [`Client::retry`] does, but alone: the jobs
+    /// that waited on it and ended with it stay ended.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn retry_alone(&self, id: Uuid) -> Result<RetryOutcome> {
+        self.retry_healing(id, false).await
+    }
+
+    async fn retry_healing(&self, id: Uuid, heal: bool) -> Result<RetryOutcome> {
         // A job running at the first try may have failed for good by the time its
         // record is read: then it is tried once more.
         let mut first = true;
         loop {
             let now = self.now();
-            if !self.pool.retry(&self.schema, &[id], now).await?.is_empty() {
+            if !self
+                .pool
+                .retry(&self.schema, &[id], now, heal)
+                .await?
+                .is_empty()
+            {
                 return Ok(RetryOutcome::Retried);
             }
             if self.pool.reschedule(&self.schema, id, now).await? {
@@ -112,8 +135,9 @@ impl Client {
         }
     }
 
-    /// Runs every fatal or cancelled job the filter takes again (as [`Client::retry`]);
-    /// how many. A filter on another status takes none.
+    /// Runs every fatal or cancelled job the filter takes again (as [`Client::retry`],
+    /// workflows healing); how many, not counting the dependants revived. A filter on
+    /// another status takes none.
     ///
     /// # Errors
     /// The database fails; the jobs retried before it failed stay retried.
@@ -134,7 +158,11 @@ impl Client {
                 .await?;
             let Some(&last) = ids.last() else { break };
             after = Some(last);
-            total += self.pool.retry(&self.schema, &ids, self.now()).await?.len() as u64;
+            total += self
+                .pool
+                .retry(&self.schema, &ids, self.now(), true)
+                .await?
+                .len() as u64;
         }
         Ok(total)
     }

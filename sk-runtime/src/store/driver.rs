@@ -92,8 +92,9 @@ driver! {
     trait Control on Pool {
         /// Cancels the jobs; per job, whether it was running (else it was waiting).
         fn cancel(&self, schema: &Schema, ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<(Uuid, bool)>>;
-        /// Puts the fatal or cancelled jobs back in the queue; the ids put back.
-        fn retry(&self, schema: &Schema, ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<Uuid>>;
+        /// Puts the fatal or cancelled jobs back in the queue and, with `heal`, the jobs they
+        /// ended as dependencies, waiting on them again; the ids put back (not those revived).
+        fn retry(&self, schema: &Schema, ids: &[Uuid], now: DateTime<Utc>, heal: bool) -> Result<Vec<Uuid>>;
         /// Moves a waiting job's not-before time; whether it was waiting.
         fn reschedule(&self, schema: &Schema, id: Uuid, at: DateTime<Utc>) -> Result<bool>;
         /// Sets a live job's priority; whether its queue row changed (a job already at that

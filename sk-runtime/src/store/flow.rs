@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use super::NewJob;
 use crate::error::Result;
+use crate::model::status::{CANCELLED, FATAL, PENDING};
 
 /// The not-before time of a job that waits on others (a workflow's later stage): later
 /// than any claim reaches. The success of its last dependency makes it due then.
@@ -106,4 +107,43 @@ pub(crate) fn dependency_kind(cancelled: bool) -> &'static str {
     } else {
         "dependency_failed"
     }
+}
+
+/// The statements that make the jobs just put back by a healing retry wait on the
+/// dependencies they have not received yet (a dependant retried with, or before, the
+/// job it waits on), instead of running without their inputs; each also marks the jobs
+/// that others wait on. `ids` is the backend's test of `task_id` against the retried
+/// ids and `due` its placeholder for [`WAITING_UNTIL`] (bound first on MySQL, second
+/// elsewhere): the queue's `UPDATE`, then the results' (bound with the ids alone).
+pub(crate) fn wait_again_sql(q: &str, r: &str, d: &str, ids: &str, due: &str) -> [String; 2] {
+    let pending =
+        format!("(SELECT count(*) FROM {d} w WHERE w.task_id = {q}.task_id AND NOT w.dep_done)");
+    [
+        format!(
+            "UPDATE {q} SET
+                task_dependants = task_dependants OR EXISTS (SELECT 1 FROM {d} a WHERE a.dep_task_id = {q}.task_id),
+                task_locked_until_ts = CASE WHEN {pending} > 0 THEN {due} ELSE task_locked_until_ts END,
+                task_waiting_on = CASE WHEN {pending} > 0 THEN {pending} ELSE task_waiting_on END
+             WHERE {ids}"
+        ),
+        format!(
+            "UPDATE {r} SET task_status = {PENDING}
+             WHERE {ids} AND task_id IN (SELECT task_id FROM {q} WHERE task_waiting_on > 0)"
+        ),
+    ]
+}
+
+/// The jobs that a dependency among the retried ones ended (`deps`: the backend's test of
+/// `d.dep_task_id` against them) and that can wait again: each dependency they have not
+/// received is live. A healing retry revives them (`flow::revive` of each backend).
+pub(crate) fn revivable_sql(q: &str, r: &str, d: &str, deps: &str) -> String {
+    format!(
+        "SELECT DISTINCT d.task_id FROM {d} d JOIN {r} r ON r.task_id = d.task_id
+         WHERE {deps} AND r.task_status IN ({FATAL}, {CANCELLED})
+            AND r.task_last_error_type IN ('{failed}', '{cancelled}') AND r.task_payload IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM {d} o WHERE o.task_id = d.task_id AND NOT o.dep_done
+                AND NOT EXISTS (SELECT 1 FROM {q} l WHERE l.task_id = o.dep_task_id))",
+        failed = dependency_kind(false),
+        cancelled = dependency_kind(true),
+    )
 }

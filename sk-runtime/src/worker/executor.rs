@@ -570,7 +570,7 @@ async fn load_inputs(shared: &Shared, id: uuid::Uuid) -> Result<Vec<Option<Strin
         .map(|(i, output)| {
             output.ok_or_else(|| {
                 JobError::fatal(format!(
-                    "its dependency {} has not succeeded, so it has no input to run with; retry that job, then this one",
+                    "its dependency {} has not succeeded, so it has no input to run with; retry that job (Client::retry brings this one back with it)",
                     i + 1
                 ))
                 .with_kind("dependency")

@@ -175,12 +175,14 @@ async fn retry_once(
     schema: &Schema,
     ids: &[Uuid],
     now: DateTime<Utc>,
+    heal: bool,
 ) -> Result<Vec<Uuid>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
     let q = schema.flat_table("tasks_queue_t");
     let r = schema.flat_table("task_results_t");
+    let d = schema.flat_table("task_deps_t");
     let mut conn = pool.acquire().await?;
     let mut tx = conn.begin_with(BEGIN).await?;
     let mut query = QueryBuilder::<MySql>::new(format!(
@@ -220,7 +222,8 @@ async fn retry_once(
     let mut query = QueryBuilder::<MySql>::new(format!(
         "INSERT IGNORE INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
             task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, task_tenant,
-            task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_timeout_ms)
+            task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_timeout_ms,
+            task_dependants)
          SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, "
     ));
     query
@@ -229,7 +232,9 @@ async fn retry_once(
             ", task_queue, JSON_LENGTH(task_errors),
                 JSON_LENGTH(task_errors) + coalesce(task_max_attempts, {}), 1, task_tenant, task_correlation_id,
                 task_metadata, CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode,
-                task_timeout_ms
+                task_timeout_ms,
+                -- Its success settles the jobs that waited on it (`flow::settle`).
+                EXISTS (SELECT 1 FROM {d} a WHERE a.dep_task_id = {r}.task_id)
              FROM {r} WHERE ",
             crate::DEFAULT_MAX_ATTEMPTS
         ));
@@ -249,11 +254,13 @@ async fn retry_once(
         // A job that waited on others runs again with their outputs (migration 4).
         let mut query = QueryBuilder::<MySql>::new(format!(
             "UPDATE {q} SET task_waiting_on = 0
-             WHERE task_id IN (SELECT task_id FROM {} d) AND ",
-            schema.flat_table("task_deps_t")
+             WHERE task_id IN (SELECT task_id FROM {d} d) AND "
         ));
         push_ids(&mut query, "task_id", &back);
         query.build().execute(&mut *tx).await?;
+        if heal {
+            super::flow::revive(&mut tx, schema, back.clone()).await?;
+        }
     }
     tx.commit().await?;
     if !back.is_empty() {
@@ -275,11 +282,17 @@ impl Control for MySqlPool {
         again_on_conflict!(cancel_once(pool, schema, ids, now))
     }
 
-    /// Puts the fatal or cancelled jobs among `ids` back in the queue (as on PostgreSQL);
-    /// the ids put back.
-    async fn retry(&self, schema: &Schema, ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+    /// Puts the fatal or cancelled jobs among `ids` back in the queue and, with `heal`,
+    /// the jobs they ended (as on PostgreSQL); the ids put back.
+    async fn retry(
+        &self,
+        schema: &Schema,
+        ids: &[Uuid],
+        now: DateTime<Utc>,
+        heal: bool,
+    ) -> Result<Vec<Uuid>> {
         let pool = self;
-        again_on_conflict!(retry_once(pool, schema, ids, now))
+        again_on_conflict!(retry_once(pool, schema, ids, now, heal))
     }
 
     /// Moves a waiting job's not-before time; false when it is not waiting, or waits on

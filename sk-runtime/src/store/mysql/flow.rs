@@ -279,3 +279,81 @@ pub(crate) async fn inputs(
         .map(|(done, output)| done.then_some(output))
         .collect())
 }
+
+/// Heals a workflow after a retry put `roots` back (in this transaction), as on
+/// PostgreSQL (`postgres::flow::revive`); the ids revived.
+pub(crate) async fn revive(
+    conn: &mut MySqlConnection,
+    schema: &Schema,
+    mut roots: Vec<Uuid>,
+) -> Result<Vec<Uuid>> {
+    let q = schema.flat_table("tasks_queue_t");
+    let r = schema.flat_table("task_results_t");
+    let d = schema.flat_table("task_deps_t");
+    let listed =
+        "IN (SELECT UNHEX(i) FROM JSON_TABLE(?, '$[*]' COLUMNS (i CHAR(32) PATH '$')) AS ids)";
+    let [queue, results] =
+        crate::store::wait_again_sql(&q, &r, &d, &format!("task_id {listed}"), "?");
+    let revivable = crate::store::revivable_sql(&q, &r, &d, &format!("d.dep_task_id {listed}"));
+    let hex = hex_list(&roots);
+    sqlx::query(&queue)
+        .bind(dt(WAITING_UNTIL))
+        .bind(&hex)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(&results).bind(&hex).execute(&mut *conn).await?;
+    let mut revived = Vec::new();
+    while !roots.is_empty() {
+        let ended: Vec<Uuid> = sqlx::query_scalar(&revivable)
+            .bind(hex_list(&roots))
+            .fetch_all(&mut *conn)
+            .await?;
+        if ended.is_empty() {
+            break;
+        }
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "INSERT IGNORE INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
+                task_posted_at_ts, task_locked_until_ts, task_queue, task_attempt, task_max_attempts,
+                task_has_result, task_tenant, task_correlation_id, task_metadata, task_timeout_ms,
+                task_waiting_on)
+             SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, "
+        ));
+        query.push_bind(dt(WAITING_UNTIL)).push(format!(
+            ", task_queue, JSON_LENGTH(task_errors), JSON_LENGTH(task_errors) + coalesce(task_max_attempts, {max}),
+                1, task_tenant, task_correlation_id, task_metadata, task_timeout_ms,
+                (SELECT count(*) FROM {d} w WHERE w.task_id = {r}.task_id AND NOT w.dep_done)
+             FROM {r} WHERE ",
+            max = crate::DEFAULT_MAX_ATTEMPTS,
+        ));
+        push_ids(&mut query, "task_id", &ended);
+        query.push(" ORDER BY task_id");
+        query.build().execute(&mut *conn).await?;
+        let mut query = QueryBuilder::<MySql>::new(format!("SELECT task_id FROM {q} WHERE "));
+        push_ids(&mut query, "task_id", &ended);
+        query.push(" ORDER BY task_id");
+        roots = query.build_query_scalar().fetch_all(&mut *conn).await?;
+        if roots.is_empty() {
+            break;
+        }
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "UPDATE {r} SET task_status = {PENDING}, task_processing_finalized_at_ts = NULL, task_payload = NULL WHERE "
+        ));
+        push_ids(&mut query, "task_id", &roots);
+        query.build().execute(&mut *conn).await?;
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "UPDATE {q} SET task_dependants = 1 WHERE task_id IN
+                (SELECT dep_task_id FROM {d} WHERE NOT dep_done AND "
+        ));
+        push_ids(&mut query, "task_id", &roots);
+        query.push(")");
+        query.build().execute(&mut *conn).await?;
+        revived.extend_from_slice(&roots);
+    }
+    Ok(revived)
+}
+
+/// Ids as the JSON array of hex strings that `JSON_TABLE` reads.
+fn hex_list(ids: &[Uuid]) -> String {
+    let hex: Vec<String> = ids.iter().map(|id| id.simple().to_string()).collect();
+    serde_json::to_string(&hex).expect("a list of strings serializes")
+}

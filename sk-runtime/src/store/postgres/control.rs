@@ -135,22 +135,33 @@ impl Control for PgPool {
 
     /// Puts the fatal or cancelled jobs among `ids` back in the queue, due at `now`, with a
     /// fresh attempt budget; a job whose unique key another live job holds stays as it is.
-    /// The ids put back.
-    async fn retry(&self, schema: &Schema, ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
-        let pool = self;
+    /// With `heal`, the jobs they ended as dependencies come back too, waiting on them
+    /// (`flow::revive`). The ids put back.
+    async fn retry(
+        &self,
+        schema: &Schema,
+        ids: &[Uuid],
+        now: DateTime<Utc>,
+        heal: bool,
+    ) -> Result<Vec<Uuid>> {
+        let mut tx = self.begin().await?;
         let q = schema.table("tasks_queue_t");
         let r = schema.table("task_results_t");
         let d = schema.table("task_deps_t");
         let seed002 = "task_tenant, task_correlation_id, task_metadata";
-        Ok(sqlx::query_scalar(&format!(
+        let back: Vec<Uuid> = sqlx::query_scalar(&format!(
             "WITH back AS (
                 INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
                     task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, {seed002},
-                    task_unique_key, task_unique_mode, task_timeout_ms)
+                    task_unique_key, task_unique_mode, task_timeout_ms, task_dependants, task_waiting_on)
                 SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, $2, task_queue,
                     jsonb_array_length(task_errors), jsonb_array_length(task_errors) + coalesce(task_max_attempts, {}),
                     true, {seed002}, CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode,
-                    task_timeout_ms
+                    task_timeout_ms,
+                    -- Its success settles the jobs that waited on it (`flow::settle`).
+                    EXISTS (SELECT 1 FROM {d} a WHERE a.dep_task_id = {r}.task_id),
+                    -- A job that waited on others runs again with their outputs (migration 9).
+                    CASE WHEN EXISTS (SELECT 1 FROM {d} w WHERE w.task_id = {r}.task_id) THEN 0 END
                 FROM {r}
                 WHERE task_id = ANY($1) AND task_status IN ({FATAL}, {CANCELLED}) AND task_payload IS NOT NULL
                 ORDER BY task_id
@@ -159,10 +170,6 @@ impl Control for PgPool {
             ), res AS (
                 UPDATE {r} r SET task_status = {UNPROCESSED}, task_processing_finalized_at_ts = NULL, task_payload = NULL
                 FROM back WHERE r.task_id = back.task_id
-            ), fed AS (
-                -- A job that waited on others runs again with their outputs (migration 9).
-                UPDATE {q} q SET task_waiting_on = 0 FROM back
-                WHERE q.task_id = back.task_id AND EXISTS (SELECT 1 FROM {d} d WHERE d.task_id = back.task_id)
             )
             SELECT task_id FROM back, (SELECT pg_notify($3, '')) AS notify",
             crate::DEFAULT_MAX_ATTEMPTS
@@ -170,8 +177,13 @@ impl Control for PgPool {
         .bind(ids)
         .bind(now)
         .bind(schema.channel())
-        .fetch_all(pool)
-        .await?)
+        .fetch_all(&mut *tx)
+        .await?;
+        if heal && !back.is_empty() {
+            super::flow::revive(&mut tx, schema, back.clone()).await?;
+        }
+        tx.commit().await?;
+        Ok(back)
     }
 
     /// Moves a waiting job's not-before time; false when it is not waiting, or waits on

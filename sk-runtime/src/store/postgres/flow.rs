@@ -241,3 +241,64 @@ pub(crate) async fn inputs(
         .map(|(done, output)| done.then_some(output))
         .collect())
 }
+
+/// Heals a workflow after a retry put `roots` back in the queue (in this transaction):
+/// a root that waited on jobs waits again on those that have not succeeded
+/// (`wait_again_sql`), and the jobs the roots ended as their dependency failed or was
+/// cancelled come back, and theirs in turn, each due when its last dependency succeeds.
+/// A dependant comes back only when each dependency it still waits on is live, so none
+/// waits on a job that cannot run. The ids revived.
+pub(crate) async fn revive(
+    conn: &mut PgConnection,
+    schema: &Schema,
+    mut roots: Vec<Uuid>,
+) -> Result<Vec<Uuid>> {
+    let q = schema.table("tasks_queue_t");
+    let r = schema.table("task_results_t");
+    let d = schema.table("task_deps_t");
+    let seed002 = "task_tenant, task_correlation_id, task_metadata";
+    let sql = format!(
+        "WITH ended AS ({revivable}), back AS (
+            INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
+                task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, {seed002},
+                task_timeout_ms, task_waiting_on)
+            SELECT r.task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, $2, task_queue,
+                jsonb_array_length(task_errors), jsonb_array_length(task_errors) + coalesce(task_max_attempts, {max}),
+                true, {seed002}, task_timeout_ms,
+                (SELECT count(*)::int4 FROM {d} w WHERE w.task_id = r.task_id AND NOT w.dep_done)
+            FROM {r} r JOIN ended USING (task_id)
+            ORDER BY r.task_id
+            ON CONFLICT DO NOTHING
+            RETURNING task_id
+        ), res AS (
+            UPDATE {r} r SET task_status = {PENDING}, task_processing_finalized_at_ts = NULL, task_payload = NULL
+            FROM back WHERE r.task_id = back.task_id
+        ), awaited AS (
+            UPDATE {q} q SET task_dependants = true
+            WHERE q.task_id IN (SELECT w.dep_task_id FROM {d} w JOIN back USING (task_id) WHERE NOT w.dep_done)
+        )
+        SELECT task_id FROM back",
+        revivable = crate::store::revivable_sql(&q, &r, &d, "d.dep_task_id = ANY($1)"),
+        max = crate::DEFAULT_MAX_ATTEMPTS,
+    );
+    let [queue, results] = crate::store::wait_again_sql(&q, &r, &d, "task_id = ANY($1)", "$2");
+    sqlx::query(&queue)
+        .bind(&roots)
+        .bind(WAITING_UNTIL)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(&results)
+        .bind(&roots)
+        .execute(&mut *conn)
+        .await?;
+    let mut revived = Vec::new();
+    while !roots.is_empty() {
+        roots = sqlx::query_scalar(&sql)
+            .bind(&roots)
+            .bind(WAITING_UNTIL)
+            .fetch_all(&mut *conn)
+            .await?;
+        revived.extend_from_slice(&roots);
+    }
+    Ok(revived)
+}

@@ -151,22 +151,32 @@ impl Control for SqlitePool {
         Ok(done)
     }
 
-    /// Puts the fatal or cancelled jobs among `ids` back in the queue (as on PostgreSQL);
-    /// the ids put back.
-    async fn retry(&self, schema: &Schema, ids: &[Uuid], now: DateTime<Utc>) -> Result<Vec<Uuid>> {
+    /// Puts the fatal or cancelled jobs among `ids` back in the queue and, with `heal`,
+    /// the jobs they ended (as on PostgreSQL); the ids put back.
+    async fn retry(
+        &self,
+        schema: &Schema,
+        ids: &[Uuid],
+        now: DateTime<Utc>,
+        heal: bool,
+    ) -> Result<Vec<Uuid>> {
         let pool = self;
         let q = schema.flat_table("tasks_queue_t");
         let r = schema.flat_table("task_results_t");
+        let d = schema.flat_table("task_deps_t");
         let mut conn = pool.acquire().await?;
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         let back: Vec<Uuid> = sqlx::query_scalar(&format!(
             "INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
                 task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, task_tenant,
-                task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_timeout_ms)
+                task_correlation_id, task_metadata, task_unique_key, task_unique_mode, task_timeout_ms,
+                task_dependants)
              SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, $2, task_queue,
                 json_array_length(task_errors), json_array_length(task_errors) + coalesce(task_max_attempts, {}),
                 1, task_tenant, task_correlation_id, task_metadata,
-                CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode, task_timeout_ms
+                CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode, task_timeout_ms,
+                -- Its success settles the jobs that waited on it (`flow::settle`).
+                EXISTS (SELECT 1 FROM {d} a WHERE a.dep_task_id = {r}.task_id)
              FROM {r}
              WHERE task_id IN (SELECT unhex(value) FROM json_each($1)) AND task_status IN ({FATAL}, {CANCELLED})
                 AND task_payload IS NOT NULL
@@ -190,12 +200,14 @@ impl Control for SqlitePool {
         sqlx::query(&format!(
             "UPDATE {q} SET task_waiting_on = 0
              WHERE task_id IN (SELECT unhex(value) FROM json_each($1))
-                AND EXISTS (SELECT 1 FROM {d} d WHERE d.task_id = {q}.task_id)",
-            d = schema.flat_table("task_deps_t")
+                AND EXISTS (SELECT 1 FROM {d} d WHERE d.task_id = {q}.task_id)"
         ))
         .bind(id_list(&back))
         .execute(&mut *tx)
         .await?;
+        if heal && !back.is_empty() {
+            super::flow::revive(&mut tx, schema, back.clone()).await?;
+        }
         tx.commit().await?;
         if !back.is_empty() {
             wake();

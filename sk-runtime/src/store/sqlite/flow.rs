@@ -228,3 +228,74 @@ pub(crate) async fn inputs(
         .map(|(done, output)| done.then_some(output))
         .collect())
 }
+
+/// Heals a workflow after a retry put `roots` back (in this transaction), as on
+/// PostgreSQL (`postgres::flow::revive`); the ids revived.
+pub(crate) async fn revive(
+    conn: &mut SqliteConnection,
+    schema: &Schema,
+    mut roots: Vec<Uuid>,
+) -> Result<Vec<Uuid>> {
+    let q = schema.flat_table("tasks_queue_t");
+    let r = schema.flat_table("task_results_t");
+    let d = schema.flat_table("task_deps_t");
+    let deps = "d.dep_task_id IN (SELECT unhex(value) FROM json_each($1))";
+    let ended = crate::store::revivable_sql(&q, &r, &d, deps);
+    let back = format!(
+        "INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
+            task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, task_tenant,
+            task_correlation_id, task_metadata, task_timeout_ms, task_waiting_on)
+         SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, $2, task_queue,
+            json_array_length(task_errors), json_array_length(task_errors) + coalesce(task_max_attempts, {max}),
+            1, task_tenant, task_correlation_id, task_metadata, task_timeout_ms,
+            (SELECT count(*) FROM {d} w WHERE w.task_id = {r}.task_id AND NOT w.dep_done)
+         FROM {r} WHERE task_id IN (SELECT unhex(value) FROM json_each($1))
+         ORDER BY task_id
+         ON CONFLICT DO NOTHING
+         RETURNING task_id",
+        max = crate::DEFAULT_MAX_ATTEMPTS,
+    );
+    let ids = "task_id IN (SELECT unhex(value) FROM json_each($1))";
+    let [queue, results] = crate::store::wait_again_sql(&q, &r, &d, ids, "$2");
+    sqlx::query(&queue)
+        .bind(id_list(&roots))
+        .bind(ts(WAITING_UNTIL))
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(&results)
+        .bind(id_list(&roots))
+        .execute(&mut *conn)
+        .await?;
+    let mut revived = Vec::new();
+    while !roots.is_empty() {
+        let ended: Vec<Uuid> = sqlx::query_scalar(&ended)
+            .bind(id_list(&roots))
+            .fetch_all(&mut *conn)
+            .await?;
+        if ended.is_empty() {
+            break;
+        }
+        roots = sqlx::query_scalar(&back)
+            .bind(id_list(&ended))
+            .bind(ts(WAITING_UNTIL))
+            .fetch_all(&mut *conn)
+            .await?;
+        sqlx::query(&format!(
+            "UPDATE {r} SET task_status = {PENDING}, task_processing_finalized_at_ts = NULL, task_payload = NULL
+             WHERE task_id IN (SELECT unhex(value) FROM json_each($1))"
+        ))
+        .bind(id_list(&roots))
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query(&format!(
+            "UPDATE {q} SET task_dependants = 1 WHERE task_id IN
+                (SELECT dep_task_id FROM {d} WHERE NOT dep_done
+                    AND task_id IN (SELECT unhex(value) FROM json_each($1)))"
+        ))
+        .bind(id_list(&roots))
+        .execute(&mut *conn)
+        .await?;
+        revived.extend_from_slice(&roots);
+    }
+    Ok(revived)
+}
