@@ -66,6 +66,10 @@
 //! - `burn_down_layered`: `burn_down` with every job run through a layer that only
 //!   calls the rest (`WorkerBuilder::layer`), beside `burn_down`: what a layer stack
 //!   costs per job; `burn_down_layered_cpu_ratio` is that cost in the worker's CPU.
+//! - `burn_down_progress`: `burn_down` of jobs that each report their progress once
+//!   (`JobContext::progress`, written at once: one `UPDATE` of the job's row a run),
+//!   beside `burn_down`: what progress costs a job that uses it;
+//!   `burn_down_progress_cpu_ratio` is that cost in the worker's CPU.
 //! - `burn_down_history`: `burn_down` with 10,000,000 finished jobs of the three days
 //!   before in the results table (UUIDv7 ids in their time partitions) and 1,000,000 jobs
 //!   waiting behind the measured ones; beside `burn_down` on empty tables. Then a
@@ -118,6 +122,13 @@ async fn bench_noop(n: u64) {
     let _ = n;
 }
 
+/// Reports its progress once: the first value of a run is written at once.
+#[job]
+async fn bench_progress(n: u64, ctx: JobContext) -> Result<(), JobError> {
+    ctx.progress(serde_json::json!({ "done": n })).await?;
+    Ok(())
+}
+
 #[job]
 async fn bench_sleep(n: u64) {
     let _ = n;
@@ -140,6 +151,8 @@ enum Load {
     Noop,
     /// No-ops, each run through a layer that only calls the rest (`WorkerBuilder::layer`).
     Layered,
+    /// Jobs that report their progress once (`JobContext::progress`).
+    Progress,
     /// No-ops of 8 tenants in turn, claimed fairly across them (`WorkerBuilder::fair`).
     Fair,
     /// Sleep 100 ms.
@@ -580,6 +593,18 @@ async fn run() -> Result<(), BoxError> {
         )
         .await?;
     }
+    if b.wants("burn_down_progress") {
+        let (n, c) = (b.args.jobs, b.args.concurrency);
+        b.measure_pair(
+            ("burn_down_progress", "jobs/s", &|b| {
+                Box::pin(b.burn_down_cpu("burn_down_progress", n, c, Load::Progress))
+            }),
+            ("burn_down", "jobs/s", &|b| {
+                Box::pin(b.burn_down_cpu("burn_down_unreported", n, c, Load::Noop))
+            }),
+        )
+        .await?;
+    }
     if b.wants("burn_down_history") {
         let (n, c) = (b.args.jobs, b.args.concurrency);
         b.measure_pair(
@@ -643,7 +668,11 @@ async fn run() -> Result<(), BoxError> {
         println!("{name}_ratio {ratio:.2} of_{of}");
         // What the span, or the layer, costs in the worker's CPU: the runs' CPU per job
         // without it over theirs with it (1.0: nothing).
-        for (with, without) in [("traced", "untraced"), ("layered", "unlayered")] {
+        for (with, without) in [
+            ("traced", "untraced"),
+            ("layered", "unlayered"),
+            ("progress", "unreported"),
+        ] {
             if *name != format!("burn_down_{with}") {
                 continue;
             }
@@ -1180,6 +1209,12 @@ impl Bench {
                 })
                 .await?
             }
+            Load::Progress => {
+                enqueue_chunks(&self.pool, n, |k| {
+                    Enqueue::new(BenchProgress::new(k)).with_schema(schema)
+                })
+                .await?
+            }
         }
         if self.args.old_results > 0 && load == Load::Noop {
             // History: finished jobs of earlier days, as a long-running system keeps them.
@@ -1206,6 +1241,7 @@ impl Bench {
             Load::Noop | Load::Layered | Load::Fair => "bench_noop",
             Load::Sleep => "bench_sleep",
             Load::Flaky => "bench_flaky",
+            Load::Progress => "bench_progress",
         };
         let server_before = server_cpu_seconds()?;
         let wal_before = self.wal_bytes().await?;

@@ -303,7 +303,7 @@ async fn burn_down(
             })
             .await?;
         }
-        Load::Noop | Load::Layered | Load::Sleep => fill(&pool, n).await?,
+        Load::Noop | Load::Layered | Load::Sleep | Load::Progress => fill(&pool, n).await?,
     }
     let mut worker = Worker::builder(pool.clone())
         .task_types(["bench_noop", "bench_flaky"])
