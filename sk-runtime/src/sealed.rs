@@ -5,7 +5,8 @@
 //! A sealed payload is the JSON object `{"sk_sealed": {"v": 1, "key": ID, "nonce": B64,
 //! "data": B64}}`: one key, so that every backend stores it starting with `{"sk_sealed"`
 //! (PostgreSQL's `jsonb` orders keys), which is how a worker tells it from a plain one
-//! without parsing it.
+//! (a job posted before its type was sealed) without parsing it. Only a sealed type's
+//! payloads are opened: any other type's arguments are read by serde as they are.
 
 use std::sync::{Arc, RwLock};
 

@@ -263,11 +263,14 @@ impl Runner {
         mut payload: Option<String>,
     ) -> Outcome {
         // A stored payload's sealed arguments, opened as a worker would.
-        let keys = crate::sealed::process_keys();
-        if let Err(error) =
-            crate::sealed::open_claimed(keys.as_deref(), registration.task_type, &mut payload)
-        {
-            return Outcome::Failed { error };
+        if registration.options.encrypted {
+            let keys = crate::sealed::process_keys();
+            let task_type = registration.task_type;
+            if let Err(error) =
+                crate::sealed::open_claimed(keys.as_deref(), task_type, &mut payload)
+            {
+                return Outcome::Failed { error };
+            }
         }
         let mut ctx = self.context_of(registration.task_type, &registration.options);
         if ctx.tenant.is_none() {
@@ -429,9 +432,11 @@ pub async fn enqueued<J: Job>(pool: impl Into<Pool>) -> Result<Vec<J>> {
         };
         // Sealed arguments (`#[job(encrypted)]`) opened with the process's keys.
         let mut payload = record.payload;
-        let keys = crate::sealed::process_keys();
-        crate::sealed::open_claimed(keys.as_deref(), J::TASK_TYPE, &mut payload)
-            .map_err(|e| Error::invalid("payload", format!("job {id}: {}", e.message())))?;
+        if J::OPTIONS.encrypted {
+            let keys = crate::sealed::process_keys();
+            crate::sealed::open_claimed(keys.as_deref(), J::TASK_TYPE, &mut payload)
+                .map_err(|e| Error::invalid("payload", format!("job {id}: {}", e.message())))?;
+        }
         let payload = payload.unwrap_or_default();
         jobs.push(serde_json::from_str(&payload).map_err(|e| {
             Error::invalid(

@@ -480,14 +480,15 @@ impl Run {
     }
 }
 
-/// Opens a claimed job's sealed arguments (`#[job(encrypted)]`) with the worker's keys;
-/// a plain payload costs a look at its first characters.
+/// Opens a claimed job's sealed arguments (`#[job(encrypted)]`) with the worker's keys.
+/// Only a sealed type's: any other payload is read by serde as it is, so a plain type's
+/// arguments never depend on what they look like.
 fn open_payload(
     shared: &Shared,
     registration: &Registration,
     payload: &mut Option<String>,
 ) -> Result<(), JobError> {
-    if !payload.as_deref().is_some_and(crate::sealed::is_sealed) {
+    if !registration.options.encrypted {
         return Ok(());
     }
     let keys = shared
