@@ -333,3 +333,204 @@ each_backend! {
         db.drop().await;
     }
 }
+
+/// A job of a batch: fails for good when `fail` until the flag is set.
+#[job(queue = "batched", max_attempts = 1)]
+async fn member(n: i64, fail: bool, open: Data<Arc<AtomicBool>>) -> Result<i64, JobError> {
+    if fail && !open.load(Ordering::SeqCst) {
+        return Err(JobError::fatal(format!("member {n} broke")));
+    }
+    Ok(n)
+}
+
+/// The callbacks that ran: (tag, the batch's counts).
+type Called = Arc<std::sync::Mutex<Vec<(String, sk_runtime::BatchDone)>>>;
+
+#[job(queue = "batched")]
+async fn called_back(
+    tag: String,
+    batch: sk_runtime::BatchDone,
+    called: Data<Called>,
+) -> Result<(), JobError> {
+    called.lock().unwrap().push((tag, batch));
+    Ok(())
+}
+
+fn with_callbacks(batch: sk_runtime::Batch, name: &str) -> sk_runtime::Batch {
+    batch
+        .on_success(CalledBack::new(format!("{name}-success")))
+        .on_complete(CalledBack::new(format!("{name}-complete")))
+        .on_death(CalledBack::new(format!("{name}-death")))
+}
+
+each_backend! {
+    /// A batch's callbacks run once each when their event comes, with the batch's counts;
+    /// an operator's retry of the failed job brings the success callback, and no other
+    /// again; the client shows the batch; a batch it cannot store is refused whole.
+    async fn a_batch_runs_each_callback_once_with_its_counts(db) {
+        use sk_runtime::{Batch, BatchEvent, BatchJobs};
+        let open = Arc::new(AtomicBool::new(false));
+        let called = Called::default();
+        let worker = Worker::builder(db.pool.clone())
+            .task_types([Member::TASK_TYPE, CalledBack::TASK_TYPE])
+            .data(open.clone())
+            .data(called.clone())
+            .build()
+            .unwrap();
+        let good = with_callbacks(Batch::new().add_all((0..5).map(|n| Member::new(n, false))), "good")
+            .description("five that succeed")
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let bad = with_callbacks(
+            Batch::new().add_all((0..3).map(|n| Member::new(n, false))).add(Member::new(3, true)),
+            "bad",
+        )
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!((good.jobs.len(), good.callbacks.len()), (5, 3));
+        testing::drain(&worker).await.unwrap();
+        let tags = |called: &Called| {
+            let mut tags: Vec<String> = called.lock().unwrap().iter().map(|c| c.0.clone()).collect();
+            tags.sort();
+            tags
+        };
+        assert_eq!(tags(&called), ["bad-complete", "bad-death", "good-complete", "good-success"]);
+        let counts = |tag: &str| {
+            let called = called.lock().unwrap();
+            let done = &called.iter().find(|c| c.0 == tag).unwrap().1;
+            (done.total, done.succeeded, done.failed, done.cancelled)
+        };
+        assert_eq!(counts("good-success"), (5, 5, 0, 0));
+        assert_eq!(counts("bad-complete"), (4, 3, 1, 0));
+        let client = Client::new(db.pool.clone());
+        let record = client.batch(bad.batch).await.unwrap().unwrap();
+        assert_eq!((record.total, record.pending, record.succeeded, record.failed), (4, 0, 3, 1));
+        assert!(record.finished_at.is_some());
+        let posted: Vec<(BatchEvent, bool)> =
+            record.callbacks.iter().map(|c| (c.event, c.posted_at.is_some())).collect();
+        assert_eq!(
+            posted,
+            [(BatchEvent::Success, false), (BatchEvent::Complete, true), (BatchEvent::Death, true)]
+        );
+        let failed = client.batch_jobs(bad.batch, BatchJobs::Failed, None, 10).await.unwrap();
+        assert_eq!(failed, [bad.jobs[3]]);
+        // The callback job is an ordinary job once posted, with the id given at enqueue.
+        let complete = record.callbacks[1].job_id;
+        assert_eq!(db.job(complete).await.status(), JobStatus::Processed);
+
+        // The failed job retried: pending again, then its success brings the success
+        // callback, and neither the complete nor the death callback again.
+        open.store(true, Ordering::SeqCst);
+        assert_eq!(client.retry_batch(bad.batch).await.unwrap(), 1);
+        let record = client.batch(bad.batch).await.unwrap().unwrap();
+        assert_eq!((record.pending, record.failed, record.finished_at), (1, 0, None));
+        testing::drain(&worker).await.unwrap();
+        assert_eq!(
+            tags(&called),
+            ["bad-complete", "bad-death", "bad-success", "good-complete", "good-success"]
+        );
+        assert_eq!(counts("bad-success"), (4, 4, 0, 0));
+        let listed: Vec<uuid::Uuid> = client.batches(10).await.unwrap().iter().map(|b| b.id).collect();
+        assert_eq!(listed, [bad.batch, good.batch]);
+        assert_eq!(
+            client.batch(good.batch).await.unwrap().unwrap().description.as_deref(),
+            Some("five that succeed")
+        );
+
+        // Cancelling what is left completes a batch.
+        let held = with_callbacks(Batch::new().add(Member::new(9, false).run_after(Duration::from_secs(3600))), "held")
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(client.cancel_batch(held.batch).await.unwrap(), 1);
+        testing::drain(&worker).await.unwrap();
+        assert!(tags(&called).contains(&"held-complete".to_owned()));
+        assert_eq!(counts("held-complete"), (1, 0, 0, 1));
+
+        // Refused whole: no job, a keyed job, a delayed callback, a job that waits.
+        let before = client.batches(100).await.unwrap().len();
+        let invalid = |e: sk_runtime::Error| matches!(e, sk_runtime::Error::Invalid { what: "batch", .. });
+        assert!(invalid(Batch::new().enqueue(&db.pool).await.unwrap_err()));
+        let keyed = Batch::new().add(Member::new(1, false)).add(Member::new(2, false).with_unique_key("k"));
+        assert!(invalid(keyed.enqueue(&db.pool).await.unwrap_err()));
+        let late = Batch::new()
+            .add(Member::new(1, false))
+            .on_complete(CalledBack::new("late".into()).run_after(Duration::from_secs(60)));
+        assert!(invalid(late.enqueue(&db.pool).await.unwrap_err()));
+        let waits = Batch::new().add(Member::new(1, false).after([good.jobs[0]]));
+        assert!(invalid(waits.enqueue(&db.pool).await.unwrap_err()));
+        assert_eq!(client.batches(100).await.unwrap().len(), before);
+        assert!(db.info().peek(10).await.unwrap().is_empty(), "nothing of a refused batch was stored");
+        db.drop().await;
+    }
+}
+
+#[job(queue = "wide")]
+async fn wide_member(n: u32) -> Result<(), JobError> {
+    let _ = n;
+    Ok(())
+}
+
+/// A batch of 100,000 jobs completes, counted in the completions' transactions, and its
+/// callbacks run once with the whole count (PostgreSQL; `examples/bench --only batch`
+/// measures its cost on every backend).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_100_000_jobs_completes_once() {
+    const JOBS: u32 = 100_000;
+    let db = sk_tests::Db::<sqlx::Postgres>::new().await;
+    let called = Called::default();
+    let started = std::time::Instant::now();
+    let ids = sk_runtime::Batch::new()
+        .add_all((0..JOBS).map(WideMember::new))
+        .on_success(CalledBack::new("wide-success".into()))
+        .on_complete(CalledBack::new("wide-complete".into()))
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let enqueued = started.elapsed();
+    let w = RunningWorker::start(
+        Worker::builder(db.pool.clone())
+            .task_types([WideMember::TASK_TYPE, CalledBack::TASK_TYPE])
+            .concurrency(64)
+            .data(called.clone()),
+    );
+    let client = Client::new(db.pool.clone());
+    // A callback's job exists once its event has come.
+    sk_tests::wait_until(
+        "the batch's callbacks posted",
+        Duration::from_secs(300),
+        || {
+            let client = client.clone();
+            async move {
+                let record = client.batch(ids.batch).await.unwrap().unwrap();
+                record
+                    .callbacks
+                    .iter()
+                    .all(|c| c.posted_at.is_some())
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+    for (_, callback) in &ids.callbacks {
+        client.wait(*callback, T).await.unwrap();
+    }
+    w.stop().await;
+    let record = client.batch(ids.batch).await.unwrap().unwrap();
+    assert_eq!(
+        (record.total, record.succeeded, record.pending),
+        (100_000, 100_000, 0)
+    );
+    let called = called.lock().unwrap().clone();
+    assert_eq!(called.len(), 2, "each callback once");
+    assert!(called
+        .iter()
+        .all(|(_, done)| done.succeeded == 100_000 && done.total == 100_000));
+    eprintln!(
+        "a batch of {JOBS}: enqueued in {enqueued:?}, done in {:?}",
+        started.elapsed()
+    );
+    db.drop().await;
+}

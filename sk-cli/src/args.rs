@@ -159,6 +159,24 @@ pub(crate) enum Command {
     },
     /// Live workers and the jobs they run.
     Workers,
+    /// The newest batches (`Batch`), with their jobs counted by state.
+    Batches {
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// One batch with its counts and callbacks; or, with `--retry`, its jobs that failed
+    /// for good or were cancelled run again, or, with `--cancel`, its live jobs cancelled.
+    Batch {
+        /// The batch's id.
+        id: uuid::Uuid,
+        /// Run its failed and cancelled jobs again.
+        #[arg(long, conflicts_with = "cancel")]
+        retry: bool,
+        /// Cancel its jobs not ended yet.
+        #[arg(long)]
+        cancel: bool,
+    },
     /// A queue's tenants: their available and running jobs, their starts against the
     /// queue's rate limit per tenant, and which limit per tenant holds each back now.
     Tenants {

@@ -10,6 +10,7 @@ use clap::Parser;
 use sk_runtime::{Client, Error, Per, Pool, Schema};
 
 mod args;
+mod batches;
 mod commands;
 mod limits;
 mod output;
@@ -281,6 +282,15 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
             }
             print_table(out, table, rows.is_empty(), "no runs in that time")?;
             Ok(())
+        }
+        Command::Batches { limit } => batches::batches(&client, limit, json, out).await,
+        Command::Batch { id, retry, cancel } => {
+            let action = match (retry, cancel) {
+                (true, _) => batches::BatchAction::Retry,
+                (_, true) => batches::BatchAction::Cancel,
+                _ => batches::BatchAction::Show,
+            };
+            batches::batch(&client, id, action, json, out).await
         }
         Command::Workers => {
             let workers = client.workers().await?;

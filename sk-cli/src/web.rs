@@ -21,6 +21,7 @@ use maud::{html, Markup};
 use sk_runtime::Client;
 use uuid::Uuid;
 
+mod batches;
 mod errors;
 mod hosts;
 mod jobs;
@@ -72,6 +73,9 @@ pub fn router(client: Client, options: WebOptions, bound: SocketAddr) -> Router 
         .route("/jobs/{id}", get(jobs::job))
         .route("/jobs/{id}/{action}", post(jobs::job_action))
         .route("/errors", get(errors::errors))
+        .route("/batches", get(batches::batches))
+        .route("/batches/{id}", get(batches::batch))
+        .route("/batches/{id}/{action}", post(batches::batch_action))
         .route("/metrics", get(metrics::metrics))
         .layer(middleware::from_fn_with_state(app.clone(), guard))
         .with_state(app)

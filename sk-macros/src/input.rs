@@ -115,7 +115,7 @@ impl JobFn {
                         if let (true, Some(attr)) = (injected, serde.first()) {
                             errors.at(
                                 attr.span(),
-                                "`#[serde]` applies to payload arguments; `JobContext`, `Data<T>`, `Input<T>`, `Inputs<T>` and the transaction are not serialized",
+                                "`#[serde]` applies to payload arguments; `JobContext`, `Data<T>`, `Input<T>`, `Inputs<T>`, `BatchDone` and the transaction are not serialized",
                             );
                         }
                         args.push(Arg {
@@ -156,14 +156,12 @@ fn inputs_of(ty: &Type) -> Option<(bool, Type)> {
     })
 }
 
-/// `JobContext` and `Data<T>` are provided by the worker at run time.
+/// `JobContext`, `Data<T>` and `BatchDone` are provided by the worker at run time.
 fn is_injected(ty: &Type) -> bool {
     match ty {
-        Type::Path(path) if path.qself.is_none() => path
-            .path
-            .segments
-            .last()
-            .is_some_and(|seg| seg.ident == "JobContext" || seg.ident == "Data"),
+        Type::Path(path) if path.qself.is_none() => path.path.segments.last().is_some_and(|seg| {
+            seg.ident == "JobContext" || seg.ident == "Data" || seg.ident == "BatchDone"
+        }),
         _ => false,
     }
 }

@@ -374,6 +374,11 @@ impl<J: Job> Enqueue<J> {
         Ok(ids)
     }
 
+    /// Whether it waits on other jobs (`after`), which a batch's job cannot.
+    pub(crate) fn waits(&self) -> bool {
+        !self.after.is_empty()
+    }
+
     pub(crate) fn into_new_job(mut self, now: DateTime<Utc>) -> Result<NewJob> {
         let payload = serde_json::to_string(&self.job).map_err(|source| Error::Serialize {
             task_type: J::TASK_TYPE,

@@ -43,6 +43,7 @@
 //! the worker logs the task types it runs at start. To force-link a job crate, reference
 //! it from the binary, e.g. `use my_jobs as _;`, or name one of its job types.
 
+mod batch;
 mod bus;
 mod client;
 mod clock;
@@ -65,8 +66,9 @@ mod transaction;
 mod worker;
 mod workflow;
 
+pub use batch::{Batch, BatchDone, BatchIds};
 pub use client::{
-    CancelOutcome, Client, JobUpdate, QueueInfo, ReprioritizeOutcome, RescheduleOutcome,
+    BatchJobs, CancelOutcome, Client, JobUpdate, QueueInfo, ReprioritizeOutcome, RescheduleOutcome,
     RetryOutcome,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -77,10 +79,10 @@ pub use job::{Data, Job, JobContext, JobOptions, StopReason, TenantKey, DEFAULT_
 pub use layer::{Layer, LayerFuture, Next};
 pub use migrate::{migrate, migrations, set_seed_keys, Migration, SeedKeys};
 pub use model::{
-    Attempt, AttemptOutcome, CountBy, ErrorGroup, GroupCounts, JobFilter, JobPage, JobRecord,
-    JobStatus, JobSummary, Per, Pruned, QueueCounts, QueueState, QueuedJob, RateLimit, RateState,
-    TenantHold, TenantState, Throughput, UniqueMode, UpdateOutcome, WorkerInfo, MAX_PAGE,
-    MAX_RATE_WINDOW,
+    Attempt, AttemptOutcome, BatchCallback, BatchEvent, BatchRecord, CountBy, ErrorGroup,
+    GroupCounts, JobFilter, JobPage, JobRecord, JobStatus, JobSummary, Per, Pruned, QueueCounts,
+    QueueState, QueuedJob, RateLimit, RateState, TenantHold, TenantState, Throughput, UniqueMode,
+    UpdateOutcome, WorkerInfo, MAX_PAGE, MAX_RATE_WINDOW,
 };
 pub use progress::{MAX_PROGRESS_BYTES, PROGRESS_EVERY};
 pub use retry::Backoff;

@@ -49,10 +49,11 @@ setInterval(async () => {
 
 /// The whole document: `body` in `<main>`, under the navigation with `here` marked.
 pub(super) fn page(title: &str, here: &str, body: Markup) -> Markup {
-    const NAV: [(&str, &str); 4] = [
+    const NAV: [(&str, &str); 5] = [
         ("/", "Overview"),
         ("/queues", "Queues"),
         ("/jobs", "Jobs"),
+        ("/batches", "Batches"),
         ("/errors", "Errors"),
     ];
     html! {

@@ -14,7 +14,7 @@ use crate::model::{
 use crate::store::{NewJob, QueueFlag, QueueLimit};
 
 /// Jobs per statement of a bulk call ([`Client::cancel_where`], [`Client::retry_where`]).
-const BULK_BATCH: i64 = 500;
+pub(super) const BULK_BATCH: i64 = 500;
 
 impl Client {
     /// Cancels one job: a waiting job leaves the queue, a running one is recorded as

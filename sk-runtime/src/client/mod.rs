@@ -1,11 +1,13 @@
 //! The client handle, on one pool and schema: job control (`control`), lists, counts
 //! and statistics (`insight`), and the read-only queue info (`info`).
 
+mod batches;
 mod control;
 mod info;
 mod insight;
 mod update;
 
+pub use batches::BatchJobs;
 pub use info::QueueInfo;
 pub use update::JobUpdate;
 

@@ -1,6 +1,7 @@
 //! The values the store returns and the client shows: a job's record and status, lists,
 //! filters and groups, a worker's own record and statistics. Plain data, below both.
 
+mod batch;
 mod limits;
 mod list;
 mod names;
@@ -8,6 +9,7 @@ mod record;
 mod seed_002;
 mod stats;
 
+pub use batch::{BatchCallback, BatchEvent, BatchRecord};
 pub(crate) use limits::StartLog;
 pub use limits::{RateLimit, RateState, TenantHold, TenantState, MAX_RATE_WINDOW};
 pub use list::{

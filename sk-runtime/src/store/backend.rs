@@ -80,6 +80,23 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
         'e: 'a;
 
+    /// Records batch `id` of the jobs `ids`, inserted in this transaction (`executor`),
+    /// with its callbacks.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    fn create_batch<'e, 'a, E>(
+        executor: E,
+        schema: &'a Schema,
+        id: Uuid,
+        description: Option<String>,
+        ids: Vec<Uuid>,
+        callbacks: Vec<(crate::model::BatchEvent, NewJob)>,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<()>>
+    where
+        E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
+        'e: 'a;
+
     /// The backend's name in messages.
     #[doc(hidden)]
     const NAME: &'static str;
@@ -200,6 +217,34 @@ macro_rules! backend {
                 Box::pin(async move {
                     let mut conn = executor.acquire().await?;
                     $module::enqueue_many(&mut *conn, schema, jobs, now).await
+                })
+            }
+
+            fn create_batch<'e, 'a, E>(
+                executor: E,
+                schema: &'a Schema,
+                id: Uuid,
+                description: Option<String>,
+                ids: Vec<Uuid>,
+                callbacks: Vec<(crate::model::BatchEvent, NewJob)>,
+                now: DateTime<Utc>,
+            ) -> BoxFuture<'a, Result<()>>
+            where
+                E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
+                'e: 'a,
+            {
+                Box::pin(async move {
+                    let mut conn = executor.acquire().await?;
+                    super::batch::create::<$db>(
+                        &mut *conn,
+                        schema,
+                        id,
+                        description.as_deref(),
+                        &ids,
+                        &callbacks,
+                        now,
+                    )
+                    .await
                 })
             }
 

@@ -82,6 +82,12 @@ pub(crate) trait Dialect: sqlx::Database {
         format!("({alias}task_metadata ->> '{key}')")
     }
 
+    /// A `SELECT` of one column `id`: the ids of the JSON array of simple hex ids bound at
+    /// placeholder `p` (`store::batch::id_list`), for `IN (…)` and `INSERT … SELECT`.
+    fn id_rows(p: &str) -> String {
+        format!("SELECT value::uuid AS id FROM jsonb_array_elements_text({p}::jsonb)")
+    }
+
     /// The greatest of a group's ids (PostgreSQL has no `max(uuid)`).
     fn newest_id(column: &str) -> String {
         format!("max({column})")

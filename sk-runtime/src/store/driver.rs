@@ -23,8 +23,9 @@ use super::{
 };
 use crate::error::Result;
 use crate::model::{
-    CountBy, ErrorGroup, GroupCounts, JobFilter, JobRecord, JobSummary, Pruned, QueueCounts,
-    QueueState, QueuedJob, StatBucket, StatRow, TenantState, UniqueMode, WorkerInfo, WorkerUp,
+    BatchRecord, CountBy, ErrorGroup, GroupCounts, JobFilter, JobRecord, JobSummary, Pruned,
+    QueueCounts, QueueState, QueuedJob, StatBucket, StatRow, TenantState, UniqueMode, WorkerInfo,
+    WorkerUp,
 };
 
 /// Declares a trait of async operations (each future `Send`) and the methods of the enum
@@ -168,6 +169,18 @@ driver! {
         ) -> Result<Vec<ErrorGroup>>;
         /// The workers that announced themselves, with the jobs each holds.
         fn workers(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<WorkerInfo>>;
+        /// The batches with those ids, or the newest `limit`, newest first.
+        fn batches(&self, schema: &Schema, ids: Option<&[Uuid]>, limit: i64) -> Result<Vec<BatchRecord>>;
+        /// The ids of a batch's jobs in a state (any, when `None`), a page at a time in
+        /// id order.
+        fn batch_jobs(
+            &self,
+            schema: &Schema,
+            id: Uuid,
+            status: Option<i32>,
+            after: Option<Uuid>,
+            limit: i64,
+        ) -> Result<Vec<Uuid>>;
         /// The run counts per minute since `since`, of one task type or all.
         fn job_stats(
             &self,

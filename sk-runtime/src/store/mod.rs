@@ -8,6 +8,7 @@
 //! (`wait`), and the `Backend` trait of enqueue and a job's transaction (`backend`).
 
 mod backend;
+pub(crate) mod batch;
 pub(crate) mod conformance;
 mod dialect;
 mod driver;

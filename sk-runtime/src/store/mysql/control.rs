@@ -183,6 +183,7 @@ async fn retry_once(
     let q = schema.flat_table("tasks_queue_t");
     let r = schema.flat_table("task_results_t");
     let d = schema.flat_table("task_deps_t");
+    let m = schema.flat_table("batch_jobs_t");
     let mut conn = pool.acquire().await?;
     let mut tx = conn.begin_with(BEGIN).await?;
     let mut query = QueryBuilder::<MySql>::new(format!(
@@ -233,8 +234,10 @@ async fn retry_once(
                 JSON_LENGTH(task_errors) + coalesce(task_max_attempts, {}), 1, task_tenant, task_correlation_id,
                 task_metadata, CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode,
                 task_timeout_ms,
-                -- Its success settles the jobs that waited on it (`flow::settle`).
+                -- Its success settles the jobs that waited on it (`flow::settle`), and
+                -- moves its batch's count (`store::batch`).
                 EXISTS (SELECT 1 FROM {d} a WHERE a.dep_task_id = {r}.task_id)
+                    OR EXISTS (SELECT 1 FROM {m} b WHERE b.task_id = {r}.task_id)
              FROM {r} WHERE ",
             crate::DEFAULT_MAX_ATTEMPTS
         ));
@@ -258,8 +261,9 @@ async fn retry_once(
         ));
         push_ids(&mut query, "task_id", &back);
         query.build().execute(&mut *tx).await?;
+        super::flow::tally(&mut tx, schema, &back, UNPROCESSED, now).await?;
         if heal {
-            super::flow::revive(&mut tx, schema, back.clone()).await?;
+            super::flow::revive(&mut tx, schema, back.clone(), now).await?;
         }
     }
     tx.commit().await?;
@@ -519,5 +523,27 @@ impl Control for MySqlPool {
         task_type: Option<&str>,
     ) -> Result<Vec<crate::model::StatRow>> {
         queries::job_stats(self, schema, since, task_type).await
+    }
+
+    /// Batches by id, or the newest (`Client::batches`).
+    async fn batches(
+        &self,
+        schema: &Schema,
+        ids: Option<&[Uuid]>,
+        limit: i64,
+    ) -> Result<Vec<crate::model::BatchRecord>> {
+        crate::store::batch::records::<sqlx::MySql>(self, schema, ids, limit).await
+    }
+
+    /// A batch's jobs in a state (`Client::batch_jobs`).
+    async fn batch_jobs(
+        &self,
+        schema: &Schema,
+        id: Uuid,
+        status: Option<i32>,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<Uuid>> {
+        crate::store::batch::job_ids::<sqlx::MySql>(self, schema, id, status, after, limit).await
     }
 }

@@ -55,6 +55,12 @@ impl Dialect for MySql {
         format!("JSON_SET(coalesce(task_metadata, '{{}}'), '$.{key}', JSON_EXTRACT($1, '$'))")
     }
 
+    fn id_rows(p: &str) -> String {
+        format!(
+            "SELECT UNHEX(i) AS id FROM JSON_TABLE({p}, '$[*]' COLUMNS (i CHAR(32) PATH '$')) AS j"
+        )
+    }
+
     fn upsert(_key: &str, columns: &[&str]) -> String {
         let set: Vec<String> = columns
             .iter()

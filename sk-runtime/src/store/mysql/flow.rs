@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::dt;
 use super::push_ids;
 use crate::error::Result;
-use crate::model::status::{PENDING, UNPROCESSED};
+use crate::model::status::{PENDING, PROCESSED, UNPROCESSED};
 use crate::store::{dependency_kind, dependency_states, NewJob, Schema, WAITING_UNTIL};
 
 /// Inserts `jobs`, each waiting on all of `deps` (in a transaction, or a savepoint of the
@@ -141,7 +141,19 @@ pub(crate) async fn settle(
             .await?;
     }
     let mut released = false;
-    for (id, output) in done {
+    // Only the jobs that other jobs wait on (not those of a batch alone) take the steps
+    // below, one round trip each.
+    let awaited: Vec<Uuid> = if done.is_empty() {
+        Vec::new()
+    } else {
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "SELECT DISTINCT dep_task_id FROM {d} WHERE NOT dep_done AND "
+        ));
+        let ids: Vec<Uuid> = done.iter().map(|(id, _)| *id).collect();
+        push_ids(&mut query, "dep_task_id", &ids);
+        query.build_query_scalar().fetch_all(&mut *conn).await?
+    };
+    for (id, output) in done.iter().filter(|(id, _)| awaited.contains(id)) {
         let mut dependants: Vec<Uuid> = sqlx::query_scalar(&format!(
             "SELECT task_id FROM {d} WHERE dep_task_id = ? AND NOT dep_done FOR UPDATE"
         ))
@@ -190,6 +202,8 @@ pub(crate) async fn settle(
             }
         }
     }
+    let ids: Vec<Uuid> = done.iter().map(|(id, _)| *id).collect();
+    released |= tally(conn, schema, &ids, PROCESSED, now).await?;
     Ok(released)
 }
 
@@ -207,6 +221,9 @@ pub(crate) async fn propagate(
     let d = schema.flat_table("task_deps_t");
     let kind = dependency_kind(cancelled);
     let status = if cancelled { 7 } else { 6 };
+    // A job of a batch among them is counted as ended (`store::batch`).
+    let ended: Vec<Uuid> = roots.iter().map(|(id, _)| *id).collect();
+    tally(conn, schema, &ended, status, now).await?;
     while let Some((root, message)) = roots.pop() {
         let dependants: Vec<Uuid> = sqlx::query_scalar(&format!(
             "SELECT DISTINCT task_id FROM {d} WHERE dep_task_id = ? ORDER BY task_id"
@@ -254,6 +271,7 @@ pub(crate) async fn propagate(
             if dependants {
                 let next =
                     crate::store::dependency_message(dependant, &task_type, cancelled, &message);
+                tally(conn, schema, &[dependant], status, now).await?;
                 roots.push((dependant, next));
             }
         }
@@ -286,10 +304,12 @@ pub(crate) async fn revive(
     conn: &mut MySqlConnection,
     schema: &Schema,
     mut roots: Vec<Uuid>,
+    now: DateTime<Utc>,
 ) -> Result<Vec<Uuid>> {
     let q = schema.flat_table("tasks_queue_t");
     let r = schema.flat_table("task_results_t");
     let d = schema.flat_table("task_deps_t");
+    let m = schema.flat_table("batch_jobs_t");
     let listed =
         "IN (SELECT UNHEX(i) FROM JSON_TABLE(?, '$[*]' COLUMNS (i CHAR(32) PATH '$')) AS ids)";
     let [queue, results] =
@@ -315,13 +335,14 @@ pub(crate) async fn revive(
             "INSERT IGNORE INTO {q} (task_id, task_type, task_source, task_payload, task_priority,
                 task_posted_at_ts, task_locked_until_ts, task_queue, task_attempt, task_max_attempts,
                 task_has_result, task_tenant, task_correlation_id, task_metadata, task_timeout_ms,
-                task_waiting_on)
+                task_waiting_on, task_dependants)
              SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, "
         ));
         query.push_bind(dt(WAITING_UNTIL)).push(format!(
             ", task_queue, JSON_LENGTH(task_errors), JSON_LENGTH(task_errors) + coalesce(task_max_attempts, {max}),
                 1, task_tenant, task_correlation_id, task_metadata, task_timeout_ms,
-                (SELECT count(*) FROM {d} w WHERE w.task_id = {r}.task_id AND NOT w.dep_done)
+                (SELECT count(*) FROM {d} w WHERE w.task_id = {r}.task_id AND NOT w.dep_done),
+                EXISTS (SELECT 1 FROM {m} b WHERE b.task_id = {r}.task_id)
              FROM {r} WHERE ",
             max = crate::DEFAULT_MAX_ATTEMPTS,
         ));
@@ -349,7 +370,26 @@ pub(crate) async fn revive(
         query.build().execute(&mut *conn).await?;
         revived.extend_from_slice(&roots);
     }
+    tally(conn, schema, &revived, UNPROCESSED, now).await?;
     Ok(revived)
+}
+
+/// Counts the jobs `ids`, of batches or not, as now in `status`
+/// (`store::batch::tally`), and posts the callbacks that brings due, in this
+/// transaction; whether it posted any.
+pub(crate) async fn tally(
+    conn: &mut MySqlConnection,
+    schema: &Schema,
+    ids: &[Uuid],
+    status: i32,
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let posts = crate::store::batch::tally::<sqlx::MySql>(conn, schema, ids, status, now).await?;
+    if posts.is_empty() {
+        return Ok(false);
+    }
+    super::enqueue_many(&mut *conn, schema, posts, now).await?;
+    Ok(true)
 }
 
 /// Ids as the JSON array of hex strings that `JSON_TABLE` reads.

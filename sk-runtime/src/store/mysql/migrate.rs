@@ -79,6 +79,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "fair claims stored per queue",
         include_str!("../../../migrations/mysql/0015_fair_queues.sql"),
     ),
+    (
+        16,
+        "batches of jobs with callbacks",
+        include_str!("../../../migrations/mysql/0016_batches.sql"),
+    ),
 ];
 
 pub(crate) async fn migrate_to(pool: &MySqlPool, schema: &Schema, target: i32) -> Result<()> {

@@ -148,6 +148,7 @@ impl Control for PgPool {
         let q = schema.table("tasks_queue_t");
         let r = schema.table("task_results_t");
         let d = schema.table("task_deps_t");
+        let m = schema.table("batch_jobs_t");
         let seed002 = "task_tenant, task_correlation_id, task_metadata";
         let back: Vec<Uuid> = sqlx::query_scalar(&format!(
             "WITH back AS (
@@ -159,7 +160,9 @@ impl Control for PgPool {
                     true, {seed002}, CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode,
                     task_timeout_ms,
                     -- Its success settles the jobs that waited on it (`flow::settle`).
-                    EXISTS (SELECT 1 FROM {d} a WHERE a.dep_task_id = {r}.task_id),
+                    -- A job of a batch, whose count it moves (`store::batch`).
+                    EXISTS (SELECT 1 FROM {d} a WHERE a.dep_task_id = {r}.task_id)
+                        OR EXISTS (SELECT 1 FROM {m} b WHERE b.task_id = {r}.task_id),
                     -- A job that waited on others runs again with their outputs (migration 9).
                     CASE WHEN EXISTS (SELECT 1 FROM {d} w WHERE w.task_id = {r}.task_id) THEN 0 END
                 FROM {r}
@@ -179,8 +182,9 @@ impl Control for PgPool {
         .bind(schema.channel())
         .fetch_all(&mut *tx)
         .await?;
+        super::flow::tally(&mut tx, schema, &back, UNPROCESSED, now).await?;
         if heal && !back.is_empty() {
-            super::flow::revive(&mut tx, schema, back.clone()).await?;
+            super::flow::revive(&mut tx, schema, back.clone(), now).await?;
         }
         tx.commit().await?;
         Ok(back)
@@ -408,5 +412,27 @@ impl Control for PgPool {
         task_type: Option<&str>,
     ) -> Result<Vec<crate::model::StatRow>> {
         queries::job_stats(self, schema, since, task_type).await
+    }
+
+    /// Batches by id, or the newest (`Client::batches`).
+    async fn batches(
+        &self,
+        schema: &Schema,
+        ids: Option<&[Uuid]>,
+        limit: i64,
+    ) -> Result<Vec<crate::model::BatchRecord>> {
+        crate::store::batch::records::<sqlx::Postgres>(self, schema, ids, limit).await
+    }
+
+    /// A batch's jobs in a state (`Client::batch_jobs`).
+    async fn batch_jobs(
+        &self,
+        schema: &Schema,
+        id: Uuid,
+        status: Option<i32>,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<Uuid>> {
+        crate::store::batch::job_ids::<sqlx::Postgres>(self, schema, id, status, after, limit).await
     }
 }

@@ -9,7 +9,7 @@ use sqlx::{Connection as _, PgConnection};
 use uuid::Uuid;
 
 use crate::error::Result;
-use crate::model::status::{PENDING, UNPROCESSED};
+use crate::model::status::{PENDING, PROCESSED, UNPROCESSED};
 use crate::store::{
     dependency_kind, dependency_states, NewJob, Schema, NULL_PRIORITY, WAITING_UNTIL,
 };
@@ -119,6 +119,7 @@ pub(crate) async fn settle(
     }
     let ids: Vec<Uuid> = done.iter().map(|(id, _)| *id).collect();
     let outputs: Vec<Option<&str>> = done.iter().map(|(_, o)| *o).collect();
+    tally(conn, schema, &ids, PROCESSED, now).await?;
     // A dependant's count is lowered under its row lock: two dependencies finishing at
     // once in two transactions take turns, the second re-reading the first's count.
     let released: Vec<Uuid> = sqlx::query_scalar::<_, Option<Uuid>>(&format!(
@@ -196,6 +197,7 @@ pub(crate) async fn propagate(
     let mut ended = false;
     while !roots.is_empty() {
         let (ids, messages): (Vec<Uuid>, Vec<String>) = roots.into_iter().unzip();
+        tally(conn, schema, &ids, status, now).await?;
         let next: Vec<(Uuid, String, String, bool)> = sqlx::query_as(&sql)
             .bind(&ids)
             .bind(&messages)
@@ -252,20 +254,23 @@ pub(crate) async fn revive(
     conn: &mut PgConnection,
     schema: &Schema,
     mut roots: Vec<Uuid>,
+    now: DateTime<Utc>,
 ) -> Result<Vec<Uuid>> {
     let q = schema.table("tasks_queue_t");
     let r = schema.table("task_results_t");
     let d = schema.table("task_deps_t");
+    let m = schema.table("batch_jobs_t");
     let seed002 = "task_tenant, task_correlation_id, task_metadata";
     let sql = format!(
         "WITH ended AS ({revivable}), back AS (
             INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
                 task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, {seed002},
-                task_timeout_ms, task_waiting_on)
+                task_timeout_ms, task_waiting_on, task_dependants)
             SELECT r.task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, $2, task_queue,
                 jsonb_array_length(task_errors), jsonb_array_length(task_errors) + coalesce(task_max_attempts, {max}),
                 true, {seed002}, task_timeout_ms,
-                (SELECT count(*)::int4 FROM {d} w WHERE w.task_id = r.task_id AND NOT w.dep_done)
+                (SELECT count(*)::int4 FROM {d} w WHERE w.task_id = r.task_id AND NOT w.dep_done),
+                EXISTS (SELECT 1 FROM {m} b WHERE b.task_id = r.task_id)
             FROM {r} r JOIN ended USING (task_id)
             ORDER BY r.task_id
             ON CONFLICT DO NOTHING
@@ -300,5 +305,24 @@ pub(crate) async fn revive(
             .await?;
         revived.extend_from_slice(&roots);
     }
+    tally(conn, schema, &revived, UNPROCESSED, now).await?;
     Ok(revived)
+}
+
+/// Counts the jobs `ids`, of batches or not, as now in `status`
+/// (`store::batch::tally`), and posts the callbacks that brings due, in this
+/// transaction.
+pub(crate) async fn tally(
+    conn: &mut PgConnection,
+    schema: &Schema,
+    ids: &[Uuid],
+    status: i32,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let posts =
+        crate::store::batch::tally::<sqlx::Postgres>(conn, schema, ids, status, now).await?;
+    if !posts.is_empty() {
+        super::enqueue_many(&mut *conn, schema, posts, now).await?;
+    }
+    Ok(())
 }

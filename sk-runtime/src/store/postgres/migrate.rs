@@ -115,6 +115,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "fair claims stored per queue",
         include_str!("../../../migrations/postgres/0022_fair_queues.sql"),
     ),
+    (
+        23,
+        "batches of jobs with callbacks",
+        include_str!("../../../migrations/postgres/0023_batches.sql"),
+    ),
 ];
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with

@@ -164,6 +164,7 @@ impl Control for SqlitePool {
         let q = schema.flat_table("tasks_queue_t");
         let r = schema.flat_table("task_results_t");
         let d = schema.flat_table("task_deps_t");
+        let m = schema.flat_table("batch_jobs_t");
         let mut conn = pool.acquire().await?;
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
         let back: Vec<Uuid> = sqlx::query_scalar(&format!(
@@ -175,8 +176,10 @@ impl Control for SqlitePool {
                 json_array_length(task_errors), json_array_length(task_errors) + coalesce(task_max_attempts, {}),
                 1, task_tenant, task_correlation_id, task_metadata,
                 CASE WHEN task_unique_mode IS NOT NULL THEN task_unique_key END, task_unique_mode, task_timeout_ms,
-                -- Its success settles the jobs that waited on it (`flow::settle`).
+                -- Its success settles the jobs that waited on it (`flow::settle`), and
+                -- moves its batch's count (`store::batch`).
                 EXISTS (SELECT 1 FROM {d} a WHERE a.dep_task_id = {r}.task_id)
+                    OR EXISTS (SELECT 1 FROM {m} b WHERE b.task_id = {r}.task_id)
              FROM {r}
              WHERE task_id IN (SELECT unhex(value) FROM json_each($1)) AND task_status IN ({FATAL}, {CANCELLED})
                 AND task_payload IS NOT NULL
@@ -205,8 +208,9 @@ impl Control for SqlitePool {
         .bind(id_list(&back))
         .execute(&mut *tx)
         .await?;
+        super::flow::tally(&mut tx, schema, &back, UNPROCESSED, now).await?;
         if heal && !back.is_empty() {
-            super::flow::revive(&mut tx, schema, back.clone()).await?;
+            super::flow::revive(&mut tx, schema, back.clone(), now).await?;
         }
         tx.commit().await?;
         if !back.is_empty() {
@@ -453,5 +457,27 @@ impl Control for SqlitePool {
         task_type: Option<&str>,
     ) -> Result<Vec<crate::model::StatRow>> {
         queries::job_stats(self, schema, since, task_type).await
+    }
+
+    /// Batches by id, or the newest (`Client::batches`).
+    async fn batches(
+        &self,
+        schema: &Schema,
+        ids: Option<&[Uuid]>,
+        limit: i64,
+    ) -> Result<Vec<crate::model::BatchRecord>> {
+        crate::store::batch::records::<sqlx::Sqlite>(self, schema, ids, limit).await
+    }
+
+    /// A batch's jobs in a state (`Client::batch_jobs`).
+    async fn batch_jobs(
+        &self,
+        schema: &Schema,
+        id: Uuid,
+        status: Option<i32>,
+        after: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<Uuid>> {
+        crate::store::batch::job_ids::<sqlx::Sqlite>(self, schema, id, status, after, limit).await
     }
 }

@@ -33,6 +33,10 @@ impl Dialect for Sqlite {
         format!("json_extract({alias}task_metadata, '$.{key}')")
     }
 
+    fn id_rows(p: &str) -> String {
+        format!("SELECT unhex(value) AS id FROM json_each({p})")
+    }
+
     fn for_update() -> &'static str {
         ""
     }

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::id_list;
 use super::ts;
 use crate::error::Result;
-use crate::model::status::{PENDING, UNPROCESSED};
+use crate::model::status::{PENDING, PROCESSED, UNPROCESSED};
 use crate::store::{dependency_kind, dependency_states, NewJob, Schema, WAITING_UNTIL};
 
 /// Inserts `jobs`, each waiting on all of `deps` (in a transaction, or a savepoint of the
@@ -147,6 +147,8 @@ pub(crate) async fn settle(
             }
         }
     }
+    let ids: Vec<Uuid> = done.iter().map(|(id, _)| *id).collect();
+    released |= tally(conn, schema, &ids, PROCESSED, now).await?;
     Ok(released)
 }
 
@@ -164,6 +166,9 @@ pub(crate) async fn propagate(
     let d = schema.flat_table("task_deps_t");
     let kind = dependency_kind(cancelled);
     let status = if cancelled { 7 } else { 6 };
+    // A job of a batch among them is counted as ended (`store::batch`).
+    let ended: Vec<Uuid> = roots.iter().map(|(id, _)| *id).collect();
+    tally(conn, schema, &ended, status, now).await?;
     while let Some((root, message)) = roots.pop() {
         let dependants: Vec<Uuid> = sqlx::query_scalar(&format!(
             "SELECT DISTINCT task_id FROM {d} WHERE dep_task_id = $1 ORDER BY task_id"
@@ -203,6 +208,7 @@ pub(crate) async fn propagate(
             if dependants {
                 let next =
                     crate::store::dependency_message(dependant, &task_type, cancelled, &message);
+                tally(conn, schema, &[dependant], status, now).await?;
                 roots.push((dependant, next));
             }
         }
@@ -235,20 +241,23 @@ pub(crate) async fn revive(
     conn: &mut SqliteConnection,
     schema: &Schema,
     mut roots: Vec<Uuid>,
+    now: DateTime<Utc>,
 ) -> Result<Vec<Uuid>> {
     let q = schema.flat_table("tasks_queue_t");
     let r = schema.flat_table("task_results_t");
     let d = schema.flat_table("task_deps_t");
+    let m = schema.flat_table("batch_jobs_t");
     let deps = "d.dep_task_id IN (SELECT unhex(value) FROM json_each($1))";
     let ended = crate::store::revivable_sql(&q, &r, &d, deps);
     let back = format!(
         "INSERT INTO {q} (task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts,
             task_locked_until_ts, task_queue, task_attempt, task_max_attempts, task_has_result, task_tenant,
-            task_correlation_id, task_metadata, task_timeout_ms, task_waiting_on)
+            task_correlation_id, task_metadata, task_timeout_ms, task_waiting_on, task_dependants)
          SELECT task_id, task_type, task_source, task_payload, task_priority, task_posted_at_ts, $2, task_queue,
             json_array_length(task_errors), json_array_length(task_errors) + coalesce(task_max_attempts, {max}),
             1, task_tenant, task_correlation_id, task_metadata, task_timeout_ms,
-            (SELECT count(*) FROM {d} w WHERE w.task_id = {r}.task_id AND NOT w.dep_done)
+            (SELECT count(*) FROM {d} w WHERE w.task_id = {r}.task_id AND NOT w.dep_done),
+            EXISTS (SELECT 1 FROM {m} b WHERE b.task_id = {r}.task_id)
          FROM {r} WHERE task_id IN (SELECT unhex(value) FROM json_each($1))
          ORDER BY task_id
          ON CONFLICT DO NOTHING
@@ -297,5 +306,24 @@ pub(crate) async fn revive(
         .await?;
         revived.extend_from_slice(&roots);
     }
+    tally(conn, schema, &revived, UNPROCESSED, now).await?;
     Ok(revived)
+}
+
+/// Counts the jobs `ids`, of batches or not, as now in `status`
+/// (`store::batch::tally`), and posts the callbacks that brings due, in this
+/// transaction; whether it posted any.
+pub(crate) async fn tally(
+    conn: &mut SqliteConnection,
+    schema: &Schema,
+    ids: &[Uuid],
+    status: i32,
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let posts = crate::store::batch::tally::<sqlx::Sqlite>(conn, schema, ids, status, now).await?;
+    if posts.is_empty() {
+        return Ok(false);
+    }
+    super::enqueue_many(&mut *conn, schema, posts, now).await?;
+    Ok(true)
 }

@@ -69,6 +69,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "fair claims stored per queue",
         include_str!("../../../migrations/sqlite/0013_fair_queues.sql"),
     ),
+    (
+        14,
+        "batches of jobs with callbacks",
+        include_str!("../../../migrations/sqlite/0014_batches.sql"),
+    ),
 ];
 
 /// Migration 6's checks, as (table, the value a row's column must meet, per column):

@@ -1,0 +1,143 @@
+//! Batches on the client handle: a batch's record, the newest batches, a batch's jobs,
+//! and cancelling or retrying what is left of one.
+
+use uuid::Uuid;
+
+use super::Client;
+use crate::error::Result;
+use crate::model::status::{CANCELLED, FATAL, UNPROCESSED};
+use crate::model::{BatchRecord, MAX_PAGE};
+
+/// Which of a batch's jobs [`Client::batch_jobs`] lists, by the state the batch counted
+/// each in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BatchJobs {
+    /// Every job.
+    All,
+    /// Those not ended yet.
+    Pending,
+    /// Those that succeeded.
+    Succeeded,
+    /// Those that failed for good.
+    Failed,
+    /// Those that were cancelled.
+    Cancelled,
+}
+
+impl BatchJobs {
+    fn code(self) -> Option<i32> {
+        match self {
+            BatchJobs::All => None,
+            BatchJobs::Pending => Some(UNPROCESSED),
+            BatchJobs::Succeeded => Some(crate::model::status::PROCESSED),
+            BatchJobs::Failed => Some(FATAL),
+            BatchJobs::Cancelled => Some(CANCELLED),
+        }
+    }
+}
+
+impl Client {
+    /// Batch `id` (`Batch::enqueue`'s `BatchIds::batch`) with its counts and callbacks;
+    /// `None` if there is no such batch (or it was pruned).
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn batch(&self, id: Uuid) -> Result<Option<BatchRecord>> {
+        Ok(self
+            .pool
+            .batches(&self.schema, Some(&[id]), 1)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// The newest `limit` batches (at most [`MAX_PAGE`]), newest first.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn batches(&self, limit: u32) -> Result<Vec<BatchRecord>> {
+        let limit = i64::from(limit.min(MAX_PAGE));
+        self.pool.batches(&self.schema, None, limit).await
+    }
+
+    /// The ids of batch `id`'s jobs that `which` takes, in id order after `after`, at
+    /// most `limit` (at most [`MAX_PAGE`]): pass the last id back for the next page.
+    ///
+    /// # Errors
+    /// The database fails.
+    pub async fn batch_jobs(
+        &self,
+        id: Uuid,
+        which: BatchJobs,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<Uuid>> {
+        let limit = i64::from(limit.min(MAX_PAGE));
+        self.pool
+            .batch_jobs(&self.schema, id, which.code(), after, limit)
+            .await
+    }
+
+    /// Cancels batch `id`'s jobs not ended yet; how many were cancelled. The batch
+    /// counts them as cancelled, which can complete it (its complete callback runs).
+    ///
+    /// # Errors
+    /// The database fails; the jobs cancelled before it failed stay cancelled.
+    pub async fn cancel_batch(&self, id: Uuid) -> Result<u64> {
+        let mut total = 0;
+        let mut after = None;
+        loop {
+            let ids = self
+                .pool
+                .batch_jobs(
+                    &self.schema,
+                    id,
+                    Some(UNPROCESSED),
+                    after,
+                    super::control::BULK_BATCH,
+                )
+                .await?;
+            let Some(&last) = ids.last() else { break };
+            after = Some(last);
+            let done = self.pool.cancel(&self.schema, &ids, self.now()).await?;
+            let ids: Vec<Uuid> = done.iter().map(|(id, _)| *id).collect();
+            crate::bus::cancelled(&ids);
+            total += ids.len() as u64;
+        }
+        Ok(total)
+    }
+
+    /// Runs batch `id`'s jobs that failed for good or were cancelled again (as
+    /// [`Client::retry`]); how many. The batch counts them as pending again, and its
+    /// success callback runs if they all succeed.
+    ///
+    /// # Errors
+    /// The database fails; the jobs retried before it failed stay retried.
+    pub async fn retry_batch(&self, id: Uuid) -> Result<u64> {
+        let mut total = 0;
+        for state in [FATAL, CANCELLED] {
+            let mut after = None;
+            loop {
+                let ids = self
+                    .pool
+                    .batch_jobs(
+                        &self.schema,
+                        id,
+                        Some(state),
+                        after,
+                        super::control::BULK_BATCH,
+                    )
+                    .await?;
+                let Some(&last) = ids.last() else { break };
+                after = Some(last);
+                total += self
+                    .pool
+                    .retry(&self.schema, &ids, self.now(), true)
+                    .await?
+                    .len() as u64;
+            }
+        }
+        Ok(total)
+    }
+}
