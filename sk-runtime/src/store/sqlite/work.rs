@@ -171,19 +171,32 @@ impl Work for SqliteStore {
     ) -> Result<RatedClaim> {
         let capped = rates::capped_queue(claim)?;
         let per_tenant = tenants::tenant_capped_queue(claim)?;
+        let asked = std::time::Instant::now();
         let (_turn, mut conn) = self.writing().await?;
         let mut tx = Self::write(&mut conn).await?;
+        // The claim takes place once it holds the write lock: its time moves on by the
+        // wait. At the time it was asked, a claim that waited behind a later one would
+        // count its window in a log that claim had pruned to its own window, see room
+        // that was used, and record starts (and its jobs' start times) in the past: one
+        // window then held more starts than the limit.
+        let waited = chrono::Duration::from_std(asked.elapsed()).unwrap_or_default();
+        let claim = &super::super::Claim {
+            now: claim.now + waited,
+            lease_until: claim.lease_until + waited,
+            ..*claim
+        };
+        let now = claim.now;
         let mut limit = claim.limit;
         if let Some(queue) = capped {
-            if let Some(room) = self.cap_room(&mut tx, queue, claim.now).await? {
+            if let Some(room) = self.cap_room(&mut tx, queue, now).await? {
                 limit = limit.min(room);
             }
         }
         let mut room = match per_tenant {
-            Some(queue) => tenants::room::<Sqlite>(&mut tx, &self.schema, queue, claim.now).await?,
+            Some(queue) => tenants::room::<Sqlite>(&mut tx, &self.schema, queue, now).await?,
             None => None,
         };
-        let taken = rates::take_all::<Sqlite>(&mut tx, &self.schema, keys, claim.now).await?;
+        let taken = rates::take_all::<Sqlite>(&mut tx, &self.schema, keys, now).await?;
         limit = taken.room(limit);
         let served = if limit > 0 {
             fair::claim_within(self, &mut *tx, claim, limit, room.as_mut()).await?
@@ -191,7 +204,7 @@ impl Work for SqliteStore {
             fair::Served::none()
         };
         let opens_at = taken
-            .spend::<Sqlite>(&mut tx, &self.schema, served.jobs.len(), claim.now)
+            .spend::<Sqlite>(&mut tx, &self.schema, served.jobs.len(), now)
             .await?;
         tx.commit().await?;
         drop((_turn, conn));
