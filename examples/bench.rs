@@ -70,6 +70,10 @@
 //!   (`JobContext::progress`, written at once: one `UPDATE` of the job's row a run),
 //!   beside `burn_down`: what progress costs a job that uses it;
 //!   `burn_down_progress_cpu_ratio` is that cost in the worker's CPU.
+//! - `burn_down_batched`: `burn_down` of jobs enqueued as one batch (`Batch`), each
+//!   outcome counted in the batch in the completion's transaction, beside `burn_down`:
+//!   what a batch costs its jobs; `burn_down_batched_cpu_ratio` is that cost in the
+//!   worker's CPU.
 //! - `burn_down_history`: `burn_down` with 10,000,000 finished jobs of the three days
 //!   before in the results table (UUIDv7 ids in their time partitions) and 1,000,000 jobs
 //!   waiting behind the measured ones; beside `burn_down` on empty tables. Then a
@@ -153,6 +157,8 @@ enum Load {
     Layered,
     /// Jobs that report their progress once (`JobContext::progress`).
     Progress,
+    /// No-ops enqueued as one batch (`Batch`): each outcome counted in the batch.
+    Batched,
     /// No-ops of 8 tenants in turn, claimed fairly across them (`WorkerBuilder::fair`).
     Fair,
     /// Sleep 100 ms.
@@ -605,6 +611,18 @@ async fn run() -> Result<(), BoxError> {
         )
         .await?;
     }
+    if b.wants("burn_down_batched") {
+        let (n, c) = (b.args.jobs, b.args.concurrency);
+        b.measure_pair(
+            ("burn_down_batched", "jobs/s", &|b| {
+                Box::pin(b.burn_down_cpu("burn_down_batched", n, c, Load::Batched))
+            }),
+            ("burn_down", "jobs/s", &|b| {
+                Box::pin(b.burn_down_cpu("burn_down_unbatched", n, c, Load::Noop))
+            }),
+        )
+        .await?;
+    }
     if b.wants("burn_down_history") {
         let (n, c) = (b.args.jobs, b.args.concurrency);
         b.measure_pair(
@@ -672,6 +690,7 @@ async fn run() -> Result<(), BoxError> {
             ("traced", "untraced"),
             ("layered", "unlayered"),
             ("progress", "unreported"),
+            ("batched", "unbatched"),
         ] {
             if *name != format!("burn_down_{with}") {
                 continue;
@@ -1215,6 +1234,13 @@ impl Bench {
                 })
                 .await?
             }
+            Load::Batched => {
+                sk_runtime::Batch::new()
+                    .add_all((0..n).map(BenchNoop::new))
+                    .with_schema(schema)
+                    .enqueue(&self.pool)
+                    .await?;
+            }
         }
         if self.args.old_results > 0 && load == Load::Noop {
             // History: finished jobs of earlier days, as a long-running system keeps them.
@@ -1238,7 +1264,7 @@ impl Bench {
             .execute(&self.pool)
             .await?;
         let task_type = match load {
-            Load::Noop | Load::Layered | Load::Fair => "bench_noop",
+            Load::Noop | Load::Layered | Load::Fair | Load::Batched => "bench_noop",
             Load::Sleep => "bench_sleep",
             Load::Flaky => "bench_flaky",
             Load::Progress => "bench_progress",

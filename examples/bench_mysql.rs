@@ -87,7 +87,7 @@ use std::future::Future;
 
 pub(super) async fn run(args: Args) -> Result<(), BoxError> {
     let mut lines = Vec::new();
-    let pairs: [(&str, &str, Run, &str, Run); 8] = [
+    let pairs: [(&str, &str, Run, &str, Run); 9] = [
         (
             "enqueue_single",
             "jobs/s",
@@ -142,6 +142,13 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
             },
             "burn_down_c16",
             |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Noop)),
+        ),
+        (
+            "burn_down_batched",
+            "jobs/s",
+            |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, Load::Batched)),
+            "burn_down",
+            |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, Load::Noop)),
         ),
         (
             "failure_storm",
@@ -302,6 +309,12 @@ async fn burn_down(
                 Enqueue::new(BenchNoop::new(k)).with_tenant(format!("tenant{}", k % 8))
             })
             .await?;
+        }
+        Load::Batched => {
+            sk_runtime::Batch::new()
+                .add_all((0..n).map(BenchNoop::new))
+                .enqueue(&pool)
+                .await?;
         }
         Load::Noop | Load::Layered | Load::Sleep | Load::Progress => fill(&pool, n).await?,
     }

@@ -32,7 +32,7 @@ async fn deploy(fixed: Data<Fixed>) -> Result<(), JobError> {
 }
 
 /// Serves the dashboard on a free loopback port; its base URL.
-async fn serve(client: Client, options: WebOptions) -> String {
+pub(crate) async fn serve(client: Client, options: WebOptions) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a free port");
@@ -216,14 +216,20 @@ async fn run_browser(script: &str, env: &[(&str, &str)]) {
 }
 
 /// One HTTP/1.1 request to `url` (`http://host:port`): the status and the body.
-async fn request(url: &str, method: &str, path: &str, headers: &str) -> (u16, String) {
+pub(crate) async fn request(url: &str, method: &str, path: &str, headers: &str) -> (u16, String) {
     let host = url.trim_start_matches("http://");
     send(url, method, path, &format!("Host: {host}\r\n{headers}"), "").await
 }
 
 /// One HTTP/1.1 request to `url` with exactly these header lines (each ending in CRLF,
 /// `Host` among them or not) and this form body: the status and the body.
-async fn send(url: &str, method: &str, path: &str, headers: &str, form: &str) -> (u16, String) {
+pub(crate) async fn send(
+    url: &str,
+    method: &str,
+    path: &str,
+    headers: &str,
+    form: &str,
+) -> (u16, String) {
     let address = url.trim_start_matches("http://");
     let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
     let head = format!(

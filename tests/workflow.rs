@@ -420,10 +420,38 @@ each_backend! {
         let complete = record.callbacks[1].job_id;
         assert_eq!(db.job(complete).await.status(), JobStatus::Processed);
 
-        // The failed job retried: pending again, then its success brings the success
-        // callback, and neither the complete nor the death callback again.
+        // `sk` and the dashboard show it.
+        let mut out = Vec::new();
+        let code = sk_cli::run(
+            vec!["sk", "--database-url", db.url.as_str(), "batch", &bad.batch.to_string()],
+            &mut out,
+            &mut Vec::new(),
+        )
+        .await;
+        let shown = String::from_utf8(out).unwrap();
+        assert_eq!(code, 0);
+        assert!(shown.contains("│ failed      ┆ 1"), "{shown}");
+        assert!(shown.contains("│ success  ┆") && shown.contains("waiting"), "{shown}");
+        let url = crate::web::serve(client.clone(), sk_cli::web::WebOptions::default()).await;
+        let (status, list) = crate::web::request(&url, "GET", "/batches", "").await;
+        assert_eq!(status, 200, "{list}");
+        assert!(list.contains(&bad.batch.to_string()) && list.contains(&good.batch.to_string()));
+        let path = format!("/batches/{}", bad.batch);
+        let (status, page) = crate::web::request(&url, "GET", &path, "").await;
+        assert_eq!(status, 200, "{page}");
+        assert!(page.contains(&format!("/jobs/{}", bad.jobs[3])), "the failed job, linked: {page}");
+        assert!(page.contains(&format!("/jobs/{complete}")), "the posted callback, linked");
+
+        // The failed job retried from the dashboard: pending again, then its success
+        // brings the success callback, and neither the complete nor the death callback
+        // again.
         open.store(true, Ordering::SeqCst);
-        assert_eq!(client.retry_batch(bad.batch).await.unwrap(), 1);
+        let at = page.find("name=\"csrf\" value=\"").expect("a form") + 19;
+        let form = format!("csrf={}", &page[at..at + 64]);
+        let host = url.trim_start_matches("http://");
+        let own = format!("Host: {host}\r\nOrigin: {url}\r\n");
+        let (status, body) = crate::web::send(&url, "POST", &format!("{path}/retry"), &own, &form).await;
+        assert_eq!(status, 303, "{body}");
         let record = client.batch(bad.batch).await.unwrap().unwrap();
         assert_eq!((record.pending, record.failed, record.finished_at), (1, 0, None));
         testing::drain(&worker).await.unwrap();
@@ -463,6 +491,9 @@ each_backend! {
         assert!(invalid(waits.enqueue(&db.pool).await.unwrap_err()));
         assert_eq!(client.batches(100).await.unwrap().len(), before);
         assert!(db.info().peek(10).await.unwrap().is_empty(), "nothing of a refused batch was stored");
+        // Finished batches go with the results they counted.
+        client.prune(chrono::Utc::now() + chrono::Duration::hours(1)).await.unwrap();
+        assert!(client.batches(100).await.unwrap().is_empty(), "finished batches pruned");
         db.drop().await;
     }
 }

@@ -397,34 +397,17 @@ where
         "--job",
         "stepped",
     ];
-    let name = |role: &str| format!("{label}-steps-{role}");
-    let mut victims = vec![Proc::spawn(&db.url, &name("victim-0"), &args)];
-    let mut steady = [
-        Proc::spawn(&db.url, &name("steady-1"), &args),
-        Proc::spawn(&db.url, &name("steady-2"), &args),
-    ];
-    let started = Instant::now();
     let kills = 3;
-    for k in 1..=kills {
-        at_kill_point(&db, &mut rng, (k, kills), DUE).await;
-        let victim = victims.last_mut().unwrap();
-        assert!(victim.alive(), "the victim was running");
-        victim.child.kill().unwrap(); // SIGKILL
-        victim.child.wait().unwrap();
-        victims.push(Proc::spawn(&db.url, &name(&format!("victim-{k}")), &args));
-    }
-    release_reserve(&db).await;
-    wait_processed(&db, JOBS as usize, Duration::from_secs(300)).await;
-    let elapsed = started.elapsed();
-    for p in victims.iter_mut().rev().take(1).chain(steady.iter_mut()) {
-        p.signal("TERM");
-        assert_eq!(
-            p.exit_code(Duration::from_secs(30)).await,
-            Some(0),
-            "{} exits 0 on SIGTERM",
-            p.id
-        );
-    }
+    let elapsed = burn_down_with_kills(
+        &db,
+        &format!("{label}-steps"),
+        &args,
+        &mut rng,
+        kills,
+        DUE,
+        JOBS as usize,
+    )
+    .await;
     let reran = assert_each_job_finished_once(&db, &ids).await;
 
     // Every run of a step, by job: (step, attempt).
@@ -483,6 +466,144 @@ where
         "{label} kill-9 steps: seed={seed} jobs={JOBS} processes=3 kills={kills} reran_jobs={reran} \
          killed_in_step_3={killed_in_step_3} step_runs_repeated_before_their_record={repeated_steps} \
          recorded_steps_run_again=0 burn_down_s={:.1}",
+        elapsed.as_secs_f64()
+    ));
+    db.drop().await;
+}
+
+/// Three worker processes with `args` (named after `label`): the first killed with
+/// SIGKILL at `kills` kill points of the `due` jobs' burn-down and restarted after each;
+/// then the reserve released and `total` jobs awaited, and every process stopped with
+/// SIGTERM (each must exit 0). The burn-down's time.
+async fn burn_down_with_kills<B: TestBackend>(
+    db: &Db<B>,
+    label: &str,
+    args: &[&str],
+    rng: &mut Rng,
+    kills: u32,
+    due: u32,
+    total: usize,
+) -> Duration
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let name = |role: &str| format!("{label}-{role}");
+    let mut victims = vec![Proc::spawn(&db.url, &name("victim-0"), args)];
+    let mut steady = [
+        Proc::spawn(&db.url, &name("steady-1"), args),
+        Proc::spawn(&db.url, &name("steady-2"), args),
+    ];
+    let started = Instant::now();
+    for k in 1..=kills {
+        at_kill_point(db, rng, (k, kills), due).await;
+        let victim = victims.last_mut().unwrap();
+        assert!(victim.alive(), "the victim was running");
+        victim.child.kill().unwrap(); // SIGKILL
+        victim.child.wait().unwrap();
+        victims.push(Proc::spawn(&db.url, &name(&format!("victim-{k}")), args));
+    }
+    release_reserve(db).await;
+    wait_processed(db, total, Duration::from_secs(300)).await;
+    let elapsed = started.elapsed();
+    for p in victims.iter_mut().rev().take(1).chain(steady.iter_mut()) {
+        p.signal("TERM");
+        assert_eq!(
+            p.exit_code(Duration::from_secs(30)).await,
+            Some(0),
+            "{} exits 0 on SIGTERM",
+            p.id
+        );
+    }
+    elapsed
+}
+
+on_backends! {
+    /// Batches of `burn` jobs, each with a complete callback (a `burn` job too), under
+    /// three worker processes, one killed with SIGKILL at random points and restarted
+    /// three times. Each batch counts each of its jobs once though jobs cut short ran
+    /// again, and each callback is posted and finished exactly once.
+    fn kill_9_posts_each_batch_callback_once => kill_9_batches_on [postgres, sqlite, mysql]
+}
+
+async fn kill_9_batches_on<B: TestBackend>(label: &str)
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let _serial = SERIAL.lock().await;
+    const BATCHES: u32 = 30;
+    const EACH: u32 = 40;
+    // Per batch, 36 jobs due and 4 held in the reserve until the last kill.
+    const HELD: u32 = 4;
+    const DUE: u32 = BATCHES * (EACH - HELD);
+    let (db, _) = setup::<B>(0, 0).await;
+    let client = sk_runtime::Client::new(db.pool.clone());
+    assert!(client.pause(RESERVE).await.unwrap(), "a new queue");
+    let mut ids = Vec::new();
+    let mut batches = Vec::new();
+    for _ in 0..BATCHES {
+        let jobs = (0..EACH).map(|n| {
+            let job = sk_runtime::Enqueue::new(Burn::new(20));
+            if n < HELD {
+                job.with_queue(RESERVE)
+            } else {
+                job
+            }
+        });
+        let batch = sk_runtime::Batch::new()
+            .add_all(jobs)
+            .on_complete(Burn::new(1))
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        ids.extend_from_slice(&batch.jobs);
+        ids.extend(batch.callbacks.iter().map(|c| c.1));
+        batches.push(batch.batch);
+    }
+    let (mut rng, seed) = Rng::from_env();
+    let args = [
+        "--concurrency",
+        "16",
+        "--lease-ms",
+        "1000",
+        "--poll-ms",
+        "100",
+    ];
+    let kills = 3;
+    let total = ids.len();
+    let elapsed = burn_down_with_kills(
+        &db,
+        &format!("{label}-batches"),
+        &args,
+        &mut rng,
+        kills,
+        DUE,
+        total,
+    )
+    .await;
+    // Every job and every callback finished once; no callback more than once.
+    let reran = assert_each_job_finished_once(&db, &ids).await;
+    for batch in &batches {
+        let record = client.batch(*batch).await.unwrap().unwrap();
+        assert_eq!(
+            (
+                record.total,
+                record.succeeded,
+                record.pending,
+                record.failed
+            ),
+            (i64::from(EACH), i64::from(EACH), 0, 0),
+            "batch {batch} counted each job once"
+        );
+        assert!(
+            record.callbacks[0].posted_at.is_some(),
+            "batch {batch}: its callback was posted"
+        );
+    }
+    assert!(reran > 0, "jobs cut short by a kill ran again");
+    report(&format!(
+        "{label} kill-9 batches: seed={seed} batches={BATCHES} jobs={} processes=3 kills={kills} \
+         reran_jobs={reran} callbacks_posted_once={BATCHES} burn_down_s={:.1}",
+        BATCHES * EACH,
         elapsed.as_secs_f64()
     ));
     db.drop().await;

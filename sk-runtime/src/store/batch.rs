@@ -157,10 +157,12 @@ pub(crate) fn create<'a, D: Dialect>(
             D::id_rows("$1")
         );
         // A job of a batch is one whose outcome others wait on (module docs).
-        let marked = format!(
-            "UPDATE {} SET task_dependants = true WHERE task_id IN ({})",
-            D::table(schema, "tasks_queue_t"),
-            D::id_rows("$1")
+        let marked = D::update_listed(
+            &D::table(schema, "tasks_queue_t"),
+            "task_dependants = true",
+            "task_id",
+            "$1",
+            "true",
         );
         for chunk in ids.chunks(IDS_PER_STATEMENT) {
             let list = id_list(chunk);
@@ -287,9 +289,7 @@ where
         if moved.is_empty() {
             return Ok(Vec::new());
         }
-        let sql = format!(
-            "UPDATE {m} SET job_status = $2 WHERE task_id IN ({listed}) AND job_status <> $2"
-        );
+        let sql = D::update_listed(&m, "job_status = $2", "task_id", "$1", "job_status <> $2");
         D::execute_on(conn, &sql, &args).await?;
         for (batch, was, n) in &moved {
             if let Some(counts) = batches.iter_mut().find(|b| b.id == *batch) {
@@ -474,4 +474,25 @@ where
         let rows: Vec<(Uuid,)> = D::fetch_all(pool, &sql, &args).await?;
         Ok(rows.into_iter().map(|r| r.0).collect())
     })
+}
+
+/// Deletes the batches whose last job ended before `before`, with their jobs' and
+/// callbacks' rows (kept as long as the results, `Client::prune` and a worker's
+/// retention); how many batches.
+pub(crate) async fn delete_finished<D: Dialect>(
+    pool: &sqlx::Pool<D>,
+    schema: &Schema,
+    before: DateTime<Utc>,
+) -> Result<u64> {
+    let b = D::table(schema, "batches_t");
+    let finished = format!("SELECT batch_id FROM {b} WHERE batch_finished_at_ts < $1");
+    for table in ["batch_jobs_t", "batch_callbacks_t"] {
+        let sql = format!(
+            "DELETE FROM {} WHERE batch_id IN ({finished})",
+            D::table(schema, table)
+        );
+        D::execute(pool, &sql, &[Arg::Time(before)]).await?;
+    }
+    let sql = format!("DELETE FROM {b} WHERE batch_finished_at_ts < $1");
+    D::execute(pool, &sql, &[Arg::Time(before)]).await
 }

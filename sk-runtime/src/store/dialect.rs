@@ -88,6 +88,15 @@ pub(crate) trait Dialect: sqlx::Database {
         format!("SELECT value::uuid AS id FROM jsonb_array_elements_text({p}::jsonb)")
     }
 
+    /// An `UPDATE` of `table` setting `set` in the rows whose `key` is among the ids at
+    /// placeholder `p` ([`id_rows`](Self::id_rows)) and for which `filter` holds.
+    fn update_listed(table: &str, set: &str, key: &str, p: &str, filter: &str) -> String {
+        format!(
+            "UPDATE {table} SET {set} WHERE {key} IN ({}) AND {filter}",
+            Self::id_rows(p)
+        )
+    }
+
     /// The greatest of a group's ids (PostgreSQL has no `max(uuid)`).
     fn newest_id(column: &str) -> String {
         format!("max({column})")

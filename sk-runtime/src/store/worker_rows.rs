@@ -235,6 +235,8 @@ macro_rules! worker_rows_of {
                 &self,
                 before: chrono::DateTime<chrono::Utc>,
             ) -> $crate::error::Result<u64> {
+                // Finished batches go with the results they counted.
+                $crate::store::batch::delete_finished(&self.pool, &self.schema, before).await?;
                 $crate::store::worker_rows::delete_job_stats(&self.pool, &self.schema, before).await
             }
 

@@ -430,6 +430,7 @@ impl Control for MySqlPool {
             &tokio_util::sync::CancellationToken::new(),
         )
         .await?;
+        crate::store::batch::delete_finished(pool, schema, before).await?;
         Ok(crate::model::Pruned {
             rows: retired.rows,
             partitions: retired.dropped,

@@ -61,6 +61,16 @@ impl Dialect for MySql {
         )
     }
 
+    /// A join: MariaDB runs an `UPDATE … WHERE key IN (SELECT … JSON_TABLE …)` as a
+    /// dependent subquery per row of the table (minutes for 10,000 ids in a table of
+    /// 100,000 rows), where a join probes the key once per id.
+    fn update_listed(table: &str, set: &str, key: &str, p: &str, filter: &str) -> String {
+        format!(
+            "UPDATE {table} JOIN ({}) AS listed ON {table}.{key} = listed.id SET {set} WHERE {filter}",
+            Self::id_rows(p)
+        )
+    }
+
     fn upsert(_key: &str, columns: &[&str]) -> String {
         let set: Vec<String> = columns
             .iter()

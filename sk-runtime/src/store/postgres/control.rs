@@ -307,6 +307,7 @@ impl Control for PgPool {
             &tokio_util::sync::CancellationToken::new(),
         )
         .await?;
+        crate::store::batch::delete_finished(pool, schema, before).await?;
         Ok(crate::model::Pruned {
             rows: retired.rows,
             partitions: retired.dropped,

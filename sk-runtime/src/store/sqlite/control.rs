@@ -351,6 +351,7 @@ impl Control for SqlitePool {
                 break;
             }
         }
+        crate::store::batch::delete_finished(pool, schema, before).await?;
         Ok(crate::model::Pruned {
             rows,
             partitions: Vec::new(),

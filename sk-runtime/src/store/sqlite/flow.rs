@@ -115,7 +115,17 @@ pub(crate) async fn settle(
             .await?;
     }
     let mut released = false;
-    for (id, output) in done {
+    // Only the jobs that other jobs wait on (not those of a batch alone) take the steps
+    // below, a statement each.
+    let ids: Vec<Uuid> = done.iter().map(|(id, _)| *id).collect();
+    let awaited: Vec<Uuid> = sqlx::query_scalar(&format!(
+        "SELECT DISTINCT dep_task_id FROM {d} WHERE NOT dep_done
+            AND dep_task_id IN (SELECT unhex(value) FROM json_each($1))"
+    ))
+    .bind(id_list(&ids))
+    .fetch_all(&mut *conn)
+    .await?;
+    for (id, output) in done.iter().filter(|(id, _)| awaited.contains(id)) {
         let dependants: Vec<Uuid> = sqlx::query_scalar(&format!(
             "UPDATE {d} SET dep_done = 1, dep_output = $2 WHERE dep_task_id = $1 AND NOT dep_done
              RETURNING task_id"
@@ -147,7 +157,6 @@ pub(crate) async fn settle(
             }
         }
     }
-    let ids: Vec<Uuid> = done.iter().map(|(id, _)| *id).collect();
     released |= tally(conn, schema, &ids, PROCESSED, now).await?;
     Ok(released)
 }
