@@ -309,6 +309,67 @@ async fn a_slow_subscriber_is_told_how_many_events_it_missed() {
     db.drop().await;
 }
 
+/// Succeeds, or fails for good when told to.
+#[job(queue = "published", max_attempts = 1)]
+async fn published(fail: bool) -> Result<(), JobError> {
+    if fail {
+        return Err(JobError::fatal("told to fail"));
+    }
+    Ok(())
+}
+
+/// A worker that publishes its events (PostgreSQL) reaches a client of another "process"
+/// (its own connection, no shared state): each job's start, then its outcome, with its
+/// type, queue and error. SQLite and MySQL refuse it, on both sides, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_receives_the_events_a_worker_publishes() {
+    use sk_runtime::JobEventKind;
+    let db = sk_tests::Db::<sqlx::Postgres>::new().await;
+    let mut events = Client::new(db.pool.clone()).subscribe().await.unwrap();
+    let w = RunningWorker::start(worker(&db, &[Published::TASK_TYPE]).publish_events());
+    let ok = Published::new(false).enqueue(&db.pool).await.unwrap();
+    let bad = Published::new(true).enqueue(&db.pool).await.unwrap();
+    let mut seen: Vec<(uuid::Uuid, JobEventKind)> = Vec::new();
+    let done = |seen: &[(uuid::Uuid, JobEventKind)]| {
+        seen.contains(&(ok, JobEventKind::Succeeded)) && seen.contains(&(bad, JobEventKind::Failed))
+    };
+    while !done(&seen) {
+        let event = tokio::time::timeout(T, events.recv())
+            .await
+            .expect("the events in time")
+            .unwrap();
+        assert_eq!(
+            (event.task_type, &*event.queue),
+            (Published::TASK_TYPE, "published")
+        );
+        if event.id == bad && event.kind == JobEventKind::Failed {
+            assert_eq!(event.error.as_deref(), Some("told to fail"));
+        }
+        seen.push((event.id, event.kind));
+    }
+    for id in [ok, bad] {
+        let of: Vec<&JobEventKind> = seen.iter().filter(|s| s.0 == id).map(|s| &s.1).collect();
+        assert_eq!(of[0], &JobEventKind::Started, "its start first: {of:?}");
+        assert_eq!(of.len(), 2, "{of:?}");
+    }
+    w.stop().await;
+    db.drop().await;
+
+    let lite = sk_tests::Db::<sqlx::Sqlite>::new().await;
+    let refused = |e: Error| matches!(e, Error::Invalid { what: "events", .. });
+    assert!(refused(
+        Client::new(lite.pool.clone())
+            .subscribe()
+            .await
+            .unwrap_err()
+    ));
+    let built = worker(&lite, &[Published::TASK_TYPE])
+        .publish_events()
+        .build();
+    assert!(refused(built.err().expect("refused on SQLite")));
+    lite.drop().await;
+}
+
 /// A job the test's enqueue hook acts on (it leaves every other job of the process as it
 /// is: the hook is the process's, and the other tests run beside this one).
 #[job(queue = "hooked")]

@@ -3,6 +3,7 @@
 
 mod batches;
 mod control;
+mod events;
 mod info;
 mod insight;
 mod update;

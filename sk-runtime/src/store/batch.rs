@@ -234,6 +234,7 @@ pub(crate) fn tally<'a, D: Dialect>(
     now: DateTime<Utc>,
 ) -> Boxed<'a, Vec<NewJob>>
 where
+    (Uuid,): for<'r> FromRow<'r, D::Row>,
     (Uuid, i64, i64, i64, i64, i64): for<'r> FromRow<'r, D::Row>,
     (Uuid, i64, i64): for<'r> FromRow<'r, D::Row>,
     (i64, String): for<'r> FromRow<'r, D::Row>,
@@ -247,12 +248,22 @@ where
         let c = D::table(schema, "batch_callbacks_t");
         let listed = D::id_rows("$1");
         let list = id_list(ids);
+        // The batches of these jobs (a job's batch never changes), read through a join
+        // from the ids: MariaDB ran the same `IN (SELECT … JSON_TABLE …)` as a scan of
+        // every batch's jobs now and then (1,400 jobs/s against 14,000).
+        let of_jobs = format!(
+            "SELECT DISTINCT m.batch_id FROM ({listed}) AS listed JOIN {m} m ON m.task_id = listed.id"
+        );
+        let mut touched: Vec<(Uuid,)> =
+            D::fetch_all_on(conn, &of_jobs, &[Arg::Text(Some(&list))]).await?;
+        if touched.is_empty() {
+            return Ok(Vec::new());
+        }
         // Each batch's row locked in id order: two transactions counting jobs of the same
-        // batches take turns, and the second reads the first's counts.
-        let sql = format!(
-            "SELECT batch_id, {}, {}, {}, {}, {} FROM {b}
-             WHERE batch_id IN (SELECT batch_id FROM {m} WHERE task_id IN ({listed}))
-             ORDER BY batch_id{}",
+        // batches take turns, and the second reads the first's counts and states.
+        touched.sort_unstable();
+        let lock = format!(
+            "SELECT batch_id, {}, {}, {}, {}, {} FROM {b} WHERE batch_id = $1{}",
             D::bigint("batch_total"),
             D::bigint("batch_pending"),
             D::bigint("batch_succeeded"),
@@ -260,14 +271,11 @@ where
             D::bigint("batch_cancelled"),
             D::for_update(),
         );
-        let rows: Vec<(Uuid, i64, i64, i64, i64, i64)> =
-            D::fetch_all_on(conn, &sql, &[Arg::Text(Some(&list))]).await?;
-        if rows.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut batches: Vec<Counts> = rows
-            .into_iter()
-            .map(
+        let mut batches: Vec<Counts> = Vec::with_capacity(touched.len());
+        for (batch,) in touched {
+            let rows: Vec<(Uuid, i64, i64, i64, i64, i64)> =
+                D::fetch_all_on(conn, &lock, &[Arg::Id(Some(batch))]).await?;
+            batches.extend(rows.into_iter().map(
                 |(id, total, pending, succeeded, failed, cancelled)| Counts {
                     id,
                     total,
@@ -276,12 +284,12 @@ where
                     failed,
                     cancelled,
                 },
-            )
-            .collect();
+            ));
+        }
         let moved_sql = format!(
-            "SELECT batch_id, {}, {} FROM {m} WHERE task_id IN ({listed}) AND job_status <> $2
-             GROUP BY batch_id, job_status",
-            D::bigint("job_status"),
+            "SELECT m.batch_id, {}, {} FROM ({listed}) AS listed JOIN {m} m ON m.task_id = listed.id
+             WHERE m.job_status <> $2 GROUP BY m.batch_id, m.job_status",
+            D::bigint("m.job_status"),
             D::bigint("count(*)"),
         );
         let args = [Arg::Text(Some(&list)), Arg::Int4(Some(status))];

@@ -108,6 +108,28 @@ impl Store {
         }
     }
 
+    /// Sends `payloads` on the schema's events channel (`WorkerBuilder::publish_events`,
+    /// which only PostgreSQL builds: elsewhere nothing is sent).
+    #[cfg(feature = "postgres")]
+    pub(crate) async fn publish_events(&self, payloads: &[String]) -> Result<()> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => {
+                sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
+                    .bind(store.schema.events_channel())
+                    .bind(payloads)
+                    .execute(&store.pool)
+                    .await?;
+                Ok(())
+            }
+            #[allow(unreachable_patterns)]
+            _ => {
+                let _ = payloads;
+                Ok(())
+            }
+        }
+    }
+
     /// The server's connection limit for clients like sk and how many connections it
     /// has open now (`None` for SQLite, which has no server).
     pub(crate) async fn connection_room(&self) -> Result<Option<(i64, i64)>> {

@@ -128,6 +128,14 @@ impl Schema {
         self.channel().replace("task_queue_item_added", "task_done")
     }
 
+    /// The LISTEN/NOTIFY channel of the job events workers publish
+    /// (`WorkerBuilder::publish_events`, `sk_task_events`).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn events_channel(&self) -> String {
+        self.channel()
+            .replace("task_queue_item_added", "task_events")
+    }
+
     /// The LISTEN/NOTIFY channel of control calls to running jobs (`sk_task_control`).
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn control_channel(&self) -> String {

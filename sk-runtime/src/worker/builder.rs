@@ -78,6 +78,8 @@ pub(crate) struct Config {
     /// The keys this worker opens sealed arguments with (`WorkerBuilder::payload_keys`);
     /// `None`: the process's (`set_payload_keys`).
     pub(crate) payload_keys: Option<Arc<crate::PayloadKeys>>,
+    /// Publishes its job events to other processes (`WorkerBuilder::publish_events`).
+    pub(crate) publish_events: bool,
 }
 
 impl WorkerBuilder {
@@ -106,6 +108,7 @@ impl WorkerBuilder {
                 rate_limits: Vec::new(),
                 fair: Vec::new(),
                 payload_keys: None,
+                publish_events: false,
             },
             queues: None,
             queue_limits: Vec::new(),
@@ -188,6 +191,16 @@ impl WorkerBuilder {
     /// `build`: a queue this worker takes jobs from, given once.
     pub fn fair(mut self, queue: impl Into<String>) -> Self {
         self.config.fair.push(queue.into());
+        self
+    }
+
+    /// Publishes this worker's job events (those of [`Worker::subscribe`](crate::Worker::subscribe))
+    /// to other processes, which receive them with
+    /// [`Client::subscribe`](crate::Client::subscribe): a `NOTIFY` on the schema's
+    /// events channel every 50 ms while there are events, outside the jobs'
+    /// transactions. PostgreSQL only (`build` refuses it elsewhere).
+    pub fn publish_events(mut self) -> Self {
+        self.config.publish_events = true;
         self
     }
 
@@ -443,6 +456,16 @@ impl WorkerBuilder {
                     "SQLite has no schemas to archive results into; past the retention they are deleted",
                 ));
             }
+        }
+        #[cfg(feature = "postgres")]
+        let on_postgres = matches!(self.pool, crate::Pool::Postgres(_));
+        #[cfg(not(feature = "postgres"))]
+        let on_postgres = false;
+        if c.publish_events && !on_postgres {
+            return Err(Error::invalid(
+                "events",
+                "publishing job events to other processes needs PostgreSQL's LISTEN/NOTIFY; elsewhere subscribe in the worker's process (Worker::subscribe)",
+            ));
         }
         if c.poll_interval.is_zero() || c.maintenance_interval.is_zero() {
             return Err(Error::invalid(

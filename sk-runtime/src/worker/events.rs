@@ -113,3 +113,87 @@ impl Sender {
         }
     }
 }
+
+/// An event as other processes receive it (`WorkerBuilder::publish_events`): a JSON
+/// object of short keys, one `NOTIFY` payload holding an array of them.
+#[cfg(feature = "postgres")]
+pub(crate) fn to_wire(event: &JobEvent) -> serde_json::Value {
+    let (kind, at) = match &event.kind {
+        JobEventKind::Started => ("started", None),
+        JobEventKind::Succeeded => ("succeeded", None),
+        JobEventKind::Retried { at } => ("retried", Some(*at)),
+        JobEventKind::Failed => ("failed", None),
+        JobEventKind::Cancelled => ("cancelled", None),
+        JobEventKind::Snoozed { until } => ("snoozed", Some(*until)),
+    };
+    serde_json::json!({
+        "k": kind, "id": event.id, "a": event.attempt, "t": event.task_type,
+        "q": &*event.queue, "ms": event.millis, "at": event.at, "next": at,
+        // A payload holds at most 8,000 bytes: a long message is cut (the whole is in
+        // the job's record).
+        "e": event.error.as_deref().map(|e| e.chars().take(MAX_ERROR_CHARS).collect::<String>()),
+    })
+}
+
+/// An event another process published ([`to_wire`]); `None` if it does not read as one.
+#[cfg(feature = "postgres")]
+pub(crate) fn from_wire(value: &serde_json::Value) -> Option<JobEvent> {
+    let time = |key: &str| -> Option<DateTime<Utc>> {
+        serde_json::from_value(value.get(key)?.clone()).ok()
+    };
+    let kind = match value.get("k")?.as_str()? {
+        "started" => JobEventKind::Started,
+        "succeeded" => JobEventKind::Succeeded,
+        "retried" => JobEventKind::Retried { at: time("next")? },
+        "failed" => JobEventKind::Failed,
+        "cancelled" => JobEventKind::Cancelled,
+        "snoozed" => JobEventKind::Snoozed {
+            until: time("next")?,
+        },
+        _ => return None,
+    };
+    Some(JobEvent {
+        kind,
+        id: value.get("id")?.as_str()?.parse().ok()?,
+        attempt: i32::try_from(value.get("a")?.as_i64()?).ok()?,
+        task_type: interned(value.get("t")?.as_str()?),
+        queue: Arc::from(value.get("q")?.as_str()?),
+        millis: value.get("ms").and_then(serde_json::Value::as_i64),
+        error: value
+            .get("e")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned),
+        at: time("at")?,
+    })
+}
+
+/// Task types another process names, kept once each for the process's life (an event's
+/// `task_type` is `&'static str`): the linked job's own name, else a copy, at most
+/// [`MAX_INTERNED`] of them; past that, `"(other)"`.
+#[cfg(feature = "postgres")]
+fn interned(name: &str) -> &'static str {
+    if let Some(known) = crate::registry::find(name) {
+        return known.task_type;
+    }
+    static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let mut names = NAMES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(kept) = names.iter().find(|n| **n == name) {
+        return kept;
+    }
+    if names.len() >= MAX_INTERNED {
+        return "(other)";
+    }
+    let kept: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.push(kept);
+    kept
+}
+
+/// The characters of an error message an event published to other processes carries.
+#[cfg(feature = "postgres")]
+const MAX_ERROR_CHARS: usize = 500;
+
+/// Task types not linked in this process that its subscriptions keep names of.
+#[cfg(feature = "postgres")]
+const MAX_INTERNED: usize = 1024;

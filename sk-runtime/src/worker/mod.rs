@@ -10,6 +10,8 @@ mod listener;
 mod local;
 pub(crate) mod maintenance;
 mod producer;
+#[cfg(feature = "postgres")]
+mod publish;
 pub(crate) mod run;
 pub(crate) mod schedule;
 mod shared;
@@ -158,6 +160,11 @@ impl Worker {
         let listener = tokio::spawn(listener::run(shared.clone()));
         let scheduler = tokio::spawn(crate::worker::schedule::run(shared.clone(), started));
         let maintenance = tokio::spawn(crate::worker::maintenance::run(shared.clone()));
+        #[cfg(feature = "postgres")]
+        let publisher = shared.config.publish_events.then(|| {
+            let events = shared.events.subscribe();
+            tokio::spawn(publish::run(shared.clone(), events, background.clone()))
+        });
 
         let mut producer = tokio::spawn(producer::run(shared.clone(), tx.clone()));
         // None of the three ends before the stop: the producer returns once stopping, the
@@ -192,6 +199,10 @@ impl Worker {
             ] {
                 task.abort();
             }
+            #[cfg(feature = "postgres")]
+            if let Some(publisher) = &publisher {
+                publisher.abort();
+            }
             for entry in shared.running().values() {
                 if let Some(abort) = &entry.abort {
                     abort.abort();
@@ -212,6 +223,10 @@ impl Worker {
         let _ = completer.await;
         background.cancel();
         let _ = tokio::join!(heartbeat, listener, scheduler, maintenance);
+        #[cfg(feature = "postgres")]
+        if let Some(publisher) = publisher {
+            let _ = publisher.await;
+        }
         crate::worker::maintenance::write_metrics(&shared, shared.now()).await;
         shared.flush_job_stats().await;
         if let Err(e) = shared.store.worker_down().await {
