@@ -86,24 +86,9 @@ impl Client {
     /// The database fails; the jobs cancelled before it failed stay cancelled.
     pub async fn cancel_batch(&self, id: Uuid) -> Result<u64> {
         let mut total = 0;
-        let mut after = None;
-        loop {
-            let ids = self
-                .pool
-                .batch_jobs(
-                    &self.schema,
-                    id,
-                    Some(UNPROCESSED),
-                    after,
-                    super::control::BULK_BATCH,
-                )
-                .await?;
-            let Some(&last) = ids.last() else { break };
-            after = Some(last);
-            let done = self.pool.cancel(&self.schema, &ids, self.now()).await?;
-            let ids: Vec<Uuid> = done.iter().map(|(id, _)| *id).collect();
-            crate::bus::cancelled(&ids);
-            total += ids.len() as u64;
+        let mut pages = self.pages_of(id, UNPROCESSED);
+        while let Some(ids) = pages.next(self).await? {
+            total += self.cancel_ids(&ids).await?;
         }
         Ok(total)
     }
@@ -117,27 +102,47 @@ impl Client {
     pub async fn retry_batch(&self, id: Uuid) -> Result<u64> {
         let mut total = 0;
         for state in [FATAL, CANCELLED] {
-            let mut after = None;
-            loop {
-                let ids = self
-                    .pool
-                    .batch_jobs(
-                        &self.schema,
-                        id,
-                        Some(state),
-                        after,
-                        super::control::BULK_BATCH,
-                    )
-                    .await?;
-                let Some(&last) = ids.last() else { break };
-                after = Some(last);
-                total += self
+            let mut pages = self.pages_of(id, state);
+            while let Some(ids) = pages.next(self).await? {
+                let back = self
                     .pool
                     .retry(&self.schema, &ids, self.now(), true)
-                    .await?
-                    .len() as u64;
+                    .await?;
+                total += back.len() as u64;
             }
         }
         Ok(total)
+    }
+
+    fn pages_of(&self, batch: Uuid, state: i32) -> Pages {
+        Pages {
+            batch,
+            state,
+            after: None,
+        }
+    }
+}
+
+/// The ids of a batch's jobs in one state, a bulk call's page at a time, in id order.
+struct Pages {
+    batch: Uuid,
+    state: i32,
+    after: Option<Uuid>,
+}
+
+impl Pages {
+    async fn next(&mut self, client: &Client) -> Result<Option<Vec<Uuid>>> {
+        let ids = client
+            .pool
+            .batch_jobs(
+                &client.schema,
+                self.batch,
+                Some(self.state),
+                self.after,
+                super::control::BULK_BATCH,
+            )
+            .await?;
+        self.after = ids.last().copied();
+        Ok(self.after.is_some().then_some(ids))
     }
 }

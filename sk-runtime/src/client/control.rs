@@ -67,12 +67,17 @@ impl Client {
                 .await?;
             let Some(&last) = ids.last() else { break };
             after = Some(last);
-            let done = self.pool.cancel(&self.schema, &ids, self.now()).await?;
-            let ids: Vec<Uuid> = done.iter().map(|(id, _)| *id).collect();
-            crate::bus::cancelled(&ids);
-            total += ids.len() as u64;
+            total += self.cancel_ids(&ids).await?;
         }
         Ok(total)
+    }
+
+    /// Cancels the live jobs among `ids` and tells their workers; how many.
+    pub(super) async fn cancel_ids(&self, ids: &[Uuid]) -> Result<u64> {
+        let done = self.pool.cancel(&self.schema, ids, self.now()).await?;
+        let ids: Vec<Uuid> = done.iter().map(|(id, _)| *id).collect();
+        crate::bus::cancelled(&ids);
+        Ok(ids.len() as u64)
     }
 
     /// Runs a fatal or cancelled job again, now, with a fresh attempt budget (its history
