@@ -49,6 +49,7 @@ async fn a_custom_schema_and_a_queue_filter() {
     assert_eq!(
         tables,
         [
+            "app_audit_t",
             "app_batch_callbacks_t",
             "app_batch_jobs_t",
             "app_batches_t",
@@ -111,6 +112,7 @@ async fn sqlite_schemas_are_name_prefixes_and_an_archive_is_refused() {
     assert_eq!(
         tables,
         [
+            "jobs_app_audit_t",
             "jobs_app_batch_callbacks_t",
             "jobs_app_batch_jobs_t",
             "jobs_app_batches_t",
@@ -480,7 +482,7 @@ async fn a_sqlite_queue_of_version_4_is_brought_forward_with_its_rows() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(14));
+    assert_eq!(db.scalar(versions, None).await, Some(15));
     assert_eq!(db.scalar(last, None).await, Some(last_handle));
     let table = db
         .texts("SELECT sql FROM sqlite_master WHERE name = 'old_sk_tasks_queue_t'")
@@ -602,7 +604,7 @@ async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(16));
+    assert_eq!(db.scalar(versions, None).await, Some(17));
     let triggers = "SELECT count(*) FROM information_schema.TRIGGERS
         WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'old_sk_tasks_queue_t'
             AND EVENT_MANIPULATION = 'INSERT'";

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::{probe, worker, AlwaysFails, Record, T};
 
 /// Runs `sk --database-url URL ARGS...`: its exit code, output and error output.
-async fn sk(url: &str, args: &[&str]) -> (u8, String, String) {
+pub(crate) async fn sk(url: &str, args: &[&str]) -> (u8, String, String) {
     let mut all = vec!["sk", "--database-url", url];
     all.extend_from_slice(args);
     let (mut out, mut err) = (Vec::new(), Vec::new());

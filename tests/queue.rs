@@ -25,6 +25,7 @@ mod flow;
 mod leases;
 mod lifecycle;
 mod observed;
+mod operators;
 mod partitions;
 mod runs;
 mod seeds;

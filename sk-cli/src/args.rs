@@ -136,13 +136,21 @@ pub(crate) enum Command {
         #[arg(long)]
         fair: Option<String>,
     },
-    /// Errors grouped by type and message.
+    /// Errors grouped by task type, error type and message, with numbers, ids, quoted
+    /// values, e-mail addresses and URL parameters masked.
     Errors {
         /// How far back, e.g. `1h`, `24h`, `7d`.
         #[arg(long, default_value = "24h")]
         since: humantime::Duration,
         /// At most this many groups.
         #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// The operator actions taken (pause, resume, retry, cancel, limits, delete, ...),
+    /// newest first, with who took them and how many jobs they changed.
+    Audit {
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
         limit: u32,
     },
     /// Runs per hour (or minute) and task type: succeeded, failed, mean and p95 time.

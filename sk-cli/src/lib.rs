@@ -10,6 +10,7 @@ use clap::Parser;
 use sk_runtime::{Client, Error, Per, Pool, Schema};
 
 mod args;
+mod audit;
 mod batches;
 mod commands;
 mod limits;
@@ -18,7 +19,7 @@ pub mod web;
 
 use args::{Cli, Command, PerArg};
 use commands::{act, confirm, job, jobs, known_queue, migrations, status, Action};
-use output::{ago, cells, print_json, print_table, say, table, text, time, workers_table, Inert};
+use output::{ago, cells, print_json, print_table, say, table, time, workers_table, Inert};
 
 /// Why a command failed, with its exit code.
 struct Failure {
@@ -221,32 +222,8 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
             limits::limit(&client, &queue, &change, json, out).await
         }
         Command::Tenants { queue, held } => limits::tenants(&client, &queue, held, json, out).await,
-        Command::Errors { since, limit } => {
-            let groups = client.error_groups(ago(since)?, limit).await?;
-            if json {
-                return print_json(out, &groups);
-            }
-            let mut table = table(&[
-                "count",
-                "type",
-                "message",
-                "first seen",
-                "last seen",
-                "sample job",
-            ]);
-            for g in &groups {
-                table.add_row(cells([
-                    g.count.to_string(),
-                    text(g.kind.as_deref()),
-                    text(g.message.as_deref()),
-                    time(g.first_seen),
-                    time(g.last_seen),
-                    g.sample.to_string(),
-                ]));
-            }
-            print_table(out, table, groups.is_empty(), "no errors in that time")?;
-            Ok(())
-        }
+        Command::Errors { since, limit } => audit::errors(&client, since, limit, json, out).await,
+        Command::Audit { limit } => audit::audit(&client, limit, json, out).await,
         Command::Stats {
             since,
             per,

@@ -69,7 +69,7 @@ mod workflow;
 pub use batch::{Batch, BatchDone, BatchIds};
 pub use client::{
     BatchJobs, CancelOutcome, Client, JobUpdate, QueueInfo, ReprioritizeOutcome, RescheduleOutcome,
-    RetryOutcome,
+    RetryOutcome, ERROR_ROWS,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use enqueue::{Enqueue, EnqueueOutcome, Enqueued, DEFAULT_MAX_PAYLOAD_BYTES};
@@ -79,10 +79,10 @@ pub use job::{Data, Job, JobContext, JobOptions, StopReason, TenantKey, DEFAULT_
 pub use layer::{Layer, LayerFuture, Next};
 pub use migrate::{migrate, migrations, set_seed_keys, Migration, SeedKeys};
 pub use model::{
-    Attempt, AttemptOutcome, BatchCallback, BatchEvent, BatchRecord, CountBy, ErrorGroup,
-    GroupCounts, JobFilter, JobPage, JobRecord, JobStatus, JobSummary, Per, Pruned, QueueCounts,
-    QueueState, QueuedJob, RateLimit, RateState, TenantHold, TenantState, Throughput, UniqueMode,
-    UpdateOutcome, WorkerInfo, MAX_PAGE, MAX_RATE_WINDOW,
+    Attempt, AttemptOutcome, AuditEntry, BatchCallback, BatchEvent, BatchRecord, CountBy,
+    ErrorGroup, GroupCounts, JobFilter, JobPage, JobRecord, JobStatus, JobSummary, Per, Pruned,
+    QueueCounts, QueueState, QueuedJob, RateLimit, RateState, TenantHold, TenantState, Throughput,
+    UniqueMode, UpdateOutcome, WorkerInfo, MAX_PAGE, MAX_RATE_WINDOW,
 };
 pub use progress::{MAX_PROGRESS_BYTES, PROGRESS_EVERY};
 pub use retry::Backoff;

@@ -3,6 +3,7 @@
 
 use uuid::Uuid;
 
+use super::audit::On;
 use super::Client;
 use crate::error::Result;
 use crate::model::status::{CANCELLED, FATAL, UNPROCESSED};
@@ -90,6 +91,8 @@ impl Client {
         while let Some(ids) = pages.next(self).await? {
             total += self.cancel_ids(&ids).await?;
         }
+        self.record("cancel-batch", On::Target(id.to_string()), Some(total))
+            .await?;
         Ok(total)
     }
 
@@ -111,6 +114,8 @@ impl Client {
                 total += back.len() as u64;
             }
         }
+        self.record("retry-batch", On::Target(id.to_string()), Some(total))
+            .await?;
         Ok(total)
     }
 
@@ -139,7 +144,7 @@ impl Pages {
                 self.batch,
                 Some(self.state),
                 self.after,
-                super::control::BULK_BATCH,
+                super::bulk::BULK_BATCH,
             )
             .await?;
         self.after = ids.last().copied();

@@ -6,15 +6,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::audit::On;
 use super::{CancelOutcome, Client, ReprioritizeOutcome, RescheduleOutcome, RetryOutcome};
 use crate::error::{Error, Result};
-use crate::model::{
-    JobFilter, JobRecord, JobStatus, Pruned, QueueCounts, QueueState, QueuedJob, RateLimit,
-};
+use crate::model::{JobRecord, JobStatus, Pruned, QueueCounts, QueueState, QueuedJob, RateLimit};
 use crate::store::{NewJob, QueueFlag, QueueLimit};
-
-/// Jobs per statement of a bulk call ([`Client::cancel_where`], [`Client::retry_where`]).
-pub(super) const BULK_BATCH: i64 = 500;
 
 impl Client {
     /// Cancels one job: a waiting job leaves the queue, a running one is recorded as
@@ -23,6 +19,17 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn cancel(&self, id: Uuid) -> Result<CancelOutcome> {
+        let outcome = self.cancel_one(id).await?;
+        let changed = matches!(
+            outcome,
+            CancelOutcome::Cancelled | CancelOutcome::CancelledWhileRunning
+        );
+        self.record("cancel", On::Target(id.to_string()), Some(changed.into()))
+            .await?;
+        Ok(outcome)
+    }
+
+    async fn cancel_one(&self, id: Uuid) -> Result<CancelOutcome> {
         let done = self.pool.cancel(&self.schema, &[id], self.now()).await?;
         if let Some(&(_, running)) = done.first() {
             crate::bus::cancelled(&[id]);
@@ -45,31 +52,11 @@ impl Client {
     /// # Errors
     /// The database fails; what was deleted before it failed stays deleted.
     pub async fn prune(&self, before: DateTime<Utc>) -> Result<Pruned> {
-        self.pool.prune(&self.schema, before).await
-    }
-
-    /// Cancels every live job the filter takes (a filter on a final status takes none);
-    /// how many were cancelled.
-    ///
-    /// # Errors
-    /// The database fails; the jobs cancelled before it failed stay cancelled.
-    pub async fn cancel_where(&self, filter: &JobFilter) -> Result<u64> {
-        filter.check()?;
-        if !filter.takes_live() {
-            return Ok(0);
-        }
-        let mut total = 0;
-        let mut after = None;
-        loop {
-            let ids = self
-                .pool
-                .find_ids(&self.schema, filter, true, after, BULK_BATCH)
-                .await?;
-            let Some(&last) = ids.last() else { break };
-            after = Some(last);
-            total += self.cancel_ids(&ids).await?;
-        }
-        Ok(total)
+        let pruned = self.pool.prune(&self.schema, before).await?;
+        let target = format!("before {}", before.to_rfc3339());
+        self.record("prune", On::Target(target), Some(pruned.rows))
+            .await?;
+        Ok(pruned)
     }
 
     /// Cancels the live jobs among `ids` and tells their workers; how many.
@@ -105,6 +92,15 @@ impl Client {
     }
 
     async fn retry_healing(&self, id: Uuid, heal: bool) -> Result<RetryOutcome> {
+        let outcome = self.retry_one(id, heal).await?;
+        let changed = matches!(outcome, RetryOutcome::Retried | RetryOutcome::MadeDue);
+        let action = if heal { "retry" } else { "retry-alone" };
+        self.record(action, On::Target(id.to_string()), Some(changed.into()))
+            .await?;
+        Ok(outcome)
+    }
+
+    async fn retry_one(&self, id: Uuid, heal: bool) -> Result<RetryOutcome> {
         // A job running at the first try may have failed for good by the time its
         // record is read: then it is tried once more.
         let mut first = true;
@@ -140,54 +136,14 @@ impl Client {
         }
     }
 
-    /// Runs every fatal or cancelled job the filter takes again (as [`Client::retry`],
-    /// workflows healing); how many, not counting the dependants revived. A filter on
-    /// another status takes none.
-    ///
-    /// # Errors
-    /// The database fails; the jobs retried before it failed stay retried.
-    pub async fn retry_where(&self, filter: &JobFilter) -> Result<u64> {
-        filter.check()?;
-        if filter
-            .status
-            .is_some_and(|s| !matches!(s, JobStatus::Fatal | JobStatus::Cancelled))
-        {
-            return Ok(0);
-        }
-        let mut total = 0;
-        let mut after = None;
-        loop {
-            let ids = self
-                .pool
-                .find_ids(&self.schema, filter, false, after, BULK_BATCH)
-                .await?;
-            let Some(&last) = ids.last() else { break };
-            after = Some(last);
-            total += self
-                .pool
-                .retry(&self.schema, &ids, self.now(), true)
-                .await?
-                .len() as u64;
-        }
-        Ok(total)
-    }
-
-    /// Runs every fatal or cancelled job of retry group `group` again (seed 002's
-    /// `retry_group`, `Enqueue::with_retry_group`): [`Client::retry_where`] with that
-    /// group; how many. `sk retry --retry-group` does the same.
-    ///
-    /// # Errors
-    /// As [`Client::retry_where`].
-    pub async fn retry_group(&self, group: &str) -> Result<u64> {
-        self.retry_where(&JobFilter::new().retry_group(group)).await
-    }
-
     /// Makes a waiting job (delayed, or waiting for a retry) due now.
     ///
     /// # Errors
     /// The database fails.
     pub async fn run_now(&self, id: Uuid) -> Result<RescheduleOutcome> {
-        self.reschedule(id, self.now()).await
+        let outcome = self.reschedule_one(id, self.now()).await?;
+        self.record_rescheduled("run-now", id, outcome).await?;
+        Ok(outcome)
     }
 
     /// Moves a waiting job's not-before time to `at`.
@@ -196,6 +152,23 @@ impl Client {
     /// [`Error::Invalid`] for a time after 9999-12-31T23:59:59.999999Z, the latest sk
     /// stores; the database fails.
     pub async fn reschedule(&self, id: Uuid, at: DateTime<Utc>) -> Result<RescheduleOutcome> {
+        let outcome = self.reschedule_one(id, at).await?;
+        self.record_rescheduled("reschedule", id, outcome).await?;
+        Ok(outcome)
+    }
+
+    async fn record_rescheduled(
+        &self,
+        action: &str,
+        id: Uuid,
+        outcome: RescheduleOutcome,
+    ) -> Result<()> {
+        let changed = outcome == RescheduleOutcome::Rescheduled;
+        self.record(action, On::Target(id.to_string()), Some(changed.into()))
+            .await
+    }
+
+    async fn reschedule_one(&self, id: Uuid, at: DateTime<Utc>) -> Result<RescheduleOutcome> {
         let at = crate::clock::storable("reschedule time", at)?;
         if self.pool.reschedule(&self.schema, id, at).await? {
             return Ok(RescheduleOutcome::Rescheduled);
@@ -214,6 +187,15 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn reprioritize(&self, id: Uuid, priority: i32) -> Result<ReprioritizeOutcome> {
+        let outcome = self.reprioritize_one(id, priority).await?;
+        let changed = outcome == ReprioritizeOutcome::Reprioritized;
+        let target = format!("{id} priority {priority}");
+        self.record("reprioritize", On::Target(target), Some(changed.into()))
+            .await?;
+        Ok(outcome)
+    }
+
+    async fn reprioritize_one(&self, id: Uuid, priority: i32) -> Result<ReprioritizeOutcome> {
         if self.pool.reprioritize(&self.schema, id, priority).await? {
             return Ok(ReprioritizeOutcome::Reprioritized);
         }
@@ -231,10 +213,7 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`] for a bad queue name; the database fails.
     pub async fn pause(&self, queue: &str) -> Result<bool> {
-        crate::model::check_name("queue name", queue)?;
-        self.pool
-            .set_queue_flag(&self.schema, QueueFlag::Paused, queue, true, self.now())
-            .await
+        self.set_flag(QueueFlag::Paused, queue, true, "pause").await
     }
 
     /// Resumes a paused queue; its jobs run again at once. Returns false if it was not
@@ -243,9 +222,7 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`] for a bad queue name; the database fails.
     pub async fn resume(&self, queue: &str) -> Result<bool> {
-        crate::model::check_name("queue name", queue)?;
-        self.pool
-            .set_queue_flag(&self.schema, QueueFlag::Paused, queue, false, self.now())
+        self.set_flag(QueueFlag::Paused, queue, false, "resume")
             .await
     }
 
@@ -265,10 +242,20 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`] for a bad queue name; the database fails.
     pub async fn set_fair(&self, queue: &str, on: bool) -> Result<bool> {
+        let action = if on { "fair" } else { "unfair" };
+        self.set_flag(QueueFlag::Fair, queue, on, action).await
+    }
+
+    /// Turns a queue's switch on or off, recorded as `action`; whether that changed it.
+    async fn set_flag(&self, flag: QueueFlag, queue: &str, on: bool, action: &str) -> Result<bool> {
         crate::model::check_name("queue name", queue)?;
-        self.pool
-            .set_queue_flag(&self.schema, QueueFlag::Fair, queue, on, self.now())
-            .await
+        let changed = self
+            .pool
+            .set_queue_flag(&self.schema, flag, queue, on, self.now())
+            .await?;
+        self.record(action, On::Target(queue.to_owned()), None)
+            .await?;
+        Ok(changed)
     }
 
     /// Limits how many jobs of `queue` run at once over every worker, wherever they
@@ -324,9 +311,13 @@ impl Client {
         limit: Option<u32>,
     ) -> Result<()> {
         crate::model::check_name("queue name", queue)?;
-        let limit = crate::store::running_limit_value(what, limit)?;
+        let value = crate::store::running_limit_value(what, limit)?;
         self.pool
-            .set_queue_limit(&self.schema, kind, queue, limit, self.now())
+            .set_queue_limit(&self.schema, kind, queue, value, self.now())
+            .await?;
+        let shown = limit.map_or_else(|| "none".to_owned(), |n| n.to_string());
+        let action = what.replace(' ', "-");
+        self.record(&action, On::Target(format!("{queue} {shown}")), None)
             .await
     }
 
@@ -346,7 +337,7 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`] for a bad queue name; the database fails.
     pub async fn set_rate_limit(&self, queue: &str, limit: Option<RateLimit>) -> Result<()> {
-        self.set_queue_rate(crate::store::rates::QUEUE, queue, limit)
+        self.set_queue_rate(crate::store::rates::QUEUE, "rate-limit", queue, limit)
             .await
     }
 
@@ -355,12 +346,18 @@ impl Client {
     async fn set_queue_rate(
         &self,
         scope: &'static str,
+        action: &str,
         queue: &str,
         limit: Option<RateLimit>,
     ) -> Result<()> {
         crate::model::check_name("queue name", queue)?;
+        let shown = limit
+            .as_ref()
+            .map_or_else(|| "none".to_owned(), ToString::to_string);
         self.pool
             .set_rate_limit(&self.schema, scope, queue, limit, self.now())
+            .await?;
+        self.record(action, On::Target(format!("{queue} {shown}")), None)
             .await
     }
 
@@ -383,8 +380,13 @@ impl Client {
     ///
     /// [`JobError::rate_limited`]: crate::JobError::rate_limited
     pub async fn set_tenant_rate_limit(&self, queue: &str, limit: Option<RateLimit>) -> Result<()> {
-        self.set_queue_rate(crate::store::rates::TENANT, queue, limit)
-            .await
+        self.set_queue_rate(
+            crate::store::rates::TENANT,
+            "tenant-rate-limit",
+            queue,
+            limit,
+        )
+        .await
     }
 
     /// The rate limits of job types (`#[job(rate = "100/1m")]`, written by each worker

@@ -1,7 +1,9 @@
 //! The client handle, on one pool and schema: job control (`control`), lists, counts
 //! and statistics (`insight`), and the read-only queue info (`info`).
 
+mod audit;
 mod batches;
+mod bulk;
 mod control;
 mod events;
 mod info;
@@ -10,6 +12,7 @@ mod update;
 
 pub use batches::BatchJobs;
 pub use info::QueueInfo;
+pub use insight::ERROR_ROWS;
 pub use update::JobUpdate;
 
 use std::sync::Arc;
@@ -44,6 +47,8 @@ pub struct Client {
     pub(crate) pool: Pool,
     pub(crate) schema: Schema,
     clock: Arc<dyn Clock>,
+    /// Who the audit trail says took this client's actions.
+    actor: Arc<str>,
 }
 
 impl std::fmt::Debug for Client {
@@ -51,6 +56,7 @@ impl std::fmt::Debug for Client {
         f.debug_struct("Client")
             .field("pool", &self.pool)
             .field("schema", &self.schema)
+            .field("actor", &self.actor)
             .finish_non_exhaustive()
     }
 }
@@ -62,6 +68,7 @@ impl Client {
             pool: pool.into(),
             schema: Schema::default(),
             clock: Arc::new(SystemClock),
+            actor: audit::os_user().into(),
         }
     }
 
@@ -76,6 +83,15 @@ impl Client {
     #[must_use]
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Names who takes this client's actions in the audit trail ([`Client::audit`]): by
+    /// default `os:` and the OS user (`$USER`); `sk web` gives each request's
+    /// `web:` and its user.
+    #[must_use]
+    pub fn actor(mut self, actor: impl Into<String>) -> Self {
+        self.actor = actor.into().into();
         self
     }
 

@@ -28,13 +28,15 @@ pub enum CountBy {
 pub struct GroupCounts {
     /// The queue, task type or tenant.
     pub key: Option<String>,
-    /// Waiting jobs that can run now (never run yet).
+    /// Waiting jobs that can run now: due, whether they ran before or not (a retry that
+    /// is due, a job an operator retried), the same count as [`QueueState::available`].
     pub available: i64,
     /// Waiting jobs whose not-before time is still ahead (never run yet).
     pub scheduled: i64,
     /// Jobs waiting on other jobs to succeed (a workflow's later stages).
     pub pending: i64,
-    /// Waiting jobs that ran before and failed, or lost their lease: retries.
+    /// Waiting jobs that ran before and failed, or lost their lease, whose retry is not
+    /// due yet (their backoff).
     pub retrying: i64,
     /// Jobs a worker holds.
     pub running: i64,
@@ -109,30 +111,6 @@ pub struct JobPage {
     pub next: Option<Uuid>,
 }
 
-/// Jobs whose last run failed with one error ([`Client::error_groups`](crate::Client::error_groups)).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
-#[non_exhaustive]
-pub struct ErrorGroup {
-    /// The error's type (`"timeout"`, `"panic"`, a Rust type name, ...).
-    #[sqlx(rename = "kind")]
-    pub kind: Option<String>,
-    /// The error's message.
-    #[sqlx(rename = "message")]
-    pub message: Option<String>,
-    /// How many jobs it is the last error of.
-    #[sqlx(rename = "jobs")]
-    pub count: i64,
-    /// The earliest of those failed runs' starts.
-    #[sqlx(rename = "first_seen")]
-    pub first_seen: Option<DateTime<Utc>>,
-    /// The latest of those failed runs' starts.
-    #[sqlx(rename = "last_seen")]
-    pub last_seen: Option<DateTime<Utc>>,
-    /// One of those jobs (the newest), to look at with [`Client::job`](crate::Client::job).
-    #[sqlx(rename = "sample")]
-    pub sample: Uuid,
-}
-
 /// A worker as [`Client::workers`](crate::Client::workers) shows it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
@@ -147,6 +125,8 @@ pub struct WorkerInfo {
     pub queues: Option<Vec<String>>,
     /// The task types it runs.
     pub task_types: Vec<String>,
+    /// The queues its task types go to by default (`#[job(queue = ...)]`), by name.
+    pub default_queues: Vec<String>,
     /// Its concurrency.
     pub concurrency: i32,
     /// When it started.
@@ -168,6 +148,8 @@ pub enum Per {
     Minute,
     /// An hour.
     Hour,
+    /// The whole time asked for: one row per task type, at its first minute with runs.
+    Whole,
 }
 
 /// Runs of one task type in one minute or hour ([`Client::throughput`](crate::Client::throughput)).
@@ -187,6 +169,10 @@ pub struct Throughput {
     /// The 95th percentile of their run times, in milliseconds (the upper bound of the
     /// histogram bucket it falls in: within 19 % of the true value).
     pub p95_ms: f64,
+    /// The median run time, in milliseconds (as `p95_ms`).
+    pub p50_ms: f64,
+    /// The 99th percentile of the run times, in milliseconds (as `p95_ms`).
+    pub p99_ms: f64,
 }
 
 /// Which jobs a bulk call or a listing takes: every condition given must hold (none
@@ -225,6 +211,12 @@ pub struct JobFilter {
     pub posted_after: Option<DateTime<Utc>>,
     /// Posted before this time ([`Client::jobs`](crate::Client::jobs) only, as `posted_after`).
     pub posted_before: Option<DateTime<Utc>>,
+    /// The type of the job's last error.
+    pub error_kind: Option<String>,
+    /// The job's last error, masked ([`ErrorGroup::pattern`](crate::ErrorGroup::pattern)):
+    /// only jobs whose last run failed (retrying or failed for good) with a message that
+    /// masks to this.
+    pub error_pattern: Option<String>,
 }
 
 impl JobFilter {
@@ -256,6 +248,8 @@ impl JobFilter {
             ("job filter's retry group", self.retry_group.as_deref()),
             ("job filter's external id", self.external_id.as_deref()),
             ("job filter's sub-state", self.sub_state.as_deref()),
+            ("job filter's error type", self.error_kind.as_deref()),
+            ("job filter's error pattern", self.error_pattern.as_deref()),
         ];
         for (what, text) in texts {
             if text.is_some_and(|t| t.contains('\0')) {
@@ -339,6 +333,91 @@ impl JobFilter {
     pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.metadata = Some((key.into(), value.into()));
         self
+    }
+
+    /// Only the jobs of an error group: its task type, error type and pattern.
+    ///
+    /// ```no_run
+    /// # async fn f(client: sk_runtime::Client) -> sk_runtime::Result<()> {
+    /// use sk_runtime::JobFilter;
+    ///
+    /// let day = chrono::Utc::now() - chrono::Duration::hours(24);
+    /// if let Some(group) = client.error_groups(day, 1).await?.first() {
+    ///     let retried = client.retry_where(&JobFilter::new().error_group(group)).await?;
+    ///     println!("{retried} jobs of {:?} retried", group.pattern);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn error_group(mut self, group: &crate::ErrorGroup) -> Self {
+        self.task_type = Some(group.task_type.clone());
+        self.error_kind = group.kind.clone();
+        self.error_pattern = Some(group.pattern.clone());
+        self
+    }
+
+    /// Only jobs whose last error has this type.
+    #[must_use]
+    pub fn error_kind(mut self, kind: impl Into<String>) -> Self {
+        self.error_kind = Some(kind.into());
+        self
+    }
+
+    /// Only jobs whose last run failed with a message that masks to `pattern`
+    /// ([`ErrorGroup::pattern`](crate::ErrorGroup::pattern)).
+    #[must_use]
+    pub fn error_pattern(mut self, pattern: impl Into<String>) -> Self {
+        self.error_pattern = Some(pattern.into());
+        self
+    }
+
+    /// The filter as `key=value` words (`queue=payments type=charge_card status=fatal`),
+    /// for the audit trail; values with a space or a quote are quoted as JSON strings.
+    pub(crate) fn describe(&self) -> String {
+        let quoted = |v: &str| {
+            if v.is_empty() || v.contains(|c: char| c.is_whitespace() || c == '"' || c == '=') {
+                serde_json::to_string(v).unwrap_or_default()
+            } else {
+                v.to_owned()
+            }
+        };
+        let status = self.status.map(|s| format!("{s:?}").to_lowercase());
+        let metadata = self.metadata.as_ref().map(|(k, v)| format!("{k}:{v}"));
+        let posted = |t: Option<DateTime<Utc>>| t.map(|t| t.to_rfc3339());
+        let words: Vec<String> = [
+            ("queue", self.queue.clone()),
+            ("type", self.task_type.clone()),
+            ("tenant", self.tenant.clone()),
+            ("correlation", self.correlation_id.clone()),
+            ("status", status),
+            ("metadata", metadata),
+            ("retry-group", self.retry_group.clone()),
+            ("external-id", self.external_id.clone()),
+            ("sub-state", self.sub_state.clone()),
+            ("posted-after", posted(self.posted_after)),
+            ("posted-before", posted(self.posted_before)),
+            ("error-kind", self.error_kind.clone()),
+            ("error", self.error_pattern.clone()),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some(format!("{k}={}", quoted(&v?))))
+        .collect();
+        if words.is_empty() {
+            "all".to_owned()
+        } else {
+            words.join(" ")
+        }
+    }
+
+    /// Whether a listed job's last error is the one the filter asks for (the store's
+    /// `LIKE` on the pattern takes a few more).
+    pub(crate) fn takes_error_of(&self, job: &JobSummary) -> bool {
+        self.error_pattern.as_deref().is_none_or(|p| {
+            crate::model::mask(job.last_error_message.as_deref().unwrap_or_default()) == p
+        }) && self
+            .error_kind
+            .as_ref()
+            .is_none_or(|k| job.last_error_type.as_ref() == Some(k))
     }
 
     /// Only jobs posted in `[from, to)`; either end may be open.

@@ -1,7 +1,9 @@
 //! The values the store returns and the client shows: a job's record and status, lists,
 //! filters and groups, a worker's own record and statistics. Plain data, below both.
 
+mod audit;
 mod batch;
+mod errors;
 mod limits;
 mod list;
 mod names;
@@ -9,12 +11,15 @@ mod record;
 mod seed_002;
 mod stats;
 
+pub use audit::AuditEntry;
 pub use batch::{BatchCallback, BatchEvent, BatchRecord};
+pub use errors::ErrorGroup;
+pub(crate) use errors::{groups_of, like_of, mask, ErrorRow};
 pub(crate) use limits::StartLog;
 pub use limits::{RateLimit, RateState, TenantHold, TenantState, MAX_RATE_WINDOW};
 pub use list::{
-    CountBy, ErrorGroup, GroupCounts, JobFilter, JobPage, JobSummary, Per, Pruned, QueueState,
-    Throughput, WorkerInfo, MAX_PAGE,
+    CountBy, GroupCounts, JobFilter, JobPage, JobSummary, Per, Pruned, QueueState, Throughput,
+    WorkerInfo, MAX_PAGE,
 };
 pub(crate) use names::check_name;
 pub(crate) use record::status;

@@ -11,6 +11,7 @@ pub(crate) struct WorkerUp {
     pub(crate) pid: i32,
     pub(crate) queues: Option<String>,
     pub(crate) task_types: String,
+    pub(crate) default_queues: String,
     pub(crate) concurrency: i32,
     pub(crate) heartbeat_ms: i64,
 }
@@ -73,13 +74,18 @@ pub(crate) type StatRow = (DateTime<Utc>, String, i64, i64, i64, String);
 pub(crate) fn throughput_of(rows: Vec<StatRow>, per: Per) -> Vec<Throughput> {
     use chrono::{DurationRound, TimeDelta};
     let span = match per {
-        Per::Minute => TimeDelta::minutes(1),
-        Per::Hour => TimeDelta::hours(1),
+        Per::Minute => Some(TimeDelta::minutes(1)),
+        Per::Hour => Some(TimeDelta::hours(1)),
+        Per::Whole => None,
     };
     let mut sums: std::collections::BTreeMap<(DateTime<Utc>, String), StatBucket> =
         Default::default();
+    let first = rows.iter().map(|r| r.0).min();
     for (minute, task_type, processed, failed, run_ms, histogram) in rows {
-        let at = minute.duration_trunc(span).unwrap_or(minute);
+        let at = match span {
+            Some(span) => minute.duration_trunc(span).unwrap_or(minute),
+            None => first.unwrap_or(minute),
+        };
         sums.entry((at, task_type))
             .or_default()
             .merge(processed, failed, run_ms, &histogram);
@@ -87,15 +93,6 @@ pub(crate) fn throughput_of(rows: Vec<StatRow>, per: Per) -> Vec<Throughput> {
     sums.into_iter()
         .map(|((at, task_type), b)| {
             let runs = b.processed + b.failed;
-            let mut p95 = 0.0;
-            let mut seen = 0;
-            for (bucket, n) in &b.histogram {
-                seen += n;
-                if seen * 100 >= runs * 95 {
-                    p95 = bucket_top(*bucket);
-                    break;
-                }
-            }
             Throughput {
                 at,
                 task_type,
@@ -106,10 +103,25 @@ pub(crate) fn throughput_of(rows: Vec<StatRow>, per: Per) -> Vec<Throughput> {
                 } else {
                     0.0
                 },
-                p95_ms: p95,
+                p50_ms: percentile(&b, runs, 50),
+                p95_ms: percentile(&b, runs, 95),
+                p99_ms: percentile(&b, runs, 99),
             }
         })
         .collect()
+}
+
+/// The run time under which `q` % of a bucket's `runs` fall: the upper bound of the
+/// histogram bucket where they are reached.
+fn percentile(b: &StatBucket, runs: i64, q: i64) -> f64 {
+    let mut seen = 0;
+    for (bucket, n) in &b.histogram {
+        seen += n;
+        if seen * 100 >= runs * q {
+            return bucket_top(*bucket);
+        }
+    }
+    0.0
 }
 
 #[cfg(test)]

@@ -97,6 +97,19 @@ pub(crate) trait Dialect: sqlx::Database {
         )
     }
 
+    /// The UTC hour of the time `column` as text, `YYYY-MM-DD HH` (SQLite's text times
+    /// may have a `T` for the space).
+    fn hour_text(column: &str) -> String;
+
+    /// A `DELETE` from `table` of the rows whose `key` is among the ids at placeholder `p`
+    /// ([`id_rows`](Self::id_rows)) and for which `filter` holds.
+    fn delete_listed(table: &str, key: &str, p: &str, filter: &str) -> String {
+        format!(
+            "DELETE FROM {table} WHERE {key} IN ({}) AND {filter}",
+            Self::id_rows(p)
+        )
+    }
+
     /// The greatest of a group's ids (PostgreSQL has no `max(uuid)`).
     fn newest_id(column: &str) -> String {
         format!("max({column})")

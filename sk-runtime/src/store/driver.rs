@@ -23,9 +23,9 @@ use super::{
 };
 use crate::error::Result;
 use crate::model::{
-    BatchRecord, CountBy, ErrorGroup, GroupCounts, JobFilter, JobRecord, JobSummary, Pruned,
-    QueueCounts, QueueState, QueuedJob, StatBucket, StatRow, TenantState, UniqueMode, WorkerInfo,
-    WorkerUp,
+    AuditEntry, BatchRecord, CountBy, ErrorRow, GroupCounts, JobFilter, JobRecord, JobSummary,
+    Pruned, QueueCounts, QueueState, QueuedJob, StatBucket, StatRow, TenantState, UniqueMode,
+    WorkerInfo, WorkerUp,
 };
 
 /// Declares a trait of async operations (each future `Send`) and the methods of the enum
@@ -98,6 +98,14 @@ driver! {
         fn retry(&self, schema: &Schema, ids: &[Uuid], now: DateTime<Utc>, heal: bool) -> Result<Vec<Uuid>>;
         /// Moves a waiting job's not-before time; whether it was waiting.
         fn reschedule(&self, schema: &Schema, id: Uuid, at: DateTime<Utc>) -> Result<bool>;
+        /// Moves the not-before time of the waiting jobs among `ids`; how many moved.
+        fn reschedule_many(&self, schema: &Schema, ids: &[Uuid], at: DateTime<Utc>) -> Result<u64>;
+        /// Deletes the ended jobs among `ids`; how many.
+        fn delete_ended(&self, schema: &Schema, ids: &[Uuid]) -> Result<u64>;
+        /// Adds an entry to the audit trail.
+        fn record_audit(&self, schema: &Schema, entry: &AuditEntry) -> Result<()>;
+        /// The audit trail before entry `before`, newest first.
+        fn audit(&self, schema: &Schema, before: Option<i64>, limit: i64) -> Result<Vec<AuditEntry>>;
         /// Sets a live job's priority; whether its queue row changed (a job already at that
         /// priority may read as unchanged on MySQL, which counts changed rows).
         fn reprioritize(&self, schema: &Schema, id: Uuid, priority: i32) -> Result<bool>;
@@ -160,13 +168,13 @@ driver! {
             limit: i64,
             now: DateTime<Utc>,
         ) -> Result<Vec<JobSummary>>;
-        /// Jobs whose last run failed, grouped by error, largest first.
+        /// Jobs whose last run failed, by task type, queue, error and hour, largest first.
         fn error_groups(
             &self,
             schema: &Schema,
             since: DateTime<Utc>,
             limit: i64,
-        ) -> Result<Vec<ErrorGroup>>;
+        ) -> Result<Vec<ErrorRow>>;
         /// The workers that announced themselves, with the jobs each holds.
         fn workers(&self, schema: &Schema, now: DateTime<Utc>) -> Result<Vec<WorkerInfo>>;
         /// The batches with those ids, or the newest `limit`, newest first.

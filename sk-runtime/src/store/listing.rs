@@ -73,6 +73,25 @@ macro_rules! push_list_filter {
             let $q = &mut $query;
             $metadata
         }
+        if let Some(kind) = &filter.error_kind {
+            $query
+                .push(" AND r.task_last_error_type = ")
+                .push_bind(kind.clone());
+        }
+        if let Some(pattern) = &filter.error_pattern {
+            $query
+                .push(" AND coalesce(r.task_last_error_message, r.task_last_error) LIKE ")
+                .push_bind($crate::model::like_of(pattern))
+                .push(" ESCAPE '!'");
+            if filter.status.is_none() {
+                $query.push(format!(
+                    " AND r.task_status IN ({}, {}, {})",
+                    $crate::model::status::ERROR,
+                    $crate::model::status::FAULTED,
+                    $crate::model::status::FATAL
+                ));
+            }
+        }
         if let Some(from) = filter.posted_after {
             $query
                 .push(" AND r.task_id >= ")
@@ -165,6 +184,7 @@ pub(crate) struct WorkerRow {
     pub(crate) worker_pid: i32,
     pub(crate) worker_queues: Option<String>,
     pub(crate) worker_task_types: String,
+    pub(crate) worker_default_queues: Option<String>,
     pub(crate) worker_concurrency: i32,
     pub(crate) worker_heartbeat_ms: i64,
     pub(crate) worker_started_at_ts: DateTime<Utc>,
@@ -190,6 +210,11 @@ pub(crate) fn workers_of(
                 .as_deref()
                 .and_then(|q| serde_json::from_str(q).ok()),
             task_types: serde_json::from_str(&r.worker_task_types).unwrap_or_default(),
+            default_queues: r
+                .worker_default_queues
+                .as_deref()
+                .and_then(|q| serde_json::from_str(q).ok())
+                .unwrap_or_default(),
             id: r.worker_id,
             host: r.worker_host,
             pid: r.worker_pid,

@@ -9,6 +9,7 @@
 
 mod backend;
 pub(crate) mod batch;
+mod bulk;
 pub(crate) mod conformance;
 mod dialect;
 mod driver;

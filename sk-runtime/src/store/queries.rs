@@ -15,7 +15,7 @@ use super::{merge_queue_states, ScheduleRow, Schema, NULL_PRIORITY};
 use crate::error::{Error, Result};
 use crate::model::status::{CANCELLED, ERROR, FATAL, FAULTED};
 use crate::model::{
-    CountBy, ErrorGroup, GroupCounts, JobFilter, JobStatus, QueueCounts, QueueState, QueuedJob,
+    CountBy, ErrorRow, GroupCounts, JobFilter, JobStatus, QueueCounts, QueueState, QueuedJob,
     StatRow, WorkerInfo,
 };
 
@@ -260,14 +260,17 @@ where
         let key = D::text(group_column(by));
         let live_sql = format!(
             "SELECT {key}, {}, {}, {}, {}, {} FROM {} GROUP BY 1",
-            D::count_if(
-                "task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts <= $1"
-            ),
+            // Due now is available, whatever its attempt (a retried job too); not due yet
+            // is scheduled at its first attempt and retrying after one.
+            D::count_if("task_locked_by IS NULL AND task_locked_until_ts <= $1"),
             D::count_if(
                 "task_locked_by IS NULL AND task_attempt = 0 AND task_locked_until_ts > $1
                  AND coalesce(task_waiting_on, 0) = 0"
             ),
-            D::count_if("task_locked_by IS NULL AND task_attempt > 0"),
+            D::count_if(
+                "task_locked_by IS NULL AND task_attempt > 0 AND task_locked_until_ts > $1
+                 AND coalesce(task_waiting_on, 0) = 0"
+            ),
             D::count_if("task_locked_by IS NOT NULL"),
             D::count_if("task_waiting_on > 0"),
             D::table(schema, "tasks_queue_t")
@@ -290,22 +293,28 @@ pub(crate) fn error_groups<'a, D: Dialect>(
     schema: &'a Schema,
     since: DateTime<Utc>,
     limit: i64,
-) -> Boxed<'a, Vec<ErrorGroup>>
+) -> Boxed<'a, Vec<ErrorRow>>
 where
-    ErrorGroup: for<'r> FromRow<'r, D::Row>,
+    ErrorRow: for<'r> FromRow<'r, D::Row>,
 {
     Box::pin(async move {
+        let attempted = "task_last_processing_attempted_at_ts";
+        // A seed consumer writes its error in `task_last_error` alone.
+        let message_raw = "coalesce(task_last_error_message, task_last_error)";
         let sql = format!(
-            "SELECT task_last_error_type AS kind, {message} AS message, count(*) AS jobs,
-                min(task_last_processing_attempted_at_ts) AS first_seen,
-                max(task_last_processing_attempted_at_ts) AS last_seen, {} AS sample
-             FROM {} WHERE task_status IN ({ERROR}, {FAULTED}, {FATAL}) AND task_last_processing_attempted_at_ts >= $1
-             GROUP BY task_last_error_type, {message}
-             ORDER BY jobs DESC, last_seen DESC LIMIT $2",
-            D::newest_id("task_id"),
-            D::table(schema, "task_results_t"),
-            // A seed consumer writes its error in `task_last_error` alone.
-            message = "coalesce(task_last_error_message, task_last_error)",
+            "SELECT {task_type} AS task_type, {queue} AS task_queue, {kind} AS kind,
+                {message} AS message, {hour} AS hour, count(*) AS jobs,
+                min({attempted}) AS first_seen, max({attempted}) AS last_seen, {sample} AS sample
+             FROM {table} WHERE task_status IN ({ERROR}, {FAULTED}, {FATAL}) AND {attempted} >= $1
+             GROUP BY task_type, task_queue, task_last_error_type, {message_raw}, {hour}
+             ORDER BY jobs DESC LIMIT $2",
+            task_type = D::text("task_type"),
+            queue = D::text("task_queue"),
+            kind = D::text("task_last_error_type"),
+            message = D::text(message_raw),
+            hour = D::hour_text(attempted),
+            sample = D::newest_id("task_id"),
+            table = D::table(schema, "task_results_t"),
         );
         D::fetch_all(pool, &sql, &[Arg::Time(since), Arg::Int(Some(limit))]).await
     })

@@ -56,8 +56,9 @@ pub(crate) async fn worker_up<D: Dialect>(
     let table = D::table(schema, "workers_t");
     let sql = format!(
         "INSERT INTO {table} (worker_id, worker_host, worker_pid, worker_queues, worker_task_types,
-            worker_concurrency, worker_heartbeat_ms, worker_started_at_ts, worker_seen_at_ts)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) {}",
+            worker_concurrency, worker_heartbeat_ms, worker_started_at_ts, worker_seen_at_ts,
+            worker_default_queues)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9) {}",
         D::upsert(
             "worker_id",
             &[
@@ -69,6 +70,7 @@ pub(crate) async fn worker_up<D: Dialect>(
                 "worker_heartbeat_ms",
                 "worker_started_at_ts",
                 "worker_seen_at_ts",
+                "worker_default_queues",
             ]
         )
     );
@@ -81,6 +83,7 @@ pub(crate) async fn worker_up<D: Dialect>(
         Arg::Int4(Some(up.concurrency)),
         Arg::Int(Some(up.heartbeat_ms)),
         Arg::Time(now),
+        Arg::Text(Some(&up.default_queues)),
     ];
     D::execute(pool, &sql, &args).await?;
     let day_ago = [Arg::Time(now - chrono::Duration::days(1))];

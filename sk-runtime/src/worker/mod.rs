@@ -331,6 +331,18 @@ const _: () = {
     }
 };
 
+/// The queues `task_types` go to by default, by name.
+fn default_queues(task_types: &[String]) -> Vec<&'static str> {
+    let mut queues: Vec<&'static str> = task_types
+        .iter()
+        .filter_map(|t| crate::registry::find(t))
+        .map(|r| r.options.queue)
+        .collect();
+    queues.sort_unstable();
+    queues.dedup();
+    queues
+}
+
 /// What this worker says of itself in the workers table.
 fn announcement(shared: &Shared) -> crate::model::WorkerUp {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -347,6 +359,8 @@ fn announcement(shared: &Shared) -> crate::model::WorkerUp {
             .as_ref()
             .and_then(|q| serde_json::to_string(q).ok()),
         task_types: serde_json::to_string(&shared.task_types).unwrap_or_else(|_| "[]".into()),
+        default_queues: serde_json::to_string(&default_queues(&shared.task_types))
+            .unwrap_or_else(|_| "[]".into()),
         concurrency: i32::try_from(shared.config.concurrency).unwrap_or(i32::MAX),
         heartbeat_ms: shared
             .config

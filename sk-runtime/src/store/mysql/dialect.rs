@@ -10,6 +10,10 @@ use crate::store::dialect::{dialect_io, question_marks, Dialect};
 use crate::store::Schema;
 
 impl Dialect for MySql {
+    fn hour_text(column: &str) -> String {
+        format!("CAST(DATE_FORMAT({column}, '%Y-%m-%d %H') AS CHAR)")
+    }
+
     /// (A step's `task_tenant > k.tenant` read 200,000 index entries of the tenant
     /// before it: 103 ms, against 0.2 ms a step as a statement of its own.)
     const SKIP_SCAN_IN_ONE: bool = false;
@@ -67,6 +71,13 @@ impl Dialect for MySql {
     fn update_listed(table: &str, set: &str, key: &str, p: &str, filter: &str) -> String {
         format!(
             "UPDATE {table} JOIN ({}) AS listed ON {table}.{key} = listed.id SET {set} WHERE {filter}",
+            Self::id_rows(p)
+        )
+    }
+
+    fn delete_listed(table: &str, key: &str, p: &str, filter: &str) -> String {
+        format!(
+            "DELETE {table} FROM {table} JOIN ({}) AS listed ON {table}.{key} = listed.id WHERE {filter}",
             Self::id_rows(p)
         )
     }

@@ -84,6 +84,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "batches of jobs with callbacks",
         include_str!("../../../migrations/mysql/0016_batches.sql"),
     ),
+    (
+        17,
+        "the audit trail, and the queues workers know",
+        include_str!("../../../migrations/mysql/0017_audit.sql"),
+    ),
 ];
 
 pub(crate) async fn migrate_to(pool: &MySqlPool, schema: &Schema, target: i32) -> Result<()> {

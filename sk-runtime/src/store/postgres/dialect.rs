@@ -6,6 +6,10 @@ use crate::store::dialect::{dialect_io, Dialect};
 use crate::store::Schema;
 
 impl Dialect for Postgres {
+    fn hour_text(column: &str) -> String {
+        format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24')")
+    }
+
     fn table(schema: &Schema, name: &str) -> String {
         schema.table(name)
     }

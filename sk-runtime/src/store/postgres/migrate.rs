@@ -120,6 +120,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "batches of jobs with callbacks",
         include_str!("../../../migrations/postgres/0023_batches.sql"),
     ),
+    (
+        24,
+        "the audit trail, and the queues workers know",
+        include_str!("../../../migrations/postgres/0024_audit.sql"),
+    ),
 ];
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with

@@ -225,6 +225,38 @@ impl Control for SqlitePool {
         queries::reprioritize(self, schema, id, priority).await
     }
 
+    /// `Client::run_now_where`: the waiting jobs among `ids` made due at `at`.
+    async fn reschedule_many(
+        &self,
+        schema: &Schema,
+        ids: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> Result<u64> {
+        let moved = crate::store::bulk::reschedule(self, schema, ids, at).await?;
+        if moved > 0 {
+            wake();
+        }
+        Ok(moved)
+    }
+
+    /// `Client::delete_where`: the ended jobs among `ids` deleted.
+    async fn delete_ended(&self, schema: &Schema, ids: &[Uuid]) -> Result<u64> {
+        crate::store::bulk::delete_ended(self, schema, ids).await
+    }
+
+    async fn record_audit(&self, schema: &Schema, entry: &crate::model::AuditEntry) -> Result<()> {
+        crate::store::bulk::record(self, schema, entry).await
+    }
+
+    async fn audit(
+        &self,
+        schema: &Schema,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<crate::model::AuditEntry>> {
+        crate::store::bulk::entries(self, schema, before, limit).await
+    }
+
     async fn reschedule(&self, schema: &Schema, id: Uuid, at: DateTime<Utc>) -> Result<bool> {
         let pool = self;
         let changed = sqlx::query(&format!(
@@ -437,7 +469,7 @@ impl Control for SqlitePool {
         schema: &Schema,
         since: DateTime<Utc>,
         limit: i64,
-    ) -> Result<Vec<crate::model::ErrorGroup>> {
+    ) -> Result<Vec<crate::model::ErrorRow>> {
         queries::error_groups(self, schema, since, limit).await
     }
 

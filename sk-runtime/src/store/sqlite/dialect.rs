@@ -9,6 +9,10 @@ use crate::store::dialect::{dialect_io, Dialect};
 use crate::store::Schema;
 
 impl Dialect for Sqlite {
+    fn hour_text(column: &str) -> String {
+        format!("substr({column}, 1, 13)")
+    }
+
     fn table(schema: &Schema, name: &str) -> String {
         schema.flat_table(name)
     }

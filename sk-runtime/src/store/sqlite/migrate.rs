@@ -74,6 +74,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "batches of jobs with callbacks",
         include_str!("../../../migrations/sqlite/0014_batches.sql"),
     ),
+    (
+        15,
+        "the audit trail, and the queues workers know",
+        include_str!("../../../migrations/sqlite/0015_audit.sql"),
+    ),
 ];
 
 /// Migration 6's checks, as (table, the value a row's column must meet, per column):

@@ -56,7 +56,28 @@ pub(crate) enum Completion {
 
 pub(super) async fn run(shared: Arc<Shared>, mut completions: UnboundedReceiver<Completion>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while completions.recv_many(&mut batch, MAX_BATCH).await > 0 {
+    loop {
+        // Failures logged at DEBUG only are counted when their second ends, even when no
+        // completion follows them then.
+        let counted_at = shared.failure_log().quiet_until();
+        let received = match counted_at {
+            Some(at) => {
+                let at = tokio::time::Instant::from_std(at);
+                match tokio::time::timeout_at(at, completions.recv_many(&mut batch, MAX_BATCH))
+                    .await
+                {
+                    Ok(n) => n,
+                    Err(_) => {
+                        shared.failure_log().next_second();
+                        continue;
+                    }
+                }
+            }
+            None => completions.recv_many(&mut batch, MAX_BATCH).await,
+        };
+        if received == 0 {
+            break;
+        }
         finalize(&shared, std::mem::take(&mut batch)).await;
     }
     shared.failure_log().count_quiet();
@@ -100,6 +121,13 @@ impl FailureLog {
             self.since = Some(now);
             self.logged = 0;
         }
+    }
+
+    /// When the current second ends, if failures were logged at DEBUG only in it.
+    fn quiet_until(&self) -> Option<Instant> {
+        (self.quiet > 0)
+            .then(|| self.since.map(|since| since + Duration::from_secs(1)))
+            .flatten()
     }
 
     /// Logs the count of failures logged at DEBUG only, if any.
@@ -543,7 +571,7 @@ fn failure(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     use super::write::clip;
     use super::{jittered, FailureLog, FAILURES_LOGGED_PER_SECOND};
@@ -556,6 +584,12 @@ mod tests {
             .count();
         assert_eq!(admitted, FAILURES_LOGGED_PER_SECOND as usize);
         assert_eq!(log.quiet, 5);
+        let counted_at = log
+            .quiet_until()
+            .expect("quiet failures are counted at the second's end");
+        assert!(
+            counted_at > Instant::now() && counted_at <= Instant::now() + Duration::from_secs(1)
+        );
         // A second later the budget is whole again and the quiet ones were counted.
         log.since = log.since.map(|s| s - Duration::from_secs(1));
         assert!(log.admit());
