@@ -41,6 +41,16 @@ pub(crate) async fn serve(client: Client, options: WebOptions) -> String {
     format!("http://{address}")
 }
 
+/// The dashboard served twice over `client`: as it is, and `--read-only`; their URLs.
+async fn serve_both(client: &Client) -> (String, String) {
+    let url = serve(client.clone(), WebOptions::default()).await;
+    let read_only = WebOptions {
+        read_only: true,
+        ..WebOptions::default()
+    };
+    (url, serve(client.clone(), read_only).await)
+}
+
 fn browser_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("browser")
 }
@@ -120,15 +130,7 @@ async fn the_dashboard_in_a_browser_shows_and_acts() {
     .await;
     fixed.0.store(true, Ordering::SeqCst);
 
-    let url = serve(client.clone(), WebOptions::default()).await;
-    let read_only = serve(
-        client.clone(),
-        WebOptions {
-            read_only: true,
-            ..WebOptions::default()
-        },
-    )
-    .await;
+    let (url, read_only) = serve_both(&client).await;
     let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tmp/dashboard");
     std::fs::create_dir_all(&shots).unwrap();
     run_browser(
@@ -170,6 +172,97 @@ async fn the_dashboard_in_a_browser_shows_and_acts() {
     db.drop().await;
 }
 
+/// Whether the payment gateway is down.
+#[derive(Clone, Default)]
+struct Gateway(Arc<AtomicBool>);
+
+#[job(queue = "payments", max_attempts = 1)]
+async fn charge_card(invoice: u64, gateway: Data<Gateway>) -> Result<(), JobError> {
+    if gateway.0.load(Ordering::SeqCst) {
+        return Err(JobError::new(format!(
+            "gateway timeout charging invoice INV-{invoice}"
+        )));
+    }
+    Ok(())
+}
+
+each_backend! {
+    /// The incident the dashboard is for, worked in Chromium alone: 500 `charge_card`
+    /// jobs of queue `payments` fail for good in a gateway outage. The operator finds the
+    /// task type on the overview, opens its one error group, pauses the queue, retries
+    /// all 500 from the group with one confirmation, resumes, and sees them succeed; the
+    /// audit page lists the pause, the retry of 500 and the resume.
+    async fn an_incident_is_worked_in_the_dashboard_alone(db) {
+        browser_ready();
+        let client = Client::new(db.pool.clone());
+        let gateway = Gateway::default();
+        gateway.0.store(true, Ordering::SeqCst);
+        let (probe, _ran) = probe();
+        let w = RunningWorker::start(
+            worker(&db, &[ChargeCard::TASK_TYPE, Record::TASK_TYPE])
+                .data(gateway.clone())
+                .data(probe)
+                .concurrency(16)
+                .heartbeat_interval(std::time::Duration::from_millis(200)),
+        );
+        let done = Record::new("a job that succeeded".into()).enqueue(&db.pool).await.unwrap();
+        client.wait(done, T).await.unwrap();
+        ChargeCard::enqueue_many(&db.pool, (10_000..10_500).map(ChargeCard::new))
+            .await
+            .unwrap();
+        let hour_ago = Utc::now() - chrono::Duration::hours(1);
+        wait_until("500 jobs failed for good, and counted", T * 4, || async {
+            let fatal: i64 = client
+                .count_by(sk_runtime::CountBy::Queue)
+                .await
+                .ok()?
+                .iter()
+                .map(|c| c.fatal)
+                .sum();
+            let rows = client.throughput(hour_ago, Per::Minute, None).await.ok()?;
+            let failed: i64 = rows.iter().map(|r| r.failed).sum();
+            (fatal == 500 && failed == 500).then_some(())
+        })
+        .await;
+        // The outage ends; the dashboard does the rest.
+        gateway.0.store(false, Ordering::SeqCst);
+        let (url, read_only) = serve_both(&client).await;
+        let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tmp/incident");
+        std::fs::create_dir_all(&shots).unwrap();
+        run_browser(
+            "incident.mjs",
+            &[
+                ("SK_URL", url.as_str()),
+                ("SK_RO_URL", &read_only),
+                ("SK_SHOTS", &shots.to_string_lossy()),
+            ],
+        )
+        .await;
+        w.stop().await;
+
+        // What the pages did, as the database has it.
+        let processed = sk_runtime::JobFilter::new()
+            .queue("payments")
+            .status(JobStatus::Processed);
+        assert_eq!(client.count_where(&processed, 1_000).await.unwrap(), 500);
+        let audit = client.audit(None, 10).await.unwrap();
+        let actions: Vec<(&str, Option<&str>, Option<i64>)> = audit
+            .iter()
+            .map(|e| (e.action.as_str(), e.target.as_deref(), e.jobs))
+            .collect();
+        assert_eq!(
+            actions,
+            [
+                ("resume", Some("payments"), None),
+                ("retry", None, Some(500)),
+                ("pause", Some("payments"), None)
+            ]
+        );
+        assert!(audit.iter().all(|e| e.actor.starts_with("web:")), "{audit:?}");
+        db.drop().await;
+    }
+}
+
 /// A job whose queue, tenant, metadata, payload and error message hold HTML, script and
 /// ANSI escapes, shown on every page of the dashboard: in the browser, nothing of it runs
 /// or becomes an element, and all of it is shown as text; SQL in filter values is data.
@@ -180,6 +273,14 @@ async fn the_dashboard_shows_outside_text_as_text() {
     let db = TestDb::new().await;
     let client = Client::new(db.pool.clone());
     let id = super::cli::hostile_job(&db).await;
+    // The audit trail shows who acted as text too.
+    let filter = sk_runtime::JobFilter::new().queue("nothing");
+    client
+        .clone()
+        .actor(HOSTILE)
+        .cancel_where(&filter)
+        .await
+        .unwrap();
     let url = serve(client, WebOptions::default()).await;
     run_browser(
         "hostile.mjs",

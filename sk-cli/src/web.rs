@@ -21,7 +21,10 @@ use maud::{html, Markup};
 use sk_runtime::Client;
 use uuid::Uuid;
 
+mod audit;
 mod batches;
+mod bulk;
+mod charts;
 mod errors;
 mod hosts;
 mod jobs;
@@ -29,6 +32,7 @@ mod layout;
 mod metrics;
 mod overview;
 mod queues;
+mod types;
 
 /// How the dashboard guards itself.
 #[derive(Debug, Clone, Default)]
@@ -70,9 +74,12 @@ pub fn router(client: Client, options: WebOptions, bound: SocketAddr) -> Router 
         .route("/queues/{name}/tenants", get(queues::tenants))
         .route("/queues/{name}/{action}", post(queues::queue_action))
         .route("/jobs", get(jobs::jobs))
+        .route("/jobs/bulk", post(bulk::bulk))
         .route("/jobs/{id}", get(jobs::job))
         .route("/jobs/{id}/{action}", post(jobs::job_action))
         .route("/errors", get(errors::errors))
+        .route("/types/{name}", get(types::task_type))
+        .route("/audit", get(audit::audit))
         .route("/batches", get(batches::batches))
         .route("/batches/{id}", get(batches::batch))
         .route("/batches/{id}/{action}", post(batches::batch_action))
@@ -238,6 +245,24 @@ fn authorized(headers: &HeaderMap, token: &str) -> bool {
         Some(colon) => same(&decoded[colon + 1..], token.as_bytes()),
         None => false,
     }
+}
+
+/// The client an action of this request is taken with: the audit trail names
+/// `web:` and the basic-auth user name, or, without one, the user `sk web` runs as.
+fn acting(app: &App, headers: &HeaderMap) -> Client {
+    let user = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic "))
+        .and_then(|b| {
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, b.trim()).ok()
+        })
+        .and_then(|d| String::from_utf8(d).ok())
+        .and_then(|d| d.split_once(':').map(|(user, _)| user.to_owned()))
+        .filter(|u| !u.is_empty())
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "unknown".to_owned());
+    app.client.clone().actor(format!("web:{user}"))
 }
 
 /// Compares in a time that does not depend on where the first difference is.

@@ -5,35 +5,16 @@
 //   SK_FATAL    the id of a fatal job whose cause is fixed (its retry succeeds)
 //   SK_SHOTS    where to write the screenshots
 // Exits 0 when every check holds; otherwise prints the first that failed and exits 1.
-import { chromium } from 'playwright-core';
+import { check, launch, waitFor as waitUntil } from './lib.mjs';
 
 const { SK_URL: url, SK_RO_URL: roUrl, SK_FATAL: fatal, SK_SHOTS: shots } = process.env;
 const WAIT = 15000;
-
-function check(what, ok, seen) {
-  if (!ok) throw new Error(`${what}: saw ${JSON.stringify(seen)}`);
-  console.log(`ok: ${what}`);
-}
-
-/** Waits until `read()` (run in the page) returns `want`, through the page's own refresh. */
-async function waitFor(page, what, read, want) {
-  const start = Date.now();
-  let seen;
-  for (;;) {
-    seen = await page.evaluate(read).catch(() => undefined);
-    if (seen === want) return check(what, true, seen);
-    if (Date.now() - start > WAIT) return check(what, false, seen);
-    await page.waitForTimeout(100);
-  }
-}
+const waitFor = (page, what, read, want) => waitUntil(page, what, read, want, WAIT);
 
 const cell = (queue, state) =>
   page.locator(`#counts tr[data-queue="${queue}"] td[data-state="${state}"]`).innerText();
 
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu'],
-});
+const browser = await launch();
 let page;
 try {
   const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
@@ -55,7 +36,7 @@ try {
 
   // The errors page groups the failure and links a sample job.
   await page.goto(url + '/errors');
-  const sample = await page.locator('#errors a').first().getAttribute('href');
+  const sample = await page.locator('#errors a.sample').first().getAttribute('href');
   check('the error group links its sample job', sample === `/jobs/${fatal}`, sample);
 
   // The fatal job, found through the list, retried from its page.

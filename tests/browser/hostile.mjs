@@ -7,19 +7,12 @@
 // Every page that shows the job must show the text as text: no script runs, no element
 // of it is made, and the text itself is on the page. Filter values are data.
 // Exits 0 when every check holds; otherwise prints the first that failed and exits 1.
-import { chromium } from 'playwright-core';
+import { check, launch } from './lib.mjs';
 
 const { SK_URL: url, SK_JOB: job, SK_TEXT: text } = process.env;
 
-function check(what, ok, seen) {
-  if (!ok) throw new Error(`${what}: saw ${JSON.stringify(seen)}`);
-  console.log(`ok: ${what}`);
-}
 
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu'],
-});
+const browser = await launch();
 let failed = false;
 try {
   const page = await browser.newPage();
@@ -27,7 +20,8 @@ try {
   const dialogs = [];
   page.on('dialog', (d) => { dialogs.push(d.message()); d.dismiss(); });
   const q = encodeURIComponent(text);
-  for (const path of ['/', '/queues', `/queues/${q}/tenants`, '/errors', '/jobs', `/jobs?queue=${q}`, `/jobs?tenant=${q}`, `/jobs/${job}`]) {
+  for (const path of ['/', '/queues', `/queues/${q}/tenants`, '/errors', '/jobs', `/jobs?queue=${q}`, `/jobs?tenant=${q}`,
+    `/jobs?error_kind=${q}&error=${q}`, `/types/${q}`, '/audit', `/jobs/${job}`]) {
     const response = await page.goto(url + path);
     check(`${path} answers`, response.status() === 200, response.status());
     const seen = await page.evaluate(() => ({

@@ -3,12 +3,13 @@
 
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Path, State};
+use axum::http::HeaderMap;
 use axum::response::Redirect;
 use maud::html;
 use uuid::Uuid;
 
 use super::layout::{button, page};
-use super::{bad, check_csrf, not_found, ActionForm, Failure, Page, Shared};
+use super::{acting, bad, check_csrf, not_found, ActionForm, Failure, Page, Shared};
 use crate::batches::batch_state;
 use crate::output::time;
 
@@ -126,9 +127,11 @@ pub(super) async fn batch(State(app): Shared, Path(id): Path<String>) -> Page {
 pub(super) async fn batch_action(
     State(app): Shared,
     Path((id, action)): Path<(String, String)>,
+    headers: HeaderMap,
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Result<Redirect, Failure> {
     check_csrf(&app, form)?;
+    let client = acting(&app, &headers);
     let id = id
         .parse::<Uuid>()
         .map_err(|_| bad(format!("{id:?} is not a batch id")))?;
@@ -136,8 +139,8 @@ pub(super) async fn batch_action(
         return Err(not_found(format!("no batch {id}")));
     }
     match action.as_str() {
-        "retry" => app.client.retry_batch(id).await?,
-        "cancel" => app.client.cancel_batch(id).await?,
+        "retry" => client.retry_batch(id).await?,
+        "cancel" => client.cancel_batch(id).await?,
         _ => return Err(not_found(format!("no action {action:?} on a batch"))),
     };
     Ok(Redirect::to(&format!("/batches/{id}")))

@@ -3,43 +3,21 @@
 
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Path, Query, State};
+use axum::http::HeaderMap;
 use axum::response::Redirect;
 use maud::{html, Markup};
-use sk_runtime::{JobFilter, JobPage, JobRecord, JobStatus};
+use sk_runtime::{JobPage, JobRecord, JobStatus, JobSummary};
 use uuid::Uuid;
 
-use super::layout::{button, page, segment};
-use super::{bad, check_csrf, not_found, ActionForm, Failure, Page, Shared};
+use super::bulk::{bar, JobsQuery, STATES};
+use super::layout::{button, page};
+use super::{acting, bad, check_csrf, not_found, ActionForm, Failure, Page, Shared};
 use crate::output::time;
-
-#[derive(serde::Deserialize, Default)]
-pub(super) struct JobsQuery {
-    queue: Option<String>,
-    #[serde(rename = "type")]
-    task_type: Option<String>,
-    state: Option<String>,
-    tenant: Option<String>,
-    after: Option<String>,
-}
-
-/// The states a filter names, as the pages name them.
-const STATES: [&str; 5] = ["waiting", "running", "processed", "fatal", "cancelled"];
-
-fn status_named(name: &str) -> Option<JobStatus> {
-    Some(match name {
-        "waiting" => JobStatus::Unprocessed,
-        "pending" => JobStatus::Pending,
-        "running" => JobStatus::Processing,
-        "processed" => JobStatus::Processed,
-        "fatal" => JobStatus::Fatal,
-        "cancelled" => JobStatus::Cancelled,
-        _ => return None,
-    })
-}
 
 fn status_name(status: JobStatus) -> &'static str {
     match status {
         JobStatus::Unprocessed => "waiting",
+        JobStatus::Error | JobStatus::Faulted => "retrying",
         JobStatus::Pending => "pending",
         JobStatus::Processing => "running",
         JobStatus::Processed => "processed",
@@ -49,27 +27,30 @@ fn status_name(status: JobStatus) -> &'static str {
     }
 }
 
+/// The attempt a job is at, or the attempts it made: a live job's own count; for an
+/// ended one, its failed runs (and the run that succeeded).
+fn attempt_of(j: &JobSummary) -> String {
+    match (j.attempt, j.status()) {
+        (Some(a), _) => a.to_string(),
+        (None, JobStatus::Processed) => (j.error_count + 1).to_string(),
+        (None, _) => j.error_count.to_string(),
+    }
+}
+
+/// How far the job list counts what its filter takes, for the bulk bar: 10,000 jobs
+/// (two index scans), or 1,000 of an error group (a page of the list, which reads each
+/// job's last error).
+fn count_up_to(query: &JobsQuery) -> u64 {
+    if query.error.is_some() || query.error_kind.is_some() {
+        1_000
+    } else {
+        10_000
+    }
+}
+
 pub(super) async fn jobs(State(app): Shared, Query(query): Query<JobsQuery>) -> Page {
-    let given = |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_owned);
-    let mut filter = JobFilter::new();
-    if let Some(q) = given(&query.queue) {
-        filter = filter.queue(q);
-    }
-    if let Some(t) = given(&query.task_type) {
-        filter = filter.task_type(t);
-    }
-    if let Some(t) = given(&query.tenant) {
-        filter = filter.tenant(t);
-    }
-    if let Some(s) = given(&query.state) {
-        let status = status_named(&s).ok_or_else(|| {
-            bad(format!(
-                "no state {s:?}: waiting, running, processed, fatal or cancelled"
-            ))
-        })?;
-        filter = filter.status(status);
-    }
-    let after = match given(&query.after) {
+    let filter = query.filter()?;
+    let after = match query.after.as_deref().filter(|a| !a.is_empty()) {
         Some(a) => Some(
             a.parse::<Uuid>()
                 .map_err(|_| bad(format!("after={a:?} is not a job id")))?,
@@ -77,24 +58,50 @@ pub(super) async fn jobs(State(app): Shared, Query(query): Query<JobsQuery>) -> 
         None => None,
     };
     let JobPage { jobs, next, .. } = app.client.jobs(&filter, after, 50).await?;
-    let next = next.map(|next| {
-        let mut link = format!("/jobs?after={next}");
-        for (k, v) in [
-            ("queue", &query.queue),
-            ("type", &query.task_type),
-            ("tenant", &query.tenant),
-            ("state", &query.state),
-        ] {
-            if let Some(v) = given(v) {
-                link.push_str(&format!("&{k}={}", segment(&v)));
-            }
-        }
-        link
-    });
+    let matching = if app.options.read_only || jobs.is_empty() {
+        0
+    } else {
+        app.client.count_where(&filter, count_up_to(&query)).await?
+    };
+    let filtered = query.query_string();
+    let next = next.map(|next| format!("/jobs?after={next}&{filtered}"));
     let value = |v: &Option<String>| v.clone().unwrap_or_default();
+    let any_error = JobsQuery {
+        error: None,
+        error_kind: None,
+        ..query.clone()
+    };
+    let selectable = !app.options.read_only;
+    let table = html! {
+        div.scroll { table #jobs {
+            tr {
+                @if selectable { th { input #select-all type="checkbox" aria-label="select all"; } }
+                th { "id" } th { "type" } th { "queue" } th { "state" } th { "attempt" }
+                th { "posted" } th { "last error" }
+            }
+            @for j in &jobs {
+                @let s = status_name(j.status());
+                tr {
+                    @if selectable {
+                        td { input type="checkbox" name="id" value=(j.id) aria-label="select"; }
+                    }
+                    td { a.id href=(format!("/jobs/{}", j.id)) { (j.id) } }
+                    td { (j.task_type) }
+                    td { (j.queue) }
+                    td class=(format!("state {s}")) { (s) }
+                    td.attempt { (attempt_of(j)) }
+                    td { (time(Some(j.posted_at))) }
+                    td.message { (j.last_error_message.as_deref().unwrap_or_default()) }
+                }
+            }
+        } }
+    };
     let body = html! {
         section {
             h2 { "Jobs" }
+            @if let Some(done) = query.done.as_deref() {
+                p.done #done { (done) }
+            }
             form.filters method="get" action="/jobs" {
                 input name="queue" placeholder="queue" value=(value(&query.queue));
                 input name="type" placeholder="task type" value=(value(&query.task_type));
@@ -105,27 +112,27 @@ pub(super) async fn jobs(State(app): Shared, Query(query): Query<JobsQuery>) -> 
                         option selected[query.state.as_deref() == Some(s)] { (s) }
                     }
                 }
+                @if let Some(kind) = &query.error_kind { input type="hidden" name="error_kind" value=(kind); }
+                @if let Some(error) = &query.error { input type="hidden" name="error" value=(error); }
                 button { "Filter" }
+            }
+            @if query.error.is_some() {
+                p #error-filter {
+                    "Last error: " (value(&query.error_kind)) " " code { (value(&query.error)) }
+                    " · " a href=(format!("/jobs?{}", any_error.query_string())) { "any error" }
+                }
             }
             @if jobs.is_empty() {
                 p { "No jobs." }
             } @else {
-                div.scroll { table #jobs {
-                    tr { th { "id" } th { "type" } th { "queue" } th { "state" } th { "attempt" }
-                         th { "posted" } th { "last error" } }
-                    @for j in &jobs {
-                        @let s = status_name(j.status());
-                        tr {
-                            td { a.id href=(format!("/jobs/{}", j.id)) { (j.id) } }
-                            td { (j.task_type) }
-                            td { (j.queue) }
-                            td class=(format!("state {s}")) { (s) }
-                            td { (j.attempt.map_or_else(String::new, |a| a.to_string())) }
-                            td { (time(Some(j.posted_at))) }
-                            td.message { (j.last_error_message.as_deref().unwrap_or_default()) }
-                        }
+                @if app.options.read_only {
+                    (table)
+                } @else {
+                    form #bulk method="post" action="/jobs/bulk" {
+                        (bar(&app, &query, matching, matching >= count_up_to(&query)))
+                        (table)
                     }
-                } }
+                }
             }
             @if let Some(link) = next {
                 p { a #next href=(link) { "Older jobs →" } }
@@ -238,13 +245,14 @@ fn pretty(text: Option<&str>) -> String {
 pub(super) async fn job_action(
     State(app): Shared,
     Path((id, action)): Path<(String, String)>,
+    headers: HeaderMap,
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Result<Redirect, Failure> {
     check_csrf(&app, form)?;
+    let client = acting(&app, &headers);
     let id = id
         .parse::<Uuid>()
         .map_err(|_| bad(format!("{id:?} is not a job id")))?;
-    let client = &app.client;
     let found = match action.as_str() {
         "retry" => client.retry(id).await? != sk_runtime::RetryOutcome::NotFound,
         "cancel" => client.cancel(id).await? != sk_runtime::CancelOutcome::NotFound,

@@ -20,23 +20,35 @@ table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.3rem .5
 td.message{max-width:28rem;overflow-wrap:anywhere}pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0;font-size:13px}
 .tag{background:#f3e2b3;border-radius:3px;padding:0 .3rem;font-size:12px}.error{color:#a0192d}
 .state.fatal{color:#a0192d}.state.processed{color:#1b7a3a}.state.cancelled{color:#6b7280}
-.chart{width:100%;max-width:600px;height:auto}.chart .ok{fill:#3c9a5f}.chart .failed{fill:#d24b5a}.chart .axis{stroke:#999}.chart text{font-size:10px;fill:#555}
-.actions{display:flex;gap:.5rem;margin:.5rem 0}form{display:inline}button{font:inherit;padding:.25rem .8rem;cursor:pointer}
+.chart{width:100%;height:auto;display:block}.chart .ok{fill:#3c9a5f}.chart .failed{fill:#d24b5a}.chart .axis{stroke:#999}.chart .grid{stroke:#eef0f3}.chart text{font-size:11px;fill:#555}
+.spark{width:96px;height:20px}.spark rect{fill:#d24b5a}.done{background:#e3f4e8;border-radius:4px;padding:.3rem .6rem}
+.actions{display:flex;flex-wrap:wrap;gap:.5rem;margin:.5rem 0}form{display:inline}button{font:inherit;padding:.25rem .8rem;cursor:pointer}
 .filters{display:flex;flex-wrap:wrap;gap:.4rem;margin-bottom:.6rem}.filters input{width:9rem}
 .timeline li{margin-bottom:.4rem}.timeline li.failed,.timeline li.panicked,.timeline li.timedout{color:#a0192d}
 .id{font-family:ui-monospace,monospace;font-size:13px;overflow-wrap:anywhere}
 ";
 
-/// Asks before a form marked `data-confirm` posts; replaces `<main>` with a fresh copy of
-/// the page every few seconds, while the page is visible and nobody is typing in it. (The
+/// Asks before a form (or its button) marked `data-confirm` posts, with `{n}` the rows
+/// checked and `{action}` the action picked; checks every row with "select all";
+/// replaces `<main>` with a fresh copy of the page every few seconds, while the page is
+/// visible, nobody is typing in it and no row is checked. (The
 /// only script: the Content-Security-Policy allows it by its hash, and no inline handler.)
 pub(super) const SCRIPT: &str = "
 document.addEventListener('submit', (event) => {
-  const ask = event.target.dataset.confirm;
-  if (ask !== undefined && !confirm(ask)) event.preventDefault();
+  const ask = event.submitter?.dataset.confirm ?? event.target.dataset.confirm;
+  if (ask === undefined) return;
+  const form = event.target;
+  const text = ask.replace('{n}', form.querySelectorAll('input[name=id]:checked').length)
+    .replace('{action}', form.querySelector('select[name=do]')?.value ?? '');
+  if (!confirm(text)) event.preventDefault();
+});
+document.addEventListener('change', (event) => {
+  if (event.target.id !== 'select-all') return;
+  for (const box of document.querySelectorAll('input[name=id]')) box.checked = event.target.checked;
 });
 setInterval(async () => {
   if (document.hidden || document.activeElement?.matches('input,select,textarea')) return;
+  if (document.querySelector('input[type=checkbox]:checked')) return;
   try {
     const response = await fetch(location.href, {headers: {'x-sk-refresh': '1'}});
     if (!response.ok) return;
@@ -49,12 +61,13 @@ setInterval(async () => {
 
 /// The whole document: `body` in `<main>`, under the navigation with `here` marked.
 pub(super) fn page(title: &str, here: &str, body: Markup) -> Markup {
-    const NAV: [(&str, &str); 5] = [
+    const NAV: [(&str, &str); 6] = [
         ("/", "Overview"),
         ("/queues", "Queues"),
         ("/jobs", "Jobs"),
-        ("/batches", "Batches"),
         ("/errors", "Errors"),
+        ("/batches", "Batches"),
+        ("/audit", "Audit"),
     ];
     html! {
         (DOCTYPE)

@@ -1,69 +1,60 @@
-//! The overview: the last hour's runs with a chart, jobs by queue, paused queues, workers.
+//! The overview: the last hour's runs with a chart, figures by task type, jobs by queue
+//! (every queue), paused queues, workers.
 
 use axum::extract::State;
-use chrono::{DateTime, Duration, DurationRound as _, Utc};
+use chrono::{Duration, Utc};
 use maud::{html, Markup};
-use sk_runtime::{CountBy, Per, QueueState};
+use sk_runtime::{CountBy, GroupCounts, Per, Throughput};
 
+use super::charts::runs_per_minute;
 use super::layout::{page, segment, workers_table};
+use super::queues::{count_cells, every_queue, COUNT_HEADERS};
 use super::{Page, Shared};
 use crate::output::time;
 
 pub(super) async fn overview(State(app): Shared) -> Page {
     let client = &app.client;
     let now = Utc::now();
-    let counts = client.count_by(CountBy::Queue).await?;
-    let queues = client.queues().await?;
+    let queues = every_queue(client).await?;
     let workers = client.workers().await?;
-    let hour = client
-        .throughput(now - Duration::hours(1), Per::Minute, None)
-        .await?;
-    let succeeded: i64 = hour.iter().map(|r| r.processed).sum();
-    let failed: i64 = hour.iter().map(|r| r.failed).sum();
-    let rate = if succeeded + failed > 0 {
-        failed as f64 * 100.0 / (succeeded + failed) as f64
-    } else {
-        0.0
-    };
-    let paused: Vec<&QueueState> = queues.iter().filter(|q| q.paused_at.is_some()).collect();
-    let is_paused = |name: &str| paused.iter().any(|q| q.name == name);
+    let hour_ago = now - Duration::hours(1);
+    let minutes = client.throughput(hour_ago, Per::Minute, None).await?;
+    let by_type = client.throughput(hour_ago, Per::Whole, None).await?;
+    let type_counts = client.count_by(CountBy::TaskType).await?;
+    let succeeded: i64 = minutes.iter().map(|r| r.processed).sum();
+    let failed: i64 = minutes.iter().map(|r| r.failed).sum();
+    let paused: Vec<_> = queues
+        .iter()
+        .filter_map(|q| Some((q.name.as_str(), q.state.as_ref()?.paused_at?)))
+        .collect();
     let body = html! {
         section {
             h2 { "Last hour" }
             p.figures {
                 span #succeeded { (succeeded) } " succeeded · "
                 span #failed { (failed) } " failed · "
-                span #failure-rate { (format!("{rate:.1}")) } "% failure rate"
+                span #failure-rate { (format!("{:.1}", rate(succeeded, failed))) } "% failure rate"
             }
-            (chart(&hour, now))
+            (runs_per_minute(&minutes, now))
+        }
+        section {
+            h2 { "By task type" }
+            (types_table(&type_counts, &by_type))
         }
         section {
             h2 { "Jobs by queue" }
-            @if counts.is_empty() {
+            @if queues.is_empty() {
                 p { "No jobs." }
             } @else {
                 div.scroll { table #counts {
-                    tr { th { "queue" } th { "available" } th { "scheduled" } th { "pending" }
-                         th { "retrying" } th { "running" } th { "fatal" } th { "cancelled" } }
-                    @for c in &counts {
-                        @let name = c.key.clone().unwrap_or_default();
-                        @let link = |state: &str, n: i64| html! {
-                            td data-state=(state) {
-                                a href=(format!("/jobs?queue={}&state={state}", segment(&name))) { (n) }
-                            }
-                        };
-                        tr data-queue=(name) {
+                    tr { th { "queue" } @for h in COUNT_HEADERS { th { (h) } } }
+                    @for q in &queues {
+                        tr data-queue=(q.name) {
                             td {
-                                (name)
-                                @if is_paused(&name) { " " span.tag { "paused" } }
+                                (q.name)
+                                @if paused.iter().any(|(name, _)| *name == q.name) { " " span.tag { "paused" } }
                             }
-                            (link("waiting", c.available))
-                            td data-state="scheduled" { (c.scheduled) }
-                            (link("pending", c.pending))
-                            td data-state="retrying" { (c.retrying) }
-                            (link("running", c.running))
-                            (link("fatal", c.fatal))
-                            (link("cancelled", c.cancelled))
+                            (count_cells("queue", &q.name, &q.counts))
                         }
                     }
                 } }
@@ -75,7 +66,7 @@ pub(super) async fn overview(State(app): Shared) -> Page {
                 p #paused { "None." }
             } @else {
                 ul #paused {
-                    @for q in &paused { li { (q.name) " since " (time(q.paused_at)) } }
+                    @for (name, at) in &paused { li { (name) " since " (time(Some(*at))) } }
                 }
             }
         }
@@ -84,48 +75,53 @@ pub(super) async fn overview(State(app): Shared) -> Page {
     Ok(page("Overview", "/", body))
 }
 
-/// Runs per minute over the last hour as bars, failed ones stacked on the succeeded.
-fn chart(rows: &[sk_runtime::Throughput], now: DateTime<Utc>) -> Markup {
-    const WIDTH: f64 = 600.0;
-    const HEIGHT: f64 = 120.0;
-    let start = now
-        .duration_trunc(Duration::minutes(1))
-        .unwrap_or(now)
-        .checked_sub_signed(Duration::minutes(59))
-        .unwrap_or(now);
-    let mut minutes = [(0i64, 0i64); 60];
-    for r in rows {
-        let i = (r.at - start).num_minutes();
-        if let Some(slot) = usize::try_from(i).ok().and_then(|i| minutes.get_mut(i)) {
-            slot.0 += r.processed;
-            slot.1 += r.failed;
-        }
+/// Failed runs as a percentage of all runs.
+pub(super) fn rate(succeeded: i64, failed: i64) -> f64 {
+    if succeeded + failed > 0 {
+        failed as f64 * 100.0 / (succeeded + failed) as f64
+    } else {
+        0.0
     }
-    let top = minutes.iter().map(|(s, f)| s + f).max().unwrap_or(0).max(1);
-    let bar = WIDTH / 60.0;
-    let tenths = |v: f64| format!("{v:.1}");
-    let label_y = HEIGHT + 12.0;
+}
+
+/// Per task type: its jobs by state now, and its last hour's runs, failure rate and run
+/// time percentiles; the worst failure rate first.
+fn types_table(counts: &[GroupCounts], hour: &[Throughput]) -> Markup {
+    let mut names: Vec<&str> = counts
+        .iter()
+        .filter_map(|c| c.key.as_deref())
+        .chain(hour.iter().map(|t| t.task_type.as_str()))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let run = |name: &str| hour.iter().find(|t| t.task_type == name);
+    names.sort_by(|a, b| {
+        let r = |n: &str| run(n).map_or(0.0, |t| rate(t.processed, t.failed));
+        r(b).total_cmp(&r(a)).then(a.cmp(b))
+    });
+    if names.is_empty() {
+        return html! { p { "No task types." } };
+    }
+    let ms = |v: f64| format!("{v:.1}");
     html! {
-        svg.chart viewBox=(format!("0 0 {WIDTH} {}", HEIGHT + 14.0)) role="img"
-            aria-label="runs per minute, last hour" {
-            @for (i, (ok, failed)) in minutes.iter().enumerate() {
-                @let x = i as f64 * bar;
-                @let h_ok = *ok as f64 / top as f64 * HEIGHT;
-                @let h_failed = *failed as f64 / top as f64 * HEIGHT;
-                @if *ok > 0 {
-                    rect.ok x=(tenths(x)) y=(tenths(HEIGHT - h_ok)) width=(tenths(bar - 1.0))
-                        height=(tenths(h_ok)) { title { (ok) " succeeded" } }
-                }
-                @if *failed > 0 {
-                    rect.failed x=(tenths(x)) y=(tenths(HEIGHT - h_ok - h_failed))
-                        width=(tenths(bar - 1.0)) height=(tenths(h_failed)) {
-                        title { (failed) " failed" }
-                    }
+        div.scroll { table #types {
+            tr { th { "task type" } @for h in COUNT_HEADERS { th { (h) } }
+                 th { "succeeded/h" } th { "failed/h" } th { "failure rate" }
+                 th { "p50 ms" } th { "p95 ms" } th { "p99 ms" } }
+            @for name in &names {
+                @let c = counts.iter().find(|c| c.key.as_deref() == Some(*name)).cloned().unwrap_or_default();
+                @let t = run(name);
+                tr data-type=(name) {
+                    td { a href=(format!("/types/{}", segment(name))) { (name) } }
+                    (count_cells("type", name, &c))
+                    td { (t.map_or(0, |t| t.processed)) }
+                    td data-state="failed" { (t.map_or(0, |t| t.failed)) }
+                    td.rate { (t.map_or_else(|| "–".to_owned(), |t| format!("{:.1}%", rate(t.processed, t.failed)))) }
+                    td { (t.map_or_else(String::new, |t| ms(t.p50_ms))) }
+                    td { (t.map_or_else(String::new, |t| ms(t.p95_ms))) }
+                    td { (t.map_or_else(String::new, |t| ms(t.p99_ms))) }
                 }
             }
-            line x1="0" y1=(HEIGHT) x2=(WIDTH) y2=(HEIGHT) class="axis" {}
-            text x="0" y=(label_y) { "-60 min" }
-            text x=(WIDTH) y=(label_y) text-anchor="end" { "now · peak " (top) "/min" }
-        }
+        } }
     }
 }

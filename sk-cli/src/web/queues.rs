@@ -1,21 +1,95 @@
 //! The queues: each one's jobs by state, its global and rate limits, and pause or resume;
 //! a queue's tenants and what its limits per tenant hold back now.
 
+use std::collections::BTreeMap;
+
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Path, State};
+use axum::http::HeaderMap;
 use axum::response::Redirect;
-use maud::html;
+use maud::{html, Markup};
+use sk_runtime::{Client, CountBy, GroupCounts, QueueState};
 
 use super::layout::{button, page, segment};
-use super::{check_csrf, not_found, ActionForm, Failure, Page, Shared};
+use super::{acting, check_csrf, not_found, ActionForm, Failure, Page, Shared};
 use crate::limits::{hold_cell, per_tenant_cell, waiting};
 use crate::output::{rate_cell, time};
 
 /// Most tenants the tenants page lists (those held back first); `sk tenants` lists all.
 const TENANTS_SHOWN: usize = 500;
 
+/// A queue as the dashboard shows it: its jobs by state (as the overview and `sk status`
+/// count them), its controls, and whether a live worker serves it.
+pub(super) struct QueueRow {
+    pub(super) name: String,
+    pub(super) counts: GroupCounts,
+    pub(super) state: Option<QueueState>,
+}
+
+/// Every queue the database knows: with jobs in any state, paused or limited, or named
+/// by a live worker; by name.
+pub(super) async fn every_queue(client: &Client) -> Result<Vec<QueueRow>, Failure> {
+    let mut rows: BTreeMap<String, QueueRow> = BTreeMap::new();
+    let row = |name: String| QueueRow {
+        name,
+        counts: GroupCounts::default(),
+        state: None,
+    };
+    for c in client.count_by(CountBy::Queue).await? {
+        let name = c.key.clone().unwrap_or_default();
+        rows.entry(name.clone()).or_insert_with(|| row(name)).counts = c;
+    }
+    for q in client.queues().await? {
+        let name = q.name.clone();
+        rows.entry(name.clone()).or_insert_with(|| row(name)).state = Some(q);
+    }
+    for w in client.workers().await?.into_iter().filter(|w| w.alive) {
+        for name in w
+            .queues
+            .unwrap_or_default()
+            .into_iter()
+            .chain(w.default_queues)
+        {
+            rows.entry(name.clone()).or_insert_with(|| row(name));
+        }
+    }
+    Ok(rows.into_values().collect())
+}
+
+/// A queue's or a task type's counts (`by`: `queue` or `type`) as table cells, each
+/// state linking to the jobs in it.
+pub(super) fn count_cells(by: &str, name: &str, c: &GroupCounts) -> Markup {
+    let link = |state: &str, n: i64| {
+        html! {
+            td data-state=(state) {
+                a href=(format!("/jobs?{by}={}&state={state}", segment(name))) { (n) }
+            }
+        }
+    };
+    html! {
+        (link("waiting", c.available))
+        td data-state="scheduled" { (c.scheduled) }
+        td data-state="pending" { (c.pending) }
+        (link("retrying", c.retrying))
+        (link("running", c.running))
+        (link("fatal", c.fatal))
+        (link("cancelled", c.cancelled))
+    }
+}
+
+/// The header cells of [`count_cells`].
+pub(super) const COUNT_HEADERS: [&str; 7] = [
+    "waiting",
+    "scheduled",
+    "pending",
+    "retrying",
+    "running",
+    "fatal",
+    "cancelled",
+];
+
 pub(super) async fn queues(State(app): Shared) -> Page {
-    let queues = app.client.queues().await?;
+    let queues = every_queue(&app.client).await?;
     let body = html! {
         section {
             h2 { "Queues" }
@@ -23,24 +97,26 @@ pub(super) async fn queues(State(app): Shared) -> Page {
                 p { "No queues." }
             } @else {
                 div.scroll { table #queues {
-                    tr { th { "queue" } th { "available" } th { "scheduled" } th { "pending" }
-                         th { "running" } th { "global limit" } th { "per tenant" }
-                         th { "rate limit" } th { "state" } th {} }
+                    tr { th { "queue" } @for h in COUNT_HEADERS { th { (h) } }
+                         th { "global limit" } th { "per tenant" } th { "rate limit" } th { "state" } th {} }
                     @for q in &queues {
-                        @let action = if q.paused_at.is_some() { "resume" } else { "pause" };
+                        @let paused = q.state.as_ref().and_then(|s| s.paused_at);
+                        @let action = if paused.is_some() { "resume" } else { "pause" };
                         tr data-queue=(q.name) {
                             td { (q.name) }
-                            td { (q.available) }
-                            td { (q.scheduled) }
-                            td { (q.pending) }
-                            td { (q.running) }
-                            td { (q.global_limit.map_or_else(|| "none".to_owned(), |n| n.to_string())) }
-                            td { a href=(format!("/queues/{}/tenants", segment(&q.name))) {
-                                (Some(per_tenant_cell(q)).filter(|c| !c.is_empty()).unwrap_or_else(|| "none".to_owned()))
-                            } }
-                            td.rate { (q.rate_limit.as_ref().map_or_else(|| "none".to_owned(), rate_cell)) }
+                            (count_cells("queue", &q.name, &q.counts))
+                            @match &q.state {
+                                Some(s) => {
+                                    td { (s.global_limit.map_or_else(|| "none".to_owned(), |n| n.to_string())) }
+                                    td { a href=(format!("/queues/{}/tenants", segment(&q.name))) {
+                                        (Some(per_tenant_cell(s)).filter(|c| !c.is_empty()).unwrap_or_else(|| "none".to_owned()))
+                                    } }
+                                    td.rate { (s.rate_limit.as_ref().map_or_else(|| "none".to_owned(), rate_cell)) }
+                                }
+                                None => { td { "none" } td { "none" } td.rate { "none" } }
+                            }
                             td.state {
-                                @match q.paused_at {
+                                @match paused {
                                     Some(at) => { "paused since " (time(Some(at))) }
                                     None => { "running" }
                                 }
@@ -62,12 +138,14 @@ pub(super) async fn queues(State(app): Shared) -> Page {
 pub(super) async fn queue_action(
     State(app): Shared,
     Path((name, action)): Path<(String, String)>,
+    headers: HeaderMap,
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Result<Redirect, Failure> {
     check_csrf(&app, form)?;
+    let client = acting(&app, &headers);
     match action.as_str() {
-        "pause" => app.client.pause(&name).await?,
-        "resume" => app.client.resume(&name).await?,
+        "pause" => client.pause(&name).await?,
+        "resume" => client.resume(&name).await?,
         _ => return Err(not_found(format!("no action {action:?} on a queue"))),
     };
     Ok(Redirect::to("/queues"))

@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::audit::On;
 use super::Client;
 use crate::error::Result;
-use crate::model::{JobFilter, JobStatus};
+use crate::model::{JobFilter, JobStatus, MAX_PAGE};
 
 /// Jobs per statement of a bulk call.
 pub(super) const BULK_BATCH: i64 = 500;
@@ -123,30 +123,63 @@ impl Client {
         Ok(deleted > 0)
     }
 
-    /// How many jobs the filter takes, live and ended, counting no further than `up_to`
-    /// (a page of ids at a time): what a bulk action would act on, for its confirmation.
+    /// How many jobs the filter takes that a bulk action acts on, counting no further
+    /// than `up_to`, a page of ids at a time: the live ones, and those that failed for
+    /// good or were cancelled (with a final status in the filter, those in it). For a
+    /// bulk action's confirmation.
     ///
     /// # Errors
     /// The database fails.
     pub async fn count_where(&self, filter: &JobFilter, up_to: u64) -> Result<u64> {
         filter.check()?;
         let mut total = 0;
-        let mut after = None;
-        while total < up_to {
-            let page = self
-                .pool
-                .list_jobs(&self.schema, filter, after, BULK_BATCH * 2, self.now())
-                .await?;
-            let full = page.len() as i64 == BULK_BATCH * 2;
-            after = page.last().map(|j| j.id);
-            total += page.iter().filter(|j| filter.takes_error_of(j)).count() as u64;
-            if !full {
-                break;
+        if filter.error_pattern.is_some() || filter.error_kind.is_some() {
+            // One pass over the list, which reads each job's last error.
+            let mut after = None;
+            while total < up_to {
+                let page = self
+                    .pool
+                    .list_jobs(
+                        &self.schema,
+                        filter,
+                        after,
+                        COUNT_PAGE.min(i64::from(MAX_PAGE)),
+                        self.now(),
+                    )
+                    .await?;
+                after = page.last().map(|j| j.id);
+                total += page
+                    .iter()
+                    .filter(|j| {
+                        filter.takes_error_of(j) && !matches!(j.status(), JobStatus::Processed)
+                    })
+                    .count() as u64;
+                if (page.len() as i64) < COUNT_PAGE.min(i64::from(MAX_PAGE)) {
+                    break;
+                }
+            }
+            return Ok(total.min(up_to));
+        }
+        for side in [Side::Live, Side::Ended] {
+            let takes = match side {
+                Side::Live => filter.takes_live(),
+                Side::Ended => filter.status.is_none_or(JobStatus::is_final),
+            };
+            let mut pages = FilterPages::new(filter, side);
+            pages.size = COUNT_PAGE;
+            while takes && total < up_to {
+                let Some(ids) = pages.next(self).await? else {
+                    break;
+                };
+                total += ids.len() as u64;
             }
         }
         Ok(total.min(up_to))
     }
 }
+
+/// Ids per page of [`Client::count_where`].
+const COUNT_PAGE: i64 = 10_000;
 
 /// Which of a filter's jobs a bulk call takes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -161,6 +194,7 @@ enum Side {
 struct FilterPages<'f> {
     filter: &'f JobFilter,
     side: Side,
+    size: i64,
     after: Option<Uuid>,
     done: bool,
 }
@@ -170,6 +204,7 @@ impl<'f> FilterPages<'f> {
         FilterPages {
             filter,
             side,
+            size: BULK_BATCH,
             after: None,
             done: false,
         }
@@ -194,10 +229,22 @@ impl<'f> FilterPages<'f> {
                 return Ok((!ids.is_empty()).then_some(ids));
             }
             // An error filter reads each job's last error: through the list, newest first.
+            // A live job with a last error waits for its retry.
+            let retrying;
+            let listed = if self.side == Side::Live && filter.status.is_none() {
+                retrying = JobFilter {
+                    status: Some(JobStatus::Error),
+                    ..filter.clone()
+                };
+                &retrying
+            } else {
+                filter
+            };
+            let size = self.size.min(i64::from(MAX_PAGE));
             let page = pool
-                .list_jobs(schema, filter, self.after, BULK_BATCH, client.now())
+                .list_jobs(schema, listed, self.after, size, client.now())
                 .await?;
-            self.done = (page.len() as i64) < BULK_BATCH;
+            self.done = (page.len() as i64) < size;
             self.after = page.last().map(|j| j.id);
             let ids: Vec<Uuid> = page
                 .iter()
