@@ -186,6 +186,24 @@ async fn charge_card(invoice: u64, gateway: Data<Gateway>) -> Result<(), JobErro
     Ok(())
 }
 
+/// Picks an order's items (a workflow's fan-out).
+#[job(queue = "fulfilment")]
+async fn pick_items(order: u64) -> Result<u64, JobError> {
+    Ok(order * 2)
+}
+
+/// Packs what was picked; the packing station is offline while the gateway is down.
+#[job(queue = "fulfilment", max_attempts = 1)]
+async fn pack_items(
+    items: sk_runtime::Inputs<u64>,
+    gateway: Data<Gateway>,
+) -> Result<u64, JobError> {
+    if gateway.0.load(Ordering::SeqCst) {
+        return Err(JobError::fatal("packing station offline"));
+    }
+    Ok(items.iter().sum())
+}
+
 each_backend! {
     /// The incident the dashboard is for, worked in Chromium alone: 500 `charge_card`
     /// jobs of queue `payments` fail for good in a gateway outage. The operator finds the
@@ -199,7 +217,7 @@ each_backend! {
         gateway.0.store(true, Ordering::SeqCst);
         let (probe, _ran) = probe();
         let w = RunningWorker::start(
-            worker(&db, &[ChargeCard::TASK_TYPE, Record::TASK_TYPE])
+            worker(&db, &[ChargeCard::TASK_TYPE, Record::TASK_TYPE, PickItems::TASK_TYPE, PackItems::TASK_TYPE])
                 .data(gateway.clone())
                 .data(probe)
                 .concurrency(16)
@@ -210,18 +228,26 @@ each_backend! {
         ChargeCard::enqueue_many(&db.pool, (10_000..10_500).map(ChargeCard::new))
             .await
             .unwrap();
+        // A workflow the outage broke, for its page.
+        let flow = sk_runtime::Workflow::fan_out((1..=3).map(PickItems::new))
+            .then(PackItems::new())
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
         let hour_ago = Utc::now() - chrono::Duration::hours(1);
-        wait_until("500 jobs failed for good, and counted", T * 4, || async {
-            let fatal: i64 = client
+        wait_until("501 jobs failed for good, and counted", T * 4, || async {
+            let fatal: Vec<(Option<String>, i64)> = client
                 .count_by(sk_runtime::CountBy::Queue)
                 .await
                 .ok()?
-                .iter()
-                .map(|c| c.fatal)
-                .sum();
+                .into_iter()
+                .filter(|c| c.fatal > 0)
+                .map(|c| (c.key, c.fatal))
+                .collect();
             let rows = client.throughput(hour_ago, Per::Minute, None).await.ok()?;
             let failed: i64 = rows.iter().map(|r| r.failed).sum();
-            (fatal == 500 && failed == 500).then_some(())
+            let expected = [(Some("fulfilment".to_owned()), 1), (Some("payments".to_owned()), 500)];
+            (fatal == expected && failed == 501).then_some(())
         })
         .await;
         // The outage ends; the dashboard does the rest.
@@ -235,6 +261,7 @@ each_backend! {
                 ("SK_URL", url.as_str()),
                 ("SK_RO_URL", &read_only),
                 ("SK_SHOTS", &shots.to_string_lossy()),
+                ("SK_WORKFLOW", &flow.workflow.to_string()),
             ],
         )
         .await;
@@ -245,14 +272,18 @@ each_backend! {
             .queue("payments")
             .status(JobStatus::Processed);
         assert_eq!(client.count_where(&processed, 1_000).await.unwrap(), 500);
+        let packed = client.wait(flow.last()[0], T).await.unwrap();
+        assert_eq!(packed.output::<u64>().unwrap(), Some(12), "retried from its page");
         let audit = client.audit(None, 10).await.unwrap();
         let actions: Vec<(&str, Option<&str>, Option<i64>)> = audit
             .iter()
             .map(|e| (e.action.as_str(), e.target.as_deref(), e.jobs))
             .collect();
+        let workflow = flow.workflow.to_string();
         assert_eq!(
             actions,
             [
+                ("retry-workflow", Some(workflow.as_str()), Some(1)),
                 ("resume", Some("payments"), None),
                 ("retry", None, Some(500)),
                 ("pause", Some("payments"), None)

@@ -565,3 +565,79 @@ async fn a_batch_of_100_000_jobs_completes_once() {
     );
     db.drop().await;
 }
+
+each_backend! {
+    /// A workflow stays on record with its stages: `Client::workflow_jobs` gives each job's
+    /// state now; its dashboard page draws the graph and retries what failed (the first
+    /// stage's failures, the later stages healing); pruning its jobs forgets it.
+    async fn a_workflow_is_on_record_and_its_page_retries_what_failed(db) {
+        let open = Arc::new(AtomicBool::new(false));
+        let worker = Worker::builder(db.pool.clone())
+            .task_types([FlakyStep::TASK_TYPE, NextStep::TASK_TYPE, Total::TASK_TYPE])
+            .data(open.clone())
+            .build()
+            .unwrap();
+        let ids = Workflow::fan_out([FlakyStep::new(1), FlakyStep::new(2)])
+            .then(Total::new())
+            .then(NextStep::new())
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let client = Client::new(db.pool.clone());
+        let record = client.workflow(ids.workflow).await.unwrap().expect("on record");
+        assert_eq!((record.stages, record.jobs), (3, 4));
+        let states = || async {
+            client
+                .workflow_jobs(ids.workflow)
+                .await
+                .unwrap()
+                .iter()
+                .map(|j| (j.stage, j.status))
+                .collect::<Vec<_>>()
+        };
+        let (waiting, pending) = (Some(JobStatus::Unprocessed), Some(JobStatus::Pending));
+        assert_eq!(states().await, [(0, waiting), (0, waiting), (1, pending), (2, pending)]);
+        testing::drain(&worker).await.unwrap();
+        let fatal = Some(JobStatus::Fatal);
+        assert_eq!(states().await, [(0, fatal), (0, fatal), (1, fatal), (2, fatal)]);
+        let jobs = client.workflow_jobs(ids.workflow).await.unwrap();
+        assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), ids.stages.concat());
+        assert_eq!(jobs[2].task_type.as_deref(), Some(Total::TASK_TYPE));
+        assert_eq!(client.workflows(10).await.unwrap().first().map(|w| w.id), Some(ids.workflow));
+
+        // The dashboard: listed, drawn with a node per job, retried from its page.
+        let url = crate::web::serve(client.clone(), sk_cli::web::WebOptions::default()).await;
+        let (status, list) = crate::web::request(&url, "GET", "/workflows", "").await;
+        assert_eq!(status, 200, "{list}");
+        assert!(list.contains(&format!("/workflows/{}", ids.workflow)), "{list}");
+        let path = format!("/workflows/{}", ids.workflow);
+        let (status, page) = crate::web::request(&url, "GET", &path, "").await;
+        assert_eq!(status, 200, "{page}");
+        for id in ids.stages.concat() {
+            assert!(page.contains(&format!("data-job=\"{id}\"")), "a node for {id}: {page}");
+        }
+        assert_eq!(page.matches("<line class=\"edge\"").count(), 3, "2 → 1 → 1: {page}");
+        open.store(true, Ordering::SeqCst);
+        let at = page.find("name=\"csrf\" value=\"").expect("a form") + 19;
+        let form = format!("csrf={}", &page[at..at + 64]);
+        let host = url.trim_start_matches("http://");
+        let own = format!("Host: {host}\r\nOrigin: {url}\r\n");
+        let (status, body) = crate::web::send(&url, "POST", &format!("{path}/retry"), &own, &form).await;
+        assert_eq!(status, 303, "{body}");
+        assert_eq!(states().await, [(0, waiting), (0, waiting), (1, pending), (2, pending)]);
+        let drained = testing::drain(&worker).await.unwrap();
+        assert_eq!((drained.succeeded(), drained.failed()), (4, 0), "{drained:?}");
+        assert_eq!(output::<i64>(&db.job(ids.last()[0]).await), 4);
+        let retried = client.audit(None, 1).await.unwrap();
+        assert_eq!(retried[0].action, "retry-workflow");
+        assert_eq!(retried[0].jobs, Some(2));
+        let (status, _) = crate::web::request(&url, "GET", &format!("/workflows/{}", uuid::Uuid::nil()), "").await;
+        assert_eq!(status, 404);
+
+        // Pruned, it is forgotten.
+        client.prune(chrono::Utc::now() + chrono::Duration::seconds(1)).await.unwrap();
+        assert_eq!(client.workflow(ids.workflow).await.unwrap(), None);
+        assert!(client.workflow_jobs(ids.workflow).await.unwrap().is_empty());
+        db.drop().await;
+    }
+}

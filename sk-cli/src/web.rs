@@ -33,6 +33,7 @@ mod metrics;
 mod overview;
 mod queues;
 mod types;
+mod workflows;
 
 /// How the dashboard guards itself.
 #[derive(Debug, Clone, Default)]
@@ -83,6 +84,9 @@ pub fn router(client: Client, options: WebOptions, bound: SocketAddr) -> Router 
         .route("/batches", get(batches::batches))
         .route("/batches/{id}", get(batches::batch))
         .route("/batches/{id}/{action}", post(batches::batch_action))
+        .route("/workflows", get(workflows::workflows))
+        .route("/workflows/{id}", get(workflows::workflow))
+        .route("/workflows/{id}/{action}", post(workflows::workflow_action))
         .route("/metrics", get(metrics::metrics))
         .layer(middleware::from_fn_with_state(app.clone(), guard))
         .with_state(app)
@@ -286,6 +290,12 @@ fn check_csrf(app: &App, form: Result<Form<ActionForm>, FormRejection>) -> Resul
             "the form's CSRF token is missing or stale: reload the page".to_owned(),
         ))
     }
+}
+
+/// `text` as the id of a `what` (`job`, `batch`, `workflow`), or a 400 saying it is not.
+fn id_of(text: &str, what: &str) -> Result<Uuid, Failure> {
+    text.parse::<Uuid>()
+        .map_err(|_| bad(format!("{text:?} is not a {what} id")))
 }
 
 fn bad(message: String) -> Failure {

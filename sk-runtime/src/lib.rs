@@ -82,7 +82,7 @@ pub use model::{
     Attempt, AttemptOutcome, AuditEntry, BatchCallback, BatchEvent, BatchRecord, CountBy,
     ErrorGroup, GroupCounts, JobFilter, JobPage, JobRecord, JobStatus, JobSummary, Per, Pruned,
     QueueCounts, QueueState, QueuedJob, RateLimit, RateState, TenantHold, TenantState, Throughput,
-    UniqueMode, UpdateOutcome, WorkerInfo, MAX_PAGE, MAX_RATE_WINDOW,
+    UniqueMode, UpdateOutcome, WorkerInfo, WorkflowJob, WorkflowRecord, MAX_PAGE, MAX_RATE_WINDOW,
 };
 pub use progress::{MAX_PROGRESS_BYTES, PROGRESS_EVERY};
 pub use retry::Backoff;

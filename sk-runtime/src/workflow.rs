@@ -217,6 +217,9 @@ pub struct Workflow<O, N> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WorkflowIds {
+    /// The workflow's own id, for [`Client::workflow`](crate::Client::workflow) and the
+    /// dashboard's page of it.
+    pub workflow: Uuid,
     /// One list per stage.
     pub stages: Vec<Vec<Uuid>>,
 }
@@ -324,10 +327,13 @@ impl<O, N> Workflow<O, N> {
             };
             stages.push(ids);
         }
+        let workflow = Uuid::now_v7();
+        <E::Database as Backend>::create_workflow(&mut tx, &schema, workflow, stages.clone(), now)
+            .await?;
         tx.commit().await?;
         for (task_type, queue) in counts {
             crate::telemetry::enqueued(&task_type, &queue, 1);
         }
-        Ok(WorkflowIds { stages })
+        Ok(WorkflowIds { workflow, stages })
     }
 }

@@ -10,7 +10,7 @@
 // sees them succeed; the audit page then lists the three actions.
 import { check, launch, waitFor as waitUntil } from './lib.mjs';
 
-const { SK_URL: url, SK_RO_URL: roUrl, SK_SHOTS: shots } = process.env;
+const { SK_URL: url, SK_RO_URL: roUrl, SK_SHOTS: shots, SK_WORKFLOW: workflow } = process.env;
 const WAIT = 30000;
 const waitFor = (page, what, read, want) => waitUntil(page, what, read, want, WAIT);
 
@@ -94,13 +94,26 @@ try {
   check('the audit names who', who.startsWith('web:'), who);
   await page.screenshot({ path: `${shots}/incident-audit.png`, fullPage: true });
 
+  // The workflow the outage broke: its graph, and a retry of what failed from its page.
+  await page.goto(url + '/workflows');
+  await page.click(`#workflows a[href="/workflows/${workflow}"]`);
+  const nodes = await page.locator('#graph rect.node').count();
+  check('the workflow page draws a node per job', nodes === 4, nodes);
+  const fatalNodes = await page.locator('#graph rect.node.fatal').count();
+  check('the failed pack and nothing else shows failed', fatalNodes === 1, fatalNodes);
+  await page.screenshot({ path: `${shots}/incident-workflow.png`, fullPage: true });
+  page.once('dialog', (d) => d.accept());
+  await page.click('button[value="retry what failed"]');
+  await waitFor(page, 'the retried pack succeeds, the page shows it',
+    () => document.querySelectorAll('#graph rect.node.processed').length, 4);
+
   // The new pages' guards: a forged bulk POST is refused; read-only shows no bulk form.
   const forged = await page.evaluate(async () => {
     const body = new URLSearchParams({ csrf: 'forged', do: 'delete', scope: 'filter' });
     return (await fetch('/jobs/bulk', { method: 'POST', body })).status;
   });
   check('a bulk POST with a forged CSRF token is refused', forged === 403, forged);
-  for (const path of ['/jobs?queue=payments', '/errors', '/types/charge_card', '/audit']) {
+  for (const path of ['/jobs?queue=payments', '/errors', '/types/charge_card', '/audit', `/workflows/${workflow}`]) {
     await page.goto(roUrl + path);
     const forms = await page.locator('form[method="post"]').count();
     check(`read-only ${path}: no action form`, forms === 0, forms);

@@ -6,10 +6,9 @@ use axum::extract::{Form, Path, State};
 use axum::http::HeaderMap;
 use axum::response::Redirect;
 use maud::html;
-use uuid::Uuid;
 
 use super::layout::{button, page};
-use super::{acting, bad, check_csrf, not_found, ActionForm, Failure, Page, Shared};
+use super::{acting, check_csrf, id_of, not_found, ActionForm, Failure, Page, Shared};
 use crate::batches::batch_state;
 use crate::output::time;
 
@@ -45,9 +44,7 @@ pub(super) async fn batches(State(app): Shared) -> Page {
 }
 
 pub(super) async fn batch(State(app): Shared, Path(id): Path<String>) -> Page {
-    let id = id
-        .parse::<Uuid>()
-        .map_err(|_| bad(format!("{id:?} is not a batch id")))?;
+    let id = id_of(&id, "batch")?;
     let Some(b) = app.client.batch(id).await? else {
         return Err(not_found(format!("no batch {id}")));
     };
@@ -132,9 +129,7 @@ pub(super) async fn batch_action(
 ) -> Result<Redirect, Failure> {
     check_csrf(&app, form)?;
     let client = acting(&app, &headers);
-    let id = id
-        .parse::<Uuid>()
-        .map_err(|_| bad(format!("{id:?} is not a batch id")))?;
+    let id = id_of(&id, "batch")?;
     if app.client.batch(id).await?.is_none() {
         return Err(not_found(format!("no batch {id}")));
     }

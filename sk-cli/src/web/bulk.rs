@@ -8,10 +8,9 @@ use axum::http::HeaderMap;
 use axum::response::Redirect;
 use maud::{html, Markup};
 use sk_runtime::{JobFilter, JobStatus};
-use uuid::Uuid;
 
 use super::layout::segment;
-use super::{acting, bad, same, App, Failure, Shared};
+use super::{acting, bad, id_of, same, App, Failure, Shared};
 
 /// The job list's filter, as the page's query (and the bulk form's fields) carry it.
 #[derive(serde::Deserialize, Default, Clone)]
@@ -203,10 +202,7 @@ pub(super) async fn bulk(
             let ids = fields
                 .iter()
                 .filter(|(k, _)| k == "id")
-                .map(|(_, v)| {
-                    v.parse::<Uuid>()
-                        .map_err(|_| bad(format!("{v:?} is not a job id")))
-                })
+                .map(|(_, v)| id_of(v, "job"))
                 .collect::<Result<Vec<_>, _>>()?;
             if ids.is_empty() {
                 return Err(bad("no job selected".to_owned()));

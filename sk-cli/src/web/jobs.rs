@@ -11,10 +11,10 @@ use uuid::Uuid;
 
 use super::bulk::{bar, JobsQuery, STATES};
 use super::layout::{button, page};
-use super::{acting, bad, check_csrf, not_found, ActionForm, Failure, Page, Shared};
+use super::{acting, bad, check_csrf, id_of, not_found, ActionForm, Failure, Page, Shared};
 use crate::output::time;
 
-fn status_name(status: JobStatus) -> &'static str {
+pub(super) fn status_name(status: JobStatus) -> &'static str {
     match status {
         JobStatus::Unprocessed => "waiting",
         JobStatus::Error | JobStatus::Faulted => "retrying",
@@ -143,9 +143,7 @@ pub(super) async fn jobs(State(app): Shared, Query(query): Query<JobsQuery>) -> 
 }
 
 pub(super) async fn job(State(app): Shared, Path(id): Path<String>) -> Page {
-    let id = id
-        .parse::<Uuid>()
-        .map_err(|_| bad(format!("{id:?} is not a job id")))?;
+    let id = id_of(&id, "job")?;
     let record = app
         .client
         .job(id)
@@ -250,9 +248,7 @@ pub(super) async fn job_action(
 ) -> Result<Redirect, Failure> {
     check_csrf(&app, form)?;
     let client = acting(&app, &headers);
-    let id = id
-        .parse::<Uuid>()
-        .map_err(|_| bad(format!("{id:?} is not a job id")))?;
+    let id = id_of(&id, "job")?;
     let found = match action.as_str() {
         "retry" => client.retry(id).await? != sk_runtime::RetryOutcome::NotFound,
         "cancel" => client.cancel(id).await? != sk_runtime::CancelOutcome::NotFound,

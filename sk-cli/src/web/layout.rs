@@ -21,6 +21,7 @@ td.message{max-width:28rem;overflow-wrap:anywhere}pre{white-space:pre-wrap;overf
 .tag{background:#f3e2b3;border-radius:3px;padding:0 .3rem;font-size:12px}.error{color:#a0192d}
 .state.fatal{color:#a0192d}.state.processed{color:#1b7a3a}.state.cancelled{color:#6b7280}
 .chart{width:100%;height:auto;display:block}.chart .ok{fill:#3c9a5f}.chart .failed{fill:#d24b5a}.chart .axis{stroke:#999}.chart .grid{stroke:#eef0f3}.chart text{font-size:11px;fill:#555}
+.graph{display:block}.graph .edge{stroke:#b8bfcc}.graph .node{fill:#eef0f3;stroke:#8a93a3}.graph .node.processed{fill:#d7efdf}.graph .node.fatal{fill:#f6d5da}.graph .node.cancelled{fill:#e5e7eb}.graph .node.running{fill:#d6e6fb}.graph text{font-size:11px;fill:#1d2330}
 .spark{width:96px;height:20px}.spark rect{fill:#d24b5a}.done{background:#e3f4e8;border-radius:4px;padding:.3rem .6rem}
 .actions{display:flex;flex-wrap:wrap;gap:.5rem;margin:.5rem 0}form{display:inline}button{font:inherit;padding:.25rem .8rem;cursor:pointer}
 .filters{display:flex;flex-wrap:wrap;gap:.4rem;margin-bottom:.6rem}.filters input{width:9rem}
@@ -61,11 +62,12 @@ setInterval(async () => {
 
 /// The whole document: `body` in `<main>`, under the navigation with `here` marked.
 pub(super) fn page(title: &str, here: &str, body: Markup) -> Markup {
-    const NAV: [(&str, &str); 6] = [
+    const NAV: [(&str, &str); 7] = [
         ("/", "Overview"),
         ("/queues", "Queues"),
         ("/jobs", "Jobs"),
         ("/errors", "Errors"),
+        ("/workflows", "Workflows"),
         ("/batches", "Batches"),
         ("/audit", "Audit"),
     ];

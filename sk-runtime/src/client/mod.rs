@@ -9,6 +9,7 @@ mod events;
 mod info;
 mod insight;
 mod update;
+mod workflows;
 
 pub use batches::BatchJobs;
 pub use info::QueueInfo;

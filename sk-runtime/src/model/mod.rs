@@ -10,6 +10,7 @@ mod names;
 mod record;
 mod seed_002;
 mod stats;
+mod workflow;
 
 pub use audit::AuditEntry;
 pub use batch::{BatchCallback, BatchEvent, BatchRecord};
@@ -32,3 +33,5 @@ pub(crate) use seed_002::seed_002_key;
 pub use seed_002::UpdateOutcome;
 pub(crate) use seed_002::{SEED_002_ID_CHARS, SUB_STATE_CHARS};
 pub(crate) use stats::{throughput_of, StatBucket, StatRow, WorkerUp};
+pub(crate) use workflow::WorkflowJobRow;
+pub use workflow::{WorkflowJob, WorkflowRecord};

@@ -97,6 +97,20 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
         E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
         'e: 'a;
 
+    /// Records workflow `id` of the jobs `stages`, inserted in this transaction
+    /// (`executor`).
+    #[doc(hidden)]
+    fn create_workflow<'e, 'a, E>(
+        executor: E,
+        schema: &'a Schema,
+        id: Uuid,
+        stages: Vec<Vec<Uuid>>,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<()>>
+    where
+        E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
+        'e: 'a;
+
     /// The backend's name in messages.
     #[doc(hidden)]
     const NAME: &'static str;
@@ -217,6 +231,23 @@ macro_rules! backend {
                 Box::pin(async move {
                     let mut conn = executor.acquire().await?;
                     $module::enqueue_many(&mut *conn, schema, jobs, now).await
+                })
+            }
+
+            fn create_workflow<'e, 'a, E>(
+                executor: E,
+                schema: &'a Schema,
+                id: Uuid,
+                stages: Vec<Vec<Uuid>>,
+                now: DateTime<Utc>,
+            ) -> BoxFuture<'a, Result<()>>
+            where
+                E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
+                'e: 'a,
+            {
+                Box::pin(async move {
+                    let mut conn = executor.acquire().await?;
+                    super::workflows::create::<$db>(&mut *conn, schema, id, &stages, now).await
                 })
             }
 

@@ -25,7 +25,7 @@ use crate::model::BatchEvent;
 
 /// Ids per statement when a batch's jobs are recorded (a JSON array of 10,000 ids is
 /// 340 KB, inside every backend's packet size).
-const IDS_PER_STATEMENT: usize = 10_000;
+pub(crate) const IDS_PER_STATEMENT: usize = 10_000;
 
 /// Ids as the JSON array of simple hex ids that [`Dialect::id_rows`] reads.
 pub(crate) fn id_list(ids: &[Uuid]) -> String {

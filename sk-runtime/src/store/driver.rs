@@ -25,7 +25,7 @@ use crate::error::Result;
 use crate::model::{
     AuditEntry, BatchRecord, CountBy, ErrorRow, GroupCounts, JobFilter, JobRecord, JobSummary,
     Pruned, QueueCounts, QueueState, QueuedJob, StatBucket, StatRow, TenantState, UniqueMode,
-    WorkerInfo, WorkerUp,
+    WorkerInfo, WorkerUp, WorkflowJobRow, WorkflowRecord,
 };
 
 /// Declares a trait of async operations (each future `Send`) and the methods of the enum
@@ -189,6 +189,10 @@ driver! {
             after: Option<Uuid>,
             limit: i64,
         ) -> Result<Vec<Uuid>>;
+        /// Workflow `id`, or the newest `limit`, newest first.
+        fn workflows(&self, schema: &Schema, id: Option<Uuid>, limit: i64) -> Result<Vec<WorkflowRecord>>;
+        /// The jobs of workflow `id` by stage, with their states now.
+        fn workflow_jobs(&self, schema: &Schema, id: Uuid, now: DateTime<Utc>) -> Result<Vec<WorkflowJobRow>>;
         /// The run counts per minute since `since`, of one task type or all.
         fn job_stats(
             &self,

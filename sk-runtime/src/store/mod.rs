@@ -30,6 +30,7 @@ pub(crate) mod sqlite;
 pub(crate) mod tenants;
 mod wait;
 mod worker_rows;
+pub(crate) mod workflows;
 
 pub use backend::{Backend, Executor};
 pub use pool::Pool;

@@ -240,6 +240,7 @@ macro_rules! worker_rows_of {
             ) -> $crate::error::Result<u64> {
                 // Finished batches go with the results they counted.
                 $crate::store::batch::delete_finished(&self.pool, &self.schema, before).await?;
+                $crate::store::workflows::forget_pruned(&self.pool, &self.schema).await?;
                 $crate::store::worker_rows::delete_job_stats(&self.pool, &self.schema, before).await
             }
 

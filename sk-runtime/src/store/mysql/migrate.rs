@@ -89,6 +89,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "the audit trail, and the queues workers know",
         include_str!("../../../migrations/mysql/0017_audit.sql"),
     ),
+    (
+        18,
+        "workflows on record",
+        include_str!("../../../migrations/mysql/0018_workflows.sql"),
+    ),
 ];
 
 pub(crate) async fn migrate_to(pool: &MySqlPool, schema: &Schema, target: i32) -> Result<()> {

@@ -125,6 +125,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "the audit trail, and the queues workers know",
         include_str!("../../../migrations/postgres/0024_audit.sql"),
     ),
+    (
+        25,
+        "workflows on record",
+        include_str!("../../../migrations/postgres/0025_workflows.sql"),
+    ),
 ];
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with

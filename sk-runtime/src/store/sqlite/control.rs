@@ -244,6 +244,24 @@ impl Control for SqlitePool {
         crate::store::bulk::delete_ended(self, schema, ids).await
     }
 
+    async fn workflows(
+        &self,
+        schema: &Schema,
+        id: Option<Uuid>,
+        limit: i64,
+    ) -> Result<Vec<crate::model::WorkflowRecord>> {
+        crate::store::workflows::records(self, schema, id, limit).await
+    }
+
+    async fn workflow_jobs(
+        &self,
+        schema: &Schema,
+        id: Uuid,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<crate::model::WorkflowJobRow>> {
+        crate::store::workflows::jobs(self, schema, id, now).await
+    }
+
     async fn record_audit(&self, schema: &Schema, entry: &crate::model::AuditEntry) -> Result<()> {
         crate::store::bulk::record(self, schema, entry).await
     }
@@ -384,6 +402,7 @@ impl Control for SqlitePool {
             }
         }
         crate::store::batch::delete_finished(pool, schema, before).await?;
+        crate::store::workflows::forget_pruned(pool, schema).await?;
         Ok(crate::model::Pruned {
             rows,
             partitions: Vec::new(),

@@ -79,6 +79,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "the audit trail, and the queues workers know",
         include_str!("../../../migrations/sqlite/0015_audit.sql"),
     ),
+    (
+        16,
+        "workflows on record",
+        include_str!("../../../migrations/sqlite/0016_workflows.sql"),
+    ),
 ];
 
 /// Migration 6's checks, as (table, the value a row's column must meet, per column):
