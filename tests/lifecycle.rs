@@ -494,6 +494,12 @@ each_backend! {
         })
         .await;
         assert!(first.elapsed() >= sk_runtime::PROGRESS_EVERY, "written before its second");
+        // The dashboard's overview shows it running, with its progress as a bar.
+        let url = crate::web::serve(client.clone(), sk_cli::web::WebOptions::default()).await;
+        let (status, overview) = crate::web::request(&url, "GET", "/", "").await;
+        assert_eq!(status, 200, "{overview}");
+        assert!(overview.contains(&format!("/jobs/{id}")), "{overview}");
+        assert!(overview.contains(r#"<progress value="99" max="100">"#), "{overview}");
         open.send(true).unwrap();
         client.wait(id, T).await.unwrap();
         w.stop().await;

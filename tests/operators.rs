@@ -146,11 +146,17 @@ each_backend! {
         let older = client.audit(Some(audit[1].id), 20).await.unwrap();
         assert_eq!(older.first().map(|e| e.id), Some(audit[2].id));
         assert!(client.audit(None, 0).await.is_err());
+        // An update of a waiting job is an action too.
+        let held = ShipOrder::new(8).run_after(Duration::from_secs(3600)).enqueue(&db.pool).await.unwrap();
+        client.update(held, &sk_runtime::JobUpdate::new().priority(3)).await.unwrap();
+        let newest = &client.audit(None, 1).await.unwrap()[0];
+        let held = held.to_string();
+        assert_eq!((newest.action.as_str(), newest.target.as_deref(), newest.jobs), ("update", Some(held.as_str()), Some(1)));
 
         // The CLI reads the same.
-        let (code, out, err) = crate::cli::sk(&db.url, &["audit", "--limit", "3"]).await;
+        let (code, out, err) = crate::cli::sk(&db.url, &["audit", "--limit", "4"]).await;
         assert_eq!(code, 0, "{err}");
-        assert!(out.contains("run-now") && out.contains("queue=orders status=unprocessed"), "{out}");
+        assert!(out.contains("update") && out.contains("run-now") && out.contains("queue=orders status=unprocessed"), "{out}");
         assert!(!out.contains("pause"), "{out}");
         db.drop().await;
     }

@@ -85,7 +85,7 @@ try {
   const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true });
   phone.setDefaultTimeout(WAIT);
   const small = await phone.newPage();
-  for (const path of ['/', '/queues', '/jobs', `/jobs/${fatal}`, '/errors']) {
+  for (const path of ['/', '/queues', '/jobs', `/jobs/${fatal}`, '/errors', '/types/deploy', '/workflows', '/audit']) {
     await small.goto(url + path);
     const width = await small.evaluate(() => document.documentElement.scrollWidth);
     check(`${path} fits a 390 px screen`, width <= 390, width);

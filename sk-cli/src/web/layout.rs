@@ -14,7 +14,7 @@ pub(super) const STYLE: &str = "
 *{box-sizing:border-box}body{margin:0;font:15px/1.4 system-ui,sans-serif;color:#1d2330;background:#f6f7f9}
 header{display:flex;flex-wrap:wrap;align-items:center;gap:.2rem 1rem;padding:.6rem 1rem;background:#1d2330;color:#fff}
 header b{margin-right:1rem}header a{color:#cfd6e4;text-decoration:none}header a.here{color:#fff;font-weight:600}
-main{padding:1rem;max-width:1100px;margin:auto}section{background:#fff;border:1px solid #e1e4ea;border-radius:6px;padding:.8rem 1rem;margin-bottom:1rem}
+main{padding:1rem;max-width:1400px;margin:auto}section{background:#fff;border:1px solid #e1e4ea;border-radius:6px;padding:.8rem 1rem;margin-bottom:1rem}
 h2{font-size:1.1rem;margin:.2rem 0 .6rem}h3{font-size:1rem}.scroll{overflow-x:auto}
 table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid #eef0f3;vertical-align:top}
 td.message{max-width:28rem;overflow-wrap:anywhere}pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:0;font-size:13px}

@@ -1,10 +1,10 @@
 //! The overview: the last hour's runs with a chart, figures by task type, jobs by queue
-//! (every queue), paused queues, workers.
+//! (every queue), the jobs running now with their progress, paused queues, workers.
 
 use axum::extract::State;
 use chrono::{Duration, Utc};
 use maud::{html, Markup};
-use sk_runtime::{CountBy, GroupCounts, Per, Throughput};
+use sk_runtime::{CountBy, GroupCounts, JobFilter, JobRecord, JobStatus, Per, Throughput};
 
 use super::charts::runs_per_minute;
 use super::layout::{page, segment, workers_table};
@@ -23,6 +23,7 @@ pub(super) async fn overview(State(app): Shared) -> Page {
     let type_counts = client.count_by(CountBy::TaskType).await?;
     let succeeded: i64 = minutes.iter().map(|r| r.processed).sum();
     let failed: i64 = minutes.iter().map(|r| r.failed).sum();
+    let running = running_now(client).await?;
     let paused: Vec<_> = queues
         .iter()
         .filter_map(|q| Some((q.name.as_str(), q.state.as_ref()?.paused_at?)))
@@ -61,6 +62,10 @@ pub(super) async fn overview(State(app): Shared) -> Page {
             }
         }
         section {
+            h2 { "Running now" }
+            (running_table(&running))
+        }
+        section {
             h2 { "Paused queues" }
             @if paused.is_empty() {
                 p #paused { "None." }
@@ -73,6 +78,52 @@ pub(super) async fn overview(State(app): Shared) -> Page {
         section { h2 { "Workers" } (workers_table(&workers)) }
     };
     Ok(page("Overview", "/", body))
+}
+
+/// Most running jobs the overview shows with their progress.
+const RUNNING_SHOWN: u32 = 20;
+
+/// The newest running jobs, each with its record (for its progress and worker).
+async fn running_now(client: &sk_runtime::Client) -> Result<Vec<JobRecord>, super::Failure> {
+    let filter = JobFilter::new().status(JobStatus::Processing);
+    let page = client.jobs(&filter, None, RUNNING_SHOWN).await?;
+    let mut records = Vec::with_capacity(page.jobs.len());
+    for job in &page.jobs {
+        if let Some(record) = client.job(job.id).await? {
+            records.push(record);
+        }
+    }
+    Ok(records)
+}
+
+/// Running jobs with how far each has come ([`JobRecord::progress`]): a bar when the
+/// value has numbers `done` and `of`, the value as JSON always.
+fn running_table(running: &[JobRecord]) -> Markup {
+    if running.is_empty() {
+        return html! { p #running { "None." } };
+    }
+    html! {
+        div.scroll { table #running {
+            tr { th { "job" } th { "type" } th { "queue" } th { "worker" } th { "progress" } }
+            @for r in running {
+                @let progress = r.progress();
+                @let bar = progress.as_ref().and_then(|p| Some((p.get("done")?.as_f64()?, p.get("of")?.as_f64()?)));
+                tr {
+                    td { a.id href=(format!("/jobs/{}", r.id)) { (r.id) } }
+                    td { (r.task_type) }
+                    td { (r.queue) }
+                    td { (r.locked_by.as_deref().unwrap_or_default()) }
+                    td.progress {
+                        @if let Some((done, of)) = bar {
+                            progress value=(done) max=(of) {}
+                            " "
+                        }
+                        (progress.map(|p| p.to_string()).unwrap_or_default())
+                    }
+                }
+            }
+        } }
+    }
 }
 
 /// Failed runs as a percentage of all runs.

@@ -26,8 +26,8 @@ impl Client {
     /// The audit trail, newest first: `limit` entries (at most [`MAX_PAGE`]) before entry
     /// `before` (the newest, when `None`). Every action of a client that changes jobs
     /// or queues adds one, with [`Client::actor`]'s name: pause, resume, fair claims,
-    /// the limits, retry, cancel, run now, reschedule, reprioritize, delete and prune, of
-    /// one job, of a filter's jobs or of a batch.
+    /// the limits, retry, cancel, run now, reschedule, reprioritize, update, delete and
+    /// prune, of one job, of a filter's jobs, of a batch or of a workflow.
     ///
     /// ```no_run
     /// # async fn f(client: sk_runtime::Client) -> sk_runtime::Result<()> {

@@ -221,7 +221,7 @@ impl<'f> FilterPages<'f> {
                         filter,
                         self.side == Side::Live,
                         self.after,
-                        BULK_BATCH,
+                        self.size,
                     )
                     .await?;
                 self.after = ids.last().copied();

@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use super::audit::On;
 use super::Client;
 use crate::error::{Error, Result};
 use crate::model::UpdateOutcome;
@@ -108,9 +109,14 @@ impl Client {
             priority: change.priority,
             metadata: metadata.as_deref(),
         };
-        self.pool
+        let outcome = self
+            .pool
             .update_waiting(&self.schema, id, change.version, &waiting)
-            .await
+            .await?;
+        let changed = matches!(outcome, UpdateOutcome::Updated { .. });
+        self.record("update", On::Target(id.to_string()), Some(changed.into()))
+            .await?;
+        Ok(outcome)
     }
 
     /// `payload` as stored, checked against job `id`'s `#[job]` when this binary links

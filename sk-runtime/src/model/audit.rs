@@ -17,12 +17,14 @@ pub struct AuditEntry {
     /// default `os:` and the OS user; `web:` and the dashboard's user for `sk web`.
     #[sqlx(rename = "audit_actor")]
     pub actor: String,
-    /// What it was: `pause`, `resume`, `retry`, `cancel`, `run-now`, `reschedule`,
-    /// `reprioritize`, `delete`, `prune`, `fair`, `global-limit`, `tenant-limit`,
-    /// `rate-limit`, `tenant-rate-limit`, `retry-batch`, `cancel-batch`.
+    /// What it was: `pause`, `resume`, `retry`, `retry-alone`, `cancel`, `run-now`,
+    /// `reschedule`, `reprioritize`, `update`, `delete`, `prune`, `fair`, `unfair`,
+    /// `global-limit`, `tenant-limit`, `rate-limit`, `tenant-rate-limit`,
+    /// `retry-batch`, `cancel-batch`, `retry-workflow`.
     #[sqlx(rename = "audit_action")]
     pub action: String,
-    /// What it was taken on: a queue's name, a job's or a batch's id, or the new limit.
+    /// What it was taken on: a queue's name (with a limit's new value), a job's, a
+    /// batch's or a workflow's id.
     #[sqlx(rename = "audit_target")]
     pub target: Option<String>,
     /// The filter it took jobs by (`queue=payments type=charge_card ...`), for an
