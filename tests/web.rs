@@ -271,7 +271,7 @@ each_backend! {
         let processed = sk_runtime::JobFilter::new()
             .queue("payments")
             .status(JobStatus::Processed);
-        assert_eq!(client.count_where(&processed, 1_000).await.unwrap(), 500);
+        assert_eq!(client.count_where(&processed, 1_000).await.unwrap(), 498, "2 deleted by hand");
         let packed = client.wait(flow.last()[0], T).await.unwrap();
         assert_eq!(packed.output::<u64>().unwrap(), Some(12), "retried from its page");
         let audit = client.audit(None, 10).await.unwrap();
@@ -280,9 +280,21 @@ each_backend! {
             .map(|e| (e.action.as_str(), e.target.as_deref(), e.jobs))
             .collect();
         let workflow = flow.workflow.to_string();
+        // The two rows deleted by hand, newest first, as the audit lists them.
+        let deleted: Vec<String> = audit
+            .iter()
+            .take(2)
+            .filter_map(|e| e.target.clone())
+            .collect();
+        assert_eq!(deleted.len(), 2, "{audit:?}");
+        for id in &deleted {
+            assert!(client.job(id.parse().unwrap()).await.unwrap().is_none(), "{id} is gone");
+        }
         assert_eq!(
             actions,
             [
+                ("delete", Some(deleted[0].as_str()), Some(1)),
+                ("delete", Some(deleted[1].as_str()), Some(1)),
                 ("retry-workflow", Some(workflow.as_str()), Some(1)),
                 ("resume", Some("payments"), None),
                 ("retry", None, Some(500)),

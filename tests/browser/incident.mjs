@@ -107,6 +107,19 @@ try {
   await waitFor(page, 'the retried pack succeeds, the page shows it',
     () => document.querySelectorAll('#graph rect.node.processed').length, 4);
 
+  // Rows picked by hand: two of the succeeded payments deleted, after a confirmation.
+  await page.goto(url + '/jobs?queue=payments&state=processed');
+  await page.locator('#jobs input[name="id"]').nth(0).check();
+  await page.locator('#jobs input[name="id"]').nth(1).check();
+  await page.selectOption('select[name="do"]', 'delete');
+  const picked = [];
+  page.once('dialog', (d) => { picked.push(d.message()); d.accept(); });
+  await page.click('#apply-selected');
+  check('the confirmation counts the rows checked', picked[0] === 'delete: the 2 selected jobs?', picked);
+  await page.waitForURL(/done=/);
+  const deleted = await text('#done');
+  check('two were deleted', deleted === 'delete: 2 jobs', deleted);
+
   // The new pages' guards: a forged bulk POST is refused; read-only shows no bulk form.
   const forged = await page.evaluate(async () => {
     const body = new URLSearchParams({ csrf: 'forged', do: 'delete', scope: 'filter' });
