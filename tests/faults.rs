@@ -357,9 +357,13 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 #[path = "faults/chaos.rs"]
 mod chaos;
+#[path = "faults/failover.rs"]
+mod failover;
 #[path = "faults/kills.rs"]
 mod kills;
 #[path = "faults/outages.rs"]
 mod outages;
+#[path = "faults/replica.rs"]
+mod replica;
 #[path = "faults/signals.rs"]
 mod signals;

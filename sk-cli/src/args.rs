@@ -29,6 +29,10 @@ pub(crate) struct Cli {
     /// The database: a postgres://, sqlite: or mysql:// URL.
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub(crate) database_url: Option<String>,
+    /// A streaming replica of the database for the read-only commands and pages
+    /// (status, jobs, errors, the dashboard's lists); actions go to --database-url.
+    #[arg(long, env = "SK_REPLICA_URL", global = true, hide_env_values = true)]
+    pub(crate) replica_url: Option<String>,
     /// sk's schema on PostgreSQL; elsewhere a prefix of its table names.
     #[arg(long, default_value = "public", global = true)]
     pub(crate) schema: String,

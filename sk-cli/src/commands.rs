@@ -27,6 +27,7 @@ pub(crate) async fn status(
     let type_limits = client.task_type_rate_limits().await?;
     let workers = client.workers().await?;
     let held = held_tenants(client, &queues).await?;
+    let lag = client.replica_lag().await?;
     if json {
         let type_limits: serde_json::Map<String, serde_json::Value> = type_limits
             .iter()
@@ -40,8 +41,16 @@ pub(crate) async fn status(
                 "task_type_rate_limits": type_limits,
                 "tenants_held": held,
                 "workers": workers,
+                "replica_lag_s": lag.map(|l| l.as_secs_f64()),
             }),
         );
+    }
+    if let Some(lag) = lag {
+        writeln!(
+            out,
+            "read from a replica, {:.1} s behind the primary\n",
+            lag.as_secs_f64()
+        )?;
     }
     let mut table = table(&[
         "queue",

@@ -138,7 +138,10 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
             },
         );
     }
-    let client = Client::new(pool).schema(schema);
+    let mut client = Client::new(pool).schema(schema);
+    if let Some(replica) = cli.replica_url.as_deref() {
+        client = client.insight_from(Pool::connect(replica).await?);
+    }
     let json = cli.json;
     match cli.command {
         Command::Migrate { .. } => Ok(()),

@@ -88,6 +88,8 @@ pub use progress::{MAX_PROGRESS_BYTES, PROGRESS_EVERY};
 pub use retry::Backoff;
 pub use sealed::{set_payload_keys, PayloadKeys};
 pub use steps::{MAX_STEPS_BYTES, MAX_STEP_OUTPUT_BYTES};
+#[cfg(feature = "postgres")]
+pub use store::postgres::primary::{primary_pool, WATCH_EVERY};
 pub use store::{Backend, Executor, Pool, Schema};
 pub use worker::events::{JobEvent, JobEventKind, JobEvents};
 pub use worker::schedule::{StoredSchedule, StoredSchedules};

@@ -427,10 +427,13 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             .connect_lazy(&url)?;
         (pool.clone().into(), RunLog::MySql(pool))
     } else {
-        let pool = PgPoolOptions::new()
-            .max_connections(connections)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_lazy(&url)?;
+        // A URL may list the hosts of a replicated cluster: the pool follows the primary.
+        let pool = sk_runtime::primary_pool(
+            PgPoolOptions::new()
+                .max_connections(connections)
+                .acquire_timeout(Duration::from_secs(5)),
+            &url,
+        )?;
         (pool.clone().into(), RunLog::Postgres(pool))
     };
     let task_types = match (args.job.as_str(), &log) {

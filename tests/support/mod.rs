@@ -3,6 +3,7 @@
 //! a worker running in the background, and waiting for events under a timeout.
 
 pub mod chaos;
+pub mod cluster;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -178,6 +179,8 @@ enum Place {
         admin: sqlx::MySqlPool,
     },
     File(std::path::PathBuf),
+    /// A server the test started and removes itself (`cluster::Cluster`).
+    Elsewhere,
 }
 
 /// A PostgreSQL test database (most tests).
@@ -444,6 +447,7 @@ where
                     .execute(&admin)
                     .await;
             }
+            Place::Elsewhere => {}
             Place::File(path) => {
                 for suffix in ["", "-wal", "-shm"] {
                     let mut name = path.clone().into_os_string();
@@ -456,6 +460,23 @@ where
 }
 
 impl Db<sqlx::Postgres> {
+    /// sk's schema on the database `url` names, which may list several hosts (the pool
+    /// follows the writable one: `sk_runtime::primary_pool`); the server is the test's
+    /// to remove.
+    pub async fn on(url: &str) -> Self {
+        init_logs();
+        let pool = sk_runtime::primary_pool(PgPoolOptions::new().max_connections(20), url)
+            .expect("a valid URL");
+        sk_runtime::migrate(&pool, &Schema::default())
+            .await
+            .expect("migrate the cluster's database");
+        Db {
+            pool,
+            url: url.to_owned(),
+            place: Place::Elsewhere,
+        }
+    }
+
     fn options(&self) -> &PgConnectOptions {
         match &self.place {
             Place::Server { options, .. } => options,

@@ -28,7 +28,9 @@ pub(super) async fn overview(State(app): Shared) -> Page {
         .iter()
         .filter_map(|q| Some((q.name.as_str(), q.state.as_ref()?.paused_at?)))
         .collect();
+    let replica = replica_line(client).await?;
     let body = html! {
+        (replica)
         section {
             h2 { "Last hour" }
             p.figures {
@@ -78,6 +80,25 @@ pub(super) async fn overview(State(app): Shared) -> Page {
         section { h2 { "Workers" } (workers_table(&workers)) }
     };
     Ok(page("Overview", "/", body))
+}
+
+/// Where the pages read, when it is not the primary (`sk web --replica-url`): a
+/// replica, and how far behind it is.
+async fn replica_line(client: &sk_runtime::Client) -> Result<Markup, super::Failure> {
+    if !client.reads_elsewhere() {
+        return Ok(html! {});
+    }
+    let lag = client.replica_lag().await?;
+    Ok(html! {
+        p #replica-lag {
+            @match lag {
+                Some(lag) => {
+                    "Read from a replica, " (format!("{:.1}", lag.as_secs_f64())) " s behind the primary; actions go to the primary."
+                }
+                None => { "Read from a server of their own (not a streaming replica); actions go to the primary." }
+            }
+        }
+    })
 }
 
 /// Most running jobs the overview shows with their progress.

@@ -46,7 +46,7 @@ impl Client {
                 format!("{limit} must be from 1 to {MAX_PAGE}"),
             ));
         }
-        self.pool
+        self.reader()
             .audit(&self.schema, before, i64::from(limit))
             .await
     }

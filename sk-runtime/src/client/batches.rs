@@ -46,7 +46,7 @@ impl Client {
     /// The database fails.
     pub async fn batch(&self, id: Uuid) -> Result<Option<BatchRecord>> {
         Ok(self
-            .pool
+            .reader()
             .batches(&self.schema, Some(&[id]), 1)
             .await?
             .into_iter()
@@ -59,7 +59,7 @@ impl Client {
     /// The database fails.
     pub async fn batches(&self, limit: u32) -> Result<Vec<BatchRecord>> {
         let limit = i64::from(limit.min(MAX_PAGE));
-        self.pool.batches(&self.schema, None, limit).await
+        self.reader().batches(&self.schema, None, limit).await
     }
 
     /// The ids of batch `id`'s jobs that `which` takes, in id order after `after`, at
@@ -75,7 +75,7 @@ impl Client {
         limit: u32,
     ) -> Result<Vec<Uuid>> {
         let limit = i64::from(limit.min(MAX_PAGE));
-        self.pool
+        self.reader()
             .batch_jobs(&self.schema, id, which.code(), after, limit)
             .await
     }

@@ -39,7 +39,7 @@ impl Client {
                 CancelOutcome::Cancelled
             });
         }
-        Ok(match self.job(id).await? {
+        Ok(match self.primary_job(id).await? {
             None => CancelOutcome::NotFound,
             Some(record) => CancelOutcome::AlreadyFinished(record.status()),
         })
@@ -117,7 +117,7 @@ impl Client {
             if self.pool.reschedule(&self.schema, id, now).await? {
                 return Ok(RetryOutcome::MadeDue);
             }
-            let Some(record) = self.job(id).await? else {
+            let Some(record) = self.primary_job(id).await? else {
                 return Ok(RetryOutcome::NotFound);
             };
             return Ok(match record.status() {
@@ -173,7 +173,7 @@ impl Client {
         if self.pool.reschedule(&self.schema, id, at).await? {
             return Ok(RescheduleOutcome::Rescheduled);
         }
-        Ok(match self.job(id).await? {
+        Ok(match self.primary_job(id).await? {
             None => RescheduleOutcome::NotFound,
             Some(r) if r.status().is_final() => RescheduleOutcome::Finished(r.status()),
             Some(r) if r.status() == JobStatus::Pending => RescheduleOutcome::WaitingOnDependencies,
@@ -199,7 +199,7 @@ impl Client {
         if self.pool.reprioritize(&self.schema, id, priority).await? {
             return Ok(ReprioritizeOutcome::Reprioritized);
         }
-        Ok(match self.job(id).await? {
+        Ok(match self.primary_job(id).await? {
             None => ReprioritizeOutcome::NotFound,
             Some(r) if r.status().is_final() => ReprioritizeOutcome::Finished(r.status()),
             Some(_) => ReprioritizeOutcome::Reprioritized,
@@ -397,7 +397,9 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn task_type_rate_limits(&self) -> Result<Vec<(String, crate::model::RateState)>> {
-        self.pool.type_rate_limits(&self.schema, self.now()).await
+        self.reader()
+            .type_rate_limits(&self.schema, self.now())
+            .await
     }
 
     /// Every queue that has live jobs, was ever paused or has a global or rate limit, by
@@ -406,7 +408,7 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn queues(&self) -> Result<Vec<QueueState>> {
-        self.pool.queue_states(&self.schema, self.now()).await
+        self.reader().queue_states(&self.schema, self.now()).await
     }
 
     /// Waits until job `id` has finished (processed, fatal or cancelled) and returns its
@@ -425,7 +427,7 @@ impl Client {
         let mut finished = crate::store::Finished::new(&self.pool, &self.schema).await;
         finished.mark(&self.pool, &self.schema, id).await;
         loop {
-            match self.job(id).await? {
+            match self.primary_job(id).await? {
                 None => return Err(Error::JobNotFound(id)),
                 Some(record) if record.status().is_final() => return Ok(record),
                 Some(_) => {}
@@ -556,7 +558,7 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn counts(&self) -> Result<QueueCounts> {
-        self.pool.counts(&self.schema, self.now()).await
+        self.reader().counts(&self.schema, self.now()).await
     }
 
     /// The next `limit` waiting jobs in the order workers take them.
@@ -564,7 +566,7 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn peek(&self, limit: i64) -> Result<Vec<QueuedJob>> {
-        self.pool.peek(&self.schema, limit).await
+        self.reader().peek(&self.schema, limit).await
     }
 
     /// Everything recorded about one job; `None` if no such job was ever posted (or its
@@ -573,6 +575,11 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn job(&self, id: Uuid) -> Result<Option<JobRecord>> {
+        self.reader().job(&self.schema, id, self.now()).await
+    }
+
+    /// Job `id` as the primary has it, for the actions that decide on it.
+    pub(crate) async fn primary_job(&self, id: Uuid) -> Result<Option<JobRecord>> {
         self.pool.job(&self.schema, id, self.now()).await
     }
 }

@@ -34,7 +34,7 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn count_by(&self, by: CountBy) -> Result<Vec<GroupCounts>> {
-        self.pool.count_by(&self.schema, by, self.now()).await
+        self.reader().count_by(&self.schema, by, self.now()).await
     }
 
     /// Lists the jobs `filter` takes, newest first (by id, that is posting time), `limit`
@@ -81,7 +81,7 @@ impl Client {
         let mut cursor = after;
         loop {
             let page = self
-                .pool
+                .reader()
                 .list_jobs(&self.schema, filter, cursor, limit as i64, self.now())
                 .await?;
             let full = page.len() == limit;
@@ -128,7 +128,7 @@ impl Client {
             ));
         }
         let rows = self
-            .pool
+            .reader()
             .error_groups(&self.schema, since, ERROR_ROWS)
             .await?;
         Ok(groups_of(rows, limit as usize))
@@ -140,7 +140,7 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
-        self.pool.workers(&self.schema, self.now()).await
+        self.reader().workers(&self.schema, self.now()).await
     }
 
     /// The tenants of `queue` ([`Enqueue::with_tenant`](crate::Enqueue::with_tenant))
@@ -165,7 +165,7 @@ impl Client {
     /// [`Error::Invalid`] for a bad queue name; the database fails.
     pub async fn tenants(&self, queue: &str) -> Result<Vec<TenantState>> {
         crate::model::check_name("queue name", queue)?;
-        self.pool
+        self.reader()
             .tenant_states(&self.schema, queue, self.now())
             .await
     }
@@ -199,7 +199,10 @@ impl Client {
         per: Per,
         task_type: Option<&str>,
     ) -> Result<Vec<Throughput>> {
-        let rows = self.pool.job_stats(&self.schema, since, task_type).await?;
+        let rows = self
+            .reader()
+            .job_stats(&self.schema, since, task_type)
+            .await?;
         Ok(throughput_of(rows, per))
     }
 }

@@ -46,6 +46,9 @@ use crate::store::{Pool, Schema};
 #[derive(Clone)]
 pub struct Client {
     pub(crate) pool: Pool,
+    /// Where the read-only insight calls go ([`Client::insight_from`]); the pool's own
+    /// server when `None`.
+    read: Option<Pool>,
     pub(crate) schema: Schema,
     clock: Arc<dyn Clock>,
     /// Who the audit trail says took this client's actions.
@@ -56,6 +59,7 @@ impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("pool", &self.pool)
+            .field("read", &self.read)
             .field("schema", &self.schema)
             .field("actor", &self.actor)
             .finish_non_exhaustive()
@@ -67,6 +71,7 @@ impl Client {
     pub fn new(pool: impl Into<Pool>) -> Self {
         Client {
             pool: pool.into(),
+            read: None,
             schema: Schema::default(),
             clock: Arc::new(SystemClock),
             actor: audit::os_user().into(),
@@ -94,6 +99,57 @@ impl Client {
     pub fn actor(mut self, actor: impl Into<String>) -> Self {
         self.actor = actor.into().into();
         self
+    }
+
+    /// Sends the read-only insight calls to `replica` (a streaming replica of the
+    /// client's database, or any server that holds the same rows): counts, lists, one
+    /// job, error groups, throughput, workers, queues, tenants, batches, workflows and
+    /// the audit trail. Every action, and every read an action decides on (a cancel reads
+    /// the job it cancelled; a bulk action lists its jobs), stays on the client's own
+    /// pool, the primary, as do [`Client::wait`] and [`Client::subscribe`].
+    ///
+    /// A replica lags by its replay delay ([`Client::replica_lag`]): a job enqueued a
+    /// moment ago may not be listed yet, and one just finished may still show running.
+    ///
+    /// ```no_run
+    /// # async fn f() -> sk_runtime::Result<()> {
+    /// use sk_runtime::{Client, Pool};
+    ///
+    /// let primary = Pool::connect("postgres://app@db-1:5432,db-2:5432/app").await?;
+    /// let replica = Pool::connect("postgres://app@db-2:5432/app").await?;
+    /// let client = Client::new(primary).insight_from(replica);
+    /// let counts = client.counts().await?; // read on the replica
+    /// client.pause("mail").await?; // done on the primary
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn insight_from(mut self, replica: impl Into<Pool>) -> Self {
+        self.read = Some(replica.into());
+        self
+    }
+
+    /// Whether insight calls go to a pool of their own ([`Client::insight_from`]).
+    pub fn reads_elsewhere(&self) -> bool {
+        self.read.is_some()
+    }
+
+    /// How far the server insight calls read from is behind: `None` when they read the
+    /// client's own database, or a server that is not a streaming replica (or a backend
+    /// without replicas); zero while the replica has replayed all it received, else the
+    /// time since the last transaction it replayed committed on the primary.
+    ///
+    /// # Errors
+    /// The replica fails.
+    pub async fn replica_lag(&self) -> crate::Result<Option<std::time::Duration>> {
+        match &self.read {
+            Some(read) => read.replay_lag().await,
+            None => Ok(None),
+        }
+    }
+
+    /// The pool insight calls read from.
+    pub(crate) fn reader(&self) -> &Pool {
+        self.read.as_ref().unwrap_or(&self.pool)
     }
 
     pub(crate) fn now(&self) -> DateTime<Utc> {

@@ -123,7 +123,7 @@ impl Client {
     /// its task type.
     async fn checked_payload(&self, id: Uuid, payload: serde_json::Value) -> Result<String> {
         let payload = super::control::json_object(payload)?;
-        if let Some(job) = self.job(id).await? {
+        if let Some(job) = self.primary_job(id).await? {
             if let Some(registration) = crate::registry::find(&job.task_type) {
                 // (The tenant the new arguments would give it is not applied: a job's
                 // tenant is set when it is enqueued.)

@@ -7,6 +7,7 @@ use super::audit::On;
 use super::Client;
 use crate::error::{Error, Result};
 use crate::model::{JobStatus, WorkflowJob, WorkflowRecord, MAX_PAGE};
+use crate::store::Pool;
 
 impl Client {
     /// Workflow `id` (`Workflow::enqueue`'s `WorkflowIds::workflow`): when it was
@@ -17,7 +18,7 @@ impl Client {
     /// The database fails.
     pub async fn workflow(&self, id: Uuid) -> Result<Option<WorkflowRecord>> {
         Ok(self
-            .pool
+            .reader()
             .workflows(&self.schema, Some(id), 1)
             .await?
             .into_iter()
@@ -35,7 +36,7 @@ impl Client {
                 format!("{limit} must be from 1 to {MAX_PAGE}"),
             ));
         }
-        self.pool
+        self.reader()
             .workflows(&self.schema, None, i64::from(limit))
             .await
     }
@@ -54,10 +55,11 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn workflow_jobs(&self, id: Uuid) -> Result<Vec<WorkflowJob>> {
-        let rows = self
-            .pool
-            .workflow_jobs(&self.schema, id, self.now())
-            .await?;
+        self.workflow_jobs_on(self.reader(), id).await
+    }
+
+    async fn workflow_jobs_on(&self, pool: &Pool, id: Uuid) -> Result<Vec<WorkflowJob>> {
+        let rows = pool.workflow_jobs(&self.schema, id, self.now()).await?;
         Ok(rows.into_iter().map(WorkflowJob::from).collect())
     }
 
@@ -69,8 +71,9 @@ impl Client {
     /// # Errors
     /// The database fails; the jobs retried before it failed stay retried.
     pub async fn retry_workflow(&self, id: Uuid) -> Result<u64> {
+        // What it acts on is read on the primary.
         let ended: Vec<WorkflowJob> = self
-            .workflow_jobs(id)
+            .workflow_jobs_on(&self.pool, id)
             .await?
             .into_iter()
             .filter(|j| matches!(j.status, Some(JobStatus::Fatal | JobStatus::Cancelled)))

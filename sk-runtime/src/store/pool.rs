@@ -101,12 +101,26 @@ impl Pool {
         match scheme {
             #[cfg(feature = "postgres")]
             "postgres" | "postgresql" => {
-                probe::<sqlx::PgConnection>(url)
-                    .await
-                    .map_err(connect_error)?;
-                Ok(Pool::Postgres(
-                    sqlx::PgPool::connect_lazy(url).map_err(connect_error)?,
-                ))
+                // A URL may list several hosts (a replicated cluster): the pool follows
+                // the writable one, and the probe wants one host that answers.
+                let hosts = postgres::primary::Hosts::parse(url)?;
+                let mut failed = None;
+                for options in hosts.each() {
+                    match probe_with::<sqlx::PgConnection>(options).await {
+                        Ok(()) => {
+                            failed = None;
+                            break;
+                        }
+                        Err(e) => failed = failed.or(Some(e)),
+                    }
+                }
+                if let Some(e) = failed {
+                    return Err(connect_error(e));
+                }
+                Ok(Pool::Postgres(postgres::primary::primary_pool(
+                    sqlx::postgres::PgPoolOptions::new(),
+                    url,
+                )?))
             }
             #[cfg(feature = "sqlite")]
             "sqlite" => {
@@ -147,9 +161,17 @@ impl Pool {
 }
 
 /// Opens and closes one connection.
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 async fn probe<C: sqlx::Connection>(url: &str) -> std::result::Result<(), sqlx::Error> {
     C::connect(url).await?.close().await
+}
+
+/// Opens and closes one connection with `options`.
+#[cfg(feature = "postgres")]
+async fn probe_with<C: sqlx::Connection>(
+    options: &C::Options,
+) -> std::result::Result<(), sqlx::Error> {
+    C::connect_with(options).await?.close().await
 }
 
 /// A database URL without its password, for messages.
@@ -408,6 +430,18 @@ impl Pool {
         now: DateTime<Utc>,
     ) -> crate::error::Result<Vec<(String, crate::model::RateState)>> {
         on_backend!(self, pool => super::rates::states(pool, schema, super::rates::TYPE, now).await)
+    }
+
+    /// How far a streaming replica's replay is behind its primary: `None` on a server
+    /// that is not a replica (or a backend without them); zero while it has replayed all
+    /// it received, else the time since the last transaction it replayed committed.
+    pub(crate) async fn replay_lag(&self) -> crate::error::Result<Option<std::time::Duration>> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => postgres::replay_lag(pool).await,
+            #[allow(unreachable_patterns)]
+            _ => Ok(None),
+        }
     }
 
     /// The backend's name in messages.

@@ -1,4 +1,5 @@
-//! The admin side of the driver contract on a pool: migrations, queue info, stored schedules.
+//! The admin side of the driver contract on a pool: migrations, queue info, stored
+//! schedules; a replica's replay lag.
 
 use super::*;
 use crate::store::queries;
@@ -64,4 +65,17 @@ impl Admin for PgPool {
     async fn schedule_list(&self, schema: &Schema) -> Result<Vec<ScheduleRow>> {
         queries::schedule_list(self, schema).await
     }
+}
+
+/// A streaming replica's replay lag (`Pool::replay_lag`): `None` on a primary.
+pub(crate) async fn replay_lag(pool: &PgPool) -> Result<Option<Duration>> {
+    let seconds: Option<f64> = sqlx::query_scalar(
+        "SELECT CASE WHEN NOT pg_is_in_recovery() THEN NULL
+                     WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
+                     ELSE greatest(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)
+                END::float8",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(seconds.map(Duration::from_secs_f64))
 }

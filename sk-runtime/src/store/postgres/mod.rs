@@ -6,12 +6,14 @@
 //! `Admin` and `Control` on the pool), `work` (`Work`, on the worker's store; its
 //! `WorkerRows` is `store::worker_rows::worker_rows_of!`), `dialect`, `flow` (jobs that
 //! wait on others), `partitions` (the
-//! results table by time).
+//! results table by time), `primary` (a pool that follows the writable host of a
+//! replicated cluster).
 
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
 mod admin;
+pub(crate) use admin::replay_lag;
 mod claims;
 mod control;
 mod dialect;
@@ -19,6 +21,7 @@ mod enqueue;
 pub(crate) mod flow;
 mod migrate;
 pub(crate) mod partitions;
+pub(crate) mod primary;
 mod sql;
 mod work;
 
