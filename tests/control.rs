@@ -664,13 +664,11 @@ async fn wait_wakes_on_a_notification_from_another_process() {
     // The waiter looks at 0, 10, 30, 70, ... 1,270 ms, then once a second: at 1,350 ms
     // its next look is 900 ms away.
     tokio::time::sleep(Duration::from_millis(1350)).await;
+    // A waiting job has no results row until its first outcome: a cancel writes it, in
+    // the statement that deletes its queue row (the waiter never sees neither).
     db.execute(&format!(
-        "DELETE FROM sk_tasks_queue_t WHERE task_id = '{id}'"
-    ))
-    .await;
-    // A waiting job has no results row until its first outcome: a cancel writes it.
-    db.execute(&format!(
-        "INSERT INTO sk_task_results_t (task_id, task_type, task_source, task_queue, task_status,
+        "WITH gone AS (DELETE FROM sk_tasks_queue_t WHERE task_id = '{id}')
+         INSERT INTO sk_task_results_t (task_id, task_type, task_source, task_queue, task_status,
              task_priority, task_posted_at_ts, task_processing_finalized_at_ts)
          VALUES ('{id}', 'record', 'app', 'default', 7, 0, now(), now())
          ON CONFLICT (task_id) DO UPDATE SET task_status = 7, task_processing_finalized_at_ts = now()"

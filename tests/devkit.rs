@@ -310,7 +310,10 @@ macro_rules! transaction_jobs {
             ctx: JobContext,
             tx: &mut sqlx::Transaction<'_, $db>,
         ) -> Result<i64, JobError> {
+            // Unnamed, as an application's statements must be behind a transaction
+            // pooler (the `pgbouncer` variant of these tests).
             sqlx::query($insert)
+                .persistent(false)
                 .bind(k)
                 .bind(ctx.task_type())
                 .execute(&mut **tx)
@@ -329,7 +332,10 @@ macro_rules! transaction_jobs {
             tx: &mut sqlx::Transaction<'_, $db>,
             started: Data<tokio::sync::mpsc::UnboundedSender<()>>,
         ) -> Result<(), JobError> {
+            // Unnamed, as an application's statements must be behind a transaction
+            // pooler (the `pgbouncer` variant of these tests).
             sqlx::query($insert)
+                .persistent(false)
                 .bind(k)
                 .bind(ctx.task_type())
                 .execute(&mut **tx)

@@ -211,8 +211,10 @@ impl Batch {
             .collect();
         let batch = Uuid::now_v7();
         let posted: Vec<(BatchEvent, Uuid)> = callbacks.iter().map(|(e, j)| (*e, j.id)).collect();
+        let keep = executor.keeps_statements();
         let mut tx = executor.begin().await?;
-        let ids = <E::Database as Backend>::enqueue_many(&mut tx, &schema, jobs, now).await?;
+        let many = <E::Database as Backend>::enqueue_many(&mut tx, &schema, jobs, now);
+        let ids = crate::store::with_keeps(keep, many).await?;
         <E::Database as Backend>::create_batch(
             &mut tx,
             &schema,

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use crate::error::{Error, Result};
 use crate::job::Job;
 use crate::model::{check_name, UniqueMode};
-use crate::store::{Backend, Executor, NewJob, Schema};
+use crate::store::{with_keeps, Backend, Executor, NewJob, Schema};
 
 /// The default payload limit.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
@@ -285,6 +285,18 @@ impl<J: Job> Enqueue<J> {
         job: NewJob,
         now: DateTime<Utc>,
     ) -> Result<Enqueued> {
+        // A pool behind a transaction pooler says so: its statements then run unnamed, in
+        // a transaction (`postgres::post_one`).
+        let keep = executor.keeps_statements();
+        with_keeps(keep, Self::insert_on(executor, schema, job, now)).await
+    }
+
+    async fn insert_on<'e, E: Executor<'e>>(
+        executor: E,
+        schema: &Schema,
+        job: NewJob,
+        now: DateTime<Utc>,
+    ) -> Result<Enqueued> {
         match job.unique_mode {
             Some(mode) => {
                 let (id, inserted, running) =
@@ -361,13 +373,10 @@ impl<J: Job> Enqueue<J> {
                 None => queues.push((row.queue.clone(), 1)),
             }
         }
-        let ids = <E::Database as Backend>::enqueue_many(
-            executor,
-            &schema.unwrap_or_default(),
-            rows,
-            now,
-        )
-        .await?;
+        let schema = schema.unwrap_or_default();
+        let keep = executor.keeps_statements();
+        let many = <E::Database as Backend>::enqueue_many(executor, &schema, rows, now);
+        let ids = with_keeps(keep, many).await?;
         for (queue, n) in &queues {
             crate::telemetry::enqueued(J::TASK_TYPE, queue, *n);
         }

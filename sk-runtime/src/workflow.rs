@@ -303,6 +303,7 @@ impl<O, N> Workflow<O, N> {
     pub async fn enqueue<'e, E: Executor<'e>>(self, executor: E) -> Result<WorkflowIds> {
         let schema = self.schema.unwrap_or_default();
         let now = crate::job::enqueue_now();
+        let keep = executor.keeps_statements();
         let mut tx = executor.begin().await?;
         let mut stages: Vec<Vec<Uuid>> = Vec::with_capacity(self.stages.len());
         let mut counts = Vec::new();
@@ -313,7 +314,10 @@ impl<O, N> Workflow<O, N> {
                 .collect::<Result<Vec<NewJob>>>()?;
             counts.extend(jobs.iter().map(|j| (j.task_type.clone(), j.queue.clone())));
             let ids = match stages.last() {
-                None => <E::Database as Backend>::enqueue_many(&mut tx, &schema, jobs, now).await?,
+                None => {
+                    let many = <E::Database as Backend>::enqueue_many(&mut tx, &schema, jobs, now);
+                    crate::store::with_keeps(keep, many).await?
+                }
                 Some(before) => {
                     <E::Database as Backend>::enqueue_after(
                         &mut tx,

@@ -389,27 +389,26 @@ fn kill_service(service: &mut Service) {
         .status();
 }
 
-/// Debian's pg_auto_failover, installed where it is missing (once per process: two
-/// installs at once would contend for apt's lock).
+/// Debian's pg_auto_failover, installed where it is missing.
 fn install() {
+    install_package("/usr/bin/pg_autoctl", "postgresql-15-auto-failover");
+}
+
+/// Debian's `package`, installed unless `binary` exists (once at a time per process:
+/// two installs at once would contend for apt's lock).
+pub fn install_package(binary: &str, package: &str) {
     static ONCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _once = ONCE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if Path::new("/usr/bin/pg_autoctl").exists() {
+    if Path::new(binary).exists() {
         return;
     }
-    eprintln!("installing Debian's postgresql-15-auto-failover for the replicated cluster");
+    eprintln!("installing Debian's {package} for the tests");
     let sudo = if is_root() { vec![] } else { vec!["sudo"] };
     for args in [
         vec!["apt-get", "update", "-q"],
-        vec![
-            "apt-get",
-            "install",
-            "-y",
-            "-q",
-            "postgresql-15-auto-failover",
-        ],
+        vec!["apt-get", "install", "-y", "-q", package],
     ] {
         let mut all = sudo.clone();
         all.extend(args);
@@ -418,23 +417,20 @@ fn install() {
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()
             .unwrap_or_else(|e| panic!("{all:?}: {e}"));
-        assert!(
-            status.success(),
-            "{all:?} failed: the failover tests need pg_auto_failover"
-        );
+        assert!(status.success(), "{all:?} failed: the tests need {package}");
     }
 }
 
-fn is_root() -> bool {
-    std::env::var("USER").is_ok_and(|u| u == "root")
-        || Command::new("id")
-            .arg("-u")
-            .output()
-            .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+/// Whether the tests run as root (PostgreSQL's programs then run as `postgres`).
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
 }
 
 /// Gives `dir` to the user PostgreSQL runs as, when the tests run as root.
-fn as_postgres(dir: &Path) {
+pub fn as_postgres(dir: &Path) {
     if is_root() {
         let status = Command::new("chown")
             .args(["-R", "postgres:postgres"])

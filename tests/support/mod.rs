@@ -4,6 +4,7 @@
 
 pub mod chaos;
 pub mod cluster;
+pub mod pgbouncer;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -66,7 +67,9 @@ pub trait TestBackend: sk_runtime::Backend + Sized {
     ) -> BoxFuture<'a, Vec<(String, DateTime<Utc>)>>;
 }
 
-/// The generic queries of [`TestBackend`], the same text for every backend.
+/// The generic queries of [`TestBackend`], the same text for every backend. Each in a
+/// transaction of its own with an unnamed statement, as a transaction pooler needs
+/// (`Db::through_pgbouncer`).
 macro_rules! queries {
     ($db:ty) => {
         queries!($db, |sql: &str| sql.to_owned(), String);
@@ -79,11 +82,19 @@ macro_rules! queries {
         ) -> BoxFuture<'a, Option<i64>> {
             Box::pin(async move {
                 let sql = $translate(sql);
-                let mut query = sqlx::query_scalar::<_, Option<i64>>(&sql);
+                let mut query = sqlx::query_scalar::<_, Option<i64>>(&sql).persistent(false);
                 if let Some(bind) = bind {
                     query = query.bind(bind);
                 }
-                query.fetch_optional(pool).await.ok().flatten().flatten()
+                let mut tx = pool.begin().await.ok()?;
+                let value = query
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .ok()
+                    .flatten()
+                    .flatten();
+                tx.commit().await.ok()?;
+                value
             })
         }
 
@@ -94,31 +105,46 @@ macro_rules! queries {
         ) -> BoxFuture<'a, Option<DateTime<Utc>>> {
             Box::pin(async move {
                 let sql = $translate(sql);
-                let mut query = sqlx::query_scalar::<_, Option<DateTime<Utc>>>(&sql);
+                let mut query =
+                    sqlx::query_scalar::<_, Option<DateTime<Utc>>>(&sql).persistent(false);
                 if let Some(bind) = bind {
                     query = query.bind(bind);
                 }
-                query.fetch_optional(pool).await.ok().flatten().flatten()
+                let mut tx = pool.begin().await.ok()?;
+                let value = query
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .ok()
+                    .flatten()
+                    .flatten();
+                tx.commit().await.ok()?;
+                value
             })
         }
 
         fn execute<'a>(pool: &'a sqlx::Pool<$db>, sql: &'a str) -> BoxFuture<'a, ()> {
             Box::pin(async move {
                 let sql = $translate(sql);
+                let mut tx = pool.begin().await.expect("a transaction");
                 sqlx::query(&sql)
-                    .execute(pool)
+                    .persistent(false)
+                    .execute(&mut *tx)
                     .await
                     .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                tx.commit().await.expect("commit");
             })
         }
 
         fn texts<'a>(pool: &'a sqlx::Pool<$db>, sql: &'a str) -> BoxFuture<'a, Vec<String>> {
             Box::pin(async move {
                 let sql = $translate(sql);
+                let mut tx = pool.begin().await.expect("a transaction");
                 let rows: Vec<$text> = sqlx::query_scalar(&sql)
-                    .fetch_all(pool)
+                    .persistent(false)
+                    .fetch_all(&mut *tx)
                     .await
                     .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                tx.commit().await.expect("commit");
                 rows.into_iter().map(Text::text).collect()
             })
         }
@@ -129,10 +155,13 @@ macro_rules! queries {
         ) -> BoxFuture<'a, Vec<(String, DateTime<Utc>)>> {
             Box::pin(async move {
                 let sql = $translate(sql);
+                let mut tx = pool.begin().await.expect("a transaction");
                 let rows: Vec<($text, DateTime<Utc>)> = sqlx::query_as(&sql)
-                    .fetch_all(pool)
+                    .persistent(false)
+                    .fetch_all(&mut *tx)
                     .await
                     .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                tx.commit().await.expect("commit");
                 rows.into_iter().map(|(t, at)| (t.text(), at)).collect()
             })
         }
@@ -172,7 +201,6 @@ enum Place {
     Server {
         name: String,
         admin: PgPool,
-        options: Box<PgConnectOptions>,
     },
     MySql {
         name: String,
@@ -181,6 +209,13 @@ enum Place {
     File(std::path::PathBuf),
     /// A server the test started and removes itself (`cluster::Cluster`).
     Elsewhere,
+    /// A database of the tests' server reached through a PgBouncer of its own.
+    Bounced {
+        name: String,
+        admin: PgPool,
+        /// Killed when the database goes.
+        _bouncer: pgbouncer::PgBouncer,
+    },
 }
 
 /// A PostgreSQL test database (most tests).
@@ -243,11 +278,7 @@ impl TestBackend for sqlx::Postgres {
         Db {
             pool,
             url: with_database(&url, &name),
-            place: Place::Server {
-                name,
-                admin,
-                options: Box::new(options),
-            },
+            place: Place::Server { name, admin },
         }
     }
 
@@ -448,6 +479,11 @@ where
                     .await;
             }
             Place::Elsewhere => {}
+            Place::Bounced { name, admin, .. } => {
+                let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&admin)
+                    .await;
+            }
             Place::File(path) => {
                 for suffix in ["", "-wal", "-shm"] {
                     let mut name = path.clone().into_os_string();
@@ -460,6 +496,48 @@ where
 }
 
 impl Db<sqlx::Postgres> {
+    /// A fresh database of the tests' server, with sk's schema, whose pool and URL go
+    /// through a PgBouncer of its own in transaction mode (`pgbouncer`), the pool's
+    /// statement cache off: everything the test does, migrations included, goes through
+    /// the pooler.
+    pub async fn through_pgbouncer() -> Self {
+        init_logs();
+        let url = database_url();
+        let admin = PgPoolOptions::new()
+            .max_connections(2)
+            .connect(&url)
+            .await
+            .unwrap_or_else(|e| {
+                panic!("the tests need PostgreSQL at {url} (set DATABASE_URL): {e}")
+            });
+        let name = format!("sk_test_{}", Uuid::new_v4().simple());
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&admin)
+            .await
+            .expect("create the test database");
+        let direct: PgConnectOptions = url.parse().expect("a valid DATABASE_URL");
+        let upstream = format!("{}:{}", direct.get_host(), direct.get_port());
+        let bouncer = pgbouncer::PgBouncer::start(&upstream, 10);
+        let url = bouncer.url_of(&with_database(&url, &name));
+        let pool = PgPoolOptions::new()
+            .max_connections(20)
+            .connect(&url)
+            .await
+            .expect("connect through pgbouncer");
+        sk_runtime::migrate(&pool, &Schema::default())
+            .await
+            .expect("migrate through pgbouncer");
+        Db {
+            pool,
+            url,
+            place: Place::Bounced {
+                name,
+                admin,
+                _bouncer: bouncer,
+            },
+        }
+    }
+
     /// sk's schema on the database `url` names, which may list several hosts (the pool
     /// follows the writable one: `sk_runtime::primary_pool`); the server is the test's
     /// to remove.
@@ -477,11 +555,8 @@ impl Db<sqlx::Postgres> {
         }
     }
 
-    fn options(&self) -> &PgConnectOptions {
-        match &self.place {
-            Place::Server { options, .. } => options,
-            _ => unreachable!("a PostgreSQL database is on a PostgreSQL server"),
-        }
+    fn options(&self) -> PgConnectOptions {
+        (*self.pool.connect_options()).clone()
     }
 
     /// A pool whose connections carry `application_name`, so a test can wait for them to
@@ -489,7 +564,7 @@ impl Db<sqlx::Postgres> {
     pub async fn named_pool(&self, application_name: &str, max_connections: u32) -> PgPool {
         PgPoolOptions::new()
             .max_connections(max_connections)
-            .connect_with(self.options().clone().application_name(application_name))
+            .connect_with(self.options().application_name(application_name))
             .await
             .expect("connect again")
     }
@@ -559,6 +634,13 @@ macro_rules! each_backend {
             #[tokio::test($($flavor)*)]
             async fn mysql() {
                 let $db = $crate::Db::<sqlx::MySql>::new().await;
+                $body
+            }
+
+            /// PostgreSQL through PgBouncer in transaction mode.
+            #[tokio::test($($flavor)*)]
+            async fn pgbouncer() {
+                let $db = $crate::Db::<sqlx::Postgres>::through_pgbouncer().await;
                 $body
             }
         }

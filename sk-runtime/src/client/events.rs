@@ -23,9 +23,17 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::Invalid`] on SQLite and MySQL, which cannot notify another process (a
-    /// worker's own process subscribes with `Worker::subscribe`); the database fails.
+    /// worker's own process subscribes with `Worker::subscribe`), and on a PostgreSQL
+    /// pool behind a transaction pooler (PgBouncer); the database fails.
     pub async fn subscribe(&self) -> Result<JobEvents> {
         match &self.pool {
+            #[cfg(feature = "postgres")]
+            crate::Pool::Postgres(pool) if !crate::store::postgres::pooler::pool_keeps(pool) => {
+                Err(Error::invalid(
+                    "events",
+                    "this pool is behind a transaction pooler (its statement cache is off), where LISTEN does not hold: subscribe on a Client of a direct connection to the database",
+                ))
+            }
             #[cfg(feature = "postgres")]
             crate::Pool::Postgres(pool) => {
                 let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;

@@ -115,6 +115,11 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     #[doc(hidden)]
     const NAME: &'static str;
 
+    /// Whether `pool`'s connections keep prepared statements, where that can differ
+    /// (PostgreSQL behind a transaction pooler: false); `None` elsewhere.
+    #[doc(hidden)]
+    fn pool_keeps(pool: &sqlx::Pool<Self>) -> Option<bool>;
+
     /// Begins a job's transaction on `pool`; `None` when the pool is of another backend.
     #[doc(hidden)]
     fn begin_job(pool: &Pool) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>>;
@@ -134,13 +139,54 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
 /// application's own transaction (it is stored, and its workers woken, only if that
 /// transaction commits). Anything sqlx can acquire a connection from: a backend whose
 /// enqueue takes more than one statement runs them on that one connection.
-pub trait Executor<'e>: sqlx::Acquire<'e, Database: Backend> + Send {}
+pub trait Executor<'e>: sqlx::Acquire<'e, Database: Backend> + Send {
+    /// Whether the executor's connections keep prepared statements, where it can tell: a
+    /// pool says (false behind a transaction pooler: PostgreSQL's `pooler`); a
+    /// connection or transaction of the application's does not (`None`).
+    #[doc(hidden)]
+    fn keeps_statements(&self) -> Option<bool> {
+        None
+    }
+}
 
-impl<'e, T> Executor<'e> for T
-where
-    T: sqlx::Acquire<'e> + Send,
-    T::Database: Backend,
-{
+impl<'e, DB: Backend> Executor<'e> for &'_ sqlx::Pool<DB> {
+    fn keeps_statements(&self) -> Option<bool> {
+        DB::pool_keeps(self)
+    }
+}
+
+impl<'t, DB: Backend> Executor<'t> for &'t mut sqlx::Transaction<'_, DB> {}
+
+impl<'c, DB: Backend> Executor<'c> for &'c mut sqlx::pool::PoolConnection<DB> {}
+
+#[cfg(feature = "postgres")]
+impl<'c> Executor<'c> for &'c mut sqlx::PgConnection {}
+
+#[cfg(feature = "sqlite")]
+impl<'c> Executor<'c> for &'c mut sqlx::SqliteConnection {}
+
+#[cfg(feature = "mysql")]
+impl<'c> Executor<'c> for &'c mut sqlx::MySqlConnection {}
+
+tokio::task_local! {
+    /// What an enqueue's executor said of its prepared statements, for the statements of
+    /// the enqueue (`with_keeps`).
+    static KEEPS: bool;
+}
+
+/// Runs `f` (an enqueue on one executor) knowing whether its connection keeps prepared
+/// statements, when the executor could tell ([`Executor::keeps_statements`]).
+pub(crate) async fn with_keeps<F: std::future::Future>(keep: Option<bool>, f: F) -> F::Output {
+    match keep {
+        Some(keep) => KEEPS.scope(keep, f).await,
+        None => f.await,
+    }
+}
+
+/// What [`with_keeps`] was told, within it.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) fn keeps_known() -> Option<bool> {
+    KEEPS.try_with(|keep| *keep).ok()
 }
 
 /// `Backend` for a sqlx database, by the enqueue functions of its store module.
@@ -150,6 +196,10 @@ macro_rules! backend {
         #[allow(private_interfaces)]
         impl Backend for $db {
             const NAME: &'static str = $name;
+
+            fn pool_keeps(pool: &sqlx::Pool<Self>) -> Option<bool> {
+                $module::pool_keeps(pool)
+            }
 
             fn begin_job(
                 pool: &Pool,
@@ -197,7 +247,7 @@ macro_rules! backend {
             {
                 Box::pin(async move {
                     let mut conn = executor.acquire().await?;
-                    $module::enqueue_one(&mut *conn, schema, job, now).await
+                    $module::post_one(&mut *conn, schema, job, now).await
                 })
             }
 
@@ -214,7 +264,7 @@ macro_rules! backend {
             {
                 Box::pin(async move {
                     let mut conn = executor.acquire().await?;
-                    $module::enqueue_unique(&mut *conn, schema, job, mode, now).await
+                    $module::post_unique(&mut *conn, schema, job, mode, now).await
                 })
             }
 
@@ -230,7 +280,7 @@ macro_rules! backend {
             {
                 Box::pin(async move {
                     let mut conn = executor.acquire().await?;
-                    $module::enqueue_many(&mut *conn, schema, jobs, now).await
+                    $module::post_many(&mut *conn, schema, jobs, now).await
                 })
             }
 

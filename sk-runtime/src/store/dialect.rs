@@ -243,29 +243,10 @@ pub(crate) fn question_marks(sql: &str) -> (String, Vec<usize>) {
 
 /// The dialect's `arguments`, `fetch_all`, `execute` and `execute_on` for a backend
 /// (`$db`), binding an [`Arg::Time`] as `$time` turns it.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 macro_rules! dialect_io {
     ($db:ty, $time:expr) => {
-        fn arguments<'q>(
-            sql: &str,
-            args: &[$crate::store::dialect::Arg<'q>],
-        ) -> $crate::error::Result<(String, <$db as sqlx::Database>::Arguments<'q>)> {
-            use sqlx::Arguments as _;
-            use $crate::store::dialect::Arg;
-            let (text, order) = <Self as $crate::store::dialect::Dialect>::placeholders(sql);
-            let mut arguments = <$db as sqlx::Database>::Arguments::<'q>::default();
-            for i in order {
-                match args[i] {
-                    Arg::Time(t) => arguments.add(($time)(t)),
-                    Arg::Text(v) => arguments.add(v),
-                    Arg::Int(v) => arguments.add(v),
-                    Arg::Int4(v) => arguments.add(v),
-                    Arg::Bool(v) => arguments.add(v),
-                    Arg::Id(v) => arguments.add(v),
-                }
-                .map_err(sqlx::Error::Encode)?;
-            }
-            Ok((text, arguments))
-        }
+        $crate::store::dialect::dialect_arguments!($db, $time);
 
         fn fetch_all<'a, T>(
             pool: &'a sqlx::Pool<Self>,
@@ -328,7 +309,37 @@ macro_rules! dialect_io {
         }
     };
 }
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 pub(crate) use dialect_io;
+
+/// The dialect's `arguments` for a backend (`$db`), binding an [`Arg::Time`] as `$time`
+/// turns it (PostgreSQL writes its own `fetch_all` and `execute`: `postgres::dialect`).
+macro_rules! dialect_arguments {
+    ($db:ty, $time:expr) => {
+        fn arguments<'q>(
+            sql: &str,
+            args: &[$crate::store::dialect::Arg<'q>],
+        ) -> $crate::error::Result<(String, <$db as sqlx::Database>::Arguments<'q>)> {
+            use sqlx::Arguments as _;
+            use $crate::store::dialect::Arg;
+            let (text, order) = <Self as $crate::store::dialect::Dialect>::placeholders(sql);
+            let mut arguments = <$db as sqlx::Database>::Arguments::<'q>::default();
+            for i in order {
+                match args[i] {
+                    Arg::Time(t) => arguments.add(($time)(t)),
+                    Arg::Text(v) => arguments.add(v),
+                    Arg::Int(v) => arguments.add(v),
+                    Arg::Int4(v) => arguments.add(v),
+                    Arg::Bool(v) => arguments.add(v),
+                    Arg::Id(v) => arguments.add(v),
+                }
+                .map_err(sqlx::Error::Encode)?;
+            }
+            Ok((text, arguments))
+        }
+    };
+}
+pub(crate) use dialect_arguments;
 
 #[cfg(test)]
 mod tests {

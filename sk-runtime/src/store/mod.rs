@@ -32,6 +32,7 @@ mod wait;
 mod worker_rows;
 pub(crate) mod workflows;
 
+pub(crate) use backend::with_keeps;
 pub use backend::{Backend, Executor};
 pub use pool::Pool;
 pub use schema::Schema;
@@ -117,11 +118,13 @@ impl Store {
         match self {
             #[cfg(feature = "postgres")]
             Store::Postgres(store) => {
+                let mut held = store.held().await?;
                 sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
                     .bind(store.schema.events_channel())
                     .bind(payloads)
-                    .execute(&store.pool)
+                    .execute(held.on())
                     .await?;
+                held.done().await?;
                 Ok(())
             }
             #[allow(unreachable_patterns)]

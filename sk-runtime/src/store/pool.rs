@@ -175,7 +175,7 @@ async fn probe_with<C: sqlx::Connection>(
 }
 
 /// A database URL without its password, for messages.
-fn without_password(url: &str) -> String {
+pub(crate) fn without_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
@@ -462,6 +462,11 @@ impl Pool {
         match self {
             #[cfg(feature = "mysql")]
             Pool::MySql(_) => std::time::Duration::from_millis(200),
+            // Behind a transaction pooler a worker may have no LISTEN (`listen_on`).
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) if !postgres::pooler::pool_keeps(pool) => {
+                std::time::Duration::from_millis(200)
+            }
             #[allow(unreachable_patterns)]
             _ => std::time::Duration::from_secs(1),
         }
@@ -472,6 +477,7 @@ impl Pool {
         match self {
             #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => Store::Postgres(postgres::PgStore {
+                keep: postgres::pooler::pool_keeps(&pool),
                 pool,
                 schema,
                 worker_id,

@@ -17,6 +17,9 @@ impl Finished {
     pub(crate) async fn new(pool: &Pool, schema: &Schema) -> Self {
         #[cfg(feature = "postgres")]
         let remote = match pool {
+            // Behind a transaction pooler a LISTEN would stay on a server that goes to
+            // other clients: poll.
+            Pool::Postgres(pool) if !crate::store::postgres::pooler::pool_keeps(pool) => None,
             Pool::Postgres(pool) => {
                 let listen = async {
                     let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;

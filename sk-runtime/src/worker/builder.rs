@@ -80,6 +80,8 @@ pub(crate) struct Config {
     pub(crate) payload_keys: Option<Arc<crate::PayloadKeys>>,
     /// Publishes its job events to other processes (`WorkerBuilder::publish_events`).
     pub(crate) publish_events: bool,
+    /// A direct connection's URL to LISTEN on (`WorkerBuilder::listen_on`).
+    pub(crate) listen_on: Option<String>,
 }
 
 impl WorkerBuilder {
@@ -109,6 +111,7 @@ impl WorkerBuilder {
                 fair: Vec::new(),
                 payload_keys: None,
                 publish_events: false,
+                listen_on: None,
             },
             queues: None,
             queue_limits: Vec::new(),
@@ -273,6 +276,32 @@ impl WorkerBuilder {
     /// another process starts). A lost notification costs at most this much latency.
     pub fn poll_interval(mut self, every: Duration) -> Self {
         self.config.poll_interval = every;
+        self
+    }
+
+    /// PostgreSQL behind a transaction pooler (PgBouncer in transaction mode, a pool whose
+    /// statement cache is off: docs/scaling.md): the URL of a direct connection to the
+    /// same database, past the pooler, on which the worker LISTENs for new jobs and
+    /// cancels. A LISTEN through the pooler would stay on a server that goes to other
+    /// clients, so without this a worker behind a pooler does not listen: it polls every
+    /// [`poll_interval`](Self::poll_interval) (200 ms by default there) and sees another
+    /// process's cancel at its next heartbeat. A worker on a direct pool listens on a
+    /// connection of its pool and needs none.
+    ///
+    /// ```no_run
+    /// # async fn f() -> sk_runtime::Result<()> {
+    /// use sqlx::postgres::PgPoolOptions;
+    ///
+    /// // Statements through PgBouncer (port 6432), LISTEN straight to PostgreSQL.
+    /// let pool = PgPoolOptions::new()
+    ///     .connect_lazy("postgres://app@pgbouncer:6432/app?statement-cache-capacity=0")?;
+    /// let worker = sk_runtime::Worker::builder(pool)
+    ///     .listen_on("postgres://app@db:5432/app")
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn listen_on(mut self, url: impl Into<String>) -> Self {
+        self.config.listen_on = Some(url.into());
         self
     }
 
@@ -466,6 +495,29 @@ impl WorkerBuilder {
                 "events",
                 "publishing job events to other processes needs PostgreSQL's LISTEN/NOTIFY; elsewhere subscribe in the worker's process (Worker::subscribe)",
             ));
+        }
+        if let Some(url) = &c.listen_on {
+            #[cfg(feature = "postgres")]
+            let parsed = url
+                .parse::<sqlx::postgres::PgConnectOptions>()
+                .map_err(|e| e.to_string());
+            #[cfg(not(feature = "postgres"))]
+            let parsed: std::result::Result<(), String> = Err(String::new());
+            if !on_postgres {
+                return Err(Error::invalid(
+                    "listen_on",
+                    "only PostgreSQL listens for notifications",
+                ));
+            }
+            if let Err(e) = parsed {
+                return Err(Error::invalid(
+                    "listen_on",
+                    format!(
+                        "{:?} is not a PostgreSQL URL: {e}",
+                        crate::store::without_password(url)
+                    ),
+                ));
+            }
         }
         if c.poll_interval.is_zero() || c.maintenance_interval.is_zero() {
             return Err(Error::invalid(

@@ -81,9 +81,19 @@ mod postgres {
     pub(super) async fn run(store: PgStore, shared: &Shared) {
         let channel = store.schema.channel();
         let control = store.schema.control_channel();
+        let direct = shared.config.listen_on.clone();
+        if !store.keep && direct.is_none() {
+            tracing::info!(
+                poll = ?shared.config.poll_interval,
+                "sk: the pool is behind a transaction pooler and no direct connection is given \
+                 to LISTEN on (WorkerBuilder::listen_on): the worker polls, and sees another \
+                 process's cancels at its heartbeat"
+            );
+            return;
+        }
         let mut failures = 0u32;
         while !shared.stopping.is_cancelled() {
-            match connect(&store, &channel, &control).await {
+            match connect(&store, direct.as_deref(), &channel, &control).await {
                 Ok(mut listener) => {
                     if failures > 0 {
                         tracing::info!("sk: listener reconnected after {failures} failed attempts");
@@ -138,11 +148,27 @@ mod postgres {
         }
     }
 
-    async fn connect(store: &PgStore, channel: &str, control: &str) -> crate::Result<PgListener> {
-        // The listener takes its connection from the pool: one the store hands out, so an
-        // outage is named as it is everywhere else.
-        drop(store.acquire().await?);
-        let mut listener = PgListener::connect_with(&store.pool).await?;
+    async fn connect(
+        store: &PgStore,
+        direct: Option<&str>,
+        channel: &str,
+        control: &str,
+    ) -> crate::Result<PgListener> {
+        let mut listener = match direct {
+            // A direct connection past the transaction pooler (`listen_on`).
+            Some(url) => PgListener::connect(url)
+                .await
+                .map_err(|e| crate::Error::Connect {
+                    address: crate::store::without_password(url),
+                    cause: e.to_string(),
+                })?,
+            None => {
+                // The listener takes its connection from the pool: one the store hands
+                // out, so an outage is named as it is everywhere else.
+                drop(store.acquire().await?);
+                PgListener::connect_with(&store.pool).await?
+            }
+        };
         listener.listen_all([channel, control]).await?;
         Ok(listener)
     }

@@ -197,6 +197,15 @@ mod store;
 mod work;
 
 pub(crate) use enqueue::*;
+// An enqueue on the application's executor: as any other (`postgres::post_one` tells
+// its prepared statements apart).
+pub(crate) use enqueue::enqueue_unique as post_unique;
+pub(crate) use enqueue::{enqueue_many as post_many, enqueue_one as post_one};
+
+/// This backend's connections always keep their prepared statements.
+pub(crate) fn pool_keeps<DB: sqlx::Database>(_pool: &sqlx::Pool<DB>) -> Option<bool> {
+    None
+}
 pub(crate) use migrate::*;
 pub(crate) use sql::*;
 pub(crate) use store::*;

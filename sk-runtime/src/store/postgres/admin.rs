@@ -1,6 +1,7 @@
 //! The admin side of the driver contract on a pool: migrations, queue info, stored
 //! schedules; a replica's replay lag.
 
+use super::pooler::Held;
 use super::*;
 use crate::store::queries;
 
@@ -42,12 +43,14 @@ impl Admin for PgPool {
         id: Uuid,
         now: DateTime<Utc>,
     ) -> Result<Option<JobRecord>> {
-        let pool = self;
-        Ok(sqlx::query_as(&schema.sql.job)
+        let mut held = Held::of(self).await?;
+        let record = sqlx::query_as(&schema.sql.job)
             .bind(id)
             .bind(now)
-            .fetch_optional(pool)
-            .await?)
+            .fetch_optional(held.on())
+            .await?;
+        held.done().await?;
+        Ok(record)
     }
 
     /// Adds or replaces a stored schedule.
@@ -75,7 +78,7 @@ pub(crate) async fn replay_lag(pool: &PgPool) -> Result<Option<Duration>> {
                      ELSE greatest(extract(epoch FROM now() - pg_last_xact_replay_timestamp()), 0)
                 END::float8",
     )
-    .fetch_one(pool)
+    .fetch_one(Held::of(pool).await?.on())
     .await?;
     Ok(seconds.map(Duration::from_secs_f64))
 }

@@ -81,7 +81,7 @@ impl fair::Steps for PgStore {
         let rows = self
             .claim_query(&self.schema.sql.claim_fair, &each)
             .bind(keys)
-            .fetch_all(&mut *conn)
+            .fetch_all(self.on(conn))
             .await
             .map_err(|e| self.lost(e))?;
         Ok(claimed(&rows))
@@ -104,7 +104,10 @@ impl fair::Steps for PgStore {
             self.claim_query(&sql.claim_skipping, &claim)
                 .bind(claim.paused)
         };
-        let rows = query.fetch_all(conn).await.map_err(|e| self.lost(e))?;
+        let rows = query
+            .fetch_all(self.on(conn))
+            .await
+            .map_err(|e| self.lost(e))?;
         Ok(claimed(&rows))
     }
 }

@@ -7,6 +7,8 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::pooler::{kept, Held};
+
 use super::super::driver::Control;
 use crate::error::Result;
 use crate::model::status::{CANCELLED, FATAL, UNPROCESSED};
@@ -22,10 +24,12 @@ const IDS_PER_NOTIFICATION: usize = 200;
 /// table again (and, after a resume, claims).
 async fn queues_changed(pool: &PgPool, schema: &Schema) -> Result<()> {
     crate::bus::pauses_changed();
+    let mut held = Held::of(pool).await?;
     sqlx::query("SELECT pg_notify($1, 'pauses')")
         .bind(schema.control_channel())
-        .execute(pool)
+        .execute(held.on())
         .await?;
+    held.done().await?;
     Ok(())
 }
 
@@ -96,7 +100,7 @@ impl Control for PgPool {
         ))
         .bind(ids)
         .bind(now)
-        .fetch_all(&mut *tx)
+        .fetch_all(kept(&mut tx))
         .await?;
         // The jobs waiting on a cancelled one are cancelled with it, naming it.
         let roots: Vec<(Uuid, String)> = rows
@@ -126,7 +130,7 @@ impl Control for PgPool {
             sqlx::query("SELECT pg_notify($1, $2)")
                 .bind(schema.control_channel())
                 .bind(format!("cancel:{}", chunk.join(",")))
-                .execute(&mut *tx)
+                .execute(kept(&mut tx))
                 .await?;
         }
         tx.commit().await?;
@@ -180,7 +184,7 @@ impl Control for PgPool {
         .bind(ids)
         .bind(now)
         .bind(schema.channel())
-        .fetch_all(&mut *tx)
+        .fetch_all(kept(&mut tx))
         .await?;
         super::flow::tally(&mut tx, schema, &back, UNPROCESSED, now).await?;
         if heal && !back.is_empty() {
@@ -205,10 +209,12 @@ impl Control for PgPool {
     ) -> Result<u64> {
         let moved = crate::store::bulk::reschedule(self, schema, ids, at).await?;
         if moved > 0 {
+            let mut held = Held::of(self).await?;
             sqlx::query("SELECT pg_notify($1, '')")
                 .bind(schema.channel())
-                .execute(self)
+                .execute(held.on())
                 .await?;
+            held.done().await?;
         }
         Ok(moved)
     }
@@ -250,7 +256,7 @@ impl Control for PgPool {
     }
 
     async fn reschedule(&self, schema: &Schema, id: Uuid, at: DateTime<Utc>) -> Result<bool> {
-        let pool = self;
+        let mut held = Held::of(self).await?;
         let found: Option<Uuid> = sqlx::query_scalar(&format!(
             "UPDATE {} SET task_locked_until_ts = $2, task_version = task_version + 1
              WHERE task_id = $1 AND task_locked_by IS NULL AND coalesce(task_waiting_on, 0) = 0
@@ -259,14 +265,15 @@ impl Control for PgPool {
         ))
         .bind(id)
         .bind(at)
-        .fetch_optional(pool)
+        .fetch_optional(held.on())
         .await?;
         if found.is_some() {
             sqlx::query("SELECT pg_notify($1, '')")
                 .bind(schema.channel())
-                .execute(pool)
+                .execute(held.on())
                 .await?;
         }
+        held.done().await?;
         Ok(found.is_some())
     }
 
@@ -343,8 +350,9 @@ impl Control for PgPool {
 
     /// Enqueues one job on the pool (`Client::enqueue_json`).
     async fn post(&self, schema: &Schema, job: NewJob, now: DateTime<Utc>) -> Result<()> {
-        let pool = self;
-        super::enqueue_one(pool, schema, job, now).await?;
+        let mut held = Held::of(self).await?;
+        super::enqueue_one(held.on(), schema, job, now).await?;
+        held.done().await?;
         Ok(())
     }
 
@@ -437,7 +445,10 @@ impl Control for PgPool {
                 query.push_bind(value);
             }
         );
-        Ok(query.build_query_as().fetch_all(pool).await?)
+        let mut held = Held::of(pool).await?;
+        let jobs = query.build_query_as().fetch_all(held.on()).await?;
+        held.done().await?;
+        Ok(jobs)
     }
 
     /// The jobs whose last run failed since `since`, grouped by error (`Client::error_groups`).

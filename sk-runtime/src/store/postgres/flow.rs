@@ -8,6 +8,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection as _, PgConnection};
 use uuid::Uuid;
 
+use super::pooler::kept;
+
 use crate::error::Result;
 use crate::model::status::{PENDING, PROCESSED, UNPROCESSED};
 use crate::store::{
@@ -33,7 +35,7 @@ pub(crate) async fn enqueue_after(
         "UPDATE {q} SET task_dependants = true WHERE task_id = ANY($1) RETURNING task_id"
     ))
     .bind(&deps)
-    .fetch_all(&mut *tx)
+    .fetch_all(kept(&mut tx))
     .await?;
     let ended: Vec<(Uuid, String, i32, Option<String>)> = sqlx::query_as(&format!(
         "SELECT task_id, task_type, task_status, task_output FROM {r}
@@ -41,7 +43,7 @@ pub(crate) async fn enqueue_after(
     ))
     .bind(&deps)
     .bind(&live)
-    .fetch_all(&mut *tx)
+    .fetch_all(kept(&mut tx))
     .await?;
     let states = dependency_states(&deps, &live, &ended)?;
     let waiting = i32::try_from(states.iter().filter(|s| s.is_none()).count()).unwrap_or(i32::MAX);
@@ -50,7 +52,7 @@ pub(crate) async fn enqueue_after(
             job.run_at = WAITING_UNTIL;
         }
     }
-    let ids = super::enqueue_many(&mut *tx, schema, jobs, now).await?;
+    let ids = super::enqueue_many(kept(&mut tx), schema, jobs, now).await?;
     let done: Vec<bool> = states.iter().map(Option::is_some).collect();
     let outputs: Vec<Option<String>> = states.into_iter().map(Option::flatten).collect();
     sqlx::query(&format!(
@@ -63,7 +65,7 @@ pub(crate) async fn enqueue_after(
     .bind(&deps)
     .bind(&done)
     .bind(&outputs)
-    .execute(&mut *tx)
+    .execute(kept(&mut tx))
     .await?;
     sqlx::query(&format!(
         "UPDATE {q} SET task_waiting_on = $2, task_has_result = task_has_result OR $2 > 0
@@ -71,7 +73,7 @@ pub(crate) async fn enqueue_after(
     ))
     .bind(&ids)
     .bind(waiting)
-    .execute(&mut *tx)
+    .execute(kept(&mut tx))
     .await?;
     if waiting > 0 {
         // A waiting job's status (8) is kept in a results row, which a job without a
@@ -87,7 +89,7 @@ pub(crate) async fn enqueue_after(
              ON CONFLICT (task_id) DO UPDATE SET task_status = {PENDING}"
         ))
         .bind(&ids)
-        .execute(&mut *tx)
+        .execute(kept(&mut tx))
         .await?;
     }
     tx.commit().await?;
@@ -111,7 +113,7 @@ pub(crate) async fn settle(
     if !fed.is_empty() {
         sqlx::query(&format!("DELETE FROM {d} WHERE task_id = ANY($1)"))
             .bind(fed)
-            .execute(&mut *conn)
+            .execute(kept(&mut *conn))
             .await?;
     }
     if done.is_empty() {
@@ -140,7 +142,7 @@ pub(crate) async fn settle(
     .bind(&ids)
     .bind(&outputs)
     .bind(now)
-    .fetch_all(&mut *conn)
+    .fetch_all(kept(&mut *conn))
     .await?
     .into_iter()
     .flatten()
@@ -150,11 +152,11 @@ pub(crate) async fn settle(
             "UPDATE {r} SET task_status = {UNPROCESSED} WHERE task_id = ANY($1) AND task_status = {PENDING}"
         ))
         .bind(&released)
-        .execute(&mut *conn)
+        .execute(kept(&mut *conn))
         .await?;
         sqlx::query("SELECT pg_notify($1, '')")
             .bind(schema.channel())
-            .execute(&mut *conn)
+            .execute(kept(&mut *conn))
             .await?;
     }
     Ok(())
@@ -204,7 +206,7 @@ pub(crate) async fn propagate(
             .bind(status)
             .bind(kind)
             .bind(now)
-            .fetch_all(&mut *conn)
+            .fetch_all(kept(&mut *conn))
             .await?;
         ended |= !next.is_empty();
         roots = next
@@ -219,7 +221,7 @@ pub(crate) async fn propagate(
     if ended {
         sqlx::query("SELECT pg_notify($1, '')")
             .bind(schema.done_channel())
-            .execute(&mut *conn)
+            .execute(kept(&mut *conn))
             .await?;
     }
     Ok(())
@@ -236,7 +238,7 @@ pub(crate) async fn inputs(
         schema.table("task_deps_t")
     ))
     .bind(id)
-    .fetch_all(conn)
+    .fetch_all(kept(conn))
     .await?;
     Ok(rows
         .into_iter()
@@ -290,18 +292,18 @@ pub(crate) async fn revive(
     sqlx::query(&queue)
         .bind(&roots)
         .bind(WAITING_UNTIL)
-        .execute(&mut *conn)
+        .execute(kept(&mut *conn))
         .await?;
     sqlx::query(&results)
         .bind(&roots)
-        .execute(&mut *conn)
+        .execute(kept(&mut *conn))
         .await?;
     let mut revived = Vec::new();
     while !roots.is_empty() {
         roots = sqlx::query_scalar(&sql)
             .bind(&roots)
             .bind(WAITING_UNTIL)
-            .fetch_all(&mut *conn)
+            .fetch_all(kept(&mut *conn))
             .await?;
         revived.extend_from_slice(&roots);
     }
@@ -322,7 +324,7 @@ pub(crate) async fn tally(
     let posts =
         crate::store::batch::tally::<sqlx::Postgres>(conn, schema, ids, status, now).await?;
     if !posts.is_empty() {
-        super::enqueue_many(&mut *conn, schema, posts, now).await?;
+        super::enqueue_many(kept(&mut *conn), schema, posts, now).await?;
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The migrations, applied in order under an advisory lock, and the checks that refuse one whose rows would not fit.
 
+use super::pooler::kept;
 use super::*;
 use crate::migrate::SeedKeys;
 
@@ -149,7 +150,7 @@ pub(super) async fn infinite_time(
                     AND coalesce(isfinite(task_claimed_at_ts), true))
          LIMIT 1"
     ))
-    .fetch_optional(&mut *tx)
+    .fetch_optional(kept(&mut *tx))
     .await?;
     Ok(found.map(|(id, value)| {
         format!(
@@ -164,11 +165,11 @@ pub(crate) async fn migrate_to(pool: &PgPool, schema: &Schema, target: i32) -> R
     // `CREATE ... IF NOT EXISTS` on an existing schema sends notices, which sqlx logs at
     // INFO on every worker start; they say nothing a user needs.
     sqlx::query("SET LOCAL client_min_messages = warning")
-        .execute(&mut *tx)
+        .execute(kept(&mut tx))
         .await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
         .bind(format!("sk-migrate:{}", schema.table("")))
-        .execute(&mut *tx)
+        .execute(kept(&mut tx))
         .await?;
     let versions = schema.table("schema_migrations_t");
     let bootstrap = format!(
@@ -183,7 +184,7 @@ pub(crate) async fn migrate_to(pool: &PgPool, schema: &Schema, target: i32) -> R
     // A plain string runs through the simple protocol, which allows several statements.
     (&mut *tx).execute(bootstrap.as_str()).await?;
     let current: Option<i32> = sqlx::query_scalar(&format!("SELECT max(version) FROM {versions}"))
-        .fetch_one(&mut *tx)
+        .fetch_one(kept(&mut tx))
         .await?;
     let current = current.unwrap_or(0);
     let known = MIGRATIONS.last().map_or(0, |m| m.0);
@@ -218,7 +219,7 @@ pub(crate) async fn migrate_to(pool: &PgPool, schema: &Schema, target: i32) -> R
         ))
         .bind(version)
         .bind(description)
-        .execute(&mut *tx)
+        .execute(kept(&mut tx))
         .await?;
         tracing::info!(version, description, "sk: applied migration");
     }
@@ -238,7 +239,7 @@ pub(super) async fn set_seed_keys(pool: &PgPool, schema: &Schema, keys: SeedKeys
         .replace("__PREFIX__", schema.prefix());
     let mut tx = pool.begin().await?;
     sqlx::query("SET LOCAL client_min_messages = warning")
-        .execute(&mut *tx)
+        .execute(kept(&mut tx))
         .await?;
     (&mut *tx).execute(sql.as_str()).await?;
     tx.commit().await?;

@@ -21,6 +21,7 @@ mod enqueue;
 pub(crate) mod flow;
 mod migrate;
 pub(crate) mod partitions;
+pub(crate) mod pooler;
 pub(crate) mod primary;
 mod sql;
 mod work;
@@ -29,6 +30,11 @@ pub(crate) use enqueue::*;
 pub(crate) use migrate::*;
 pub(crate) use sql::*;
 pub(crate) use work::*;
+
+/// Whether `pool`'s connections keep prepared statements (`pooler`).
+pub(crate) fn pool_keeps(pool: &PgPool) -> Option<bool> {
+    Some(pooler::pool_keeps(pool))
+}
 
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnectOptions;

@@ -8,6 +8,7 @@ use sqlx::{Executor as _, PgConnection, PgPool};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::pooler::{kept, Held};
 use crate::error::Result;
 use crate::store::PartitionSpan;
 use crate::store::{id_floor, millis_of, time_of, Retired, Schema};
@@ -49,7 +50,7 @@ async fn ranges(conn: &mut PgConnection, schema: &Schema) -> Result<Vec<Range>> 
          WHERE i.inhparent = $1::regclass",
     )
     .bind(schema.table("task_results_t"))
-    .fetch_all(&mut *conn)
+    .fetch_all(kept(&mut *conn))
     .await?;
     let mut ranges: Vec<Range> = rows
         .into_iter()
@@ -61,7 +62,10 @@ async fn ranges(conn: &mut PgConnection, schema: &Schema) -> Result<Vec<Range>> 
 
 /// The range partitions of the results table, oldest first.
 pub(crate) async fn list(pool: &PgPool, schema: &Schema) -> Result<Vec<Range>> {
-    ranges(&mut *pool.acquire().await?, schema).await
+    let mut held = Held::of(pool).await?;
+    let all = ranges(held.conn(), schema).await?;
+    held.done().await?;
+    Ok(all)
 }
 
 /// The partitions a worker's statements address directly, as maintenance last read them.
@@ -116,7 +120,7 @@ async fn lock(conn: &mut PgConnection, schema: &Schema) -> Result<bool> {
     Ok(
         sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext($1))")
             .bind(format!("sk-partitions:{}", schema.table("task_results_t")))
-            .fetch_one(&mut *conn)
+            .fetch_one(kept(&mut *conn))
             .await?,
     )
 }
@@ -179,7 +183,7 @@ pub(crate) async fn ensure(
             ))
             .bind(lo)
             .bind(hi)
-            .execute(&mut *tx)
+            .execute(kept(&mut tx))
             .await?;
             let attached = (&mut *tx)
                 .execute(
@@ -231,7 +235,7 @@ pub(crate) async fn retire(
     within: bool,
     stopping: &CancellationToken,
 ) -> Result<Retired> {
-    let all = ranges(&mut *pool.acquire().await?, schema).await?;
+    let all = list(pool, schema).await?;
     let bound = id_floor(cutoff);
     let mut retired = Retired::default();
     if within {
@@ -271,7 +275,8 @@ async fn live(
     table: &str,
     cutoff: DateTime<Utc>,
 ) -> Result<bool> {
-    Ok(sqlx::query_scalar(&format!(
+    let mut held = Held::of(pool).await?;
+    let live = sqlx::query_scalar(&format!(
         "SELECT EXISTS (SELECT 1 FROM {q} WHERE task_id >= $1 AND task_id < $2)
              OR EXISTS (SELECT 1 FROM {table}
                         WHERE task_processing_finalized_at_ts IS NULL OR task_processing_finalized_at_ts >= $3)",
@@ -280,8 +285,10 @@ async fn live(
     .bind(range.from)
     .bind(range.to)
     .bind(cutoff)
-    .fetch_one(pool)
-    .await?)
+    .fetch_one(held.on())
+    .await?;
+    held.done().await?;
+    Ok(live)
 }
 
 /// Detaches one partition, checks again (now that no statement can reach it) that no job
@@ -316,7 +323,7 @@ async fn retire_one(
     ))
     .bind(range.from)
     .bind(range.to)
-    .fetch_one(&mut *tx)
+    .fetch_one(kept(&mut tx))
     .await?;
     if live {
         return Ok(false);
@@ -357,13 +364,15 @@ async fn prune_rows(
     );
     let mut total = 0;
     loop {
+        let mut held = Held::of(pool).await?;
         let n = sqlx::query(&statement)
             .bind(cutoff)
             .bind(ROW_BATCH)
             .bind(below)
-            .execute(pool)
+            .execute(held.on())
             .await?
             .rows_affected();
+        held.done().await?;
         total += n;
         if n < ROW_BATCH as u64 || stopping.is_cancelled() {
             return Ok(total);

@@ -147,8 +147,11 @@ pub fn primary_pool(options: PgPoolOptions, url: &str) -> Result<PgPool> {
     Ok(pool)
 }
 
+/// Asked in the simple protocol (no prepared statement), so it also holds behind a
+/// transaction pooler.
 async fn writable(conn: &mut PgConnection) -> sqlx::Result<bool> {
-    sqlx::query_scalar(WRITABLE).fetch_one(conn).await
+    use sqlx::{Executor as _, Row as _};
+    conn.fetch_one(WRITABLE).await?.try_get(0)
 }
 
 /// Keeps `pool` on the writable host of `hosts` until the pool is closed.

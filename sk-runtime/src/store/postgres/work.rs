@@ -1,5 +1,6 @@
 //! The worker's store: its connections, the claim, outcomes, leases, ticks and upkeep (the driver contract's `Work`).
 
+use super::pooler::{on, Held, On};
 use super::*;
 
 /// The worker's view of the store: every statement that runs under a lease.
@@ -10,6 +11,9 @@ pub(crate) struct PgStore {
     pub(crate) worker_id: String,
     /// Results partitions, for statements that address one directly.
     pub(crate) partitions: partitions::Known,
+    /// Whether its connections keep prepared statements: false behind a transaction
+    /// pooler, where every statement runs unnamed in a transaction (`pooler`).
+    pub(crate) keep: bool,
 }
 
 /// How long sk waits for a pooled connection before it looks for the reason itself: the
@@ -38,15 +42,29 @@ impl PgStore {
     /// The connections a role without superuser rights may open (`max_connections` less
     /// the reserved ones), and the client connections open now.
     pub(crate) async fn connection_room(&self) -> Result<(i64, i64)> {
-        let mut conn = self.acquire().await?;
-        Ok(sqlx::query_as(
+        let mut held = self.held().await?;
+        let room = sqlx::query_as(
             "SELECT current_setting('max_connections')::int8
                  - current_setting('superuser_reserved_connections')::int8
                  - coalesce(current_setting('reserved_connections', true)::int8, 0),
                  (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')",
         )
-        .fetch_one(&mut *conn)
-        .await?)
+        .fetch_one(held.on())
+        .await?;
+        held.done().await?;
+        Ok(room)
+    }
+
+    /// A connection for one operation (a transaction behind a transaction pooler: its
+    /// `done` commits), or within [`ACQUIRE_WAIT`] an error that says why there is none.
+    pub(crate) async fn held(&self) -> Result<Held> {
+        let conn = self.acquire().await?;
+        Held::from(conn, self.keep).await.map_err(|e| self.lost(e))
+    }
+
+    /// The executor of a statement on `conn`, as this pool prepares them.
+    pub(crate) fn on<'c>(&self, conn: &'c mut PgConnection) -> On<'c> {
+        on(conn, self.keep)
     }
 
     /// A pooled connection, or within [`ACQUIRE_WAIT`] an error that says why there is none.
@@ -119,9 +137,7 @@ impl PgStore {
         done: &Success,
         now: DateTime<Utc>,
     ) -> Result<bool> {
-        sqlx::query("SET LOCAL enable_seqscan = off")
-            .execute(&mut *tx)
-            .await?;
+        (&mut *tx).execute("SET LOCAL enable_seqscan = off").await?;
         let held: Vec<(Uuid, bool, bool)> = sqlx::query_as(&self.schema.sql.complete)
             .bind([done.lease.id])
             .bind([done.lease.attempt])
@@ -130,7 +146,7 @@ impl PgStore {
             .bind(now)
             .bind([done.output.as_deref()])
             .bind(self.schema.done_channel())
-            .fetch_all(&mut *tx)
+            .fetch_all(self.on(tx))
             .await
             .map_err(|e| self.lost(e))?;
         let held = self.settle(tx, &[done], held, now).await?;
@@ -176,7 +192,7 @@ impl PgStore {
         .bind(ids)
         .bind(crate::model::JobStatus::Processed as i32)
         .bind(&self.worker_id)
-        .fetch_all(&self.pool)
+        .fetch_all(self.held().await?.on())
         .await?)
     }
 }
@@ -185,7 +201,7 @@ impl PgStore {
 /// tick is enqueued only while its schedule exists unchanged; false if it was removed or
 /// changed since.
 pub(crate) async fn schedule_hold(
-    tx: &mut PgConnection,
+    tx: On<'_>,
     schema: &Schema,
     name: &str,
     updated_at: DateTime<Utc>,
@@ -220,10 +236,14 @@ impl Work for PgStore {
         if claim.capped && claim.fair.is_some() || claim.tenant_capped {
             return Ok(self.claim_rated(claim, &[]).await?.jobs);
         }
-        let mut conn = self.acquire().await?;
+        let mut held = self.held().await?;
         let capped = match claim.queues {
             Some([queue]) if claim.capped => queue,
-            _ => return fair::claim(self, &mut *conn, claim, claim.limit).await,
+            _ => {
+                let jobs = fair::claim(self, held.conn(), claim, claim.limit).await?;
+                held.done().await.map_err(|e| self.lost(e))?;
+                return Ok(jobs);
+            }
         };
         if claim.paused.contains(capped) {
             return Ok(Vec::new());
@@ -234,9 +254,10 @@ impl Work for PgStore {
         let rows = self
             .claim_query(&self.schema.sql.claim_capped, claim)
             .bind(capped)
-            .fetch_all(&mut *conn)
+            .fetch_all(held.on())
             .await
             .map_err(|e| self.lost(e))?;
+        held.done().await.map_err(|e| self.lost(e))?;
         Ok(claimed(&rows))
     }
 
@@ -278,7 +299,7 @@ impl Work for PgStore {
             ))
             .bind(queue)
             .bind(claim.now)
-            .fetch_one(&mut *tx)
+            .fetch_one(self.on(&mut tx))
             .await
             .map_err(|e| self.lost(e))?;
             limit = limit.min(room.unwrap_or(limit));
@@ -349,7 +370,7 @@ impl Work for PgStore {
                 .bind(now)
                 .bind(&outputs)
                 .bind(self.schema.done_channel())
-                .fetch_all(&mut *tx)
+                .fetch_all(self.on(&mut tx))
                 .await;
             match held {
                 Err(sqlx::Error::Database(e))
@@ -372,8 +393,10 @@ impl Work for PgStore {
 
     /// The outputs of job `id`'s dependencies, in order.
     async fn inputs(&self, id: Uuid) -> Result<Vec<Option<Option<String>>>> {
-        let mut conn = self.acquire().await?;
-        flow::inputs(&mut conn, &self.schema, id).await
+        let mut held = self.held().await?;
+        let inputs = flow::inputs(held.conn(), &self.schema, id).await?;
+        held.done().await.map_err(|e| self.lost(e))?;
+        Ok(inputs)
     }
 
     /// Records failed runs (retry or final) in one statement and one transaction, rows
@@ -409,7 +432,7 @@ impl Work for PgStore {
             .bind(now)
             .bind(&seed_errors)
             .bind(self.schema.done_channel())
-            .fetch_all(&mut *tx)
+            .fetch_all(self.on(&mut tx))
             .await
             .map_err(|e| self.lost(e))?;
         // Jobs others wait on that failed for good end those jobs in the same transaction.
@@ -449,7 +472,7 @@ impl Work for PgStore {
             .bind(ids)
             .bind(attempts)
             .bind(&self.worker_id)
-            .execute(&mut *tx)
+            .execute(self.on(&mut tx))
             .await
             .map_err(|e| self.lost(e))?;
         tx.commit().await.map_err(|e| self.lost(e))?;
@@ -468,7 +491,7 @@ impl Work for PgStore {
             .bind(ids)
             .bind(attempts)
             .bind(&self.worker_id)
-            .fetch_all(&mut *tx)
+            .fetch_all(self.on(&mut tx))
             .await
             .map_err(|e| self.lost(e))?;
         tx.commit().await.map_err(|e| self.lost(e))?;
@@ -482,8 +505,11 @@ impl Work for PgStore {
         mode: crate::model::UniqueMode,
         now: DateTime<Utc>,
     ) -> Result<(Uuid, bool, bool)> {
-        let mut conn = self.acquire().await?;
-        enqueue_unique(&mut *conn, &self.schema, job, mode, now).await
+        let mut held = self.held().await?;
+        let keep = held.keeps();
+        let posted = enqueue_unique(on(held.conn(), keep), &self.schema, job, mode, now).await?;
+        held.done().await.map_err(|e| self.lost(e))?;
+        Ok(posted)
     }
 
     /// Posts a cron tick, once across workers (its id comes from its unique key); with
@@ -501,13 +527,13 @@ impl Work for PgStore {
         let mut conn = self.acquire().await?;
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         if let Some((name, updated_at)) = stored {
-            if !schedule_hold(&mut tx, &self.schema, name, updated_at).await? {
+            if !schedule_hold(self.on(&mut tx), &self.schema, name, updated_at).await? {
                 return Ok(false);
             }
         }
         let id = match live_key {
-            None => enqueue_one(&mut *tx, &self.schema, job, now).await?,
-            Some(key) => enqueue_tick(&mut *tx, &self.schema, job, key, now).await?,
+            None => enqueue_one(self.on(&mut tx), &self.schema, job, now).await?,
+            Some(key) => enqueue_tick(self.on(&mut tx), &self.schema, job, key, now).await?,
         };
         if id.is_none() {
             // Nothing to keep: a queue row without its results row is a tick that
@@ -560,7 +586,7 @@ impl Work for PgStore {
     async fn table_health(&self) -> Result<Vec<TableHealth>> {
         let rows: Vec<(String, bool, i64, i64, i64, bool)> =
             sqlx::query_as(&self.schema.sql.dead_tuples)
-                .fetch_all(&mut *self.acquire().await?)
+                .fetch_all(self.held().await?.on())
                 .await
                 .map_err(|e| self.lost(e))?;
         Ok(rows
@@ -582,6 +608,17 @@ impl Work for PgStore {
     /// worker is doing it; returns whether this worker did.
     async fn vacuum(&self, table: &str) -> Result<bool> {
         let mut conn = self.acquire().await?;
+        let statement = format!("VACUUM (ANALYZE) {table}");
+        if !self.keep {
+            // Behind a transaction pooler a session's advisory lock may be taken on one
+            // server and released on another: vacuum without it (two workers vacuuming
+            // one table at once take turns on the table's lock).
+            (&mut *conn)
+                .execute(statement.as_str())
+                .await
+                .map_err(|e| self.lost(e))?;
+            return Ok(true);
+        }
         let key = format!("sk-vacuum:{table}");
         let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext($1))")
             .bind(&key)
@@ -591,7 +628,6 @@ impl Work for PgStore {
         if !locked {
             return Ok(false);
         }
-        let statement = format!("VACUUM (ANALYZE) {table}");
         let vacuumed = (&mut *conn).execute(statement.as_str()).await;
         let unlocked = sqlx::query("SELECT pg_advisory_unlock(hashtext($1))")
             .bind(&key)
@@ -604,14 +640,16 @@ impl Work for PgStore {
 
     async fn write_metrics(&self, metrics: &[(&str, i64)], now: DateTime<Utc>) -> Result<()> {
         let (ids, values): (Vec<&str>, Vec<i64>) = metrics.iter().copied().unzip();
+        let mut held = self.held().await?;
         sqlx::query(&self.schema.sql.metrics)
             .bind(&self.worker_id)
             .bind(ids)
             .bind(values)
             .bind(now)
-            .execute(&mut *self.acquire().await?)
+            .execute(held.on())
             .await
             .map_err(|e| self.lost(e))?;
+        held.done().await.map_err(|e| self.lost(e))?;
         Ok(())
     }
 
