@@ -1,6 +1,7 @@
 //! The in-process bus: what one part of a process tells the others at once, without the
 //! database. An enqueue wakes the workers (SQLite, MySQL), a cancel stops a running job,
-//! finished jobs wake `Client::wait`, a pause makes the workers read the queues again.
+//! finished jobs wake `Client::wait`, a pause makes the workers read the queues again,
+//! a pool that moved to a new primary cuts the workers' waits before a retry short.
 
 use std::sync::LazyLock;
 
@@ -62,6 +63,28 @@ pub(crate) fn pauses_changed() {
 
 pub(crate) fn pauses() -> tokio::sync::watch::Receiver<u64> {
     PAUSES.subscribe()
+}
+
+/// Bumped when a pool of this process moved to another host (`postgres::primary`, a
+/// failover), so the workers waiting to retry a failed statement try again at once
+/// instead of at the end of their backoff.
+static MOVED: LazyLock<tokio::sync::watch::Sender<u64>> =
+    LazyLock::new(|| tokio::sync::watch::channel(0).0);
+
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) fn database_moved() {
+    MOVED.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// Sleeps for `d`, or until a pool of this process moves to another host
+/// (`database_moved`): the wait before retrying a failed statement.
+pub(crate) async fn backoff(d: std::time::Duration) {
+    let mut moved = MOVED.subscribe();
+    moved.borrow_and_update();
+    tokio::select! {
+        () = tokio::time::sleep(d) => {}
+        _ = moved.changed() => {}
+    }
 }
 
 /// A receiver of the finished jobs' count (`jobs_finished`).

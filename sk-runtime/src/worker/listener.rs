@@ -1,5 +1,7 @@
 //! Wake-ups and control signals from outside the worker. PostgreSQL: LISTEN on a
-//! dedicated connection that reconnects; every notification on the queue's channel (and
+//! dedicated connection that reconnects (one of the pool's, or a direct one past a
+//! transaction pooler, `WorkerBuilder::listen_on`; behind a pooler without it, none:
+//! the worker polls); every notification on the queue's channel (and
 //! every reconnect, since notifications may have been missed) wakes the producer, and
 //! every one on the control channel names jobs cancelled by an operator. SQLite and MySQL
 //! have no notifications: enqueues in this process wake the worker at once, others are

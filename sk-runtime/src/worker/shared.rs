@@ -367,11 +367,14 @@ impl Shared {
         }
     }
 
-    /// Sleeps for `d` unless the worker is stopping; returns false when stopping.
+    /// Sleeps for `d` unless the worker is stopping (or a pool of the process moved to a
+    /// new primary: `bus::backoff`); returns false when stopping.
     pub(crate) async fn pause(&self, d: Duration) -> bool {
+        // A pool that moves to a new primary (a failover) ends the wait early: what
+        // failed on the old host may work on the new one now.
         tokio::select! {
             () = self.stopping.cancelled() => false,
-            () = tokio::time::sleep(d) => true,
+            () = crate::bus::backoff(d) => true,
         }
     }
 }

@@ -39,9 +39,17 @@ impl Hosts {
     /// `primary`): sk writes on every connection.
     pub(crate) fn parse(url: &str) -> Result<Hosts> {
         let invalid = |reason: String| Error::invalid("database url", reason);
-        let (scheme, rest) = url
-            .split_once("://")
-            .ok_or_else(|| invalid("a postgres:// URL has a host list after ://".to_owned()))?;
+        let Some((scheme, rest)) = url.split_once("://").filter(|(_, rest)| {
+            let authority = rest.split(['/', '?']).next().unwrap_or_default();
+            let hosts = authority.rsplit('@').next().unwrap_or_default();
+            hosts.contains(',')
+        }) else {
+            // One host: sqlx's own parse, and its own words for what is wrong.
+            let one = url
+                .parse::<PgConnectOptions>()
+                .map_err(|e| invalid(e.to_string()))?;
+            return Ok(Hosts(vec![one]));
+        };
         let (user, rest) = match rest.rsplit_once('@') {
             Some((user, rest)) => (Some(user), rest),
             None => (None, rest),
@@ -184,6 +192,7 @@ async fn watch(pool: PgPool, hosts: Hosts, moved: Arc<Notify>) {
                     );
                     pool.set_connect_options(hosts.0[i].clone());
                     current = i;
+                    crate::bus::database_moved();
                 }
                 held = Some(conn);
                 said = false;
@@ -242,6 +251,8 @@ mod tests {
         }
         let one = Hosts::parse("postgres://127.0.0.1:5432/postgres").unwrap();
         assert!(!one.several());
+        let comma_in_password = Hosts::parse("postgres://app:a,b@10.0.0.1/jobs").unwrap();
+        assert!(!comma_in_password.several());
     }
 
     #[test]

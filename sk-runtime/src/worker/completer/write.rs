@@ -343,7 +343,7 @@ where
                         return Written::GaveUp;
                     }
                 }
-                tokio::time::sleep(wait).await;
+                crate::bus::backoff(wait).await;
             }
         }
     }
