@@ -134,11 +134,13 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
     ) -> BoxFuture<'a, Result<bool>>;
 }
 
-/// What `.enqueue()` takes: a pool (`&pool`), a connection (`&mut conn`) or a transaction
-/// (`&mut tx`, or `&mut *tx`) of a [`Backend`], so a job can be enqueued inside the
-/// application's own transaction (it is stored, and its workers woken, only if that
-/// transaction commits). Anything sqlx can acquire a connection from: a backend whose
-/// enqueue takes more than one statement runs them on that one connection.
+/// What `.enqueue()` takes: a pool (`&pool`), a connection (`&mut conn`, or a pool's
+/// `&mut pooled`) or a transaction (`&mut tx`, or `&mut *tx`) of a [`Backend`], so a job
+/// can be enqueued inside the application's own transaction (it is stored, and its
+/// workers woken, only if that transaction commits). A backend whose enqueue takes more
+/// than one statement runs them on that one connection. A PostgreSQL pool also tells
+/// whether it is behind a transaction pooler (its statement cache off), and sk's
+/// statements on it then run unnamed, each enqueue in a transaction.
 pub trait Executor<'e>: sqlx::Acquire<'e, Database: Backend> + Send {
     /// Whether the executor's connections keep prepared statements, where it can tell: a
     /// pool says (false behind a transaction pooler: PostgreSQL's `pooler`); a
