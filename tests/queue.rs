@@ -27,6 +27,7 @@ mod lifecycle;
 mod observed;
 mod operators;
 mod partitions;
+mod route;
 mod runs;
 mod seeds;
 mod start;

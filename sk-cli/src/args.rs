@@ -10,6 +10,7 @@ use crate::{fail, Failure};
 pub(crate) const EXAMPLES: &str = "\
 Examples:
   sk --database-url postgres://postgres@127.0.0.1/app status
+  sk --database-url postgres://db-a/app --database-url postgres://db-b/app status
   DATABASE_URL=sqlite:jobs.db sk jobs --state fatal --queue mail
   sk job 0193a5e2-7c1f-7d3e-9a51-2b7e8c7d1f00
   sk retry 0193a5e2-7c1f-7d3e-9a51-2b7e8c7d1f00
@@ -26,9 +27,19 @@ Exit codes: 0 done, 1 failed (the database, bad input), 2 usage (or a bulk actio
 #[derive(Parser)]
 #[command(name = "sk", version, after_help = EXAMPLES)]
 pub(crate) struct Cli {
-    /// The database: a postgres://, sqlite: or mysql:// URL.
+    /// The database: a postgres://, sqlite: or mysql:// URL. Given more than once, the
+    /// databases of a router, database 0 first: counts are summed, lists merged, and
+    /// each action goes to the database that holds its job.
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
-    pub(crate) database_url: Option<String>,
+    pub(crate) database_url: Vec<String>,
+    /// With several databases: the home database of a queue's jobs, as QUEUE=N (the
+    /// router's `pin`), for `sk enqueue`; may be given more than once.
+    #[arg(long, global = true, value_name = "QUEUE=N")]
+    pub(crate) pin: Vec<String>,
+    /// With several databases: route the queues not pinned by a hash of the job's
+    /// tenant instead of its queue's name, for `sk enqueue`.
+    #[arg(long, global = true)]
+    pub(crate) route_by_tenant: bool,
     /// A streaming replica of the database for the read-only commands and pages
     /// (status, jobs, errors, the dashboard's lists); actions go to --database-url.
     #[arg(long, env = "SK_REPLICA_URL", global = true, hide_env_values = true)]

@@ -7,7 +7,7 @@
 use std::io::Write;
 
 use clap::Parser;
-use sk_runtime::{Client, Error, Per, Pool, Schema};
+use sk_runtime::{Client, Error, Per, Pool, RouteBy, Routes, Schema};
 
 mod args;
 mod audit;
@@ -106,40 +106,101 @@ where
     }
 }
 
+/// `sk migrate` on each database.
+async fn migrate(
+    pools: Vec<Pool>,
+    schema: &Schema,
+    status: bool,
+    seed_keys: Option<&str>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), Failure> {
+    if status {
+        let several = pools.len() > 1;
+        for (at, pool) in pools.into_iter().enumerate() {
+            if several && !json {
+                writeln!(out, "database {at}:")?;
+            }
+            migrations(pool, schema, json, out).await?;
+        }
+        return Ok(());
+    }
+    let keys = match seed_keys {
+        Some("000") => Some(sk_runtime::SeedKeys::OnePerName),
+        Some(_) => Some(sk_runtime::SeedKeys::PerProcess),
+        None => None,
+    };
+    let databases = pools.len();
+    for pool in pools {
+        sk_runtime::migrate(pool.clone(), schema).await?;
+        if let Some(keys) = keys {
+            sk_runtime::set_seed_keys(pool, schema, keys).await?;
+        }
+    }
+    say(
+        out,
+        json,
+        &serde_json::json!({ "migrated": true, "seed_keys": seed_keys, "databases": databases }),
+        || {
+            let tables = if databases == 1 {
+                "sk's tables are".to_owned()
+            } else {
+                format!("sk's tables in all {databases} databases are")
+            };
+            match seed_keys {
+                Some(seed) => format!("{tables} at this version, keyed as seed {seed}'s"),
+                None => format!("{tables} at this version"),
+            }
+        },
+    )
+}
+
+/// The routes of `sk enqueue` over `databases`: `pins` as QUEUE=N.
+fn routes(databases: usize, pins: &[String], by_tenant: bool) -> Result<Routes, Failure> {
+    let mut routes = Routes::new(databases)?;
+    if by_tenant {
+        routes = routes.by(RouteBy::Tenant);
+    }
+    for pin in pins {
+        let parsed = pin
+            .split_once('=')
+            .and_then(|(queue, at)| Some((queue, at.parse::<usize>().ok()?)));
+        let Some((queue, at)) = parsed else {
+            return Err(fail(
+                format!("--pin {pin:?}: give QUEUE=N, N the database's place from 0"),
+                2,
+            ));
+        };
+        routes = routes.pin(queue, at)?;
+    }
+    Ok(routes)
+}
+
 async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
-    let url = cli.database_url.as_deref().ok_or_else(|| {
-        fail(
+    if cli.database_url.is_empty() {
+        return Err(fail(
             "no database: give --database-url or set DATABASE_URL (postgres://, sqlite: or mysql://)",
             1,
-        )
-    })?;
+        ));
+    }
     let schema = Schema::new(&cli.schema, &cli.prefix)?;
-    let pool = Pool::connect(url).await?;
-    if let Command::Migrate { status: true, .. } = cli.command {
-        return migrations(pool, &schema, cli.json, out).await;
+    let mut pools = Vec::with_capacity(cli.database_url.len());
+    for url in &cli.database_url {
+        pools.push(Pool::connect(url).await?);
     }
-    if let Command::Migrate { seed_keys, .. } = &cli.command {
-        sk_runtime::migrate(pool.clone(), &schema).await?;
-        let keys = match seed_keys.as_deref() {
-            Some("000") => Some(sk_runtime::SeedKeys::OnePerName),
-            Some(_) => Some(sk_runtime::SeedKeys::PerProcess),
-            None => None,
-        };
-        if let Some(keys) = keys {
-            sk_runtime::set_seed_keys(pool, &schema, keys).await?;
-        }
-        return say(
-            out,
-            cli.json,
-            &serde_json::json!({ "migrated": true, "seed_keys": seed_keys }),
-            || match seed_keys {
-                Some(seed) => format!("sk's tables are at this version, keyed as seed {seed}'s"),
-                None => "sk's tables are at this version".to_owned(),
-            },
-        );
+    if let Command::Migrate { status, seed_keys } = &cli.command {
+        return migrate(pools, &schema, *status, seed_keys.as_deref(), cli.json, out).await;
     }
-    let mut client = Client::new(pool).schema(schema);
+    let several = pools.len() > 1;
+    let routes = routes(pools.len(), &cli.pin, cli.route_by_tenant)?;
+    let mut client = Client::across(pools)?.with_routes(routes)?.schema(schema);
     if let Some(replica) = cli.replica_url.as_deref() {
+        if several {
+            return Err(fail(
+                "--replica-url reads one database's replica; it cannot go with several --database-url",
+                2,
+            ));
+        }
         client = client.insight_from(Pool::connect(replica).await?);
     }
     let json = cli.json;

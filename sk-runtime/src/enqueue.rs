@@ -256,71 +256,30 @@ impl<J: Job> Enqueue<J> {
     ///
     /// # Errors
     /// As [`Enqueue::enqueue`].
-    pub async fn enqueue_outcome<'e, E: Executor<'e>>(mut self, executor: E) -> Result<Enqueued> {
-        let schema = self.schema.clone().unwrap_or_default();
+    pub async fn enqueue_outcome<'e, E: Executor<'e>>(self, executor: E) -> Result<Enqueued> {
         let now = crate::job::enqueue_now();
+        self.prepare(now, None)?.post(executor, now).await
+    }
+
+    /// The row to store, checked, with what it waits on and its schema (`schema` when the
+    /// call names none).
+    pub(crate) fn prepare(
+        mut self,
+        now: DateTime<Utc>,
+        schema: Option<&Schema>,
+    ) -> Result<Prepared<J>> {
+        let schema = self
+            .schema
+            .take()
+            .or_else(|| schema.cloned())
+            .unwrap_or_default();
         let after = std::mem::take(&mut self.after);
-        let job = self.into_new_job(now)?;
-        let queue = job.queue.clone();
-        let done = if after.is_empty() {
-            Self::insert(executor, &schema, job, now).await?
-        } else {
-            let ids =
-                <E::Database as Backend>::enqueue_after(executor, &schema, vec![job], after, now)
-                    .await?;
-            Enqueued {
-                id: ids[0],
-                outcome: EnqueueOutcome::Inserted,
-            }
-        };
-        if done.outcome == EnqueueOutcome::Inserted {
-            crate::telemetry::enqueued(J::TASK_TYPE, &queue, 1);
-        }
-        Ok(done)
-    }
-
-    async fn insert<'e, E: Executor<'e>>(
-        executor: E,
-        schema: &Schema,
-        job: NewJob,
-        now: DateTime<Utc>,
-    ) -> Result<Enqueued> {
-        // A pool behind a transaction pooler says so: its statements then run unnamed, in
-        // a transaction (`postgres::post_one`).
-        let keep = executor.keeps_statements();
-        with_keeps(keep, Self::insert_on(executor, schema, job, now)).await
-    }
-
-    async fn insert_on<'e, E: Executor<'e>>(
-        executor: E,
-        schema: &Schema,
-        job: NewJob,
-        now: DateTime<Utc>,
-    ) -> Result<Enqueued> {
-        match job.unique_mode {
-            Some(mode) => {
-                let (id, inserted, running) =
-                    <E::Database as Backend>::enqueue_unique(executor, schema, job, mode, now)
-                        .await?;
-                let outcome = match (inserted, mode, running) {
-                    (true, _, _) => EnqueueOutcome::Inserted,
-                    (false, UniqueMode::Restart, true) => EnqueueOutcome::RerunScheduled,
-                    (false, UniqueMode::Restart | UniqueMode::Replace, false) => {
-                        EnqueueOutcome::Updated
-                    }
-                    (false, _, _) => EnqueueOutcome::Duplicate,
-                };
-                Ok(Enqueued { id, outcome })
-            }
-            None => {
-                let id = job.id;
-                <E::Database as Backend>::enqueue_one(executor, schema, job, now).await?;
-                Ok(Enqueued {
-                    id,
-                    outcome: EnqueueOutcome::Inserted,
-                })
-            }
-        }
+        Ok(Prepared {
+            job: self.into_new_job(now)?,
+            after,
+            schema,
+            kind: std::marker::PhantomData,
+        })
     }
 
     /// Stores many jobs in one statement (one round trip, one notification) and returns
@@ -338,12 +297,27 @@ impl<J: Job> Enqueue<J> {
         I::Item: Into<Enqueue<J>>,
     {
         let now = crate::job::enqueue_now();
-        let mut schema: Option<Schema> = None;
+        let (schema, rows) = Self::rows_of(jobs, now, None)?;
+        Self::post_rows(executor, &schema, rows, now).await
+    }
+
+    /// The rows of `jobs`, checked (none with `after`; unique keys of mode skip only),
+    /// and their schema: the first job's, else `schema`, else the default.
+    pub(crate) fn rows_of<I>(
+        jobs: I,
+        now: DateTime<Utc>,
+        schema: Option<&Schema>,
+    ) -> Result<(Schema, Vec<NewJob>)>
+    where
+        I: IntoIterator,
+        I::Item: Into<Enqueue<J>>,
+    {
+        let mut named: Option<Schema> = None;
         let mut rows = Vec::new();
         for job in jobs {
             let job: Enqueue<J> = job.into();
-            if schema.is_none() {
-                schema = job.schema.clone();
+            if named.is_none() {
+                named = job.schema.clone();
             }
             if !job.after.is_empty() {
                 return Err(Error::invalid(
@@ -352,9 +326,6 @@ impl<J: Job> Enqueue<J> {
                 ));
             }
             rows.push(job.into_new_job(now)?);
-        }
-        if rows.is_empty() {
-            return Ok(Vec::new());
         }
         if let Some(mode) = rows
             .iter()
@@ -366,6 +337,20 @@ impl<J: Job> Enqueue<J> {
                 format!("enqueue_many takes unique keys of mode Skip only, not {mode:?}; enqueue those jobs one at a time"),
             ));
         }
+        let schema = named.or_else(|| schema.cloned()).unwrap_or_default();
+        Ok((schema, rows))
+    }
+
+    /// Stores `rows` (from [`Enqueue::rows_of`]) in one statement.
+    pub(crate) async fn post_rows<'e, E: Executor<'e>>(
+        executor: E,
+        schema: &Schema,
+        rows: Vec<NewJob>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Uuid>> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut queues: Vec<(String, u64)> = Vec::new();
         for row in &rows {
             match queues.iter_mut().find(|(q, _)| *q == row.queue) {
@@ -373,9 +358,8 @@ impl<J: Job> Enqueue<J> {
                 None => queues.push((row.queue.clone(), 1)),
             }
         }
-        let schema = schema.unwrap_or_default();
         let keep = executor.keeps_statements();
-        let many = <E::Database as Backend>::enqueue_many(executor, &schema, rows, now);
+        let many = <E::Database as Backend>::enqueue_many(executor, schema, rows, now);
         let ids = with_keeps(keep, many).await?;
         for (queue, n) in &queues {
             crate::telemetry::enqueued(J::TASK_TYPE, queue, *n);
@@ -503,6 +487,88 @@ impl<J: Job> Enqueue<J> {
         crate::hooks::apply(&mut job)?;
         crate::sealed::seal_new_job(&mut job, J::OPTIONS.encrypted)?;
         Ok(job)
+    }
+}
+
+/// One job ready to store ([`Enqueue::prepare`]): its row, the jobs it waits on, its
+/// schema.
+pub(crate) struct Prepared<J> {
+    pub(crate) job: NewJob,
+    pub(crate) after: Vec<Uuid>,
+    pub(crate) schema: Schema,
+    kind: std::marker::PhantomData<J>,
+}
+
+impl<J: Job> Prepared<J> {
+    /// Stores the job on `executor`.
+    pub(crate) async fn post<'e, E: Executor<'e>>(
+        self,
+        executor: E,
+        now: DateTime<Utc>,
+    ) -> Result<Enqueued> {
+        let Prepared {
+            job, after, schema, ..
+        } = self;
+        let queue = job.queue.clone();
+        let done = if after.is_empty() {
+            Self::insert(executor, &schema, job, now).await?
+        } else {
+            let ids =
+                <E::Database as Backend>::enqueue_after(executor, &schema, vec![job], after, now)
+                    .await?;
+            Enqueued {
+                id: ids[0],
+                outcome: EnqueueOutcome::Inserted,
+            }
+        };
+        if done.outcome == EnqueueOutcome::Inserted {
+            crate::telemetry::enqueued(J::TASK_TYPE, &queue, 1);
+        }
+        Ok(done)
+    }
+
+    async fn insert<'e, E: Executor<'e>>(
+        executor: E,
+        schema: &Schema,
+        job: NewJob,
+        now: DateTime<Utc>,
+    ) -> Result<Enqueued> {
+        // A pool behind a transaction pooler says so: its statements then run unnamed, in
+        // a transaction (`postgres::post_one`).
+        let keep = executor.keeps_statements();
+        with_keeps(keep, Self::insert_on(executor, schema, job, now)).await
+    }
+
+    async fn insert_on<'e, E: Executor<'e>>(
+        executor: E,
+        schema: &Schema,
+        job: NewJob,
+        now: DateTime<Utc>,
+    ) -> Result<Enqueued> {
+        match job.unique_mode {
+            Some(mode) => {
+                let (id, inserted, running) =
+                    <E::Database as Backend>::enqueue_unique(executor, schema, job, mode, now)
+                        .await?;
+                let outcome = match (inserted, mode, running) {
+                    (true, _, _) => EnqueueOutcome::Inserted,
+                    (false, UniqueMode::Restart, true) => EnqueueOutcome::RerunScheduled,
+                    (false, UniqueMode::Restart | UniqueMode::Replace, false) => {
+                        EnqueueOutcome::Updated
+                    }
+                    (false, _, _) => EnqueueOutcome::Duplicate,
+                };
+                Ok(Enqueued { id, outcome })
+            }
+            None => {
+                let id = job.id;
+                <E::Database as Backend>::enqueue_one(executor, schema, job, now).await?;
+                Ok(Enqueued {
+                    id,
+                    outcome: EnqueueOutcome::Inserted,
+                })
+            }
+        }
     }
 }
 

@@ -57,6 +57,7 @@ mod model;
 mod progress;
 mod registry;
 mod retry;
+mod route;
 mod sealed;
 mod steps;
 mod store;
@@ -86,6 +87,7 @@ pub use model::{
 };
 pub use progress::{MAX_PROGRESS_BYTES, PROGRESS_EVERY};
 pub use retry::Backoff;
+pub use route::{RouteBy, Router, Routes};
 pub use sealed::{set_payload_keys, PayloadKeys};
 pub use steps::{MAX_STEPS_BYTES, MAX_STEP_OUTPUT_BYTES};
 #[cfg(feature = "postgres")]

@@ -40,6 +40,18 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`] for a limit of 0 or over [`MAX_PAGE`]; the database fails.
     pub async fn audit(&self, before: Option<i64>, limit: u32) -> Result<Vec<AuditEntry>> {
+        if self.spread() {
+            if before.is_some() {
+                return Err(Error::invalid(
+                    "audit page",
+                    "entries are numbered per database: a client across several databases reads the newest page of each, merged (before = None)",
+                ));
+            }
+            let all = self
+                .each(|c| async move { c.audit(None, limit).await })
+                .await?;
+            return Ok(super::across::audit(all, limit as usize));
+        }
         if limit == 0 || limit > MAX_PAGE {
             return Err(Error::invalid(
                 "page size",

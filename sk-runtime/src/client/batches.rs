@@ -45,6 +45,10 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn batch(&self, id: Uuid) -> Result<Option<BatchRecord>> {
+        if self.spread() {
+            let all = self.each(|c| async move { c.batch(id).await }).await?;
+            return Ok(all.into_iter().flatten().next());
+        }
         Ok(self
             .reader()
             .batches(&self.schema, Some(&[id]), 1)
@@ -58,6 +62,10 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn batches(&self, limit: u32) -> Result<Vec<BatchRecord>> {
+        if self.spread() {
+            let all = self.each(|c| async move { c.batches(limit).await }).await?;
+            return Ok(super::across::batches(all, limit.min(MAX_PAGE) as usize));
+        }
         let limit = i64::from(limit.min(MAX_PAGE));
         self.reader().batches(&self.schema, None, limit).await
     }
@@ -74,6 +82,10 @@ impl Client {
         after: Option<Uuid>,
         limit: u32,
     ) -> Result<Vec<Uuid>> {
+        if self.spread() {
+            let home = self.home_of_batch(id).await?;
+            return Box::pin(home.batch_jobs(id, which, after, limit)).await;
+        }
         let limit = i64::from(limit.min(MAX_PAGE));
         self.reader()
             .batch_jobs(&self.schema, id, which.code(), after, limit)
@@ -86,6 +98,9 @@ impl Client {
     /// # Errors
     /// The database fails; the jobs cancelled before it failed stay cancelled.
     pub async fn cancel_batch(&self, id: Uuid) -> Result<u64> {
+        if self.spread() {
+            return Box::pin(self.home_of_batch(id).await?.cancel_batch(id)).await;
+        }
         let mut total = 0;
         let mut pages = self.pages_of(id, UNPROCESSED);
         while let Some(ids) = pages.next(self).await? {
@@ -103,6 +118,9 @@ impl Client {
     /// # Errors
     /// The database fails; the jobs retried before it failed stay retried.
     pub async fn retry_batch(&self, id: Uuid) -> Result<u64> {
+        if self.spread() {
+            return Box::pin(self.home_of_batch(id).await?.retry_batch(id)).await;
+        }
         let mut total = 0;
         for state in [FATAL, CANCELLED] {
             let mut pages = self.pages_of(id, state);

@@ -19,6 +19,12 @@ impl Client {
     /// # Errors
     /// The database fails; the jobs cancelled before it failed stay cancelled.
     pub async fn cancel_where(&self, filter: &JobFilter) -> Result<u64> {
+        if self.spread() {
+            let all = self
+                .each(|c| async move { c.cancel_where(filter).await })
+                .await?;
+            return Ok(all.into_iter().sum());
+        }
         filter.check()?;
         let mut total = 0;
         if filter.takes_live() {
@@ -39,6 +45,12 @@ impl Client {
     /// # Errors
     /// The database fails; the jobs retried before it failed stay retried.
     pub async fn retry_where(&self, filter: &JobFilter) -> Result<u64> {
+        if self.spread() {
+            let all = self
+                .each(|c| async move { c.retry_where(filter).await })
+                .await?;
+            return Ok(all.into_iter().sum());
+        }
         filter.check()?;
         let mut total = 0;
         if filter
@@ -75,6 +87,12 @@ impl Client {
     /// # Errors
     /// The database fails; the jobs made due before it failed stay due.
     pub async fn run_now_where(&self, filter: &JobFilter) -> Result<u64> {
+        if self.spread() {
+            let all = self
+                .each(|c| async move { c.run_now_where(filter).await })
+                .await?;
+            return Ok(all.into_iter().sum());
+        }
         filter.check()?;
         let mut total = 0;
         if filter.takes_live() && filter.status != Some(JobStatus::Processing) {
@@ -98,6 +116,12 @@ impl Client {
     /// # Errors
     /// The database fails; the jobs deleted before it failed stay deleted.
     pub async fn delete_where(&self, filter: &JobFilter) -> Result<u64> {
+        if self.spread() {
+            let all = self
+                .each(|c| async move { c.delete_where(filter).await })
+                .await?;
+            return Ok(all.into_iter().sum());
+        }
         filter.check()?;
         let mut total = 0;
         if filter.status.is_none_or(JobStatus::is_final) {
@@ -117,6 +141,9 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn delete(&self, id: Uuid) -> Result<bool> {
+        if self.spread() {
+            return Box::pin(self.home_of_job(id).await?.delete(id)).await;
+        }
         let deleted = self.pool.delete_ended(&self.schema, &[id]).await?;
         self.record("delete", On::Target(id.to_string()), Some(deleted))
             .await?;
@@ -131,6 +158,12 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn count_where(&self, filter: &JobFilter, up_to: u64) -> Result<u64> {
+        if self.spread() {
+            let all = self
+                .each(|c| async move { c.count_where(filter, up_to).await })
+                .await?;
+            return Ok(all.into_iter().sum::<u64>().min(up_to));
+        }
         filter.check()?;
         let mut total = 0;
         if filter.error_pattern.is_some() || filter.error_kind.is_some() {

@@ -19,6 +19,9 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn cancel(&self, id: Uuid) -> Result<CancelOutcome> {
+        if self.spread() {
+            return Box::pin(self.home_of_job(id).await?.cancel(id)).await;
+        }
         let outcome = self.cancel_one(id).await?;
         let changed = matches!(
             outcome,
@@ -52,6 +55,10 @@ impl Client {
     /// # Errors
     /// The database fails; what was deleted before it failed stays deleted.
     pub async fn prune(&self, before: DateTime<Utc>) -> Result<Pruned> {
+        if self.spread() {
+            let all = self.each(|c| async move { c.prune(before).await }).await?;
+            return Ok(super::across::pruned(all));
+        }
         let pruned = self.pool.prune(&self.schema, before).await?;
         let target = format!("before {}", before.to_rfc3339());
         self.record("prune", On::Target(target), Some(pruned.rows))
@@ -92,6 +99,9 @@ impl Client {
     }
 
     async fn retry_healing(&self, id: Uuid, heal: bool) -> Result<RetryOutcome> {
+        if self.spread() {
+            return Box::pin(self.home_of_job(id).await?.retry_healing(id, heal)).await;
+        }
         let outcome = self.retry_one(id, heal).await?;
         let changed = matches!(outcome, RetryOutcome::Retried | RetryOutcome::MadeDue);
         let action = if heal { "retry" } else { "retry-alone" };
@@ -141,6 +151,9 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn run_now(&self, id: Uuid) -> Result<RescheduleOutcome> {
+        if self.spread() {
+            return Box::pin(self.home_of_job(id).await?.run_now(id)).await;
+        }
         let outcome = self.reschedule_one(id, self.now()).await?;
         self.record_rescheduled("run-now", id, outcome).await?;
         Ok(outcome)
@@ -152,6 +165,9 @@ impl Client {
     /// [`Error::Invalid`] for a time after 9999-12-31T23:59:59.999999Z, the latest sk
     /// stores; the database fails.
     pub async fn reschedule(&self, id: Uuid, at: DateTime<Utc>) -> Result<RescheduleOutcome> {
+        if self.spread() {
+            return Box::pin(self.home_of_job(id).await?.reschedule(id, at)).await;
+        }
         let outcome = self.reschedule_one(id, at).await?;
         self.record_rescheduled("reschedule", id, outcome).await?;
         Ok(outcome)
@@ -187,6 +203,10 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn reprioritize(&self, id: Uuid, priority: i32) -> Result<ReprioritizeOutcome> {
+        if self.spread() {
+            let home = self.home_of_job(id).await?;
+            return Box::pin(home.reprioritize(id, priority)).await;
+        }
         let outcome = self.reprioritize_one(id, priority).await?;
         let changed = outcome == ReprioritizeOutcome::Reprioritized;
         let target = format!("{id} priority {priority}");
@@ -248,6 +268,12 @@ impl Client {
 
     /// Turns a queue's switch on or off, recorded as `action`; whether that changed it.
     async fn set_flag(&self, flag: QueueFlag, queue: &str, on: bool, action: &str) -> Result<bool> {
+        if self.spread() {
+            let changed = self
+                .each(|c| async move { c.set_flag(flag, queue, on, action).await })
+                .await?;
+            return Ok(changed.into_iter().any(|c| c));
+        }
         crate::model::check_name("queue name", queue)?;
         let changed = self
             .pool
@@ -310,6 +336,11 @@ impl Client {
         queue: &str,
         limit: Option<u32>,
     ) -> Result<()> {
+        if self.spread() {
+            self.each(|c| async move { c.set_queue_limit(kind, what, queue, limit).await })
+                .await?;
+            return Ok(());
+        }
         crate::model::check_name("queue name", queue)?;
         let value = crate::store::running_limit_value(what, limit)?;
         self.pool
@@ -350,6 +381,11 @@ impl Client {
         queue: &str,
         limit: Option<RateLimit>,
     ) -> Result<()> {
+        if self.spread() {
+            self.each(|c| async move { c.set_queue_rate(scope, action, queue, limit).await })
+                .await?;
+            return Ok(());
+        }
         crate::model::check_name("queue name", queue)?;
         let shown = limit
             .as_ref()
@@ -397,6 +433,12 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn task_type_rate_limits(&self) -> Result<Vec<(String, crate::model::RateState)>> {
+        if self.spread() {
+            let all = self
+                .each(|c| async move { c.task_type_rate_limits().await })
+                .await?;
+            return Ok(super::across::type_rates(all));
+        }
         self.reader()
             .type_rate_limits(&self.schema, self.now())
             .await
@@ -408,6 +450,10 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn queues(&self) -> Result<Vec<QueueState>> {
+        if self.spread() {
+            let all = self.each(|c| async move { c.queues().await }).await?;
+            return Ok(super::across::queues(all));
+        }
         self.reader().queue_states(&self.schema, self.now()).await
     }
 
@@ -422,6 +468,9 @@ impl Client {
     /// [`Error::JobNotFound`] when no such job exists, [`Error::WaitTimedOut`] when it
     /// has not finished within `timeout`; the database fails.
     pub async fn wait(&self, id: Uuid, timeout: Duration) -> Result<JobRecord> {
+        if self.spread() {
+            return Box::pin(self.home_of_job(id).await?.wait(id, timeout)).await;
+        }
         let started = std::time::Instant::now();
         let mut pause = Duration::from_millis(10);
         let mut finished = crate::store::Finished::new(&self.pool, &self.schema).await;
@@ -524,6 +573,10 @@ impl Client {
         options: crate::job::JobOptions,
         tenant: Option<String>,
     ) -> Result<Uuid> {
+        if self.spread() {
+            let home = self.home_for(options.queue, tenant.as_deref());
+            return Box::pin(home.post(task_type, payload, options, tenant)).await;
+        }
         let now = self.now();
         let mut job = NewJob {
             id: Uuid::now_v7(),
@@ -558,6 +611,10 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn counts(&self) -> Result<QueueCounts> {
+        if self.spread() {
+            let all = self.each(|c| async move { c.counts().await }).await?;
+            return Ok(super::across::queue_counts(all));
+        }
         self.reader().counts(&self.schema, self.now()).await
     }
 
@@ -566,6 +623,10 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn peek(&self, limit: i64) -> Result<Vec<QueuedJob>> {
+        if self.spread() {
+            let all = self.each(|c| async move { c.peek(limit).await }).await?;
+            return Ok(super::across::peek(all, limit.max(0) as usize));
+        }
         self.reader().peek(&self.schema, limit).await
     }
 
@@ -575,6 +636,10 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn job(&self, id: Uuid) -> Result<Option<JobRecord>> {
+        if self.spread() {
+            let all = self.each(|c| async move { c.job(id).await }).await?;
+            return Ok(all.into_iter().flatten().next());
+        }
         self.reader().job(&self.schema, id, self.now()).await
     }
 

@@ -4,9 +4,7 @@
 
 use super::Client;
 use crate::error::{Error, Result};
-#[cfg(feature = "postgres")]
-use crate::worker::events::JobEvent;
-use crate::worker::events::JobEvents;
+use crate::worker::events::{JobEvent, JobEvents};
 
 impl Client {
     /// The job events of every worker on this database that publishes them
@@ -24,8 +22,22 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`] on SQLite and MySQL, which cannot notify another process (a
     /// worker's own process subscribes with `Worker::subscribe`), and on a PostgreSQL
-    /// pool behind a transaction pooler (PgBouncer); the database fails.
+    /// pool behind a transaction pooler (PgBouncer); the database fails. A client across
+    /// several databases subscribes on each one, into one stream.
     pub async fn subscribe(&self) -> Result<JobEvents> {
+        let (tx, rx) = tokio::sync::broadcast::channel(crate::worker::events::BUFFER);
+        for part in self.parts() {
+            part.listen(tx.clone()).await?;
+        }
+        Ok(rx)
+    }
+
+    /// Sends the job events of this client's (one) database to `tx`.
+    async fn listen(
+        &self,
+        #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+        tx: tokio::sync::broadcast::Sender<JobEvent>,
+    ) -> Result<()> {
         match &self.pool {
             #[cfg(feature = "postgres")]
             crate::Pool::Postgres(pool) if !crate::store::postgres::pooler::pool_keeps(pool) => {
@@ -38,9 +50,8 @@ impl Client {
             crate::Pool::Postgres(pool) => {
                 let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
                 listener.listen(&self.schema.events_channel()).await?;
-                let (tx, rx) = tokio::sync::broadcast::channel(crate::worker::events::BUFFER);
                 tokio::spawn(forward(listener, tx));
-                Ok(rx)
+                Ok(())
             }
             #[allow(unreachable_patterns)]
             _ => Err(Error::invalid(

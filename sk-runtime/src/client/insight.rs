@@ -34,6 +34,10 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn count_by(&self, by: CountBy) -> Result<Vec<GroupCounts>> {
+        if self.spread() {
+            let all = self.each(|c| async move { c.count_by(by).await }).await?;
+            return Ok(super::across::group_counts(all));
+        }
         self.reader().count_by(&self.schema, by, self.now()).await
     }
 
@@ -69,6 +73,12 @@ impl Client {
         after: Option<Uuid>,
         limit: u32,
     ) -> Result<JobPage> {
+        if self.spread() {
+            let pages = self
+                .each(|c| async move { c.jobs(filter, after, limit).await })
+                .await?;
+            return Ok(super::across::job_page(pages, limit as usize));
+        }
         filter.check()?;
         if limit == 0 || limit > MAX_PAGE {
             return Err(Error::invalid(
@@ -121,6 +131,17 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`] for a limit of 0 or over [`MAX_PAGE`]; the database fails.
     pub async fn error_groups(&self, since: DateTime<Utc>, limit: u32) -> Result<Vec<ErrorGroup>> {
+        if self.spread() && limit > 0 && limit <= MAX_PAGE {
+            let rows = self
+                .each(
+                    |c| async move { c.reader().error_groups(&c.schema, since, ERROR_ROWS).await },
+                )
+                .await?;
+            return Ok(groups_of(
+                rows.into_iter().flatten().collect(),
+                limit as usize,
+            ));
+        }
         if limit == 0 || limit > MAX_PAGE {
             return Err(Error::invalid(
                 "group count",
@@ -140,6 +161,10 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn workers(&self) -> Result<Vec<WorkerInfo>> {
+        if self.spread() {
+            let all = self.each(|c| async move { c.workers().await }).await?;
+            return Ok(super::across::workers(all));
+        }
         self.reader().workers(&self.schema, self.now()).await
     }
 
@@ -164,6 +189,10 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`] for a bad queue name; the database fails.
     pub async fn tenants(&self, queue: &str) -> Result<Vec<TenantState>> {
+        if self.spread() {
+            let all = self.each(|c| async move { c.tenants(queue).await }).await?;
+            return Ok(super::across::tenants(all));
+        }
         crate::model::check_name("queue name", queue)?;
         self.reader()
             .tenant_states(&self.schema, queue, self.now())
@@ -199,6 +228,12 @@ impl Client {
         per: Per,
         task_type: Option<&str>,
     ) -> Result<Vec<Throughput>> {
+        if self.spread() {
+            let rows = self
+                .each(|c| async move { c.reader().job_stats(&c.schema, since, task_type).await })
+                .await?;
+            return Ok(throughput_of(rows.into_iter().flatten().collect(), per));
+        }
         let rows = self
             .reader()
             .job_stats(&self.schema, since, task_type)

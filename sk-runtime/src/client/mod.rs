@@ -1,6 +1,8 @@
-//! The client handle, on one pool and schema: job control (`control`), lists, counts
-//! and statistics (`insight`), and the read-only queue info (`info`).
+//! The client handle, on one pool and schema or across several databases (`across`):
+//! job control (`control`), lists, counts and statistics (`insight`), and the
+//! read-only queue info (`info`).
 
+mod across;
 mod audit;
 mod batches;
 mod bulk;
@@ -25,7 +27,8 @@ use crate::model::JobStatus;
 use crate::store::{Pool, Schema};
 
 /// The operator's handle on sk's tables: control calls and queue info on one pool and
-/// schema (set once), on every backend. Each call is safe against a worker finishing
+/// schema (set once), on every backend, or over several databases as one
+/// ([`Client::across`]). Each call is safe against a worker finishing
 /// the same job at the same moment: of the two, exactly one takes effect, and the call's
 /// outcome says which.
 ///
@@ -49,6 +52,10 @@ pub struct Client {
     /// Where the read-only insight calls go ([`Client::insight_from`]); the pool's own
     /// server when `None`.
     read: Option<Pool>,
+    /// The other databases of a client across several ([`Client::across`]).
+    more: Arc<[Pool]>,
+    /// Where [`Client::enqueue_json`] stores a job, over its databases.
+    routes: Arc<crate::route::Routes>,
     pub(crate) schema: Schema,
     clock: Arc<dyn Clock>,
     /// Who the audit trail says took this client's actions.
@@ -60,6 +67,7 @@ impl std::fmt::Debug for Client {
         f.debug_struct("Client")
             .field("pool", &self.pool)
             .field("read", &self.read)
+            .field("more", &self.more)
             .field("schema", &self.schema)
             .field("actor", &self.actor)
             .finish_non_exhaustive()
@@ -72,6 +80,8 @@ impl Client {
         Client {
             pool: pool.into(),
             read: None,
+            more: Arc::from([]),
+            routes: Arc::new(crate::route::Routes::new(1).expect("one database")),
             schema: Schema::default(),
             clock: Arc::new(SystemClock),
             actor: audit::os_user().into(),
@@ -107,6 +117,8 @@ impl Client {
     /// the audit trail. Every action, and every read an action decides on (a cancel reads
     /// the job it cancelled; a bulk action lists its jobs), stays on the client's own
     /// pool, the primary, as do [`Client::wait`] and [`Client::subscribe`].
+    ///
+    /// On a client across several databases, `replica` is database 0's.
     ///
     /// A replica lags by its replay delay ([`Client::replica_lag`]): a job enqueued a
     /// moment ago may not be listed yet, and one just finished may still show running.

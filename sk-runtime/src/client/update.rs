@@ -89,6 +89,9 @@ impl Client {
     /// the linked `#[job]` cannot take, or a time past the last sk stores; the database
     /// fails.
     pub async fn update(&self, id: Uuid, change: &JobUpdate) -> Result<UpdateOutcome> {
+        if self.spread() {
+            return Box::pin(self.home_of_job(id).await?.update(id, change)).await;
+        }
         let payload = match &change.payload {
             None => None,
             Some(payload) => Some(self.checked_payload(id, payload.clone()).await?),

@@ -17,6 +17,10 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn workflow(&self, id: Uuid) -> Result<Option<WorkflowRecord>> {
+        if self.spread() {
+            let all = self.each(|c| async move { c.workflow(id).await }).await?;
+            return Ok(all.into_iter().flatten().next());
+        }
         Ok(self
             .reader()
             .workflows(&self.schema, Some(id), 1)
@@ -30,6 +34,12 @@ impl Client {
     /// # Errors
     /// [`Error::Invalid`] for a limit of 0 or over [`MAX_PAGE`]; the database fails.
     pub async fn workflows(&self, limit: u32) -> Result<Vec<WorkflowRecord>> {
+        if self.spread() && limit > 0 && limit <= MAX_PAGE {
+            let all = self
+                .each(|c| async move { c.workflows(limit).await })
+                .await?;
+            return Ok(super::across::workflows(all, limit as usize));
+        }
         if limit == 0 || limit > MAX_PAGE {
             return Err(Error::invalid(
                 "page size",
@@ -55,6 +65,9 @@ impl Client {
     /// # Errors
     /// The database fails.
     pub async fn workflow_jobs(&self, id: Uuid) -> Result<Vec<WorkflowJob>> {
+        if self.spread() {
+            return Box::pin(self.home_of_workflow(id).await?.workflow_jobs(id)).await;
+        }
         self.workflow_jobs_on(self.reader(), id).await
     }
 
@@ -71,6 +84,9 @@ impl Client {
     /// # Errors
     /// The database fails; the jobs retried before it failed stay retried.
     pub async fn retry_workflow(&self, id: Uuid) -> Result<u64> {
+        if self.spread() {
+            return Box::pin(self.home_of_workflow(id).await?.retry_workflow(id)).await;
+        }
         // What it acts on is read on the primary.
         let ended: Vec<WorkflowJob> = self
             .workflow_jobs_on(&self.pool, id)
