@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::client::Client;
 use crate::enqueue::{Enqueue, Enqueued};
 use crate::error::{Error, Result};
 use crate::job::Job;
@@ -165,7 +164,7 @@ fn jump(mut key: u64, buckets: usize) -> usize {
 pub struct Router<DB: Backend> {
     pools: Arc<[sqlx::Pool<DB>]>,
     routes: Routes,
-    schema: Schema,
+    pub(crate) schema: Schema,
 }
 
 impl<DB: Backend> Router<DB>
@@ -294,16 +293,6 @@ where
             }
         }
         Ok(ids)
-    }
-
-    /// A client over every database: counts summed, lists merged, each action on the
-    /// database that holds its job ([`Client::across`]).
-    pub fn client(&self) -> Client {
-        Client::across_routed(
-            self.pools.iter().cloned().map(Pool::from).collect(),
-            self.routes.clone(),
-        )
-        .schema(self.schema.clone())
     }
 
     /// The error for a job of database `home` that waits on a job its database does not

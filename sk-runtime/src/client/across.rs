@@ -2,6 +2,7 @@
 //! its own, the database that holds a job, batch or workflow, and the merges of what
 //! each database answers (counts summed, lists merged in their order).
 
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -14,8 +15,8 @@ use crate::model::{
     AuditEntry, BatchRecord, GroupCounts, JobPage, Pruned, QueueCounts, QueueState, QueuedJob,
     RateState, TenantState, WorkerInfo, WorkflowRecord,
 };
-use crate::route::Routes;
-use crate::store::Pool;
+use crate::route::{Router, Routes};
+use crate::store::{Backend, Pool};
 
 impl Client {
     /// A client over several databases of sk's tables, as one system (database 0
@@ -160,6 +161,19 @@ impl Client {
     }
 }
 
+impl<DB: Backend> Router<DB>
+where
+    Pool: From<sqlx::Pool<DB>>,
+{
+    /// A client over every database: counts summed, lists merged, each action on the
+    /// database that holds its job ([`Client::across`]), `enqueue_json` by the router's
+    /// routes.
+    pub fn client(&self) -> Client {
+        let pools = self.databases().iter().cloned().map(Pool::from).collect();
+        Client::across_routed(pools, self.routes().clone()).schema(self.schema.clone())
+    }
+}
+
 /// Sums what each database counted, by key, sorted by key.
 pub(super) fn group_counts(all: Vec<Vec<GroupCounts>>) -> Vec<GroupCounts> {
     let mut by: BTreeMap<Option<String>, GroupCounts> = BTreeMap::new();
@@ -203,7 +217,7 @@ pub(super) fn queue_counts(all: Vec<QueueCounts>) -> QueueCounts {
 pub(super) fn job_page(pages: Vec<JobPage>, limit: usize) -> JobPage {
     let more = pages.iter().any(|p| p.next.is_some());
     let mut jobs: Vec<_> = pages.into_iter().flat_map(|p| p.jobs).collect();
-    jobs.sort_by_key(|j| std::cmp::Reverse(j.id));
+    jobs.sort_by_key(|j| Reverse(j.id));
     let left = jobs.len() > limit;
     jobs.truncate(limit);
     let next = if more || left {
@@ -216,9 +230,7 @@ pub(super) fn job_page(pages: Vec<JobPage>, limit: usize) -> JobPage {
 
 /// Every database's workers, by id.
 pub(super) fn workers(all: Vec<Vec<WorkerInfo>>) -> Vec<WorkerInfo> {
-    let mut workers: Vec<_> = all.into_iter().flatten().collect();
-    workers.sort_by(|a, b| a.id.cmp(&b.id));
-    workers
+    first(all, usize::MAX, |w| w.id.clone())
 }
 
 /// A queue's tenants over the databases, by name: their jobs summed; the first
@@ -297,36 +309,32 @@ fn earliest<T: Ord>(a: Option<T>, b: Option<T>) -> Option<T> {
     }
 }
 
+/// The first `limit` of every database's items in the order of `key`.
+fn first<T, K: Ord>(all: Vec<Vec<T>>, limit: usize, key: impl FnMut(&T) -> K) -> Vec<T> {
+    let mut items: Vec<T> = all.into_iter().flatten().collect();
+    items.sort_by_key(key);
+    items.truncate(limit);
+    items
+}
+
 /// The newest `limit` entries of every database's trail.
 pub(super) fn audit(all: Vec<Vec<AuditEntry>>, limit: usize) -> Vec<AuditEntry> {
-    let mut entries: Vec<_> = all.into_iter().flatten().collect();
-    entries.sort_by(|a, b| b.at.cmp(&a.at).then(b.id.cmp(&a.id)));
-    entries.truncate(limit);
-    entries
+    first(all, limit, |e| Reverse((e.at, e.id)))
 }
 
 /// The newest `limit` batches of every database.
 pub(super) fn batches(all: Vec<Vec<BatchRecord>>, limit: usize) -> Vec<BatchRecord> {
-    let mut batches: Vec<_> = all.into_iter().flatten().collect();
-    batches.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
-    batches.truncate(limit);
-    batches
+    first(all, limit, |b| Reverse((b.created_at, b.id)))
 }
 
 /// The newest `limit` workflows of every database.
 pub(super) fn workflows(all: Vec<Vec<WorkflowRecord>>, limit: usize) -> Vec<WorkflowRecord> {
-    let mut flows: Vec<_> = all.into_iter().flatten().collect();
-    flows.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
-    flows.truncate(limit);
-    flows
+    first(all, limit, |w| Reverse((w.created_at, w.id)))
 }
 
 /// The next `limit` waiting jobs of every database, in the order workers take them.
 pub(super) fn peek(all: Vec<Vec<QueuedJob>>, limit: usize) -> Vec<QueuedJob> {
-    let mut jobs: Vec<_> = all.into_iter().flatten().collect();
-    jobs.sort_by_key(|j| (j.priority, j.run_at, j.id));
-    jobs.truncate(limit);
-    jobs
+    first(all, limit, |j| (j.priority, j.run_at, j.id))
 }
 
 /// What every database's prune removed.
