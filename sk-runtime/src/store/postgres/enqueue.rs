@@ -4,32 +4,40 @@ use super::pooler::{conn_keeps, on};
 use super::*;
 use crate::store::backend::keeps_known;
 
-/// `enqueue_one` on the application's executor (`Backend::enqueue_one`), its
-/// statements prepared as the executor said (`backend::with_keeps`), else as the
-/// connection has so far (`pooler::conn_keeps`). A pool behind a transaction pooler
-/// hands out a connection outside a transaction: the statement gets one of its own, so
-/// its parse and its execution reach the same server.
+/// Runs `post` (an enqueue's statements) on the application's connection, prepared as
+/// the executor said (`backend::with_keeps`), else as the connection has so far
+/// (`pooler::conn_keeps`). A pool behind a transaction pooler hands out a connection
+/// outside a transaction: the statements get one of their own, so each parse and its
+/// execution reach the same server.
+async fn posted<T>(
+    conn: &mut PgConnection,
+    post: impl AsyncFnOnce(super::pooler::On<'_>) -> Result<T>,
+) -> Result<T> {
+    match keeps_known() {
+        Some(false) => {
+            let mut tx = conn.begin().await?;
+            let done = post(on(&mut tx, false)).await?;
+            tx.commit().await?;
+            Ok(done)
+        }
+        keep => {
+            let keep = keep.unwrap_or_else(|| conn_keeps(conn));
+            post(on(conn, keep)).await
+        }
+    }
+}
+
+/// `enqueue_one` on the application's executor (`Backend::enqueue_one`, [`posted`]).
 pub(crate) async fn post_one(
     conn: &mut PgConnection,
     schema: &Schema,
     job: NewJob,
     now: DateTime<Utc>,
 ) -> Result<Option<Uuid>> {
-    match keeps_known() {
-        Some(false) => {
-            let mut tx = conn.begin().await?;
-            let id = enqueue_one(on(&mut tx, false), schema, job, now).await?;
-            tx.commit().await?;
-            Ok(id)
-        }
-        keep => {
-            let keep = keep.unwrap_or_else(|| conn_keeps(conn));
-            enqueue_one(on(conn, keep), schema, job, now).await
-        }
-    }
+    posted(conn, async |c| enqueue_one(c, schema, job, now).await).await
 }
 
-/// `enqueue_unique` on the application's executor (as [`post_one`]).
+/// `enqueue_unique` on the application's executor ([`posted`]).
 pub(crate) async fn post_unique(
     conn: &mut PgConnection,
     schema: &Schema,
@@ -37,39 +45,20 @@ pub(crate) async fn post_unique(
     mode: crate::model::UniqueMode,
     now: DateTime<Utc>,
 ) -> Result<(Uuid, bool, bool)> {
-    match keeps_known() {
-        Some(false) => {
-            let mut tx = conn.begin().await?;
-            let posted = enqueue_unique(on(&mut tx, false), schema, job, mode, now).await?;
-            tx.commit().await?;
-            Ok(posted)
-        }
-        keep => {
-            let keep = keep.unwrap_or_else(|| conn_keeps(conn));
-            enqueue_unique(on(conn, keep), schema, job, mode, now).await
-        }
-    }
+    posted(conn, async |c| {
+        enqueue_unique(c, schema, job, mode, now).await
+    })
+    .await
 }
 
-/// `enqueue_many` on the application's executor (as [`post_one`]).
+/// `enqueue_many` on the application's executor ([`posted`]).
 pub(crate) async fn post_many(
     conn: &mut PgConnection,
     schema: &Schema,
     jobs: Vec<NewJob>,
     now: DateTime<Utc>,
 ) -> Result<Vec<Uuid>> {
-    match keeps_known() {
-        Some(false) => {
-            let mut tx = conn.begin().await?;
-            let ids = enqueue_many(on(&mut tx, false), schema, jobs, now).await?;
-            tx.commit().await?;
-            Ok(ids)
-        }
-        keep => {
-            let keep = keep.unwrap_or_else(|| conn_keeps(conn));
-            enqueue_many(on(conn, keep), schema, jobs, now).await
-        }
-    }
+    posted(conn, async |c| enqueue_many(c, schema, jobs, now).await).await
 }
 
 /// Binds the parameters every single-job insert statement shares, `$1` to `$11`.
