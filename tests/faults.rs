@@ -250,12 +250,9 @@ where
     );
 }
 
-async fn setup<B: TestBackend>(jobs: u32, millis: u64) -> (Db<B>, Vec<Uuid>)
-where
-    sqlx::Pool<B>: Into<sk_runtime::Pool>,
-{
-    let db = Db::<B>::new().await;
-    db.execute(if B::BACKEND == "SQLite" {
+/// The table where the fault worker's `burn` job records each run it starts.
+fn fault_runs<B: TestBackend>() -> &'static str {
+    if B::BACKEND == "SQLite" {
         "CREATE TABLE fault_runs (task_id BLOB NOT NULL, attempt INTEGER NOT NULL, pid INTEGER NOT NULL,
                                   started_at TEXT NOT NULL)"
     } else if B::BACKEND == "MySQL" {
@@ -264,8 +261,15 @@ where
     } else {
         "CREATE TABLE fault_runs (task_id uuid NOT NULL, attempt int NOT NULL, pid int NOT NULL,
                                   started_at timestamptz NOT NULL DEFAULT clock_timestamp())"
-    })
-    .await;
+    }
+}
+
+async fn setup<B: TestBackend>(jobs: u32, millis: u64) -> (Db<B>, Vec<Uuid>)
+where
+    sqlx::Pool<B>: Into<sk_runtime::Pool>,
+{
+    let db = Db::<B>::new().await;
+    db.execute(fault_runs::<B>()).await;
     let mut ids = Vec::new();
     for chunk in (0..jobs).collect::<Vec<_>>().chunks(10_000) {
         ids.extend(

@@ -25,11 +25,7 @@ async fn a_failover_to_a_synchronous_standby_loses_and_doubles_nothing() {
     const JOBS: u32 = 10_000;
     let mut cluster = Cluster::start(true).await;
     let db = Db::<sqlx::Postgres>::on(&cluster.url()).await;
-    db.execute(
-        "CREATE TABLE fault_runs (task_id uuid NOT NULL, attempt int NOT NULL, pid int NOT NULL,
-                                  started_at timestamptz NOT NULL DEFAULT clock_timestamp())",
-    )
-    .await;
+    db.execute(super::fault_runs::<sqlx::Postgres>()).await;
     db.execute("CREATE TABLE fault_effects (task_id uuid NOT NULL)")
         .await;
     let mut ids = Vec::new();

@@ -54,11 +54,7 @@ async fn insight_reads_the_replica_and_actions_go_to_the_primary() {
     let _serial = SERIAL.lock().await;
     let cluster = Cluster::start(true).await;
     let db = Db::<sqlx::Postgres>::on(&cluster.url()).await;
-    db.execute(
-        "CREATE TABLE fault_runs (task_id uuid NOT NULL, attempt int NOT NULL, pid int NOT NULL,
-                                  started_at timestamptz NOT NULL DEFAULT clock_timestamp())",
-    )
-    .await;
+    db.execute(super::fault_runs::<sqlx::Postgres>()).await;
     let standby = 1 - cluster.primary().await.expect("a primary");
     let replica = PgPoolOptions::new()
         .max_connections(4)

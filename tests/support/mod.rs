@@ -229,26 +229,32 @@ fn init_logs() {
         .try_init();
 }
 
+/// A new database of the tests' PostgreSQL: the server's URL, an admin pool on it (to
+/// remove the database), and the database's name.
+///
+/// # Panics
+/// When PostgreSQL cannot be reached: the tests need a real server and say so.
+async fn fresh_database() -> (String, PgPool, String) {
+    init_logs();
+    let url = database_url();
+    let admin = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("the tests need PostgreSQL at {url} (set DATABASE_URL): {e}"));
+    let name = format!("sk_test_{}", Uuid::new_v4().simple());
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .expect("create the test database");
+    (url, admin, name)
+}
+
 impl TestBackend for sqlx::Postgres {
     const BACKEND: &'static str = "PostgreSQL";
 
-    /// # Panics
-    /// When PostgreSQL cannot be reached: the tests need a real server and say so.
     async fn create() -> Db<Self> {
-        init_logs();
-        let url = database_url();
-        let admin = PgPoolOptions::new()
-            .max_connections(2)
-            .connect(&url)
-            .await
-            .unwrap_or_else(|e| {
-                panic!("the tests need PostgreSQL at {url} (set DATABASE_URL): {e}")
-            });
-        let name = format!("sk_test_{}", Uuid::new_v4().simple());
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&admin)
-            .await
-            .expect("create the test database");
+        let (url, admin, name) = fresh_database().await;
         let options: PgConnectOptions = url
             .parse::<PgConnectOptions>()
             .expect("a valid DATABASE_URL")
@@ -501,20 +507,7 @@ impl Db<sqlx::Postgres> {
     /// statement cache off: everything the test does, migrations included, goes through
     /// the pooler.
     pub async fn through_pgbouncer() -> Self {
-        init_logs();
-        let url = database_url();
-        let admin = PgPoolOptions::new()
-            .max_connections(2)
-            .connect(&url)
-            .await
-            .unwrap_or_else(|e| {
-                panic!("the tests need PostgreSQL at {url} (set DATABASE_URL): {e}")
-            });
-        let name = format!("sk_test_{}", Uuid::new_v4().simple());
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&admin)
-            .await
-            .expect("create the test database");
+        let (url, admin, name) = fresh_database().await;
         let direct: PgConnectOptions = url.parse().expect("a valid DATABASE_URL");
         let upstream = format!("{}:{}", direct.get_host(), direct.get_port());
         let bouncer = pgbouncer::PgBouncer::start(&upstream, 10);
