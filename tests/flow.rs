@@ -617,3 +617,36 @@ each_backend! {
         db.drop().await;
     }
 }
+
+each_backend! {
+    /// Many operators reading at once (a queue's tenants, and every other read of the
+    /// dashboard's overview): each read's statements stay on one server connection
+    /// (behind PgBouncer in transaction mode, a statement parsed outside a transaction
+    /// could be executed on another server connection and not be found there).
+    async fn reads_at_once_each_answer(db) {
+        let client = client(&db);
+        client.set_tenant_rate_limit("per_account", Some("100/1s".parse().unwrap())).await.unwrap();
+        let jobs = (0..6).map(|n| Enqueue::new(AccountCall::new(n)).with_tenant(format!("t{}", n % 3)));
+        AccountCall::enqueue_many(&db.pool, jobs).await.unwrap();
+        let mut reads = tokio::task::JoinSet::new();
+        for _ in 0..64 {
+            let client = client.clone();
+            reads.spawn(async move {
+                let day = Utc::now() - chrono::Duration::hours(24);
+                client.counts().await.unwrap();
+                client.count_by(sk_runtime::CountBy::Tenant).await.unwrap();
+                client.queues().await.unwrap();
+                client.workers().await.unwrap();
+                client.jobs(&sk_runtime::JobFilter::new(), None, 10).await.unwrap();
+                client.error_groups(day, 10).await.unwrap();
+                client.throughput(day, sk_runtime::Per::Hour, None).await.unwrap();
+                client.task_type_rate_limits().await.unwrap();
+                client.tenants("per_account").await.unwrap()
+            });
+        }
+        while let Some(read) = reads.join_next().await {
+            assert_eq!(read.unwrap().len(), 3);
+        }
+        db.drop().await;
+    }
+}

@@ -231,7 +231,9 @@ where
     (String, String, Option<DateTime<Utc>>): for<'r> sqlx::FromRow<'r, D::Row>,
 {
     Box::pin(async move {
-        let mut conn = pool.acquire().await?;
+        // One transaction (read-only) for its statements: behind a transaction pooler a
+        // statement's parse and execution outside one may reach two servers.
+        let mut conn = pool.begin().await?;
         let (running_limit, rate) = limits::<D>(&mut conn, schema, queue, "").await?;
         let live_sql = format!(
             "SELECT {}, {}, {} FROM {} WHERE task_queue = $1 AND task_tenant IS NOT NULL
@@ -284,6 +286,7 @@ where
                 None
             };
         }
+        conn.commit().await?;
         Ok(states.into_values().collect())
     })
 }
