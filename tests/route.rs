@@ -186,6 +186,7 @@ where
     let (code, out, err) = sk_over(urls, &["status", "--json"]).await;
     assert_eq!(code, 0, "{err}");
     let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["databases"], 2, "{out}");
     let queues = status["queues"].as_array().unwrap();
     let available = |name: &str| {
         queues
@@ -195,6 +196,9 @@ where
     };
     assert_eq!(available("left"), Some((Some(5), Some(0))), "{out}");
     assert_eq!(available("right"), Some((Some(2), Some(1))), "{out}");
+    let (code, out, err) = sk_over(urls, &["status"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("over 2 databases, summed"), "{out}");
     let shown = right[1].to_string();
     let (code, out, err) = sk_over(urls, &["job", &shown]).await;
     assert_eq!(code, 0, "{err}");

@@ -42,8 +42,12 @@ pub(crate) async fn status(
                 "tenants_held": held,
                 "workers": workers,
                 "replica_lag_s": lag.map(|l| l.as_secs_f64()),
+                "databases": client.databases(),
             }),
         );
+    }
+    if client.databases() > 1 {
+        writeln!(out, "over {} databases, summed\n", client.databases())?;
     }
     if let Some(lag) = lag {
         writeln!(

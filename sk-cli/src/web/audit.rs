@@ -16,7 +16,9 @@ pub(super) struct AuditQuery {
 pub(super) async fn audit(State(app): Shared, Query(query): Query<AuditQuery>) -> Page {
     const SHOWN: u32 = 100;
     let entries = app.client.audit(query.before, SHOWN).await?;
-    let older = (entries.len() == SHOWN as usize)
+    // Entries are numbered per database: over several, only the newest page is merged.
+    let several = app.client.databases() > 1;
+    let older = (entries.len() == SHOWN as usize && !several)
         .then(|| entries.last().map(|e| e.id))
         .flatten();
     let body = html! {
@@ -40,6 +42,9 @@ pub(super) async fn audit(State(app): Shared, Query(query): Query<AuditQuery>) -
                 } }
                 @if let Some(id) = older {
                     p { a #older href=(format!("/audit?before={id}")) { "Older actions →" } }
+                }
+                @if several && entries.len() == SHOWN as usize {
+                    p { "The newest actions of every database; for older ones, open the dashboard of one database." }
                 }
             }
         }
