@@ -370,9 +370,17 @@ impl Drop for Cluster {
     }
 }
 
-/// SIGKILL to a service's process group, and to any PostgreSQL process of its data
-/// directory that left the group.
+/// SIGKILL to a service's PostgreSQL children, its process group, and any PostgreSQL
+/// process of its data directory that left the group.
 fn kill_service(service: &mut Service) {
+    // The postmaster's children first: killed after it, some (the monitor's health
+    // check worker, its logger) were seen to live on, orphaned.
+    let postmaster = std::fs::read_to_string(service.pgdata.join("postmaster.pid"))
+        .ok()
+        .and_then(|text| text.lines().next().map(|l| l.trim().to_owned()));
+    if let Some(pid) = postmaster {
+        let _ = Command::new("pkill").args(["-KILL", "-P", &pid]).status();
+    }
     if let Some(mut child) = service.child.take() {
         let _ = Command::new("kill")
             .args(["-KILL", "--", &format!("-{}", child.id())])
