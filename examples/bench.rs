@@ -90,7 +90,14 @@
 //!   second's count go to stderr). Shows how soon the worker's own vacuum and analyze
 //!   keep up on a server without autovacuum.
 //!
-//! Uses schemas `sk_bench` and `sk_bench_raw`, recreated at each start.
+//! - `min_insert_single`, `min_insert_bulk` (1,000 rows a statement), `min_copy_bulk`
+//!   and `min_burn_down` (16 clients each taking 100 rows with SKIP LOCKED and deleting
+//!   them in one transaction): the same on the minimal queue table of `bench_raw.rs`,
+//!   the physical limit, beside `enqueue_single`, `enqueue_bulk`, `burn_down` and
+//!   `burn_down_c16`; `{measure}_server_cpu_ratio of_min` and `{measure}_wal_ratio
+//!   of_min` compare the burn-downs' server CPU and WAL per job.
+//!
+//! Uses schemas `sk_bench`, `sk_bench_raw` and `sk_bench_min`, recreated at each start.
 //!
 //! `--backend sqlite` runs the measures SQLite has against SQLite's own raw SQL
 //! (`bench_sqlite.rs`), in a file in the temp dir; no server needed. `--backend mysql`
@@ -115,6 +122,8 @@ use tracing_subscriber::EnvFilter;
 
 #[path = "bench_mysql.rs"]
 mod mysql;
+#[path = "bench_raw.rs"]
+mod raw;
 #[path = "bench_sqlite.rs"]
 mod sqlite;
 
@@ -445,6 +454,15 @@ async fn run() -> Result<(), BoxError> {
             }),
         )
         .await?;
+        b.measure_pair(
+            ("enqueue_single", "jobs/s", &|b| {
+                Box::pin(b.enqueue_single(n))
+            }),
+            ("min_insert_single", "rows/s", &|b| {
+                Box::pin(b.min_insert_single(n))
+            }),
+        )
+        .await?;
     }
     if b.wants("enqueue_bulk") {
         let n = b.args.jobs;
@@ -460,6 +478,18 @@ async fn run() -> Result<(), BoxError> {
             ("raw_copy_bulk", "rows/s", &|b| Box::pin(b.raw_copy_bulk(n))),
         )
         .await?;
+        b.measure_pair(
+            ("enqueue_bulk", "jobs/s", &|b| Box::pin(b.enqueue_bulk(n))),
+            ("min_insert_bulk", "rows/s", &|b| {
+                Box::pin(b.min_insert_bulk(n))
+            }),
+        )
+        .await?;
+        b.measure_pair(
+            ("enqueue_bulk", "jobs/s", &|b| Box::pin(b.enqueue_bulk(n))),
+            ("min_copy_bulk", "rows/s", &|b| Box::pin(b.min_copy_bulk(n))),
+        )
+        .await?;
     }
     if b.wants("burn_down") {
         let (n, c) = (b.args.jobs, b.args.concurrency);
@@ -470,6 +500,13 @@ async fn run() -> Result<(), BoxError> {
             ("raw_burn_down", "jobs/s", &|b| Box::pin(b.raw_burn_down(n))),
         )
         .await?;
+        b.measure_pair(
+            ("burn_down", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, c, Load::Noop))
+            }),
+            ("min_burn_down", "jobs/s", &|b| Box::pin(b.min_burn_down(n))),
+        )
+        .await?;
     }
     if b.wants("burn_down_c16") {
         let (n, c) = (b.args.jobs, b.args.concurrency);
@@ -478,6 +515,13 @@ async fn run() -> Result<(), BoxError> {
                 Box::pin(b.burn_down(n, 16, Load::Noop))
             }),
             ("raw_burn_down", "jobs/s", &|b| Box::pin(b.raw_burn_down(n))),
+        )
+        .await?;
+        b.measure_pair(
+            ("burn_down_c16", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, 16, Load::Noop))
+            }),
+            ("min_burn_down", "jobs/s", &|b| Box::pin(b.min_burn_down(n))),
         )
         .await?;
         b.measure_pair(
@@ -681,6 +725,8 @@ async fn run() -> Result<(), BoxError> {
             "raw_copy_bulk" => "raw_copy",
             "raw_one_per_round_trip" => "one_per_round_trip",
             b if b.starts_with("raw_") => "raw",
+            "min_copy_bulk" => "min_copy",
+            b if b.starts_with("min_") => "min",
             b => b,
         };
         println!("{name}_ratio {ratio:.2} of_{of}");
@@ -704,6 +750,21 @@ async fn run() -> Result<(), BoxError> {
         }
         if *name == "failure_storm" {
             println!("{}", storm_runs_line(*ratio));
+        }
+        if name.starts_with("burn_down") && *baseline == "min_burn_down" {
+            // The server's CPU and the write-ahead log per job against the minimal
+            // queue's: CPU as the minimal's over sk's (1.0: no more than the bare
+            // queue), WAL as sk's over the minimal's (issue target: at most 1.3).
+            let of = |figure: &str| {
+                side_median(&side, &format!("{name}_{figure}"))
+                    .zip(side_median(&side, &format!("min_burn_down_{figure}")))
+            };
+            if let Some((sk, min)) = of("server_cpu_us_per_job") {
+                println!("{name}_server_cpu_ratio {:.2} of_min", min / sk);
+            }
+            if let Some((sk, min)) = of("wal_bytes_per_job") {
+                println!("{name}_wal_ratio {:.2} of_min", sk / min);
+            }
         }
         if *name == "burn_down" && *baseline == "raw_burn_down" {
             // The server's CPU per job, the raw baseline's over sk's (1.0: sk costs the
@@ -803,17 +864,8 @@ impl Bench {
         sqlx::query("DROP SCHEMA IF EXISTS sk_bench CASCADE")
             .execute(&self.pool)
             .await?;
-        sqlx::query("DROP SCHEMA IF EXISTS sk_bench_raw CASCADE")
-            .execute(&self.pool)
-            .await?;
         sk_runtime::migrate(&self.pool, &self.schema).await?;
-        sqlx::raw_sql(
-            "CREATE SCHEMA sk_bench_raw;
-             CREATE TABLE sk_bench_raw.queue (LIKE sk_bench.sk_tasks_queue_t INCLUDING ALL);",
-        )
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        self.reset_raw().await
     }
 
     async fn enqueue_single(&self, n: u64) -> Result<f64, BoxError> {
@@ -827,82 +879,12 @@ impl Bench {
         Ok(n as f64 / start.elapsed().as_secs_f64())
     }
 
-    async fn raw_insert_single(&self, n: u64) -> Result<f64, BoxError> {
-        let start = Instant::now();
-        for i in 0..n {
-            sqlx::query(
-                "INSERT INTO sk_bench_raw.queue (task_id, task_type, task_source, task_payload, task_priority,
-                    task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
-                 VALUES ($1, 'bench_noop', 'app', $2::jsonb, 0, $3, $3, 'default', 25)",
-            )
-            .bind(uuid::Uuid::now_v7())
-            .bind(format!("{{\"n\":{i}}}"))
-            .bind(chrono::Utc::now())
-            .execute(&self.pool)
-            .await?;
-        }
-        Ok(n as f64 / start.elapsed().as_secs_f64())
-    }
-
     async fn enqueue_bulk(&self, n: u64) -> Result<f64, BoxError> {
         let start = Instant::now();
         enqueue_chunks(&self.pool, n, |k| {
             Enqueue::new(BenchNoop::new(k)).with_schema(&self.schema)
         })
         .await?;
-        Ok(n as f64 / start.elapsed().as_secs_f64())
-    }
-
-    async fn raw_insert_bulk(&self, n: u64) -> Result<f64, BoxError> {
-        let start = Instant::now();
-        let mut i = 0;
-        while i < n {
-            let end = (i + 10_000).min(n);
-            let ids: Vec<uuid::Uuid> = (i..end).map(|_| uuid::Uuid::now_v7()).collect();
-            let payloads: Vec<String> = (i..end).map(|k| format!("{{\"n\":{k}}}")).collect();
-            sqlx::query(
-                "INSERT INTO sk_bench_raw.queue (task_id, task_type, task_source, task_payload, task_priority,
-                    task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts)
-                 SELECT id, 'bench_noop', 'app', p::jsonb, 0, $3, $3, 'default', 25
-                 FROM unnest($1::uuid[], $2::text[]) AS i(id, p)",
-            )
-            .bind(ids)
-            .bind(payloads)
-            .bind(chrono::Utc::now())
-            .execute(&self.pool)
-            .await?;
-            i = end;
-        }
-        Ok(n as f64 / start.elapsed().as_secs_f64())
-    }
-
-    /// The rows of `raw_insert_bulk` through COPY (text format), 10,000 per statement.
-    async fn raw_copy_bulk(&self, n: u64) -> Result<f64, BoxError> {
-        use std::fmt::Write as _;
-        let start = Instant::now();
-        let mut conn = self.pool.acquire().await?;
-        let mut i = 0;
-        while i < n {
-            let end = (i + 10_000).min(n);
-            let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-            let mut rows = String::with_capacity(10_000 * 128);
-            for k in i..end {
-                let _ = writeln!(
-                    rows,
-                    "{}\tbench_noop\tapp\t{{\"n\":{k}}}\t0\t{now}\t{now}\tdefault\t25",
-                    uuid::Uuid::now_v7()
-                );
-            }
-            let mut copy = conn
-                .copy_in_raw(
-                    "COPY sk_bench_raw.queue (task_id, task_type, task_source, task_payload, task_priority,
-                        task_posted_at_ts, task_locked_until_ts, task_queue, task_max_attempts) FROM STDIN",
-                )
-                .await?;
-            copy.send(rows.into_bytes()).await?;
-            copy.finish().await?;
-            i = end;
-        }
         Ok(n as f64 / start.elapsed().as_secs_f64())
     }
 
@@ -1316,15 +1298,6 @@ impl Bench {
         Ok(n as f64 / seconds)
     }
 
-    /// A backlog of `n` rows in the plain table, vacuumed and analyzed.
-    async fn raw_backlog(&self, n: u64) -> Result<(), BoxError> {
-        self.raw_insert_bulk(n).await?;
-        sqlx::query("VACUUM ANALYZE sk_bench_raw.queue")
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
     /// Names the side figures of the measure `name`'s run that starts.
     fn start_measure(&self, name: &str) {
         name.clone_into(
@@ -1390,78 +1363,6 @@ impl Bench {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push((name, value, unit));
-    }
-
-    async fn raw_burn_down(&self, n: u64) -> Result<f64, BoxError> {
-        self.raw_backlog(n).await?;
-        let server_before = server_cpu_seconds()?;
-        let wal_before = self.wal_bytes().await?;
-        let start = Instant::now();
-        let mut clients = Vec::new();
-        for _ in 0..4 {
-            let pool = self.pool.clone();
-            clients.push(tokio::spawn(async move {
-                let mut done = 0u64;
-                loop {
-                    let ids: Vec<uuid::Uuid> = sqlx::query_scalar(
-                        "WITH next AS (
-                            SELECT task_id FROM sk_bench_raw.queue WHERE task_locked_until_ts <= now()
-                            ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
-                            LIMIT 100 FOR UPDATE SKIP LOCKED)
-                         UPDATE sk_bench_raw.queue q SET task_locked_until_ts = now() + interval '30 seconds',
-                            task_attempt = q.task_attempt + 1
-                         FROM next WHERE q.task_id = next.task_id RETURNING q.task_id",
-                    )
-                    .fetch_all(&pool)
-                    .await?;
-                    if ids.is_empty() {
-                        return Ok::<u64, sqlx::Error>(done);
-                    }
-                    done += ids.len() as u64;
-                    sqlx::query("DELETE FROM sk_bench_raw.queue WHERE task_id = ANY($1)").bind(ids).execute(&pool).await?;
-                }
-            }));
-        }
-        let mut done = 0;
-        for c in clients {
-            done += c.await??;
-        }
-        if done != n {
-            return Err(format!("raw burn-down finished {done} of {n}").into());
-        }
-        let rate = n as f64 / start.elapsed().as_secs_f64();
-        self.note_server_cpu(server_before, n)?;
-        self.note_wal(wal_before, n).await?;
-        Ok(rate)
-    }
-
-    /// One job per round trip: a backlog of `n` rows in the plain table taken by one
-    /// client, one row per statement (claimed with SKIP LOCKED and deleted in one
-    /// statement, one commit each): what a worker that fetched one job at a time could at
-    /// best do.
-    async fn raw_one_per_round_trip(&self, n: u64) -> Result<f64, BoxError> {
-        self.raw_backlog(n).await?;
-        let start = Instant::now();
-        let mut done = 0u64;
-        loop {
-            let id: Option<uuid::Uuid> = sqlx::query_scalar(
-                "DELETE FROM sk_bench_raw.queue WHERE task_id = (
-                    SELECT task_id FROM sk_bench_raw.queue WHERE task_locked_until_ts <= now()
-                    ORDER BY task_priority, task_locked_until_ts, task_lock_handle_id
-                    LIMIT 1 FOR UPDATE SKIP LOCKED)
-                 RETURNING task_id",
-            )
-            .fetch_optional(&self.pool)
-            .await?;
-            if id.is_none() {
-                break;
-            }
-            done += 1;
-        }
-        if done != n {
-            return Err(format!("one-per-round-trip burn-down finished {done} of {n}").into());
-        }
-        Ok(n as f64 / start.elapsed().as_secs_f64())
     }
 
     async fn latency(&mut self) -> Result<(), BoxError> {
