@@ -161,7 +161,7 @@ async fn a_seed_producer_reposting_a_finished_id_gets_its_new_outcome_recorded()
 }
 
 /// What `sk_try_dequeue_task` returns: the seed's eight columns.
-#[derive(Debug, PartialEq, sqlx::FromRow)]
+#[derive(Debug, PartialEq)]
 struct Dequeued {
     task_id: Uuid,
     task_lock_handle_id: i64,
@@ -171,6 +171,22 @@ struct Dequeued {
     task_priority: i32,
     task_posted_at_ts: chrono::DateTime<chrono::Utc>,
     task_locked_until_ts: chrono::DateTime<chrono::Utc>,
+}
+
+impl sqlx::FromRow<'_, sqlx::postgres::PgRow> for Dequeued {
+    fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+        use sqlx::Row;
+        Ok(Dequeued {
+            task_id: row.try_get("task_id")?,
+            task_lock_handle_id: row.try_get("task_lock_handle_id")?,
+            task_type: row.try_get("task_type")?,
+            task_source: row.try_get("task_source")?,
+            task_payload: row.try_get("task_payload")?,
+            task_priority: row.try_get("task_priority")?,
+            task_posted_at_ts: row.try_get("task_posted_at_ts")?,
+            task_locked_until_ts: row.try_get("task_locked_until_ts")?,
+        })
+    }
 }
 
 async fn dequeue<'e>(

@@ -54,18 +54,20 @@ pub struct ErrorGroup {
     pub hourly: Vec<(DateTime<Utc>, i64)>,
 }
 
+from_row! {
 /// The jobs of one task type, queue, error and hour, as the store groups them.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug)]
 pub(crate) struct ErrorRow {
-    task_type: String,
-    task_queue: String,
-    kind: Option<String>,
-    message: Option<String>,
-    hour: Option<String>,
-    jobs: i64,
-    first_seen: Option<DateTime<Utc>>,
-    last_seen: Option<DateTime<Utc>>,
-    sample: Uuid,
+    task_type: String = "task_type",
+    task_queue: String = "task_queue",
+    kind: Option<String> = "kind",
+    message: Option<String> = "message",
+    hour: Option<String> = "hour",
+    jobs: i64 = "jobs",
+    first_seen: Option<DateTime<Utc>> = "first_seen",
+    last_seen: Option<DateTime<Utc>> = "last_seen",
+    sample: Uuid = "sample",
+}
 }
 
 /// The groups of `rows` by task type, error type and masked message, largest first (the

@@ -46,52 +46,40 @@ pub struct GroupCounts {
     pub cancelled: i64,
 }
 
+from_row! {
 /// One job in a list ([`Client::jobs`](crate::Client::jobs)); [`Client::job`](crate::Client::job) has its whole record.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct JobSummary {
     /// Job id.
-    #[sqlx(rename = "task_id")]
-    pub id: Uuid,
+    pub id: Uuid = "task_id",
     /// Task type.
-    #[sqlx(rename = "task_type")]
-    pub task_type: String,
+    pub task_type: String = "task_type",
     /// Queue.
-    #[sqlx(rename = "task_queue")]
-    pub queue: String,
+    pub queue: String = "task_queue",
     /// Status code; see [`JobSummary::status`].
-    #[sqlx(rename = "task_status")]
-    pub status_code: i32,
+    pub status_code: i32 = "task_status",
     /// Priority.
-    #[sqlx(rename = "task_priority")]
-    pub priority: i32,
+    pub priority: i32 = "task_priority",
     /// Attempts used, while the job is live.
-    #[sqlx(rename = "task_attempt")]
-    pub attempt: Option<i32>,
+    pub attempt: Option<i32> = "task_attempt",
     /// Tenant.
-    #[sqlx(rename = "task_tenant")]
-    pub tenant: Option<String>,
+    pub tenant: Option<String> = "task_tenant",
     /// Correlation id.
-    #[sqlx(rename = "task_correlation_id")]
-    pub correlation_id: Option<String>,
+    pub correlation_id: Option<String> = "task_correlation_id",
     /// When it was enqueued.
-    #[sqlx(rename = "task_posted_at_ts")]
-    pub posted_at: DateTime<Utc>,
+    pub posted_at: DateTime<Utc> = "task_posted_at_ts",
     /// Not-before time (waiting) or lease expiry (running), while the job is live.
-    #[sqlx(rename = "task_locked_until_ts")]
-    pub locked_until: Option<DateTime<Utc>>,
+    pub locked_until: Option<DateTime<Utc>> = "task_locked_until_ts",
     /// When it finished.
-    #[sqlx(rename = "task_processing_finalized_at_ts")]
-    pub finalized_at: Option<DateTime<Utc>>,
+    pub finalized_at: Option<DateTime<Utc>> = "task_processing_finalized_at_ts",
     /// How many runs failed.
-    #[sqlx(rename = "task_error_count")]
-    pub error_count: i32,
+    pub error_count: i32 = "task_error_count",
     /// The last error's type.
-    #[sqlx(rename = "task_last_error_type")]
-    pub last_error_type: Option<String>,
+    pub last_error_type: Option<String> = "task_last_error_type",
     /// The last error's message.
-    #[sqlx(rename = "task_last_error_message")]
-    pub last_error_message: Option<String>,
+    pub last_error_message: Option<String> = "task_last_error_message",
+}
 }
 
 impl JobSummary {

@@ -1,6 +1,70 @@
 //! The values the store returns and the client shows: a job's record and status, lists,
 //! filters and groups, a worker's own record and statistics. Plain data, below both.
 
+/// A struct the store reads from a row by column name: the struct as written, each field
+/// followed by how it is read, and `sqlx::FromRow` for each backend compiled in. A field
+/// reads `= "its_column"`, `= [json "its_column"]` (JSON text decoded with serde),
+/// `= [default "its_column"]` (its `Default` when the row has no such column) or
+/// `= [skip]` (its `Default`, not read). What `#[derive(sqlx::FromRow)]`
+/// gave, without sqlx's `derive` feature, whose proc macro built sqlx and each backend's
+/// driver a second time for the compiler's host.
+macro_rules! from_row {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            $(
+                $(#[$field_meta:meta])*
+                $field_vis:vis $field:ident: $ty:ty = $how:tt
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        $vis struct $name {
+            $(
+                $(#[$field_meta])*
+                $field_vis $field: $ty,
+            )*
+        }
+
+        #[cfg(feature = "postgres")]
+        impl sqlx::FromRow<'_, sqlx::postgres::PgRow> for $name {
+            fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+                Ok(Self { $($field: $crate::model::from_row!(@read row, $how),)* })
+            }
+        }
+
+        #[cfg(feature = "sqlite")]
+        impl sqlx::FromRow<'_, sqlx::sqlite::SqliteRow> for $name {
+            fn from_row(row: &sqlx::sqlite::SqliteRow) -> Result<Self, sqlx::Error> {
+                Ok(Self { $($field: $crate::model::from_row!(@read row, $how),)* })
+            }
+        }
+
+        #[cfg(feature = "mysql")]
+        impl sqlx::FromRow<'_, sqlx::mysql::MySqlRow> for $name {
+            fn from_row(row: &sqlx::mysql::MySqlRow) -> Result<Self, sqlx::Error> {
+                Ok(Self { $($field: $crate::model::from_row!(@read row, $how),)* })
+            }
+        }
+    };
+    (@read $row:ident, $column:literal) => {
+        sqlx::Row::try_get($row, $column)?
+    };
+    (@read $row:ident, [json $column:literal]) => {
+        sqlx::Row::try_get::<sqlx::types::Json<_>, _>($row, $column)?.0
+    };
+    (@read $row:ident, [default $column:literal]) => {
+        match sqlx::Row::try_get($row, $column) {
+            Err(sqlx::Error::ColumnNotFound(_)) => Default::default(),
+            read => read?,
+        }
+    };
+    (@read $row:ident, [skip]) => {
+        Default::default()
+    };
+}
+pub(crate) use from_row;
+
 mod audit;
 mod batch;
 mod errors;

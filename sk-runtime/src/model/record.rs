@@ -103,138 +103,103 @@ impl QueueCounts {
     }
 }
 
+from_row! {
 /// A job at the head of the queue, from [`QueueInfo::peek`](crate::QueueInfo::peek).
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct QueuedJob {
     /// Job id.
-    #[sqlx(rename = "task_id")]
-    pub id: Uuid,
+    pub id: Uuid = "task_id",
     /// Task type.
-    #[sqlx(rename = "task_type")]
-    pub task_type: String,
+    pub task_type: String = "task_type",
     /// Queue.
-    #[sqlx(rename = "task_queue")]
-    pub queue: String,
+    pub queue: String = "task_queue",
     /// Priority (lower runs first).
-    #[sqlx(rename = "task_priority")]
-    pub priority: i32,
+    pub priority: i32 = "task_priority",
     /// Attempts used so far.
-    #[sqlx(rename = "task_attempt")]
-    pub attempt: i32,
+    pub attempt: i32 = "task_attempt",
     /// Attempt limit.
-    #[sqlx(rename = "task_max_attempts")]
-    pub max_attempts: i32,
+    pub max_attempts: i32 = "task_max_attempts",
     /// Not-before time.
-    #[sqlx(rename = "task_locked_until_ts")]
-    pub run_at: DateTime<Utc>,
+    pub run_at: DateTime<Utc> = "task_locked_until_ts",
     /// When it was enqueued.
-    #[sqlx(rename = "task_posted_at_ts")]
-    pub posted_at: DateTime<Utc>,
+    pub posted_at: DateTime<Utc> = "task_posted_at_ts",
+}
 }
 
+from_row! {
 /// Everything recorded about one job, from [`QueueInfo::job`](crate::QueueInfo::job).
-#[derive(Debug, Clone, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 #[non_exhaustive]
 pub struct JobRecord {
     /// Job id.
-    #[sqlx(rename = "task_id")]
-    pub id: Uuid,
+    pub id: Uuid = "task_id",
     /// Task type.
-    #[sqlx(rename = "task_type")]
-    pub task_type: String,
+    pub task_type: String = "task_type",
     /// Who posted it.
-    #[sqlx(rename = "task_source")]
-    pub source: String,
+    pub source: String = "task_source",
     /// Queue.
-    #[sqlx(rename = "task_queue")]
-    pub queue: String,
+    pub queue: String = "task_queue",
     /// The JSON payload, while the job is live or after it failed for good (successful
     /// jobs do not keep it).
-    #[sqlx(rename = "task_payload")]
-    pub payload: Option<String>,
+    pub payload: Option<String> = "task_payload",
     /// Status code; see [`JobRecord::status`].
-    #[sqlx(rename = "task_status")]
-    pub status_code: i32,
+    pub status_code: i32 = "task_status",
     /// Priority.
-    #[sqlx(rename = "task_priority")]
-    pub priority: i32,
+    pub priority: i32 = "task_priority",
     /// How many runs failed.
-    #[sqlx(rename = "task_error_count")]
-    pub error_count: i32,
+    pub error_count: i32 = "task_error_count",
     /// The last error's type.
-    #[sqlx(rename = "task_last_error_type")]
-    pub last_error_type: Option<String>,
+    pub last_error_type: Option<String> = "task_last_error_type",
     /// The last error's message.
-    #[sqlx(rename = "task_last_error_message")]
-    pub last_error_message: Option<String>,
+    pub last_error_message: Option<String> = "task_last_error_message",
     /// The last error's detail (source chain, panic location, ...).
-    #[sqlx(rename = "task_last_error_detail")]
-    pub last_error_detail: Option<String>,
+    pub last_error_detail: Option<String> = "task_last_error_detail",
     /// Whether the last error was recoverable.
-    #[sqlx(rename = "task_last_error_is_recoverable")]
-    pub last_error_recoverable: Option<bool>,
+    pub last_error_recoverable: Option<bool> = "task_last_error_is_recoverable",
     /// Duration of the last run in milliseconds.
-    #[sqlx(rename = "task_processing_time_milliseconds")]
-    pub processing_time_ms: i64,
+    pub processing_time_ms: i64 = "task_processing_time_milliseconds",
     /// When it was enqueued.
-    #[sqlx(rename = "task_posted_at_ts")]
-    pub posted_at: DateTime<Utc>,
+    pub posted_at: DateTime<Utc> = "task_posted_at_ts",
     /// When it first started.
-    #[sqlx(rename = "task_first_processing_attempted_at_ts")]
-    pub first_attempt_at: Option<DateTime<Utc>>,
+    pub first_attempt_at: Option<DateTime<Utc>> = "task_first_processing_attempted_at_ts",
     /// When it last started.
-    #[sqlx(rename = "task_last_processing_attempted_at_ts")]
-    pub last_attempt_at: Option<DateTime<Utc>>,
+    pub last_attempt_at: Option<DateTime<Utc>> = "task_last_processing_attempted_at_ts",
     /// When it was finished (processed or fatal).
-    #[sqlx(rename = "task_processing_finalized_at_ts")]
-    pub finalized_at: Option<DateTime<Utc>>,
+    pub finalized_at: Option<DateTime<Utc>> = "task_processing_finalized_at_ts",
     /// Attempts used, while the job is live.
-    #[sqlx(rename = "task_attempt")]
-    pub attempt: Option<i32>,
+    pub attempt: Option<i32> = "task_attempt",
     /// Attempt limit, while the job is live.
-    #[sqlx(rename = "task_max_attempts")]
-    pub max_attempts: Option<i32>,
+    pub max_attempts: Option<i32> = "task_max_attempts",
     /// Not-before time or lease expiry, while the job is live.
-    #[sqlx(rename = "task_locked_until_ts")]
-    pub locked_until: Option<DateTime<Utc>>,
+    pub locked_until: Option<DateTime<Utc>> = "task_locked_until_ts",
     /// The worker holding it, while running.
-    #[sqlx(rename = "task_locked_by")]
-    pub locked_by: Option<String>,
+    pub locked_by: Option<String> = "task_locked_by",
     /// Every attempt that did not succeed, oldest first: failures, and leases that ran out
     /// ("worker lost"). [`JobRecord::attempts`] adds the successful one.
-    #[sqlx(rename = "task_errors", json)]
-    pub failed_attempts: Vec<Attempt>,
+    pub failed_attempts: Vec<Attempt> = [json "task_errors"],
     /// The worker of the last recorded attempt.
-    #[sqlx(rename = "task_last_locked_by")]
-    pub last_worker: Option<String>,
+    pub last_worker: Option<String> = "task_last_locked_by",
     /// What the handler returned with `Ok`, as JSON (`None` for `()`); see
     /// [`JobRecord::output`].
-    #[sqlx(rename = "task_output")]
-    pub output_json: Option<String>,
+    pub output_json: Option<String> = "task_output",
     /// The tenant it was enqueued for.
-    #[sqlx(rename = "task_tenant")]
-    pub tenant: Option<String>,
+    pub tenant: Option<String> = "task_tenant",
     /// Its correlation id.
-    #[sqlx(rename = "task_correlation_id")]
-    pub correlation_id: Option<String>,
+    pub correlation_id: Option<String> = "task_correlation_id",
     /// Its metadata, a JSON object as text.
-    #[sqlx(rename = "task_metadata")]
-    pub metadata: Option<String>,
+    pub metadata: Option<String> = "task_metadata",
     /// Its unique key, if it has one.
-    #[sqlx(rename = "task_unique_key")]
-    pub unique_key: Option<String>,
-    #[sqlx(rename = "task_unique_mode")]
+    pub unique_key: Option<String> = "task_unique_key",
     #[serde(skip)]
-    unique_mode_code: Option<i16>,
+    unique_mode_code: Option<i16> = "task_unique_mode",
     /// How many times an application changed it while it waited (seed 002's `version`):
     /// what [`Client::update`](crate::Client::update) compares. `None` once it has ended.
-    #[sqlx(rename = "task_version")]
-    pub version: Option<i32>,
+    pub version: Option<i32> = "task_version",
     /// When its row last changed (seed 002's `updated_at`), on PostgreSQL and
     /// MySQL/MariaDB; `None` on SQLite.
-    #[sqlx(rename = "task_updated_at_ts")]
-    pub updated_at: Option<DateTime<Utc>>,
+    pub updated_at: Option<DateTime<Utc>> = "task_updated_at_ts",
+}
 }
 
 /// One recorded run of a job (seed 004's audit log).

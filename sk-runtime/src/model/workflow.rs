@@ -5,22 +5,20 @@ use uuid::Uuid;
 
 use super::JobStatus;
 
+from_row! {
 /// A workflow on record: when it was enqueued, how many stages and jobs it has.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct WorkflowRecord {
     /// Its id (`WorkflowIds::workflow`).
-    #[sqlx(rename = "workflow_id")]
-    pub id: Uuid,
+    pub id: Uuid = "workflow_id",
     /// Its stages.
-    #[sqlx(rename = "workflow_stages")]
-    pub stages: i64,
+    pub stages: i64 = "workflow_stages",
     /// Its jobs, over every stage.
-    #[sqlx(rename = "workflow_jobs")]
-    pub jobs: i64,
+    pub jobs: i64 = "workflow_jobs",
     /// When it was enqueued.
-    #[sqlx(rename = "workflow_created_at_ts")]
-    pub created_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc> = "workflow_created_at_ts",
+}
 }
 
 /// One job of a workflow with its state now ([`Client::workflow_jobs`](crate::Client::workflow_jobs)).
@@ -38,13 +36,15 @@ pub struct WorkflowJob {
     pub status: Option<JobStatus>,
 }
 
+from_row! {
 /// A workflow's job as the store reads it.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug)]
 pub(crate) struct WorkflowJobRow {
-    task_id: Uuid,
-    workflow_stage: i64,
-    task_type: Option<String>,
-    task_status: Option<i32>,
+    task_id: Uuid = "task_id",
+    workflow_stage: i64 = "workflow_stage",
+    task_type: Option<String> = "task_type",
+    task_status: Option<i32> = "task_status",
+}
 }
 
 impl From<WorkflowJobRow> for WorkflowJob {

@@ -1,6 +1,7 @@
 //! What the backends' list and count queries share: the job list's filter and branches,
 //! the group counts' merge and the workers' rows.
 
+use crate::model::from_row;
 use chrono::{DateTime, Utc};
 
 use crate::model::{CountBy, GroupCounts, WorkerInfo};
@@ -176,19 +177,20 @@ macro_rules! push_job_list {
 
 pub(crate) use push_job_list;
 
+from_row! {
 /// A worker's row as the store reads it.
-#[derive(sqlx::FromRow)]
 pub(crate) struct WorkerRow {
-    pub(crate) worker_id: String,
-    pub(crate) worker_host: String,
-    pub(crate) worker_pid: i32,
-    pub(crate) worker_queues: Option<String>,
-    pub(crate) worker_task_types: String,
-    pub(crate) worker_default_queues: Option<String>,
-    pub(crate) worker_concurrency: i32,
-    pub(crate) worker_heartbeat_ms: i64,
-    pub(crate) worker_started_at_ts: DateTime<Utc>,
-    pub(crate) worker_seen_at_ts: DateTime<Utc>,
+    pub(crate) worker_id: String = "worker_id",
+    pub(crate) worker_host: String = "worker_host",
+    pub(crate) worker_pid: i32 = "worker_pid",
+    pub(crate) worker_queues: Option<String> = "worker_queues",
+    pub(crate) worker_task_types: String = "worker_task_types",
+    pub(crate) worker_default_queues: Option<String> = "worker_default_queues",
+    pub(crate) worker_concurrency: i32 = "worker_concurrency",
+    pub(crate) worker_heartbeat_ms: i64 = "worker_heartbeat_ms",
+    pub(crate) worker_started_at_ts: DateTime<Utc> = "worker_started_at_ts",
+    pub(crate) worker_seen_at_ts: DateTime<Utc> = "worker_seen_at_ts",
+}
 }
 
 /// Workers from their rows and the running jobs per worker id, by id.

@@ -1,6 +1,7 @@
 //! The rows the store and the worker pass each other: a job to post, a claim and what it
 //! leased, a lease, an outcome to record, a stored schedule, a table's health.
 
+use crate::model::from_row;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -121,33 +122,33 @@ pub(crate) struct Claim<'a> {
     pub(crate) lease_until: DateTime<Utc>,
 }
 
+from_row! {
 /// A job this worker now holds a lease on.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Debug)]
 pub(crate) struct ClaimedJob {
-    pub(crate) task_id: Uuid,
-    pub(crate) task_type: String,
+    pub(crate) task_id: Uuid = "task_id",
+    pub(crate) task_type: String = "task_type",
     /// The seed's column is nullable text: another producer may leave it empty.
-    pub(crate) task_payload: Option<String>,
-    pub(crate) task_attempt: i32,
-    pub(crate) task_max_attempts: i32,
-    pub(crate) task_priority: i32,
-    pub(crate) task_queue: String,
-    pub(crate) task_posted_at_ts: DateTime<Utc>,
-    pub(crate) task_tenant: Option<String>,
-    pub(crate) task_correlation_id: Option<String>,
-    pub(crate) task_metadata: Option<String>,
+    pub(crate) task_payload: Option<String> = "task_payload",
+    pub(crate) task_attempt: i32 = "task_attempt",
+    pub(crate) task_max_attempts: i32 = "task_max_attempts",
+    pub(crate) task_priority: i32 = "task_priority",
+    pub(crate) task_queue: String = "task_queue",
+    pub(crate) task_posted_at_ts: DateTime<Utc> = "task_posted_at_ts",
+    pub(crate) task_tenant: Option<String> = "task_tenant",
+    pub(crate) task_correlation_id: Option<String> = "task_correlation_id",
+    pub(crate) task_metadata: Option<String> = "task_metadata",
     /// A run-time limit given at enqueue, in milliseconds.
-    pub(crate) task_timeout_ms: Option<i64>,
+    pub(crate) task_timeout_ms: Option<i64> = "task_timeout_ms",
     /// Set (0) for a job that waited on others: its inputs are their outputs.
-    pub(crate) task_waiting_on: Option<i32>,
+    pub(crate) task_waiting_on: Option<i32> = "task_waiting_on",
     /// The claim's time (set by the producer, not read from the row).
-    #[sqlx(skip)]
-    pub(crate) claimed_at: Option<DateTime<Utc>>,
+    pub(crate) claimed_at: Option<DateTime<Utc>> = [skip],
     /// Why sk cannot read the rest of the row (a value another producer wrote that no
     /// check refused): the job ends fatal with this reason without running, alone, and
     /// the other jobs of its claim run.
-    #[sqlx(skip)]
-    pub(crate) unreadable: Option<Box<str>>,
+    pub(crate) unreadable: Option<Box<str>> = [skip],
+}
 }
 
 impl ClaimedJob {
@@ -434,15 +435,17 @@ impl Failure {
     }
 }
 
+from_row! {
 /// A stored schedule's row (`StoredSchedules`).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ScheduleRow {
-    pub(crate) schedule_name: String,
-    pub(crate) task_type: String,
-    pub(crate) task_payload: String,
-    pub(crate) schedule_cron: String,
-    pub(crate) schedule_overlap: bool,
-    pub(crate) schedule_updated_at_ts: DateTime<Utc>,
+    pub(crate) schedule_name: String = "schedule_name",
+    pub(crate) task_type: String = "task_type",
+    pub(crate) task_payload: String = "task_payload",
+    pub(crate) schedule_cron: String = "schedule_cron",
+    pub(crate) schedule_overlap: bool = "schedule_overlap",
+    pub(crate) schedule_updated_at_ts: DateTime<Utc> = "schedule_updated_at_ts",
+}
 }
 
 /// Tuple counts of one of sk's tables.

@@ -2,6 +2,7 @@
 //! (`FOR UPDATE`) in a transaction, so it and a worker's finalization of the same job
 //! meet on the row lock: the second sees what the first did.
 
+use crate::model::from_row;
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
@@ -18,30 +19,31 @@ use crate::store::queries;
 use crate::store::worker_rows::delete_job_stats;
 use crate::store::{CancelledRun, NewJob, Schema};
 
+from_row! {
 /// A live job as a cancel reads it.
-#[derive(sqlx::FromRow)]
 struct Live {
-    task_lock_handle_id: i64,
-    task_id: Uuid,
-    task_type: String,
-    task_source: String,
-    task_queue: String,
-    task_priority: i32,
-    task_posted_at_ts: DateTime<Utc>,
-    task_tenant: Option<String>,
-    task_correlation_id: Option<String>,
-    task_metadata: Option<String>,
-    task_payload: Option<String>,
-    task_max_attempts: i32,
-    task_timeout_ms: Option<i64>,
-    task_unique_key: Option<String>,
-    task_unique_mode: Option<i16>,
-    task_attempt: i32,
-    task_locked_by: Option<String>,
-    task_locked_until_ts: DateTime<Utc>,
-    task_claimed_at_ts: Option<DateTime<Utc>>,
-    task_lost_attempts: Option<String>,
-    task_dependants: bool,
+    task_lock_handle_id: i64 = "task_lock_handle_id",
+    task_id: Uuid = "task_id",
+    task_type: String = "task_type",
+    task_source: String = "task_source",
+    task_queue: String = "task_queue",
+    task_priority: i32 = "task_priority",
+    task_posted_at_ts: DateTime<Utc> = "task_posted_at_ts",
+    task_tenant: Option<String> = "task_tenant",
+    task_correlation_id: Option<String> = "task_correlation_id",
+    task_metadata: Option<String> = "task_metadata",
+    task_payload: Option<String> = "task_payload",
+    task_max_attempts: i32 = "task_max_attempts",
+    task_timeout_ms: Option<i64> = "task_timeout_ms",
+    task_unique_key: Option<String> = "task_unique_key",
+    task_unique_mode: Option<i16> = "task_unique_mode",
+    task_attempt: i32 = "task_attempt",
+    task_locked_by: Option<String> = "task_locked_by",
+    task_locked_until_ts: DateTime<Utc> = "task_locked_until_ts",
+    task_claimed_at_ts: Option<DateTime<Utc>> = "task_claimed_at_ts",
+    task_lost_attempts: Option<String> = "task_lost_attempts",
+    task_dependants: bool = "task_dependants",
+}
 }
 
 /// Runs `$call` again while InnoDB picks it as a deadlock victim or a lock wait runs out

@@ -1,34 +1,36 @@
 //! The worker's store on MySQL/MariaDB: its connections, the leases it writes, and the rows an outcome reads back.
 
 use super::*;
+use crate::model::from_row;
 use crate::model::status::PROCESSED;
 
+from_row! {
 /// A queue row as it was when its run ended (`QUEUE_ROW`).
-#[derive(sqlx::FromRow)]
 pub(super) struct Row {
-    pub(super) task_lock_handle_id: i64,
-    pub(super) task_id: Uuid,
-    pub(super) task_type: String,
-    pub(super) task_source: String,
-    pub(super) task_queue: String,
-    pub(super) task_priority: i32,
-    pub(super) task_posted_at_ts: DateTime<Utc>,
-    pub(super) task_tenant: Option<String>,
-    pub(super) task_correlation_id: Option<String>,
-    pub(super) task_metadata: Option<String>,
-    pub(super) task_claimed_at_ts: Option<DateTime<Utc>>,
-    pub(super) task_lost_attempts: Option<String>,
-    pub(super) task_payload: Option<String>,
-    pub(super) task_max_attempts: i32,
-    pub(super) task_unique_key: Option<String>,
-    pub(super) task_unique_mode: Option<i16>,
-    pub(super) task_rerun: bool,
-    pub(super) task_every_ms: Option<i64>,
-    pub(super) task_timeout_ms: Option<i64>,
+    pub(super) task_lock_handle_id: i64 = "task_lock_handle_id",
+    pub(super) task_id: Uuid = "task_id",
+    pub(super) task_type: String = "task_type",
+    pub(super) task_source: String = "task_source",
+    pub(super) task_queue: String = "task_queue",
+    pub(super) task_priority: i32 = "task_priority",
+    pub(super) task_posted_at_ts: DateTime<Utc> = "task_posted_at_ts",
+    pub(super) task_tenant: Option<String> = "task_tenant",
+    pub(super) task_correlation_id: Option<String> = "task_correlation_id",
+    pub(super) task_metadata: Option<String> = "task_metadata",
+    pub(super) task_claimed_at_ts: Option<DateTime<Utc>> = "task_claimed_at_ts",
+    pub(super) task_lost_attempts: Option<String> = "task_lost_attempts",
+    pub(super) task_payload: Option<String> = "task_payload",
+    pub(super) task_max_attempts: i32 = "task_max_attempts",
+    pub(super) task_unique_key: Option<String> = "task_unique_key",
+    pub(super) task_unique_mode: Option<i16> = "task_unique_mode",
+    pub(super) task_rerun: bool = "task_rerun",
+    pub(super) task_every_ms: Option<i64> = "task_every_ms",
+    pub(super) task_timeout_ms: Option<i64> = "task_timeout_ms",
     /// Other jobs wait on it.
-    pub(super) task_dependants: bool,
+    pub(super) task_dependants: bool = "task_dependants",
     /// It waited on others (their outputs are its inputs).
-    pub(super) task_fed: bool,
+    pub(super) task_fed: bool = "task_fed",
+}
 }
 
 impl LeasedRow for Row {

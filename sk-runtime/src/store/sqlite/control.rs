@@ -2,6 +2,7 @@
 //! so it and a worker's finalization of the same job take the write lock one after the
 //! other: the second sees what the first did.
 
+use crate::model::from_row;
 use chrono::{DateTime, Utc};
 use sqlx::{Connection as _, SqlitePool};
 use uuid::Uuid;
@@ -16,29 +17,30 @@ use crate::store::queries;
 use crate::store::worker_rows::delete_job_stats;
 use crate::store::{CancelledRun, NewJob, Schema};
 
+from_row! {
 /// A live job as a cancel reads it.
-#[derive(sqlx::FromRow)]
 struct Live {
-    task_id: Uuid,
-    task_type: String,
-    task_source: String,
-    task_queue: String,
-    task_priority: i32,
-    task_posted_at_ts: String,
-    task_tenant: Option<String>,
-    task_correlation_id: Option<String>,
-    task_metadata: Option<String>,
-    task_payload: Option<String>,
-    task_max_attempts: i32,
-    task_timeout_ms: Option<i64>,
-    task_unique_key: Option<String>,
-    task_unique_mode: Option<i16>,
-    task_attempt: i32,
-    task_locked_by: Option<String>,
-    task_locked_until_ts: String,
-    task_claimed_at_ts: Option<String>,
-    task_lost_attempts: Option<String>,
-    task_dependants: bool,
+    task_id: Uuid = "task_id",
+    task_type: String = "task_type",
+    task_source: String = "task_source",
+    task_queue: String = "task_queue",
+    task_priority: i32 = "task_priority",
+    task_posted_at_ts: String = "task_posted_at_ts",
+    task_tenant: Option<String> = "task_tenant",
+    task_correlation_id: Option<String> = "task_correlation_id",
+    task_metadata: Option<String> = "task_metadata",
+    task_payload: Option<String> = "task_payload",
+    task_max_attempts: i32 = "task_max_attempts",
+    task_timeout_ms: Option<i64> = "task_timeout_ms",
+    task_unique_key: Option<String> = "task_unique_key",
+    task_unique_mode: Option<i16> = "task_unique_mode",
+    task_attempt: i32 = "task_attempt",
+    task_locked_by: Option<String> = "task_locked_by",
+    task_locked_until_ts: String = "task_locked_until_ts",
+    task_claimed_at_ts: Option<String> = "task_claimed_at_ts",
+    task_lost_attempts: Option<String> = "task_lost_attempts",
+    task_dependants: bool = "task_dependants",
+}
 }
 
 /// The JSON path of one object key, quoted (`$."a.b"`), so the key is data.

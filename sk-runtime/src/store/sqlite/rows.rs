@@ -1,37 +1,39 @@
 //! The rows an outcome writes and reads back: the results row, the statistics, the errors of a run.
 
 use super::*;
+use crate::model::from_row;
 
+from_row! {
 /// A queue row as it was when its run ended: a JSON object of `Statements::failed_rows`
 /// (the id in hex), or a row of the completion's temp table of rows that take its rare
 /// path.
-#[derive(sqlx::FromRow, serde::Deserialize)]
+#[derive(serde::Deserialize)]
 pub(super) struct Row {
-    pub(super) task_id: Uuid,
-    pub(super) task_type: String,
-    pub(super) task_source: String,
-    pub(super) task_queue: String,
+    pub(super) task_id: Uuid = "task_id",
+    pub(super) task_type: String = "task_type",
+    pub(super) task_source: String = "task_source",
+    pub(super) task_queue: String = "task_queue",
     /// Read wide, so a row past the table's checks (`PRAGMA ignore_check_constraints`)
     /// still ends; written back held to `i32`, as every other reader takes it.
-    pub(super) task_priority: i64,
-    pub(super) task_posted_at_ts: String,
-    pub(super) task_tenant: Option<String>,
-    pub(super) task_correlation_id: Option<String>,
-    pub(super) task_metadata: Option<String>,
-    pub(super) task_claimed_at_ts: Option<String>,
-    pub(super) task_lost_attempts: Option<String>,
-    pub(super) task_payload: Option<String>,
-    pub(super) task_max_attempts: i64,
-    pub(super) task_unique_key: Option<String>,
-    pub(super) task_unique_mode: Option<i16>,
-    pub(super) task_rerun: bool,
-    pub(super) task_every_ms: Option<i64>,
-    pub(super) task_timeout_ms: Option<i64>,
+    pub(super) task_priority: i64 = "task_priority",
+    pub(super) task_posted_at_ts: String = "task_posted_at_ts",
+    pub(super) task_tenant: Option<String> = "task_tenant",
+    pub(super) task_correlation_id: Option<String> = "task_correlation_id",
+    pub(super) task_metadata: Option<String> = "task_metadata",
+    pub(super) task_claimed_at_ts: Option<String> = "task_claimed_at_ts",
+    pub(super) task_lost_attempts: Option<String> = "task_lost_attempts",
+    pub(super) task_payload: Option<String> = "task_payload",
+    pub(super) task_max_attempts: i64 = "task_max_attempts",
+    pub(super) task_unique_key: Option<String> = "task_unique_key",
+    pub(super) task_unique_mode: Option<i16> = "task_unique_mode",
+    pub(super) task_rerun: bool = "task_rerun",
+    pub(super) task_every_ms: Option<i64> = "task_every_ms",
+    pub(super) task_timeout_ms: Option<i64> = "task_timeout_ms",
     /// Other jobs wait on it.
-    pub(super) task_dependants: bool,
+    pub(super) task_dependants: bool = "task_dependants",
     /// It waited on others (their outputs are its inputs).
-    #[sqlx(default)]
-    pub(super) task_fed: bool,
+    pub(super) task_fed: bool = [default "task_fed"],
+}
 }
 
 impl LeasedRow for Row {
