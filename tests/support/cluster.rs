@@ -137,6 +137,10 @@ impl Cluster {
             )
             .await;
         }
+        // The secondary in place, the primary still moves from wait_primary (or, after
+        // the quorum change, apply_settings) to primary: its goal and reported states
+        // differ for a moment, and `primary()` says none until they meet.
+        settle("a primary", Duration::from_secs(60), || cluster.primary()).await;
         cluster
     }
 

@@ -1,10 +1,9 @@
 //! What the backends' list and count queries share: the job list's filter and branches,
 //! the group counts' merge and the workers' rows.
 
-use crate::model::from_row;
 use chrono::{DateTime, Utc};
 
-use crate::model::{CountBy, GroupCounts, WorkerInfo};
+use crate::model::{from_row, CountBy, GroupCounts, WorkerInfo};
 
 /// Group counts from live counts per key (available, scheduled, retrying, running) and
 /// ended ones (fatal, cancelled), sorted by key.

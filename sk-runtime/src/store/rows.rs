@@ -1,11 +1,11 @@
 //! The rows the store and the worker pass each other: a job to post, a claim and what it
 //! leased, a lease, an outcome to record, a stored schedule, a table's health.
 
-use crate::model::from_row;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::error::Result;
+use crate::model::from_row;
 
 /// What cancelling a live job records (SQLite, MySQL; PostgreSQL does the same in SQL):
 /// its attempts whose lease ran out, then the run it stops (outcome "cancelled") or, when

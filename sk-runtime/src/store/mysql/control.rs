@@ -2,7 +2,6 @@
 //! (`FOR UPDATE`) in a transaction, so it and a worker's finalization of the same job
 //! meet on the row lock: the second sees what the first did.
 
-use crate::model::from_row;
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
@@ -13,6 +12,7 @@ use super::super::driver::Control;
 use super::{dt, push_ids, ts, BEGIN};
 use crate::bus::wake;
 use crate::error::Result;
+use crate::model::from_row;
 use crate::model::status::{CANCELLED, FATAL, UNPROCESSED};
 use crate::model::{JobFilter, QueueState, TenantState};
 use crate::store::queries;

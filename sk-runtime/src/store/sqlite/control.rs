@@ -2,7 +2,6 @@
 //! so it and a worker's finalization of the same job take the write lock one after the
 //! other: the second sees what the first did.
 
-use crate::model::from_row;
 use chrono::{DateTime, Utc};
 use sqlx::{Connection as _, SqlitePool};
 use uuid::Uuid;
@@ -11,6 +10,7 @@ use super::super::driver::Control;
 use super::{id_list, ts};
 use crate::bus::wake;
 use crate::error::Result;
+use crate::model::from_row;
 use crate::model::status::{CANCELLED, FATAL, UNPROCESSED};
 use crate::model::{JobFilter, QueueState, TenantState};
 use crate::store::queries;
