@@ -107,7 +107,6 @@
 //! of running jobs per tenant that never binds) beside `burn_down_c16`.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sk_runtime::{
@@ -120,8 +119,14 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::EnvFilter;
 
+use figures::{cpu_seconds, side_median, FIGURES};
+
+#[path = "bench_figures.rs"]
+mod figures;
 #[path = "bench_mysql.rs"]
 mod mysql;
+#[path = "bench_profile.rs"]
+mod profile;
 #[path = "bench_raw.rs"]
 mod raw;
 #[path = "bench_sqlite.rs"]
@@ -221,6 +226,13 @@ impl Args {
             .as_ref()
             .is_none_or(|only| only.iter().any(|o| o == name))
     }
+
+    /// Whether `--only` names `name`: for runs that go only when asked for.
+    fn names(&self, name: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_some_and(|only| only.iter().any(|o| o == name))
+    }
 }
 
 fn args() -> Result<Args, String> {
@@ -306,60 +318,6 @@ fn storm_runs_line(ratio: f64) -> String {
     )
 }
 
-/// The median of the side figures named `name`.
-fn side_median(side: &[(String, f64, &'static str)], name: &str) -> Option<f64> {
-    let mut runs: Vec<f64> = side
-        .iter()
-        .filter(|(n, _, _)| n == name)
-        .map(|s| s.1)
-        .collect();
-    runs.sort_by(f64::total_cmp);
-    runs.get(runs.len() / 2).copied()
-}
-
-/// This process's CPU time so far, user and system, in seconds (`/proc/self/stat`, in
-/// clock ticks of 10 ms).
-fn cpu_seconds() -> Result<f64, BoxError> {
-    let stat = std::fs::read_to_string("/proc/self/stat")?;
-    Ok(stat_ticks(&stat, false)?.1 / 100.0)
-}
-
-/// The command name in a `/proc/PID/stat` and its CPU ticks, user and system (with
-/// `children`, also those of its children it waited for).
-fn stat_ticks(stat: &str, children: bool) -> Result<(&str, f64), BoxError> {
-    // The fields after the command name (in parentheses, which may hold spaces): utime
-    // and stime are the 12th and 13th, cutime and cstime the 14th and 15th.
-    let (head, tail) = stat.rsplit_once(')').ok_or("no ')' in a /proc stat")?;
-    let command = head.split_once('(').map_or("", |(_, c)| c);
-    let fields: Vec<&str> = tail.split_whitespace().collect();
-    let ticks = |i: usize| -> Result<f64, BoxError> {
-        Ok(fields.get(i).ok_or("a short /proc stat")?.parse::<f64>()?)
-    };
-    let mut sum = ticks(11)? + ticks(12)?;
-    if children {
-        sum += ticks(13)? + ticks(14)?;
-    }
-    Ok((command, sum))
-}
-
-/// The CPU time so far of the PostgreSQL server's processes on this machine, in seconds
-/// (backends that exited count in the postmaster's children's time). The server's
-/// share of a burn-down's cost, steadier than throughput on a machine whose speed drifts.
-fn server_cpu_seconds() -> Result<f64, BoxError> {
-    let mut sum = 0.0;
-    for entry in std::fs::read_dir("/proc")? {
-        let path = entry?.path().join("stat");
-        // A process may end between the listing and the read.
-        let Ok(stat) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        if let Ok(("postgres", ticks)) = stat_ticks(&stat, true) {
-            sum += ticks;
-        }
-    }
-    Ok(sum / 100.0)
-}
-
 struct Bench {
     pool: PgPool,
     schema: Schema,
@@ -367,11 +325,6 @@ struct Bench {
     results: Vec<(String, f64, &'static str)>,
     /// Per sk measure, the median of its ratios to the raw baseline run beside it.
     ratios: Vec<(&'static str, &'static str, f64)>,
-    /// Figures a measure finds along the way (name, value, unit; one per run, the median
-    /// is printed).
-    side: Mutex<Vec<(String, f64, &'static str)>>,
-    /// The name of the measure running, which names its side figures.
-    measuring: Mutex<String>,
 }
 
 /// A measure's name, unit and run.
@@ -438,8 +391,6 @@ async fn run() -> Result<(), BoxError> {
         args,
         results: Vec::new(),
         ratios: Vec::new(),
-        side: Mutex::new(Vec::new()),
-        measuring: Mutex::new(String::new()),
     };
     b.reset().await?;
 
@@ -698,6 +649,16 @@ async fn run() -> Result<(), BoxError> {
         })
         .await?;
     }
+    if b.args.names("profile") {
+        // Each burn-down alone (no pair), for a profile of the server (bench_profile.rs).
+        let n = b.args.jobs;
+        b.measure("burn_down_c16", "jobs/s", |b| {
+            Box::pin(b.burn_down(n, 16, Load::Noop))
+        })
+        .await?;
+        b.measure("min_burn_down", "jobs/s", |b| Box::pin(b.min_burn_down(n)))
+            .await?;
+    }
     if b.wants("slow_jobs") {
         let n = b.args.slow_jobs;
         b.measure("slow_jobs", "jobs/s", |b| {
@@ -708,17 +669,9 @@ async fn run() -> Result<(), BoxError> {
     for (name, value, unit) in &b.results {
         println!("{name} {value:.1} {unit}");
     }
-    let side = std::mem::take(&mut *b.side.lock().unwrap_or_else(PoisonError::into_inner));
-    let mut names: Vec<&String> = Vec::new();
-    for (name, _, _) in &side {
-        if !names.contains(&name) {
-            names.push(name);
-        }
-    }
-    for name in names {
-        let unit = side.iter().find(|(n, _, _)| n == name).map_or("", |s| s.2);
-        let value = side_median(&side, name).unwrap_or(f64::NAN);
-        println!("{name} {value:.1} {unit}");
+    let side = FIGURES.take();
+    for line in figures::side_lines(&side) {
+        println!("{line}");
     }
     for (name, baseline, ratio) in &b.ratios {
         let of = match *baseline {
@@ -752,18 +705,8 @@ async fn run() -> Result<(), BoxError> {
             println!("{}", storm_runs_line(*ratio));
         }
         if name.starts_with("burn_down") && *baseline == "min_burn_down" {
-            // The server's CPU and the write-ahead log per job against the minimal
-            // queue's: CPU as the minimal's over sk's (1.0: no more than the bare
-            // queue), WAL as sk's over the minimal's (issue target: at most 1.3).
-            let of = |figure: &str| {
-                side_median(&side, &format!("{name}_{figure}"))
-                    .zip(side_median(&side, &format!("min_burn_down_{figure}")))
-            };
-            if let Some((sk, min)) = of("server_cpu_us_per_job") {
-                println!("{name}_server_cpu_ratio {:.2} of_min", min / sk);
-            }
-            if let Some((sk, min)) = of("wal_bytes_per_job") {
-                println!("{name}_wal_ratio {:.2} of_min", sk / min);
+            for line in figures::of_min_lines(&side, name) {
+                println!("{line}");
             }
         }
         if *name == "burn_down" && *baseline == "raw_burn_down" {
@@ -810,7 +753,7 @@ impl Bench {
         let mut runs = Vec::new();
         for i in 0..self.args.repeat {
             self.reset().await?;
-            self.start_measure(name);
+            FIGURES.start(name);
             let v = f(self).await?;
             eprintln!("bench: {name} run {} = {v:.1} {unit}", i + 1);
             runs.push(v);
@@ -831,7 +774,7 @@ impl Bench {
             let mut pair = [0.0; 2];
             for (slot, (name, unit, f)) in [sk, raw].into_iter().enumerate() {
                 self.reset().await?;
-                self.start_measure(name);
+                FIGURES.start(name);
                 pair[slot] = f(self).await?;
                 eprintln!("bench: {name} run {} = {:.1} {unit}", i + 1, pair[slot]);
             }
@@ -999,7 +942,7 @@ impl Bench {
     ) -> Result<f64, BoxError> {
         let before = cpu_seconds()?;
         let rate = self.burn_down(n, concurrency, load).await?;
-        self.note_us_per_job(format!("{name}_cpu_us_per_job"), cpu_seconds()? - before, n);
+        FIGURES.note_us_per_job(format!("{name}_cpu_us_per_job"), cpu_seconds()? - before, n);
         Ok(rate)
     }
 
@@ -1095,24 +1038,23 @@ impl Bench {
         .fetch_one(&self.pool)
         .await?;
         let dropped = partitions - self.partitions().await?;
-        let mut side = self.side.lock().unwrap_or_else(PoisonError::into_inner);
-        side.push((
+        FIGURES.note(
             "retention_dropped_partitions".into(),
             dropped as f64,
             "partitions",
-        ));
-        side.push(("retention_seconds".into(), seconds, "s"));
-        side.push(("retention_history_left".into(), left as f64, "rows"));
-        side.push((
+        );
+        FIGURES.note("retention_seconds".into(), seconds, "s");
+        FIGURES.note("retention_history_left".into(), left as f64, "rows");
+        FIGURES.note(
             "retention_dead_tuples_before".into(),
             dead_before as f64,
             "tuples",
-        ));
-        side.push((
+        );
+        FIGURES.note(
             "retention_dead_tuples_after".into(),
             dead_after as f64,
             "tuples",
-        ));
+        );
         Ok(rate)
     }
 
@@ -1251,8 +1193,7 @@ impl Bench {
             Load::Flaky => "bench_flaky",
             Load::Progress => "bench_progress",
         };
-        let server_before = server_cpu_seconds()?;
-        let wal_before = self.wal_bytes().await?;
+        let probe = self.probe().await?;
         let mut worker = Worker::builder(self.pool.clone())
             .schema(self.schema.clone())
             .task_types([task_type])
@@ -1283,8 +1224,7 @@ impl Bench {
         }
         let _ = stop_tx.send(());
         running.await??;
-        self.note_server_cpu(server_before, n)?;
-        self.note_wal(wal_before, n).await?;
+        self.probe_end(probe, n).await?;
         let (done, seconds): (i64, f64) = sqlx::query_as(
             "SELECT count(*), extract(epoch FROM max(task_processing_finalized_at_ts) - min(task_first_processing_attempted_at_ts))::float8
              FROM sk_bench.sk_task_results_t
@@ -1296,73 +1236,6 @@ impl Bench {
             return Err(format!("burn-down finished {done} of {n} jobs").into());
         }
         Ok(n as f64 / seconds)
-    }
-
-    /// Names the side figures of the measure `name`'s run that starts.
-    fn start_measure(&self, name: &str) {
-        name.clone_into(
-            &mut self
-                .measuring
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-    }
-
-    /// The measure whose run is going (`start_measure`).
-    fn current_measure(&self) -> String {
-        self.measuring
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Notes the server's CPU time per job since `before` (`server_cpu_seconds`) as
-    /// `{measure}_server_cpu_us_per_job`, after the measure running.
-    fn note_server_cpu(&self, before: f64, n: u64) -> Result<(), BoxError> {
-        let measure = self.current_measure();
-        self.note_us_per_job(
-            format!("{measure}_server_cpu_us_per_job"),
-            server_cpu_seconds()? - before,
-            n,
-        );
-        Ok(())
-    }
-
-    /// Where the server's write-ahead log is, in bytes since its start.
-    async fn wal_bytes(&self) -> Result<f64, BoxError> {
-        Ok(
-            sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::float8")
-                .fetch_one(&self.pool)
-                .await?,
-        )
-    }
-
-    /// Notes the write-ahead log written per job since `before` (`wal_bytes`) as
-    /// `{measure}_wal_bytes_per_job`: what sets how often the server checkpoints, and
-    /// the full-page images after each checkpoint make a burn-down's writes briefly
-    /// slower.
-    async fn note_wal(&self, before: f64, n: u64) -> Result<(), BoxError> {
-        let bytes = self.wal_bytes().await? - before;
-        let measure = self.current_measure();
-        self.note(
-            format!("{measure}_wal_bytes_per_job"),
-            bytes / n as f64,
-            "bytes",
-        );
-        Ok(())
-    }
-
-    /// Notes `seconds` of CPU time over `n` jobs as a side figure in µs per job.
-    fn note_us_per_job(&self, name: String, seconds: f64, n: u64) {
-        self.note(name, seconds / n as f64 * 1e6, "us");
-    }
-
-    /// Notes a side figure, printed after the measures.
-    fn note(&self, name: String, value: f64, unit: &'static str) {
-        self.side
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((name, value, unit));
     }
 
     async fn latency(&mut self) -> Result<(), BoxError> {

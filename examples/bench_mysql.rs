@@ -16,6 +16,14 @@
 //! - `failure_storm` / `burn_down`: `burn_down` of jobs whose first run fails and whose
 //!   retry (at once) succeeds, beside `burn_down` of no-op jobs (as on PostgreSQL).
 //! - `pickup_latency_*`: an idle worker, jobs enqueued one at a time in the same process.
+//! - `min_insert_single`, `min_insert_bulk` (1,000 rows a statement) and `min_burn_down`
+//!   (4 clients each taking 100 rows with `FOR UPDATE SKIP LOCKED` and deleting them in
+//!   one READ COMMITTED transaction) on the minimal queue table (`MIN_TABLE`), beside
+//!   `enqueue_single`, `enqueue_bulk` and `burn_down_c16`: the physical limit. The
+//!   burn-downs note the server's CPU time per job (`*_server_cpu_us_per_job`, the
+//!   `mariadbd` or `mysqld` process, from `/proc`) and the redo log written per job
+//!   (`*_wal_bytes_per_job`, from `Innodb_lsn_current`, or `Innodb_os_log_written` where
+//!   the server has no LSN status).
 //!
 //! The database is `sk_bench` on `MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`'s
 //! server), recreated for every run.
@@ -27,6 +35,7 @@ use sk_runtime::{Enqueue, Schema, Worker};
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::{MySqlPool, QueryBuilder};
 
+use super::figures::{of_min_lines, server_cpu_seconds, side_lines, Cost, FIGURES};
 use super::{Args, BenchFlaky, BenchNoop, BenchPing, BoxError, Latency, Load};
 
 const RAW_TABLE: &str = "CREATE TABLE raw_queue (
@@ -44,6 +53,20 @@ const RAW_TABLE: &str = "CREATE TABLE raw_queue (
     task_locked_by VARCHAR(255) NULL,
     KEY raw_queue_dequeue (task_priority, task_locked_until_ts, task_lock_handle_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4";
+
+/// The minimal queue table on MySQL/MariaDB: the PostgreSQL one's columns; with no
+/// partial index, the state leads the dequeue index.
+const MIN_TABLE: &str = "CREATE TABLE min_job (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    kind VARCHAR(255) NOT NULL, payload LONGTEXT NOT NULL, priority INT NOT NULL DEFAULT 0,
+    run_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), state SMALLINT NOT NULL DEFAULT 0,
+    attempts INT NOT NULL DEFAULT 0, locked_until DATETIME(6) NULL,
+    KEY min_job_dequeue (state, priority, run_at, id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4";
+
+/// Clients of the minimal burn-down: the fastest of 2, 4, 8 and 16 on a 2-core machine
+/// (4: 38,000 jobs/s; 16: 16,400, its claims waiting on each other's locks at the head of
+/// the index and picked as deadlock victims).
+const MIN_CLIENTS: usize = 4;
 
 fn server() -> String {
     std::env::var("MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
@@ -75,6 +98,7 @@ async fn fresh() -> Result<MySqlPool, BoxError> {
         .await?;
     sk_runtime::migrate(&pool, &Schema::default()).await?;
     sqlx::raw_sql(RAW_TABLE).execute(&pool).await?;
+    sqlx::raw_sql(MIN_TABLE).execute(&pool).await?;
     sqlx::raw_sql("CREATE TABLE raw_queue_copy LIKE sk_tasks_queue_t")
         .execute(&pool)
         .await?;
@@ -87,13 +111,34 @@ use std::future::Future;
 
 pub(super) async fn run(args: Args) -> Result<(), BoxError> {
     let mut lines = Vec::new();
-    let pairs: [(&str, &str, Run, &str, Run); 9] = [
+    let pairs: [(&str, &str, Run, &str, Run); 12] = [
         (
             "enqueue_single",
             "jobs/s",
             |p, a| Box::pin(enqueue_single(p, a.single)),
             "raw_insert_single",
             |p, a| Box::pin(raw_insert_single(p, a.single)),
+        ),
+        (
+            "enqueue_single",
+            "jobs/s",
+            |p, a| Box::pin(enqueue_single(p, a.single)),
+            "min_insert_single",
+            |p, a| Box::pin(min_insert_single(p, a.single)),
+        ),
+        (
+            "enqueue_bulk",
+            "jobs/s",
+            |p, a| Box::pin(enqueue_bulk(p, a.jobs)),
+            "min_insert_bulk",
+            |p, a| Box::pin(min_insert_bulk(p, a.jobs)),
+        ),
+        (
+            "burn_down_c16",
+            "jobs/s",
+            |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Noop)),
+            "min_burn_down",
+            |p, a| Box::pin(min_burn_down(p, a.jobs)),
         ),
         (
             "enqueue_bulk",
@@ -164,7 +209,9 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
         }
         let mut runs = Vec::new();
         for i in 0..args.repeat {
+            FIGURES.start(name);
             let a = on_fresh(sk, &args).await?;
+            FIGURES.start(raw_name);
             let b = on_fresh(raw, &args).await?;
             eprintln!(
                 "bench: {name} run {} = {a:.1}, {raw_name} = {b:.1} {unit}, ratio {:.2}",
@@ -183,9 +230,13 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
         let of = match raw_name {
             "raw_insert_bulk_queue_table" => "raw_on_queue_table",
             raw if raw.starts_with("raw_") => "raw",
+            min if min.starts_with("min_") => "min",
             other => other,
         };
         lines.push(format!("{name}_ratio {:.2} of_{of}", median(|r| r.2)));
+        if raw_name == "min_burn_down" {
+            lines.extend(of_min_lines(&FIGURES.snapshot(), name));
+        }
         if name == "failure_storm" {
             lines.push(super::storm_runs_line(median(|r| r.2)));
         }
@@ -200,10 +251,33 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
             lines.push(format!("pickup_latency_{k} {:.2} ms", pick(p)));
         }
     }
+    lines.extend(side_lines(&FIGURES.take()));
     for line in lines {
         println!("{line}");
     }
     Ok(())
+}
+
+/// The server's CPU time and where its redo log stands.
+async fn cost(pool: &MySqlPool) -> Result<Cost, BoxError> {
+    let status: Vec<(String, String)> = sqlx::query_as(
+        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_lsn_current', 'Innodb_os_log_written')",
+    )
+    .fetch_all(pool)
+    .await?;
+    let value = |name: &str| {
+        status
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.parse())
+    };
+    let log_bytes = value("Innodb_lsn_current")
+        .or_else(|| value("Innodb_os_log_written"))
+        .ok_or("the server shows neither Innodb_lsn_current nor Innodb_os_log_written")??;
+    Ok(Cost {
+        cpu_seconds: server_cpu_seconds(&["mariadbd", "mysqld"])?,
+        log_bytes,
+    })
 }
 
 async fn enqueue_single(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
@@ -328,6 +402,7 @@ async fn burn_down(
         worker = worker.layer(super::Pass);
     }
     let worker = worker.build()?;
+    let before = cost(&pool).await?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(worker.run_until(async move {
         let _ = stop_rx.await;
@@ -345,6 +420,7 @@ async fn burn_down(
     }
     let _ = stop_tx.send(());
     running.await??;
+    FIGURES.note_cost(before, cost(&pool).await?, n);
     // From the first claim to the last result, as the PostgreSQL bench measures it.
     let (done, first, last): (i64, DateTime<Utc>, DateTime<Utc>) = sqlx::query_as(
         "SELECT count(*), min(task_first_processing_attempted_at_ts), max(task_processing_finalized_at_ts)
@@ -429,6 +505,98 @@ async fn raw_burn_down(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
         return Err(format!("raw burn-down finished {done} of {n}").into());
     }
     Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// One plain INSERT per statement (one commit each) into the minimal table.
+async fn min_insert_single(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    for i in 0..n {
+        sqlx::query("INSERT INTO min_job (kind, payload) VALUES ('bench_noop', ?)")
+            .bind(format!("{{\"n\":{i}}}"))
+            .execute(&pool)
+            .await?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Multi-row INSERTs into the minimal table, 1,000 rows a statement (one commit each).
+async fn min_insert_bulk(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    min_fill(&pool, n).await?;
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn min_fill(pool: &MySqlPool, n: u64) -> Result<(), BoxError> {
+    let mut i = 0;
+    while i < n {
+        let end = (i + 1_000).min(n);
+        let mut query = QueryBuilder::new("INSERT INTO min_job (kind, payload) ");
+        query.push_values(i..end, |mut row, k| {
+            row.push("'bench_noop'").push_bind(format!("{{\"n\":{k}}}"));
+        });
+        query.build().execute(pool).await?;
+        i = end;
+    }
+    Ok(())
+}
+
+/// A backlog of `n` rows in the minimal table burned down by 16 clients, each looping
+/// START TRANSACTION (READ COMMITTED); SELECT 100 ids FOR UPDATE SKIP LOCKED; DELETE
+/// them; COMMIT. A claim InnoDB picks as a deadlock victim rolls back and claims again.
+async fn min_burn_down(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {
+    min_fill(&pool, n).await?;
+    sqlx::query("ANALYZE TABLE min_job").execute(&pool).await?;
+    let before = cost(&pool).await?;
+    let start = Instant::now();
+    let mut clients = Vec::new();
+    for _ in 0..MIN_CLIENTS {
+        let pool = pool.clone();
+        clients.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            let mut conn = pool.acquire().await?;
+            loop {
+                let taken = async {
+                    let mut tx = sqlx::Connection::begin_with(
+                        &mut *conn,
+                        "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
+                    )
+                    .await?;
+                    let ids: Vec<i64> = sqlx::query_scalar(
+                        "SELECT id FROM min_job WHERE state = 0 AND run_at <= NOW(6)
+                         ORDER BY priority, run_at, id LIMIT 100 FOR UPDATE SKIP LOCKED",
+                    )
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    if !ids.is_empty() {
+                        sqlx::query(&format!(
+                            "DELETE FROM min_job WHERE id IN ({})",
+                            in_list(&ids)
+                        ))
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    tx.commit().await?;
+                    Ok::<_, sqlx::Error>(ids.len() as u64)
+                }
+                .await;
+                match taken {
+                    Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("40001") => {}
+                    Ok(0) => return Ok::<u64, sqlx::Error>(done),
+                    taken => done += taken?,
+                }
+            }
+        }));
+    }
+    let mut done = 0;
+    for c in clients {
+        done += c.await??;
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    FIGURES.note_cost(before, cost(&pool).await?, n);
+    if done != n {
+        return Err(format!("minimal burn-down finished {done} of {n}").into());
+    }
+    Ok(rate)
 }
 
 fn in_list(handles: &[i64]) -> String {

@@ -13,7 +13,7 @@
 
 use std::time::Instant;
 
-use super::{server_cpu_seconds, Bench, BoxError};
+use super::{Bench, BoxError};
 
 /// The minimal queue table, in schema `sk_bench_min`.
 const MIN_TABLE: &str = "CREATE SCHEMA sk_bench_min;
@@ -127,8 +127,7 @@ impl Bench {
 
     pub(super) async fn raw_burn_down(&self, n: u64) -> Result<f64, BoxError> {
         self.raw_backlog(n).await?;
-        let server_before = server_cpu_seconds()?;
-        let wal_before = self.wal_bytes().await?;
+        let probe = self.probe().await?;
         let start = Instant::now();
         let mut clients = Vec::new();
         for _ in 0..4 {
@@ -163,8 +162,7 @@ impl Bench {
             return Err(format!("raw burn-down finished {done} of {n}").into());
         }
         let rate = n as f64 / start.elapsed().as_secs_f64();
-        self.note_server_cpu(server_before, n)?;
-        self.note_wal(wal_before, n).await?;
+        self.probe_end(probe, n).await?;
         Ok(rate)
     }
 
@@ -260,8 +258,7 @@ impl Bench {
         sqlx::query("VACUUM ANALYZE sk_bench_min.job")
             .execute(&self.pool)
             .await?;
-        let server_before = server_cpu_seconds()?;
-        let wal_before = self.wal_bytes().await?;
+        let probe = self.probe().await?;
         let start = Instant::now();
         let mut clients = Vec::new();
         for _ in 0..MIN_CLIENTS {
@@ -297,8 +294,7 @@ impl Bench {
             return Err(format!("minimal burn-down finished {done} of {n}").into());
         }
         let rate = n as f64 / start.elapsed().as_secs_f64();
-        self.note_server_cpu(server_before, n)?;
-        self.note_wal(wal_before, n).await?;
+        self.probe_end(probe, n).await?;
         Ok(rate)
     }
 }

@@ -11,6 +11,14 @@
 //! - `failure_storm` / `burn_down`: `burn_down` of jobs whose first run fails and whose
 //!   retry (at once) succeeds, beside `burn_down` of no-op jobs (as on PostgreSQL).
 //! - `pickup_latency_*`: an idle worker, jobs enqueued one at a time in the same process.
+//! - `min_insert_single`, `min_insert_bulk` (1,000 rows a statement) and `min_burn_down`
+//!   on SQLite's minimal queue table (`MIN_TABLE`), beside `enqueue_single`,
+//!   `enqueue_bulk` and `burn_down_c16`: the physical limit. SQLite writes one
+//!   transaction at a time, so the minimal burn-down is one client deleting 100 rows a
+//!   statement (`DELETE … WHERE id IN (SELECT … LIMIT 100) RETURNING id`: the claim and
+//!   the completion in one transaction). The burn-downs note this process's CPU time per
+//!   job (`*_server_cpu_us_per_job`: the database runs in it) and the bytes it wrote per
+//!   job (`*_wal_bytes_per_job`: the write-ahead log and the checkpoints into the file).
 //!
 //! Each run has a file of its own in the temp dir (`sk-bench-<pid>-<n>.sqlite`), in WAL mode
 //! with `synchronous = NORMAL` (as docs/backends.md recommends).
@@ -22,6 +30,7 @@ use sk_runtime::{Enqueue, Schema, Worker};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::SqlitePool;
 
+use super::figures::{cpu_seconds, of_min_lines, side_lines, written_bytes, Cost, FIGURES};
 use super::{Args, BenchFlaky, BenchNoop, BenchPing, BoxError, Latency, Load};
 
 const RAW_TABLE: &str = "CREATE TABLE raw_queue (
@@ -39,6 +48,14 @@ const RAW_TABLE: &str = "CREATE TABLE raw_queue (
     task_locked_by TEXT NULL
 );
 CREATE INDEX raw_queue_dequeue_idx ON raw_queue (task_priority, task_locked_until_ts, task_lock_handle_id);";
+
+/// The minimal queue table on SQLite: the PostgreSQL one's columns (payload as text),
+/// its partial index.
+const MIN_TABLE: &str = "CREATE TABLE min_job (id INTEGER PRIMARY KEY, kind TEXT NOT NULL,
+    payload TEXT NOT NULL DEFAULT '{}', priority INTEGER NOT NULL DEFAULT 0,
+    run_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    state INTEGER NOT NULL DEFAULT 0, attempts INTEGER NOT NULL DEFAULT 0, locked_until TEXT);
+CREATE INDEX min_job_dequeue_idx ON min_job (priority, run_at, id) WHERE state = 0;";
 
 fn ts(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
@@ -86,6 +103,7 @@ async fn fresh(file: &std::path::Path) -> Result<SqlitePool, BoxError> {
         .await?;
     sk_runtime::migrate(&pool, &Schema::default()).await?;
     sqlx::raw_sql(RAW_TABLE).execute(&pool).await?;
+    sqlx::raw_sql(MIN_TABLE).execute(&pool).await?;
     Ok(pool)
 }
 
@@ -95,13 +113,20 @@ use std::future::Future;
 
 pub(super) async fn run(args: Args) -> Result<(), BoxError> {
     let mut lines = Vec::new();
-    let pairs: [(&str, &str, Run, &str, Run); 8] = [
+    let pairs: [(&str, &str, Run, &str, Run); 11] = [
         (
             "enqueue_single",
             "jobs/s",
             |p, a| Box::pin(enqueue_single(p, a.single)),
             "raw_insert_single",
             |p, a| Box::pin(raw_insert_single(p, a.single)),
+        ),
+        (
+            "enqueue_single",
+            "jobs/s",
+            |p, a| Box::pin(enqueue_single(p, a.single)),
+            "min_insert_single",
+            |p, a| Box::pin(min_insert_single(p, a.single)),
         ),
         (
             "enqueue_bulk",
@@ -111,11 +136,25 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
             |p, a| Box::pin(raw_insert_bulk(p, a.jobs)),
         ),
         (
+            "enqueue_bulk",
+            "jobs/s",
+            |p, a| Box::pin(enqueue_bulk(p, a.jobs)),
+            "min_insert_bulk",
+            |p, a| Box::pin(min_insert_bulk(p, a.jobs)),
+        ),
+        (
             "burn_down",
             "jobs/s",
             |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, Load::Noop)),
             "raw_burn_down",
             |p, a| Box::pin(raw_burn_down(p, a.jobs)),
+        ),
+        (
+            "burn_down_c16",
+            "jobs/s",
+            |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Noop)),
+            "min_burn_down",
+            |p, a| Box::pin(min_burn_down(p, a.jobs)),
         ),
         (
             "burn_down_c16_rated",
@@ -165,7 +204,9 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
         }
         let mut runs = Vec::new();
         for i in 0..args.repeat {
+            FIGURES.start(name);
             let a = on_fresh(sk, &args).await?;
+            FIGURES.start(raw_name);
             let b = on_fresh(raw, &args).await?;
             eprintln!(
                 "bench: {name} run {} = {a:.1}, {raw_name} = {b:.1} {unit}, ratio {:.2}",
@@ -181,8 +222,15 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
         };
         lines.push(format!("{name} {:.1} {unit}", median(|r| r.0)));
         lines.push(format!("{raw_name} {:.1} {unit}", median(|r| r.1)));
-        let of = raw_name.strip_prefix("raw_").map_or(raw_name, |_| "raw");
+        let of = match raw_name {
+            raw if raw.starts_with("raw_") => "raw",
+            min if min.starts_with("min_") => "min",
+            other => other,
+        };
         lines.push(format!("{name}_ratio {:.2} of_{of}", median(|r| r.2)));
+        if raw_name == "min_burn_down" {
+            lines.extend(of_min_lines(&FIGURES.snapshot(), name));
+        }
         if name == "failure_storm" {
             lines.push(super::storm_runs_line(median(|r| r.2)));
         }
@@ -200,10 +248,19 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
             lines.push(format!("pickup_latency_{k} {:.2} ms", pick(p)));
         }
     }
+    lines.extend(side_lines(&FIGURES.take()));
     for line in lines {
         println!("{line}");
     }
     Ok(())
+}
+
+/// This process's CPU time and the bytes it has written: SQLite's cost, which runs in it.
+fn cost() -> Result<Cost, BoxError> {
+    Ok(Cost {
+        cpu_seconds: cpu_seconds()?,
+        log_bytes: written_bytes()?,
+    })
 }
 
 async fn enqueue_single(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
@@ -321,6 +378,7 @@ async fn burn_down(
         worker = worker.layer(super::Pass);
     }
     let worker = worker.build()?;
+    let before = cost()?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(worker.run_until(async move {
         let _ = stop_rx.await;
@@ -338,6 +396,7 @@ async fn burn_down(
     }
     let _ = stop_tx.send(());
     running.await??;
+    FIGURES.note_cost(before, cost()?, n);
     // From the first claim to the last result, as the PostgreSQL bench measures it.
     let (done, first, last): (i64, DateTime<Utc>, DateTime<Utc>) = sqlx::query_as(
         "SELECT count(*), min(task_first_processing_attempted_at_ts), max(task_processing_finalized_at_ts)
@@ -395,6 +454,71 @@ async fn raw_burn_down(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
         return Err(format!("raw burn-down finished {done} of {n}").into());
     }
     Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// One plain INSERT per statement (one commit each) into the minimal table.
+async fn min_insert_single(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    for i in 0..n {
+        sqlx::query("INSERT INTO min_job (kind, payload) VALUES ('bench_noop', $1)")
+            .bind(format!("{{\"n\":{i}}}"))
+            .execute(&pool)
+            .await?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Multi-row INSERTs into the minimal table, 1,000 rows a statement (one commit each).
+async fn min_insert_bulk(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    min_fill(&pool, n).await?;
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn min_fill(pool: &SqlitePool, n: u64) -> Result<(), BoxError> {
+    let mut i = 0;
+    while i < n {
+        let end = (i + 1_000).min(n);
+        let mut query = sqlx::QueryBuilder::new("INSERT INTO min_job (kind, payload) ");
+        query.push_values(i..end, |mut row, k| {
+            row.push("'bench_noop'").push_bind(format!("{{\"n\":{k}}}"));
+        });
+        query.build().execute(pool).await?;
+        i = end;
+    }
+    Ok(())
+}
+
+/// A backlog of `n` rows in the minimal table deleted 100 at a time by one client, each
+/// statement the claim and the completion in one transaction (SQLite writes one
+/// transaction at a time: more clients only wait on its lock).
+async fn min_burn_down(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
+    min_fill(&pool, n).await?;
+    sqlx::query("ANALYZE").execute(&pool).await?;
+    let before = cost()?;
+    let start = Instant::now();
+    let mut done = 0u64;
+    loop {
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "DELETE FROM min_job WHERE id IN (
+                SELECT id FROM min_job WHERE state = 0 AND run_at <= $1
+                ORDER BY priority, run_at, id LIMIT 100)
+             RETURNING id",
+        )
+        .bind(ts(Utc::now()))
+        .fetch_all(&pool)
+        .await?;
+        if ids.is_empty() {
+            break;
+        }
+        done += ids.len() as u64;
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    FIGURES.note_cost(before, cost()?, n);
+    if done != n {
+        return Err(format!("minimal burn-down finished {done} of {n}").into());
+    }
+    Ok(rate)
 }
 
 /// Enqueue-to-start latency with an idle worker, in milliseconds.
