@@ -3,7 +3,6 @@
 //! `queue measure value unit`, each the median of `--repeat` runs.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -215,20 +214,89 @@ where
 /// A figure's queue, measure and unit, and (beside it) its runs' values.
 type Figure = (&'static str, String, &'static str);
 
-/// What one queue does for each measure.
-trait Queue {
-    fn name(&self) -> &'static str;
-    /// Jobs enqueued one call at a time: jobs/s.
-    fn single(&self, args: &Args) -> Pin<Box<dyn Future<Output = Result<f64, BoxError>> + '_>>;
-    /// Jobs enqueued in batches: jobs/s.
-    fn bulk(&self, args: &Args) -> Pin<Box<dyn Future<Output = Result<f64, BoxError>> + '_>>;
-    /// A backlog burned down: jobs/s.
-    fn burn_down(&self, args: &Args) -> Pin<Box<dyn Future<Output = Result<f64, BoxError>> + '_>>;
-    /// Pickup latencies of an idle worker, in ms.
-    fn latency(
-        &self,
-        args: &Args,
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<f64>, BoxError>> + '_>>;
+/// One queue under the protocol: a fresh database with its schema and a worker on it;
+/// the measures below drive it the same way for every queue.
+trait Queue: Sized {
+    const NAME: &'static str;
+    /// The table vacuumed and analyzed before a burn-down.
+    const TABLE: &'static str;
+    /// One boolean: whether a job is left to run.
+    const LEFT: &'static str;
+    /// A fresh database with the queue's schema and a worker of `concurrency`, not
+    /// started; `throughput`: tuned for it as its documentation advises.
+    async fn open(args: &Args, concurrency: usize, throughput: bool) -> Result<Self, BoxError>;
+    /// A pool of sk's sqlx on the queue's database, for the harness's own reads.
+    fn pool(&self) -> &sqlx::PgPool;
+    async fn insert_one(&self, n: u64) -> Result<(), BoxError>;
+    /// Jobs `range` in one call of the queue's batch insert.
+    async fn insert_many(&self, range: std::ops::Range<u64>) -> Result<(), BoxError>;
+    async fn ping(&self, sent: i64) -> Result<(), BoxError>;
+    fn start(&mut self) -> Result<(), BoxError>;
+    /// Stops the worker if started, and closes the pools.
+    async fn stop(self) -> Result<(), BoxError>;
+}
+
+async fn fill<Q: Queue>(queue: &Q, n: u64) -> Result<(), BoxError> {
+    let mut i = 0;
+    while i < n {
+        let end = (i + CHUNK).min(n);
+        queue.insert_many(i..end).await?;
+        i = end;
+    }
+    Ok(())
+}
+
+/// Jobs enqueued one call at a time: jobs/s.
+async fn single<Q: Queue>(args: &Args) -> Result<f64, BoxError> {
+    let queue = Q::open(args, args.concurrency, false).await?;
+    let start = Instant::now();
+    for n in 0..args.single {
+        queue.insert_one(n).await?;
+    }
+    let rate = args.single as f64 / start.elapsed().as_secs_f64();
+    queue.stop().await?;
+    Ok(rate)
+}
+
+/// Jobs enqueued in batches: jobs/s.
+async fn bulk<Q: Queue>(args: &Args) -> Result<f64, BoxError> {
+    let queue = Q::open(args, args.concurrency, false).await?;
+    let start = Instant::now();
+    fill(&queue, args.jobs).await?;
+    let rate = args.jobs as f64 / start.elapsed().as_secs_f64();
+    queue.stop().await?;
+    Ok(rate)
+}
+
+/// A backlog burned down at `concurrency`: jobs/s, from the worker's start until no job
+/// is left.
+async fn burn_down<Q: Queue>(args: &Args, concurrency: usize) -> Result<f64, BoxError> {
+    let mut queue = Q::open(args, concurrency, true).await?;
+    fill(&queue, args.jobs).await?;
+    sqlx::query(&format!("VACUUM ANALYZE {}", Q::TABLE))
+        .execute(queue.pool())
+        .await?;
+    let start = Instant::now();
+    queue.start()?;
+    until_done(queue.pool(), || async {
+        Ok(sqlx::query_scalar(Q::LEFT).fetch_one(queue.pool()).await?)
+    })
+    .await?;
+    let rate = args.jobs as f64 / start.elapsed().as_secs_f64();
+    queue.stop().await?;
+    Ok(rate)
+}
+
+/// Pickup latencies of an idle worker, in ms.
+async fn latency<Q: Queue>(args: &Args) -> Result<Vec<f64>, BoxError> {
+    // Not tuned for throughput: graphile_worker's local queue trades latency for it.
+    let mut queue = Q::open(args, args.concurrency, false).await?;
+    queue.start()?;
+    // The worker comes up and goes idle (LISTEN established).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let samples = pings(args.latency_jobs, |sent| queue.ping(sent)).await?;
+    queue.stop().await?;
+    Ok(samples)
 }
 
 mod graphile;
@@ -243,80 +311,77 @@ async fn main() {
     }
 }
 
-async fn run() -> Result<(), BoxError> {
-    let args = args()?;
-    let queues: Vec<Box<dyn Queue>> = args
-        .queues
-        .iter()
-        .map(|q| -> Box<dyn Queue> {
-            match q.as_str() {
-                "sk" => Box::new(sk::Sk),
-                "graphile" => Box::new(graphile::Graphile),
-                _ => Box::new(river::River),
-            }
-        })
-        .collect();
-    let mut figures: Vec<(Figure, Vec<f64>)> = Vec::new();
-    let mut note = |queue: &'static str, measure: &str, unit: &'static str, value: f64| {
+/// The runs' figures so far.
+#[derive(Default)]
+struct Figures(Vec<(Figure, Vec<f64>)>);
+
+impl Figures {
+    fn note(&mut self, queue: &'static str, measure: &str, unit: &'static str, value: f64) {
         eprintln!("peers: {queue} {measure} {value:.2} {unit}");
         let key = (queue, measure.to_owned(), unit);
-        match figures.iter_mut().find(|(k, _)| *k == key) {
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
             Some((_, runs)) => runs.push(value),
-            None => figures.push((key, vec![value])),
+            None => self.0.push((key, vec![value])),
         }
-    };
+    }
+}
+
+/// One run of `measure` on queue `Q`.
+async fn measure<Q: Queue>(
+    args: &Args,
+    measure: &str,
+    figures: &mut Figures,
+) -> Result<(), BoxError> {
+    let name = Q::NAME;
+    match measure {
+        "single" => figures.note(name, "single_enqueue", "jobs/s", single::<Q>(args).await?),
+        "bulk" => figures.note(name, "bulk_enqueue", "jobs/s", bulk::<Q>(args).await?),
+        "burn_down" => {
+            for &concurrency in &args.concurrencies {
+                let rate = burn_down::<Q>(args, concurrency).await?;
+                check_runs(name, args.jobs)?;
+                let measure = format!("burn_down_c{concurrency}");
+                figures.note(name, &measure, "jobs/s", rate);
+                let cost = COST.lock().unwrap_or_else(PoisonError::into_inner).take();
+                if let Some((wal, cpu)) = cost {
+                    let n = args.jobs as f64;
+                    figures.note(name, &format!("{measure}_wal"), "bytes/job", wal / n);
+                    figures.note(
+                        name,
+                        &format!("{measure}_server_cpu"),
+                        "us/job",
+                        cpu / n * 1e6,
+                    );
+                }
+            }
+        }
+        "latency" => {
+            let mut samples = latency::<Q>(args).await?;
+            samples.sort_by(f64::total_cmp);
+            let pick = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
+            figures.note(name, "pickup_p50", "ms", pick(0.5));
+            figures.note(name, "pickup_p99", "ms", pick(0.99));
+        }
+        other => return Err(format!("--only {other}: single, bulk, burn_down or latency").into()),
+    }
+    Ok(())
+}
+
+async fn run() -> Result<(), BoxError> {
+    let args = args()?;
+    let mut figures = Figures::default();
     for _ in 0..args.repeat {
-        for measure in &args.only {
-            for queue in &queues {
-                let name = queue.name();
-                match measure.as_str() {
-                    "single" => note(name, "single_enqueue", "jobs/s", queue.single(&args).await?),
-                    "bulk" => note(name, "bulk_enqueue", "jobs/s", queue.bulk(&args).await?),
-                    "burn_down" => {
-                        for &concurrency in &args.concurrencies {
-                            let args = Args {
-                                concurrency,
-                                ..args.clone()
-                            };
-                            let rate = queue.burn_down(&args).await?;
-                            check_runs(name, args.jobs)?;
-                            note(name, &format!("burn_down_c{concurrency}"), "jobs/s", rate);
-                            let cost = COST.lock().unwrap_or_else(PoisonError::into_inner).take();
-                            if let Some((wal, cpu)) = cost {
-                                let n = args.jobs as f64;
-                                note(
-                                    name,
-                                    &format!("burn_down_c{concurrency}_wal"),
-                                    "bytes/job",
-                                    wal / n,
-                                );
-                                note(
-                                    name,
-                                    &format!("burn_down_c{concurrency}_server_cpu"),
-                                    "us/job",
-                                    cpu / n * 1e6,
-                                );
-                            }
-                        }
-                    }
-                    "latency" => {
-                        let mut samples = queue.latency(&args).await?;
-                        samples.sort_by(f64::total_cmp);
-                        let pick =
-                            |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
-                        note(name, "pickup_p50", "ms", pick(0.5));
-                        note(name, "pickup_p99", "ms", pick(0.99));
-                    }
-                    other => {
-                        return Err(
-                            format!("--only {other}: single, bulk, burn_down or latency").into(),
-                        )
-                    }
+        for m in &args.only {
+            for queue in &args.queues {
+                match queue.as_str() {
+                    "sk" => measure::<sk::Sk>(&args, m, &mut figures).await?,
+                    "graphile" => measure::<graphile::Graphile>(&args, m, &mut figures).await?,
+                    _ => measure::<river::River>(&args, m, &mut figures).await?,
                 }
             }
         }
     }
-    for ((queue, measure, unit), mut runs) in figures {
+    for ((queue, measure, unit), mut runs) in figures.0 {
         runs.sort_by(f64::total_cmp);
         println!("{queue} {measure} {:.1} {unit}", runs[runs.len() / 2]);
     }

@@ -1,18 +1,18 @@
 //! River's Rust client through its public API: `JobArgs`, `Client::insert` and
 //! `insert_many`, `Workers::add_fn`, with its minimum fetch cooldown.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::ops::Range;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use riverqueue::migrate::PostgresMigrator;
 use riverqueue::{
-    BoxError as RiverError, Client, Job, JobArgs, QueueConfig, WorkContext, WorkOutcome, Workers,
+    BoxError as RiverError, Client, Job, JobArgs, QueueConfig, RunHandle, WorkContext, WorkOutcome,
+    Workers,
 };
 use serde::{Deserialize, Serialize};
 
-use super::{Args, BoxError, Noop, Queue, CHUNK, POOL, RUNS};
+use super::{Args, BoxError, Noop, Queue, POOL, RUNS};
 
 #[derive(Clone, Serialize, Deserialize)]
 struct PeerNoop(Noop);
@@ -41,124 +41,78 @@ async fn ping(_: WorkContext, job: Job<PeerPing>) -> Result<WorkOutcome, RiverEr
     Ok(WorkOutcome::Complete)
 }
 
-pub(super) struct River;
-
-/// A fresh database with River's schema, a client on it (not started), and sk's sqlx
-/// pool for the burn-down's end.
-async fn fresh(args: &Args) -> Result<(Client, sqlx::PgPool), BoxError> {
-    let url = super::fresh_database(args, "peers_river").await?;
-    let pool = riverqueue::sqlx::postgres::PgPoolOptions::new()
-        .max_connections(POOL)
-        .connect(&url)
-        .await?;
-    PostgresMigrator::new(pool.clone()).migrate_up().await?;
-    let mut workers = Workers::new();
-    workers.add_fn(noop)?;
-    workers.add_fn(ping)?;
-    let client = Client::builder(pool)
-        .workers(workers)
-        // Its minimum: throughput is bounded by one fetch per cooldown (its docs).
-        .fetch_cooldown(riverqueue::FETCH_COOLDOWN_MIN)
-        .queue(
-            "default",
-            QueueConfig::new(args.concurrency).with_fetch_poll_interval(Duration::from_millis(100)),
-        )
-        .build()?;
-    Ok((client, sqlx::PgPool::connect(&url).await?))
-}
-
-async fn fill(client: &Client, n: u64) -> Result<(), BoxError> {
-    let mut i = 0;
-    while i < n {
-        let end = (i + CHUNK).min(n);
-        client
-            .insert_many((i..end).map(|n| PeerNoop(Noop { n })))
-            .await?;
-        i = end;
-    }
-    Ok(())
+pub(super) struct River {
+    client: Client,
+    /// sk's sqlx on the same database (River's own is sqlx 0.9).
+    pool: sqlx::PgPool,
+    running: Option<RunHandle>,
 }
 
 impl Queue for River {
-    fn name(&self) -> &'static str {
-        "river"
-    }
+    const NAME: &'static str = "river";
+    const TABLE: &'static str = "river_job";
+    // River keeps a completed job's row (state 'completed').
+    const LEFT: &'static str = "SELECT EXISTS (SELECT 1 FROM river_job WHERE state <> 'completed')";
 
-    fn single(&self, args: &Args) -> Pin<Box<dyn Future<Output = Result<f64, BoxError>> + '_>> {
-        let args = args.clone();
-        Box::pin(async move {
-            let (client, pool) = fresh(&args).await?;
-            let start = Instant::now();
-            for n in 0..args.single {
-                client.insert(PeerNoop(Noop { n })).await?;
-            }
-            let rate = args.single as f64 / start.elapsed().as_secs_f64();
-            pool.close().await;
-            Ok(rate)
-        })
-    }
-
-    fn bulk(&self, args: &Args) -> Pin<Box<dyn Future<Output = Result<f64, BoxError>> + '_>> {
-        let args = args.clone();
-        Box::pin(async move {
-            let (client, pool) = fresh(&args).await?;
-            let start = Instant::now();
-            fill(&client, args.jobs).await?;
-            let rate = args.jobs as f64 / start.elapsed().as_secs_f64();
-            pool.close().await;
-            Ok(rate)
-        })
-    }
-
-    fn burn_down(&self, args: &Args) -> Pin<Box<dyn Future<Output = Result<f64, BoxError>> + '_>> {
-        let args = args.clone();
-        Box::pin(async move {
-            let (client, pool) = fresh(&args).await?;
-            fill(&client, args.jobs).await?;
-            sqlx::query("VACUUM ANALYZE river_job")
-                .execute(&pool)
-                .await?;
-            let start = Instant::now();
-            let mut run = client.start()?;
-            // River keeps a completed job's row (state 'completed').
-            super::until_done(&pool, || {
-                let pool = pool.clone();
-                async move {
-                    Ok(sqlx::query_scalar(
-                        "SELECT EXISTS (SELECT 1 FROM river_job WHERE state <> 'completed')",
-                    )
-                    .fetch_one(&pool)
-                    .await?)
-                }
-            })
+    async fn open(args: &Args, concurrency: usize, _throughput: bool) -> Result<Self, BoxError> {
+        let url = super::fresh_database(args, "peers_river").await?;
+        let river_pool = riverqueue::sqlx::postgres::PgPoolOptions::new()
+            .max_connections(POOL)
+            .connect(&url)
             .await?;
-            let rate = args.jobs as f64 / start.elapsed().as_secs_f64();
-            run.stop().await?;
-            pool.close().await;
-            Ok(rate)
+        PostgresMigrator::new(river_pool.clone())
+            .migrate_up()
+            .await?;
+        let mut workers = Workers::new();
+        workers.add_fn(noop)?;
+        workers.add_fn(ping)?;
+        let client = Client::builder(river_pool)
+            .workers(workers)
+            // Its minimum: throughput is bounded by one fetch per cooldown (its docs).
+            .fetch_cooldown(riverqueue::FETCH_COOLDOWN_MIN)
+            .queue(
+                "default",
+                QueueConfig::new(concurrency).with_fetch_poll_interval(Duration::from_millis(100)),
+            )
+            .build()?;
+        Ok(River {
+            client,
+            pool: sqlx::PgPool::connect(&url).await?,
+            running: None,
         })
     }
 
-    fn latency(
-        &self,
-        args: &Args,
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<f64>, BoxError>> + '_>> {
-        let args = args.clone();
-        Box::pin(async move {
-            let (client, pool) = fresh(&args).await?;
-            let mut run = client.start()?;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let samples = super::pings(args.latency_jobs, |sent| {
-                let client = &client;
-                async move {
-                    client.insert(PeerPing { sent }).await?;
-                    Ok(())
-                }
-            })
+    fn pool(&self) -> &sqlx::PgPool {
+        &self.pool
+    }
+
+    async fn insert_one(&self, n: u64) -> Result<(), BoxError> {
+        self.client.insert(PeerNoop(Noop { n })).await?;
+        Ok(())
+    }
+
+    async fn insert_many(&self, range: Range<u64>) -> Result<(), BoxError> {
+        self.client
+            .insert_many(range.map(|n| PeerNoop(Noop { n })))
             .await?;
-            run.stop().await?;
-            pool.close().await;
-            Ok(samples)
-        })
+        Ok(())
+    }
+
+    async fn ping(&self, sent: i64) -> Result<(), BoxError> {
+        self.client.insert(PeerPing { sent }).await?;
+        Ok(())
+    }
+
+    fn start(&mut self) -> Result<(), BoxError> {
+        self.running = Some(self.client.start()?);
+        Ok(())
+    }
+
+    async fn stop(self) -> Result<(), BoxError> {
+        if let Some(mut running) = self.running {
+            running.stop().await?;
+        }
+        self.pool.close().await;
+        Ok(())
     }
 }

@@ -1,15 +1,15 @@
 //! sk through its public API: `#[job]`, `Enqueue::enqueue_many`, `Worker`.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::ops::Range;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
 use sk_runtime::{job, Enqueue, Schema, Worker};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
-use super::{Args, BoxError, Queue, CHUNK, POOL, RUNS};
+use super::{Args, BoxError, Queue, POOL, RUNS};
 
 #[job]
 async fn peer_noop(n: u64) {
@@ -22,133 +22,70 @@ async fn peer_ping(sent: i64) {
     super::pinged(sent);
 }
 
-pub(super) struct Sk;
-
-async fn fresh(args: &Args) -> Result<PgPool, BoxError> {
-    let url = super::fresh_database(args, "peers_sk").await?;
-    let pool = PgPoolOptions::new()
-        .max_connections(POOL)
-        .connect(&url)
-        .await?;
-    sk_runtime::migrate(&pool, &Schema::default()).await?;
-    Ok(pool)
-}
-
-async fn fill(pool: &PgPool, n: u64) -> Result<(), BoxError> {
-    let mut i = 0;
-    while i < n {
-        let end = (i + CHUNK).min(n);
-        Enqueue::enqueue_many(pool, (i..end).map(PeerNoop::new)).await?;
-        i = end;
-    }
-    Ok(())
-}
-
-/// A worker of `types` at `concurrency`, running until the returned sender fires.
-fn start_worker(
-    pool: &PgPool,
-    types: &[&str],
+pub(super) struct Sk {
+    pool: PgPool,
     concurrency: usize,
-) -> Result<
-    (
-        tokio::sync::oneshot::Sender<()>,
-        tokio::task::JoinHandle<sk_runtime::Result<()>>,
-    ),
-    BoxError,
-> {
-    let worker = Worker::builder(pool.clone())
-        .task_types(types.iter().copied())
-        .concurrency(concurrency)
-        .build()?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(worker.run_until(async move {
-        let _ = stopped.await;
-    }));
-    Ok((stop, running))
+    running: Option<(oneshot::Sender<()>, JoinHandle<sk_runtime::Result<()>>)>,
 }
 
 impl Queue for Sk {
-    fn name(&self) -> &'static str {
-        "sk"
-    }
+    const NAME: &'static str = "sk";
+    const TABLE: &'static str = "sk_tasks_queue_t";
+    // A job's queue row goes when its outcome is recorded.
+    const LEFT: &'static str = "SELECT EXISTS (SELECT 1 FROM sk_tasks_queue_t)";
 
-    fn single(&self, args: &Args) -> Pin<Box<dyn Future<Output = Result<f64, BoxError>> + '_>> {
-        let args = args.clone();
-        Box::pin(async move {
-            let pool = fresh(&args).await?;
-            let start = Instant::now();
-            for i in 0..args.single {
-                PeerNoop::new(i).enqueue(&pool).await?;
-            }
-            let rate = args.single as f64 / start.elapsed().as_secs_f64();
-            pool.close().await;
-            Ok(rate)
-        })
-    }
-
-    fn bulk(&self, args: &Args) -> Pin<Box<dyn Future<Output = Result<f64, BoxError>> + '_>> {
-        let args = args.clone();
-        Box::pin(async move {
-            let pool = fresh(&args).await?;
-            let start = Instant::now();
-            fill(&pool, args.jobs).await?;
-            let rate = args.jobs as f64 / start.elapsed().as_secs_f64();
-            pool.close().await;
-            Ok(rate)
-        })
-    }
-
-    fn burn_down(&self, args: &Args) -> Pin<Box<dyn Future<Output = Result<f64, BoxError>> + '_>> {
-        let args = args.clone();
-        Box::pin(async move {
-            let pool = fresh(&args).await?;
-            fill(&pool, args.jobs).await?;
-            sqlx::query("VACUUM ANALYZE sk_tasks_queue_t")
-                .execute(&pool)
-                .await?;
-            let start = Instant::now();
-            let (stop, running) = start_worker(&pool, &["peer_noop"], args.concurrency)?;
-            super::until_done(&pool, || {
-                let pool = pool.clone();
-                async move {
-                    Ok(
-                        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sk_tasks_queue_t)")
-                            .fetch_one(&pool)
-                            .await?,
-                    )
-                }
-            })
+    async fn open(args: &Args, concurrency: usize, _throughput: bool) -> Result<Self, BoxError> {
+        let url = super::fresh_database(args, "peers_sk").await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL)
+            .connect(&url)
             .await?;
-            let rate = args.jobs as f64 / start.elapsed().as_secs_f64();
+        sk_runtime::migrate(&pool, &Schema::default()).await?;
+        Ok(Sk {
+            pool,
+            concurrency,
+            running: None,
+        })
+    }
+
+    fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn insert_one(&self, n: u64) -> Result<(), BoxError> {
+        PeerNoop::new(n).enqueue(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn insert_many(&self, range: Range<u64>) -> Result<(), BoxError> {
+        Enqueue::enqueue_many(&self.pool, range.map(PeerNoop::new)).await?;
+        Ok(())
+    }
+
+    async fn ping(&self, sent: i64) -> Result<(), BoxError> {
+        PeerPing::new(sent).enqueue(&self.pool).await?;
+        Ok(())
+    }
+
+    fn start(&mut self) -> Result<(), BoxError> {
+        let worker = Worker::builder(self.pool.clone())
+            .task_types(["peer_noop", "peer_ping"])
+            .concurrency(self.concurrency)
+            .build()?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let running = tokio::spawn(worker.run_until(async move {
+            let _ = stopped.await;
+        }));
+        self.running = Some((stop, running));
+        Ok(())
+    }
+
+    async fn stop(self) -> Result<(), BoxError> {
+        if let Some((stop, running)) = self.running {
             let _ = stop.send(());
             running.await??;
-            pool.close().await;
-            Ok(rate)
-        })
-    }
-
-    fn latency(
-        &self,
-        args: &Args,
-    ) -> Pin<Box<dyn Future<Output = Result<Vec<f64>, BoxError>> + '_>> {
-        let args = args.clone();
-        Box::pin(async move {
-            let pool = fresh(&args).await?;
-            let (stop, running) = start_worker(&pool, &["peer_ping"], args.concurrency)?;
-            // The worker comes up and goes idle (LISTEN established).
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            let samples = super::pings(args.latency_jobs, |sent| {
-                let pool = pool.clone();
-                async move {
-                    PeerPing::new(sent).enqueue(&pool).await?;
-                    Ok(())
-                }
-            })
-            .await?;
-            let _ = stop.send(());
-            running.await??;
-            pool.close().await;
-            Ok(samples)
-        })
+        }
+        self.pool.close().await;
+        Ok(())
     }
 }
