@@ -97,6 +97,11 @@
 //!   `burn_down_c16`; `{measure}_server_cpu_ratio of_min` and `{measure}_wal_ratio
 //!   of_min` compare the burn-downs' server CPU and WAL per job.
 //!
+//! - `--only profile` (never run unless named): `burn_down_c16` and `min_burn_down`, each
+//!   alone, for a profile of the server: with `SK_BENCH_PROFILE=DIR` each burn-down
+//!   records `perf`, `pg_stat_statements` and its WAL range there (`bench_profile.rs`;
+//!   `examples/profile_postgres.sh` runs it all on a server of its own).
+//!
 //! Uses schemas `sk_bench`, `sk_bench_raw` and `sk_bench_min`, recreated at each start.
 //!
 //! `--backend sqlite` runs the measures SQLite has against SQLite's own raw SQL
@@ -125,6 +130,8 @@ use figures::{cpu_seconds, side_median, FIGURES};
 mod figures;
 #[path = "bench_mysql.rs"]
 mod mysql;
+#[path = "bench_pairs.rs"]
+mod pairs;
 #[path = "bench_profile.rs"]
 mod profile;
 #[path = "bench_raw.rs"]
@@ -208,6 +215,7 @@ fn now_micros() -> i64 {
         .map_or(0, |d| d.as_micros() as i64)
 }
 
+#[derive(Clone)]
 struct Args {
     jobs: u64,
     single: u64,

@@ -35,7 +35,8 @@ use sk_runtime::{Enqueue, Schema, Worker};
 use sqlx::mysql::MySqlPoolOptions;
 use sqlx::{MySqlPool, QueryBuilder};
 
-use super::figures::{of_min_lines, server_cpu_seconds, side_lines, Cost, FIGURES};
+use super::figures::{server_cpu_seconds, side_lines, Cost, FIGURES};
+use super::pairs::Pair;
 use super::{Args, BenchFlaky, BenchNoop, BenchPing, BoxError, Latency, Load};
 
 const RAW_TABLE: &str = "CREATE TABLE raw_queue (
@@ -105,13 +106,10 @@ async fn fresh() -> Result<MySqlPool, BoxError> {
     Ok(pool)
 }
 
-type Run = fn(MySqlPool, &Args) -> std::pin::Pin<Box<dyn Future<Output = Result<f64, BoxError>>>>;
-
-use std::future::Future;
+type Run = super::pairs::Run<MySqlPool>;
 
 pub(super) async fn run(args: Args) -> Result<(), BoxError> {
-    let mut lines = Vec::new();
-    let pairs: [(&str, &str, Run, &str, Run); 12] = [
+    let pairs: [Pair<MySqlPool>; 12] = [
         (
             "enqueue_single",
             "jobs/s",
@@ -203,53 +201,13 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
             |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, Load::Noop)),
         ),
     ];
-    for (name, unit, sk, raw_name, raw) in pairs {
-        if !args.wants(name) {
-            continue;
-        }
-        let mut runs = Vec::new();
-        for i in 0..args.repeat {
-            FIGURES.start(name);
-            let a = on_fresh(sk, &args).await?;
-            FIGURES.start(raw_name);
-            let b = on_fresh(raw, &args).await?;
-            eprintln!(
-                "bench: {name} run {} = {a:.1}, {raw_name} = {b:.1} {unit}, ratio {:.2}",
-                i + 1,
-                a / b
-            );
-            runs.push((a, b, a / b));
-        }
-        let median = |f: fn(&(f64, f64, f64)) -> f64| {
-            let mut v: Vec<f64> = runs.iter().map(f).collect();
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        lines.push(format!("{name} {:.1} {unit}", median(|r| r.0)));
-        lines.push(format!("{raw_name} {:.1} {unit}", median(|r| r.1)));
-        let of = match raw_name {
-            "raw_insert_bulk_queue_table" => "raw_on_queue_table",
-            raw if raw.starts_with("raw_") => "raw",
-            min if min.starts_with("min_") => "min",
-            other => other,
-        };
-        lines.push(format!("{name}_ratio {:.2} of_{of}", median(|r| r.2)));
-        if raw_name == "min_burn_down" {
-            lines.extend(of_min_lines(&FIGURES.snapshot(), name));
-        }
-        if name == "failure_storm" {
-            lines.push(super::storm_runs_line(median(|r| r.2)));
-        }
-    }
+    let mut lines =
+        super::pairs::run(&pairs, &args, |f, a| async move { on_fresh(f, &a).await }).await?;
     if args.wants("latency") {
         let pool = fresh().await?;
-        let mut samples = latency(pool.clone(), args.latency_jobs).await?;
+        let samples = latency(pool.clone(), args.latency_jobs).await?;
         pool.close().await;
-        samples.sort_by(f64::total_cmp);
-        let pick = |p: f64| samples[((samples.len() - 1) as f64 * p).round() as usize];
-        for (k, p) in [("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)] {
-            lines.push(format!("pickup_latency_{k} {:.2} ms", pick(p)));
-        }
+        lines.extend(super::pairs::latency_lines(samples));
     }
     lines.extend(side_lines(&FIGURES.take()));
     for line in lines {
