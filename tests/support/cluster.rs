@@ -137,11 +137,36 @@ impl Cluster {
             )
             .await;
         }
-        // The secondary in place, the primary still moves from wait_primary (or, after
-        // the quorum change, apply_settings) to primary: its goal and reported states
-        // differ for a moment, and `primary()` says none until they meet.
-        settle("a primary", Duration::from_secs(60), || cluster.primary()).await;
+        // Started once every node's reported state meets its goal, one the primary and the
+        // other its secondary. `primary()` alone is not enough: it counts a wait_primary
+        // whose states meet, which the monitor moves on to primary when the secondary has
+        // caught up, and `primary()` then says none for a moment (a test that asked for
+        // the primary just after the start failed so).
+        settle(
+            "a primary and its secondary",
+            Duration::from_secs(60),
+            || cluster.in_place(),
+        )
+        .await;
         cluster
+    }
+
+    /// `Some` when every node's reported state meets its goal, one node is the primary
+    /// and the others its secondaries.
+    async fn in_place(&self) -> Option<()> {
+        let mut c = sqlx::PgConnection::connect(&self.monitor_admin_url())
+            .await
+            .ok()?;
+        let (primaries, secondaries, met): (i64, i64, bool) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE reportedstate = 'primary'),
+                    count(*) FILTER (WHERE reportedstate = 'secondary'),
+                    coalesce(bool_and(goalstate = reportedstate), false)
+             FROM pgautofailover.node",
+        )
+        .fetch_one(&mut c)
+        .await
+        .ok()?;
+        (met && primaries == 1 && secondaries == self.nodes.len() as i64 - 1).then_some(())
     }
 
     async fn add_node(&mut self, i: usize, port: u16) {
