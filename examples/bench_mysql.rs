@@ -19,7 +19,8 @@
 //! - `min_insert_single`, `min_insert_bulk` (1,000 rows a statement) and `min_burn_down`
 //!   (4 clients each taking 100 rows with `FOR UPDATE SKIP LOCKED` and deleting them in
 //!   one READ COMMITTED transaction) on the minimal queue table (`MIN_TABLE`), beside
-//!   `enqueue_single`, `enqueue_bulk` and `burn_down_c16`: the physical limit. The
+//!   `enqueue_single`, `enqueue_bulk` and `burn_down_c16` (which is measured beside
+//!   `raw_burn_down` too): the physical limit. The
 //!   burn-downs note the server's CPU time per job (`*_server_cpu_us_per_job`, the
 //!   `mariadbd` or `mysqld` process, from `/proc`) and the redo log written per job
 //!   (`*_wal_bytes_per_job`, from `Innodb_lsn_current`, or `Innodb_os_log_written` where
@@ -109,7 +110,7 @@ async fn fresh() -> Result<MySqlPool, BoxError> {
 type Run = super::pairs::Run<MySqlPool>;
 
 pub(super) async fn run(args: Args) -> Result<(), BoxError> {
-    let pairs: [Pair<MySqlPool>; 12] = [
+    let pairs: [Pair<MySqlPool>; 13] = [
         (
             "enqueue_single",
             "jobs/s",
@@ -130,6 +131,13 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
             |p, a| Box::pin(enqueue_bulk(p, a.jobs)),
             "min_insert_bulk",
             |p, a| Box::pin(min_insert_bulk(p, a.jobs)),
+        ),
+        (
+            "burn_down_c16",
+            "jobs/s",
+            |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Noop)),
+            "raw_burn_down",
+            |p, a| Box::pin(raw_burn_down(p, a.jobs)),
         ),
         (
             "burn_down_c16",

@@ -13,7 +13,8 @@
 //! - `pickup_latency_*`: an idle worker, jobs enqueued one at a time in the same process.
 //! - `min_insert_single`, `min_insert_bulk` (1,000 rows a statement) and `min_burn_down`
 //!   on SQLite's minimal queue table (`MIN_TABLE`), beside `enqueue_single`,
-//!   `enqueue_bulk` and `burn_down_c16`: the physical limit. SQLite writes one
+//!   `enqueue_bulk` and `burn_down_c16` (which is measured beside `raw_burn_down` too):
+//!   the physical limit. SQLite writes one
 //!   transaction at a time, so the minimal burn-down is one client deleting 100 rows a
 //!   statement (`DELETE … WHERE id IN (SELECT … LIMIT 100) RETURNING id`: the claim and
 //!   the completion in one transaction). The burn-downs note this process's CPU time per
@@ -111,7 +112,7 @@ async fn fresh(file: &std::path::Path) -> Result<SqlitePool, BoxError> {
 type Run = super::pairs::Run<SqlitePool>;
 
 pub(super) async fn run(args: Args) -> Result<(), BoxError> {
-    let pairs: [Pair<SqlitePool>; 11] = [
+    let pairs: [Pair<SqlitePool>; 12] = [
         (
             "enqueue_single",
             "jobs/s",
@@ -144,6 +145,13 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
             "burn_down",
             "jobs/s",
             |p, a| Box::pin(burn_down(p, a.jobs, a.concurrency, Load::Noop)),
+            "raw_burn_down",
+            |p, a| Box::pin(raw_burn_down(p, a.jobs)),
+        ),
+        (
+            "burn_down_c16",
+            "jobs/s",
+            |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Noop)),
             "raw_burn_down",
             |p, a| Box::pin(raw_burn_down(p, a.jobs)),
         ),

@@ -4,6 +4,7 @@
 //! `queue measure value unit`, medians of `--repeat` interleaved runs.
 
 use std::future::Future;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,6 +93,68 @@ fn check_runs(queue: &str, n: u64) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// One queue on a fresh SQLite file with its schema and a worker; the measures below
+/// drive it the same way for both.
+trait Queue: Sized {
+    const NAME: &'static str;
+    /// A fresh file (`file`) with the queue's schema and a worker of `concurrency`, not
+    /// started.
+    async fn open(file: &File, concurrency: usize) -> Result<Self, BoxError>;
+    async fn insert_one(&self, n: u64) -> Result<(), BoxError>;
+    /// Jobs `range` in one call of the queue's batch insert.
+    async fn insert_many(&self, range: Range<u64>) -> Result<(), BoxError>;
+    /// Whether a job is left to run.
+    async fn left(&self) -> Result<bool, BoxError>;
+    fn start(&mut self) -> Result<(), BoxError>;
+    /// Stops the worker if started, and closes the pool.
+    async fn stop(self) -> Result<(), BoxError>;
+}
+
+async fn fill<Q: Queue>(queue: &Q, n: u64) -> Result<(), BoxError> {
+    let mut i = 0;
+    while i < n {
+        let end = (i + CHUNK).min(n);
+        queue.insert_many(i..end).await?;
+        i = end;
+    }
+    Ok(())
+}
+
+async fn single<Q: Queue>(n: u64) -> Result<f64, BoxError> {
+    let file = File::new(Q::NAME);
+    let queue = Q::open(&file, 16).await?;
+    let start = Instant::now();
+    for i in 0..n {
+        queue.insert_one(i).await?;
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    queue.stop().await?;
+    Ok(rate)
+}
+
+async fn bulk<Q: Queue>(n: u64) -> Result<f64, BoxError> {
+    let file = File::new(Q::NAME);
+    let queue = Q::open(&file, 16).await?;
+    let start = Instant::now();
+    fill(&queue, n).await?;
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    queue.stop().await?;
+    Ok(rate)
+}
+
+async fn burn_down<Q: Queue>(n: u64, concurrency: usize) -> Result<f64, BoxError> {
+    let file = File::new(Q::NAME);
+    let mut queue = Q::open(&file, concurrency).await?;
+    fill(&queue, n).await?;
+    let start = Instant::now();
+    queue.start()?;
+    until_done(|| queue.left()).await?;
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    queue.stop().await?;
+    check_runs(Q::NAME, n)?;
+    Ok(rate)
+}
+
 mod sk {
     use super::*;
     use sk_runtime::{job, Enqueue, Schema, Worker};
@@ -99,6 +162,8 @@ mod sk {
         SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
     };
     use sqlx::SqlitePool;
+    use tokio::sync::oneshot;
+    use tokio::task::JoinHandle;
 
     #[job]
     async fn peer_noop(n: u64) {
@@ -106,82 +171,74 @@ mod sk {
         RUNS.fetch_add(1, Ordering::Relaxed);
     }
 
-    async fn fresh(file: &File) -> Result<SqlitePool, BoxError> {
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
-            .connect_with(
-                SqliteConnectOptions::new()
-                    .filename(&file.0)
-                    .create_if_missing(true)
-                    .journal_mode(SqliteJournalMode::Wal)
-                    .synchronous(SqliteSynchronous::Normal),
-            )
-            .await?;
-        sk_runtime::migrate(&pool, &Schema::default()).await?;
-        Ok(pool)
+    pub(super) struct Sk {
+        pool: SqlitePool,
+        concurrency: usize,
+        running: Option<(oneshot::Sender<()>, JoinHandle<sk_runtime::Result<()>>)>,
     }
 
-    async fn fill(pool: &SqlitePool, n: u64) -> Result<(), BoxError> {
-        let mut i = 0;
-        while i < n {
-            let end = (i + CHUNK).min(n);
-            Enqueue::enqueue_many(pool, (i..end).map(PeerNoop::new)).await?;
-            i = end;
-        }
-        Ok(())
-    }
+    impl Queue for Sk {
+        const NAME: &'static str = "sk";
 
-    pub(super) async fn single(n: u64) -> Result<f64, BoxError> {
-        let file = File::new("sk");
-        let pool = fresh(&file).await?;
-        let start = Instant::now();
-        for i in 0..n {
-            PeerNoop::new(i).enqueue(&pool).await?;
-        }
-        let rate = n as f64 / start.elapsed().as_secs_f64();
-        pool.close().await;
-        Ok(rate)
-    }
-
-    pub(super) async fn bulk(n: u64) -> Result<f64, BoxError> {
-        let file = File::new("sk");
-        let pool = fresh(&file).await?;
-        let start = Instant::now();
-        fill(&pool, n).await?;
-        let rate = n as f64 / start.elapsed().as_secs_f64();
-        pool.close().await;
-        Ok(rate)
-    }
-
-    pub(super) async fn burn_down(n: u64, concurrency: usize) -> Result<f64, BoxError> {
-        let file = File::new("sk");
-        let pool = fresh(&file).await?;
-        fill(&pool, n).await?;
-        let start = Instant::now();
-        let worker = Worker::builder(pool.clone())
-            .task_types(["peer_noop"])
-            .concurrency(concurrency)
-            .build()?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let running = tokio::spawn(worker.run_until(async move {
-            let _ = stopped.await;
-        }));
-        until_done(|| {
-            let pool = pool.clone();
-            async move {
-                Ok(
-                    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sk_tasks_queue_t)")
-                        .fetch_one(&pool)
-                        .await?,
+        async fn open(file: &File, concurrency: usize) -> Result<Self, BoxError> {
+            let pool = SqlitePoolOptions::new()
+                .max_connections(8)
+                .connect_with(
+                    SqliteConnectOptions::new()
+                        .filename(&file.0)
+                        .create_if_missing(true)
+                        .journal_mode(SqliteJournalMode::Wal)
+                        .synchronous(SqliteSynchronous::Normal),
                 )
+                .await?;
+            sk_runtime::migrate(&pool, &Schema::default()).await?;
+            Ok(Sk {
+                pool,
+                concurrency,
+                running: None,
+            })
+        }
+
+        async fn insert_one(&self, n: u64) -> Result<(), BoxError> {
+            PeerNoop::new(n).enqueue(&self.pool).await?;
+            Ok(())
+        }
+
+        async fn insert_many(&self, range: Range<u64>) -> Result<(), BoxError> {
+            Enqueue::enqueue_many(&self.pool, range.map(PeerNoop::new)).await?;
+            Ok(())
+        }
+
+        // A job's queue row goes when its outcome is recorded.
+        async fn left(&self) -> Result<bool, BoxError> {
+            Ok(
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sk_tasks_queue_t)")
+                    .fetch_one(&self.pool)
+                    .await?,
+            )
+        }
+
+        fn start(&mut self) -> Result<(), BoxError> {
+            let worker = Worker::builder(self.pool.clone())
+                .task_types(["peer_noop"])
+                .concurrency(self.concurrency)
+                .build()?;
+            let (stop, stopped) = oneshot::channel::<()>();
+            let running = tokio::spawn(worker.run_until(async move {
+                let _ = stopped.await;
+            }));
+            self.running = Some((stop, running));
+            Ok(())
+        }
+
+        async fn stop(self) -> Result<(), BoxError> {
+            if let Some((stop, running)) = self.running {
+                let _ = stop.send(());
+                running.await??;
             }
-        })
-        .await?;
-        let rate = n as f64 / start.elapsed().as_secs_f64();
-        let _ = stop.send(());
-        running.await??;
-        pool.close().await;
-        Ok(rate)
+            self.pool.close().await;
+            Ok(())
+        }
     }
 }
 
@@ -193,8 +250,8 @@ mod river {
     };
     use riverqueue::sqlx::SqlitePool;
     use riverqueue::{
-        BoxError as RiverError, Client, Job, JobArgs, QueueConfig, WorkContext, WorkOutcome,
-        Workers,
+        BoxError as RiverError, Client, Job, JobArgs, QueueConfig, RunHandle, WorkContext,
+        WorkOutcome, Workers,
     };
 
     #[derive(Clone, Serialize, Deserialize)]
@@ -212,85 +269,80 @@ mod river {
         Ok(WorkOutcome::Complete)
     }
 
-    /// As its SQLite example advises: WAL mode and a busy timeout; `synchronous = NORMAL`
-    /// as sk's.
-    async fn fresh(file: &File, concurrency: usize) -> Result<(Client, SqlitePool), BoxError> {
-        let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", file.0.display()))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
-            .connect_with(options)
-            .await?;
-        SqliteMigrator::new(pool.clone()).migrate_up().await?;
-        let mut workers = Workers::new();
-        workers.add_fn(noop)?;
-        let client = Client::builder(pool.clone())
-            .workers(workers)
-            .fetch_cooldown(riverqueue::FETCH_COOLDOWN_MIN)
-            .queue(
-                "default",
-                QueueConfig::new(concurrency).with_fetch_poll_interval(Duration::from_millis(100)),
-            )
-            .build()?;
-        Ok((client, pool))
+    pub(super) struct River {
+        client: Client,
+        pool: SqlitePool,
+        running: Option<RunHandle>,
     }
 
-    async fn fill(client: &Client, n: u64) -> Result<(), BoxError> {
-        let mut i = 0;
-        while i < n {
-            let end = (i + CHUNK).min(n);
-            client.insert_many((i..end).map(|n| PeerNoop { n })).await?;
-            i = end;
-        }
-        Ok(())
-    }
+    impl Queue for River {
+        const NAME: &'static str = "river";
 
-    pub(super) async fn single(n: u64) -> Result<f64, BoxError> {
-        let file = File::new("river");
-        let (client, pool) = fresh(&file, 16).await?;
-        let start = Instant::now();
-        for i in 0..n {
-            client.insert(PeerNoop { n: i }).await?;
-        }
-        let rate = n as f64 / start.elapsed().as_secs_f64();
-        pool.close().await;
-        Ok(rate)
-    }
-
-    pub(super) async fn bulk(n: u64) -> Result<f64, BoxError> {
-        let file = File::new("river");
-        let (client, pool) = fresh(&file, 16).await?;
-        let start = Instant::now();
-        fill(&client, n).await?;
-        let rate = n as f64 / start.elapsed().as_secs_f64();
-        pool.close().await;
-        Ok(rate)
-    }
-
-    pub(super) async fn burn_down(n: u64, concurrency: usize) -> Result<f64, BoxError> {
-        let file = File::new("river");
-        let (client, pool) = fresh(&file, concurrency).await?;
-        fill(&client, n).await?;
-        let start = Instant::now();
-        let mut run = client.start()?;
-        until_done(|| {
-            let pool = pool.clone();
-            async move {
-                Ok(riverqueue::sqlx::query_scalar(
-                    "SELECT EXISTS (SELECT 1 FROM river_job WHERE state <> 'completed')",
+        /// As its SQLite example advises: WAL mode and a busy timeout; `synchronous =
+        /// NORMAL` as sk's.
+        async fn open(file: &File, concurrency: usize) -> Result<Self, BoxError> {
+            let options =
+                SqliteConnectOptions::from_str(&format!("sqlite://{}", file.0.display()))?
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Normal)
+                    .busy_timeout(Duration::from_secs(5));
+            let pool = SqlitePoolOptions::new()
+                .max_connections(8)
+                .connect_with(options)
+                .await?;
+            SqliteMigrator::new(pool.clone()).migrate_up().await?;
+            let mut workers = Workers::new();
+            workers.add_fn(noop)?;
+            let client = Client::builder(pool.clone())
+                .workers(workers)
+                .fetch_cooldown(riverqueue::FETCH_COOLDOWN_MIN)
+                .queue(
+                    "default",
+                    QueueConfig::new(concurrency)
+                        .with_fetch_poll_interval(Duration::from_millis(100)),
                 )
-                .fetch_one(&pool)
-                .await?)
+                .build()?;
+            Ok(River {
+                client,
+                pool,
+                running: None,
+            })
+        }
+
+        async fn insert_one(&self, n: u64) -> Result<(), BoxError> {
+            self.client.insert(PeerNoop { n }).await?;
+            Ok(())
+        }
+
+        async fn insert_many(&self, range: Range<u64>) -> Result<(), BoxError> {
+            self.client
+                .insert_many(range.map(|n| PeerNoop { n }))
+                .await?;
+            Ok(())
+        }
+
+        // River keeps a completed job's row (state 'completed').
+        async fn left(&self) -> Result<bool, BoxError> {
+            Ok(riverqueue::sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM river_job WHERE state <> 'completed')",
+            )
+            .fetch_one(&self.pool)
+            .await?)
+        }
+
+        fn start(&mut self) -> Result<(), BoxError> {
+            self.running = Some(self.client.start()?);
+            Ok(())
+        }
+
+        async fn stop(self) -> Result<(), BoxError> {
+            if let Some(mut running) = self.running {
+                running.stop().await?;
             }
-        })
-        .await?;
-        let rate = n as f64 / start.elapsed().as_secs_f64();
-        run.stop().await?;
-        pool.close().await;
-        Ok(rate)
+            self.pool.close().await;
+            Ok(())
+        }
     }
 }
 
@@ -312,25 +364,25 @@ async fn run() -> Result<(), BoxError> {
             None => figures.push((name, vec![value])),
         }
     };
+    use river::River;
+    use sk::Sk;
     for _ in 0..args.repeat {
-        note("sk single_enqueue".into(), sk::single(args.single).await?);
+        note("sk single_enqueue".into(), single::<Sk>(args.single).await?);
         note(
             "river single_enqueue".into(),
-            river::single(args.single).await?,
+            single::<River>(args.single).await?,
         );
-        note("sk bulk_enqueue".into(), sk::bulk(args.jobs).await?);
-        note("river bulk_enqueue".into(), river::bulk(args.jobs).await?);
+        note("sk bulk_enqueue".into(), bulk::<Sk>(args.jobs).await?);
+        note("river bulk_enqueue".into(), bulk::<River>(args.jobs).await?);
         for &c in &args.concurrencies {
             note(
                 format!("sk burn_down_c{c}"),
-                sk::burn_down(args.jobs, c).await?,
+                burn_down::<Sk>(args.jobs, c).await?,
             );
-            check_runs("sk", args.jobs)?;
             note(
                 format!("river burn_down_c{c}"),
-                river::burn_down(args.jobs, c).await?,
+                burn_down::<River>(args.jobs, c).await?,
             );
-            check_runs("river", args.jobs)?;
         }
     }
     for (name, mut runs) in figures {
