@@ -20,11 +20,11 @@
 //!   (4 clients each taking 100 rows with `FOR UPDATE SKIP LOCKED` and deleting them in
 //!   one READ COMMITTED transaction) on the minimal queue table (`MIN_TABLE`), beside
 //!   `enqueue_single`, `enqueue_bulk` and `burn_down_c16` (which is measured beside
-//!   `raw_burn_down` too): the physical limit. The
-//!   burn-downs note the server's CPU time per job (`*_server_cpu_us_per_job`, the
-//!   `mariadbd` or `mysqld` process, from `/proc`) and the redo log written per job
-//!   (`*_wal_bytes_per_job`, from `Innodb_lsn_current`, or `Innodb_os_log_written` where
-//!   the server has no LSN status).
+//!   `raw_burn_down` too): the physical limit. The burn-downs note the server's CPU
+//!   time per job (`*_server_cpu_us_per_job`, the `mariadbd` or `mysqld` process, from
+//!   `/proc`) and the redo log written per job (`*_wal_bytes_per_job`, from
+//!   `Innodb_lsn_current`, or `Innodb_os_log_written` where the server has no LSN
+//!   status).
 //!
 //! The database is `sk_bench` on `MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`'s
 //! server), recreated for every run.
