@@ -31,6 +31,10 @@
 //! - `burn_down_c16`: `burn_down` at concurrency 16, beside `raw_burn_down` and then
 //!   beside `burn_down` at `--concurrency`: its second ratio is what a small
 //!   concurrency keeps of a large one's throughput.
+//! - `burn_down_no_history`: `burn_down_c16` by a worker that keeps no history of
+//!   successes (`WorkerBuilder::result_retention` of zero), beside the same with it and
+//!   then beside `min_burn_down`; both sk runs timed by the wall clock, from the first
+//!   lease until the queue table is empty (polled every 5 ms).
 //! - `burn_down_c1`: `burn_down` of `--single` jobs at concurrency 1;
 //!   `raw_one_per_round_trip`: the same backlog in the plain table taken by one client one
 //!   row per statement (claimed with SKIP LOCKED and deleted at once, one commit each).
@@ -186,6 +190,12 @@ enum Load {
     Sleep,
     /// Fail, then succeed on the retry.
     Flaky,
+    /// No-ops run by a worker that keeps no history of successes (`result_retention`
+    /// of zero): no results row, so timed by the wall clock from the first lease until
+    /// the queue table is empty (polled every 5 ms).
+    Forgotten,
+    /// No-ops timed as `Forgotten` is, to compare with it.
+    Walled,
 }
 
 /// A layer that only runs the rest: what a layer stack costs by itself.
@@ -490,6 +500,27 @@ async fn run() -> Result<(), BoxError> {
             ("burn_down", "jobs/s", &|b| {
                 Box::pin(b.burn_down(n, c, Load::Noop))
             }),
+        )
+        .await?;
+    }
+    if b.wants("burn_down_no_history") {
+        // A worker that keeps no history of successes, beside one that does, both timed
+        // by the wall clock; then against the minimal queue.
+        let n = b.args.jobs;
+        b.measure_pair(
+            ("burn_down_c16_no_history", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, 16, Load::Forgotten))
+            }),
+            ("burn_down_c16_wall", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, 16, Load::Walled))
+            }),
+        )
+        .await?;
+        b.measure_pair(
+            ("burn_down_c16_no_history", "jobs/s", &|b| {
+                Box::pin(b.burn_down(n, 16, Load::Forgotten))
+            }),
+            ("min_burn_down", "jobs/s", &|b| Box::pin(b.min_burn_down(n))),
         )
         .await?;
     }
@@ -1140,7 +1171,7 @@ impl Bench {
                 })
                 .await?
             }
-            Load::Noop | Load::Layered => {
+            Load::Noop | Load::Layered | Load::Forgotten | Load::Walled => {
                 enqueue_chunks(&self.pool, n, |k| {
                     Enqueue::new(BenchNoop::new(k)).with_schema(schema)
                 })
@@ -1196,7 +1227,12 @@ impl Bench {
             .execute(&self.pool)
             .await?;
         let task_type = match load {
-            Load::Noop | Load::Layered | Load::Fair | Load::Batched => "bench_noop",
+            Load::Noop
+            | Load::Layered
+            | Load::Fair
+            | Load::Batched
+            | Load::Forgotten
+            | Load::Walled => "bench_noop",
             Load::Sleep => "bench_sleep",
             Load::Flaky => "bench_flaky",
             Load::Progress => "bench_progress",
@@ -1212,13 +1248,28 @@ impl Bench {
         if load == Load::Layered {
             worker = worker.layer(Pass);
         }
+        if load == Load::Forgotten {
+            worker = worker.result_retention(Duration::ZERO);
+        }
         let worker = worker.build()?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(worker.run_until(async move {
             let _ = stop_rx.await;
         }));
+        // A walled run is timed from the first lease on (not the worker's start).
+        let walled = matches!(load, Load::Forgotten | Load::Walled);
+        if walled {
+            let leased = "SELECT EXISTS (SELECT 1 FROM sk_bench.sk_tasks_queue_t WHERE task_locked_by IS NOT NULL)";
+            while !sqlx::query_scalar::<_, bool>(leased)
+                .fetch_one(&self.pool)
+                .await?
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        let started = Instant::now();
         loop {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(if walled { 5 } else { 20 })).await;
             // The measured jobs are those of priority 0 (`burn_down_history` puts others
             // behind them); the leading column of the dequeue index finds them.
             let left: bool = sqlx::query_scalar(
@@ -1230,9 +1281,24 @@ impl Bench {
                 break;
             }
         }
+        let took = started.elapsed().as_secs_f64();
         let _ = stop_tx.send(());
         running.await??;
         self.probe_end(probe, n).await?;
+        if walled {
+            let recorded: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM sk_bench.sk_task_results_t WHERE task_type = 'bench_noop'",
+            )
+            .fetch_one(&self.pool)
+            .await?;
+            let expected = if load == Load::Forgotten { 0 } else { n as i64 };
+            if recorded != expected {
+                return Err(
+                    format!("burn-down recorded {recorded} results, not {expected}").into(),
+                );
+            }
+            return Ok(n as f64 / took);
+        }
         let (done, seconds): (i64, f64) = sqlx::query_as(
             "SELECT count(*), extract(epoch FROM max(task_processing_finalized_at_ts) - min(task_first_processing_attempted_at_ts))::float8
              FROM sk_bench.sk_task_results_t

@@ -10,6 +10,9 @@
 //!   and deleting them (one `DELETE`), as sk's claim and completion do without sk.
 //! - `failure_storm` / `burn_down`: `burn_down` of jobs whose first run fails and whose
 //!   retry (at once) succeeds, beside `burn_down` of no-op jobs (as on PostgreSQL).
+//! - `burn_down_c16_no_history`: `burn_down_c16` by a worker that keeps no history of
+//!   successes (`result_retention` of zero), beside the same with it
+//!   (`burn_down_c16_wall`), both timed by the wall clock, then beside `min_burn_down`.
 //! - `pickup_latency_*`: an idle worker, jobs enqueued one at a time in the same process.
 //! - `min_insert_single`, `min_insert_bulk` (1,000 rows a statement) and `min_burn_down`
 //!   on SQLite's minimal queue table (`MIN_TABLE`), beside `enqueue_single`,
@@ -112,7 +115,7 @@ async fn fresh(file: &std::path::Path) -> Result<SqlitePool, BoxError> {
 type Run = super::pairs::Run<SqlitePool>;
 
 pub(super) async fn run(args: Args) -> Result<(), BoxError> {
-    let pairs: [Pair<SqlitePool>; 12] = [
+    let pairs: [Pair<SqlitePool>; 14] = [
         (
             "enqueue_single",
             "jobs/s",
@@ -159,6 +162,20 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
             "burn_down_c16",
             "jobs/s",
             |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Noop)),
+            "min_burn_down",
+            |p, a| Box::pin(min_burn_down(p, a.jobs)),
+        ),
+        (
+            "burn_down_c16_no_history",
+            "jobs/s",
+            |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Forgotten)),
+            "burn_down_c16_wall",
+            |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Walled)),
+        ),
+        (
+            "burn_down_c16_no_history",
+            "jobs/s",
+            |p, a| Box::pin(burn_down(p, a.jobs, 16, Load::Forgotten)),
             "min_burn_down",
             |p, a| Box::pin(min_burn_down(p, a.jobs)),
         ),
@@ -332,7 +349,12 @@ async fn burn_down(
                 .enqueue(&pool)
                 .await?;
         }
-        Load::Noop | Load::Layered | Load::Sleep | Load::Progress => fill(&pool, n).await?,
+        Load::Noop
+        | Load::Layered
+        | Load::Sleep
+        | Load::Progress
+        | Load::Forgotten
+        | Load::Walled => fill(&pool, n).await?,
     }
     let mut worker = Worker::builder(pool.clone())
         .task_types(["bench_noop", "bench_flaky"])
@@ -343,14 +365,30 @@ async fn burn_down(
     if load == Load::Layered {
         worker = worker.layer(super::Pass);
     }
+    if load == Load::Forgotten {
+        worker = worker.result_retention(Duration::ZERO);
+    }
     let worker = worker.build()?;
     let before = cost()?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(worker.run_until(async move {
         let _ = stop_rx.await;
     }));
+    // A walled run is timed from the first lease on (not the worker's start).
+    let walled = matches!(load, Load::Forgotten | Load::Walled);
+    if walled {
+        let leased =
+            "SELECT EXISTS (SELECT 1 FROM sk_tasks_queue_t WHERE task_locked_by IS NOT NULL)";
+        while !sqlx::query_scalar::<_, bool>(leased)
+            .fetch_one(&pool)
+            .await?
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    let started = Instant::now();
     loop {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(if walled { 5 } else { 20 })).await;
         // EXISTS, not count(*): a count reads the whole table, on the cores the worker
         // and the database measured here share.
         let left: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sk_tasks_queue_t)")
@@ -360,9 +398,20 @@ async fn burn_down(
             break;
         }
     }
+    let took = started.elapsed().as_secs_f64();
     let _ = stop_tx.send(());
     running.await??;
     FIGURES.note_cost(before, cost()?, n);
+    if walled {
+        let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM sk_task_results_t")
+            .fetch_one(&pool)
+            .await?;
+        let expected = if load == Load::Forgotten { 0 } else { n as i64 };
+        if recorded != expected {
+            return Err(format!("burn-down recorded {recorded} results, not {expected}").into());
+        }
+        return Ok(n as f64 / took);
+    }
     // From the first claim to the last result, as the PostgreSQL bench measures it.
     let (done, first, last): (i64, DateTime<Utc>, DateTime<Utc>) = sqlx::query_as(
         "SELECT count(*), min(task_first_processing_attempted_at_ts), max(task_processing_finalized_at_ts)

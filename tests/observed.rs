@@ -536,3 +536,56 @@ each_backend! {
         db.drop().await;
     }
 }
+
+each_backend! {
+    /// Under a retention of zero a success without output leaves no trace but its count:
+    /// its queue row goes and no results row is written. A success with output, a job
+    /// with a unique key and a failure are recorded as before. (The worker's clock stands
+    /// still, so the upkeep's retention of zero prunes nothing the test reads.)
+    async fn a_retention_of_zero_records_no_plain_success(db) {
+        let client = sk_runtime::Client::new(db.pool.clone());
+        let clock = ManualClock::new(Utc::now() + chrono::Duration::seconds(1));
+        let plain = Record::new("plain".into()).enqueue(&db.pool).await.unwrap();
+        let keyed = Record::new("keyed".into())
+            .with_unique_key("keyed")
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let output = Outputs::new("kept".into()).enqueue(&db.pool).await.unwrap();
+        let failed = FailsSaying::new("no".into()).enqueue(&db.pool).await.unwrap();
+        let (probe, mut rx) = probe();
+        let w = RunningWorker::start(
+            worker(&db, &[Record::TASK_TYPE, Outputs::TASK_TYPE, FailsSaying::TASK_TYPE])
+                .clock(clock.clone())
+                .result_retention(Duration::ZERO)
+                .data(probe),
+        );
+        let output = db.wait_job(output, T, |r| r.status() == JobStatus::Processed).await;
+        assert_eq!(output.output_json.as_deref(), Some(r#""kept""#));
+        db.wait_job(keyed, T, |r| r.status() == JobStatus::Processed).await;
+        db.wait_job(failed, T, |r| r.status() == JobStatus::Fatal).await;
+        let mut ran = [recv(&mut rx, "a record job", T).await.id, recv(&mut rx, "the other", T).await.id];
+        ran.sort();
+        let mut both = [plain, keyed];
+        both.sort();
+        assert_eq!(ran, both);
+        wait_until("the plain success to leave the queue", T, || async {
+            client.job(plain).await.ok()?.is_none().then_some(())
+        })
+        .await;
+        w.stop().await;
+        assert!(client.job(plain).await.unwrap().is_none(), "no record of it");
+        assert!(matches!(client.wait(plain, T).await, Err(Error::JobNotFound(id)) if id == plain));
+        let counted: i64 = client
+            .throughput(clock.now() - chrono::Duration::hours(1), sk_runtime::Per::Minute, Some(Record::TASK_TYPE))
+            .await
+            .unwrap()
+            .iter()
+            .map(|t| t.processed)
+            .sum();
+        assert_eq!(counted, 2, "both runs counted");
+        let counts = db.info().counts().await.unwrap();
+        assert_eq!(counts.status(JobStatus::Processed), 2, "the keyed and the output");
+        db.drop().await;
+    }
+}

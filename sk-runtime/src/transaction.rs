@@ -122,6 +122,9 @@ impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
                     lease: *lease,
                     millis: i64::try_from(source.started.elapsed().as_millis()).unwrap_or(i64::MAX),
                     output: output.clone(),
+                    // Its own transaction's commit is known after a lost reply only by
+                    // its results row.
+                    keep: true,
                 };
                 match DB::complete_in(shared.store(), &mut *self, &done, shared.now()).await {
                     Ok(true) => {}

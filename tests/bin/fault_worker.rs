@@ -4,6 +4,7 @@
 //! ```text
 //! DATABASE_URL=... sk-fault-worker --id w1 --concurrency 16 --lease-ms 1000 --grace-ms 5000 --poll-ms 100 \
 //!     [--start-timeout-ms 0] [--job burn|effect|stepped|chaos] [--history FILE] [--clock-jump-ms 0]
+//!     [--retention-ms 604800000]
 //! ```
 //! Stops gracefully on SIGTERM/SIGINT; logs to stderr.
 //!
@@ -361,6 +362,8 @@ struct Args {
     history: Option<String>,
     /// How far SIGUSR1 moves the clock ahead (0: no clock jumps).
     clock_jump_ms: i64,
+    /// `WorkerBuilder::result_retention` (0: no record of plain successes).
+    retention: Option<Duration>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -374,6 +377,7 @@ fn parse_args() -> Result<Args, String> {
         job: "burn".to_owned(),
         history: None,
         clock_jump_ms: 0,
+        retention: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -395,6 +399,7 @@ fn parse_args() -> Result<Args, String> {
             "--start-timeout-ms" => args.start_timeout = Some(ms()?),
             "--job" => args.job = value.clone(),
             "--history" => args.history = Some(value.clone()),
+            "--retention-ms" => args.retention = Some(ms()?),
             "--clock-jump-ms" => {
                 args.clock_jump_ms = value.parse().map_err(|e| format!("{flag} {value}: {e}"))?
             }
@@ -454,6 +459,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut builder = Worker::builder(pool);
     if let Some(limit) = args.start_timeout {
         builder = builder.start_timeout(limit);
+    }
+    if let Some(keep) = args.retention {
+        builder = builder.result_retention(keep);
     }
     if let Some(path) = &args.history {
         let file = std::fs::OpenOptions::new()

@@ -107,6 +107,7 @@ impl Driver {
                 lease: Lease { id, attempt },
                 millis: 1,
                 output: None,
+                keep: true,
             })
             .collect();
         self.store.complete(&done, now).await

@@ -482,6 +482,7 @@ impl Pool {
                 schema,
                 worker_id,
                 partitions: Default::default(),
+                in_doubt: Default::default(),
             }),
             #[cfg(feature = "sqlite")]
             Pool::Sqlite(pool) => Store::Sqlite(sqlite::SqliteStore {

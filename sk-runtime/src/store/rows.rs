@@ -302,6 +302,10 @@ pub(crate) struct Success {
     pub(crate) millis: i64,
     /// The handler's `Ok` value as JSON, unless it returned `()`.
     pub(crate) output: Option<String>,
+    /// Whether it gets a results row when nothing needs one: false under a result
+    /// retention of zero (`WorkerBuilder::result_retention`), where a success without
+    /// output leaves none unless its key, lost attempts, next run or workflow needs it.
+    pub(crate) keep: bool,
 }
 
 /// A failed run to record.

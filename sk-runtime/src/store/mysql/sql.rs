@@ -53,7 +53,7 @@ pub(super) const QUEUE_ROW: &str = "task_lock_handle_id, task_id, CAST(task_type
     CAST(task_tenant AS CHAR) AS task_tenant, CAST(task_correlation_id AS CHAR) AS task_correlation_id,
     task_metadata, task_claimed_at_ts, task_lost_attempts, task_payload, task_max_attempts,
     CAST(task_unique_key AS CHAR) AS task_unique_key, task_unique_mode, task_rerun, task_every_ms,
-    task_timeout_ms, task_dependants, task_waiting_on IS NOT NULL AS task_fed";
+    task_timeout_ms, task_dependants, task_waiting_on IS NOT NULL AS task_fed, task_has_result";
 
 /// The upsert of a success into a results row (left to right: MySQL's assignments see the
 /// values set before them, so nothing here reads a column set earlier in the list).

@@ -30,6 +30,8 @@ pub(super) struct Row {
     pub(super) task_dependants: bool = "task_dependants",
     /// It waited on others (their outputs are its inputs).
     pub(super) task_fed: bool = "task_fed",
+    /// Its results row exists already.
+    pub(super) task_has_result: bool = "task_has_result",
 }
 }
 
@@ -67,6 +69,16 @@ impl Row {
     /// Whether a job is posted after its outcome: a restart, or a periodic job's next run.
     pub(super) fn posts_again(&self) -> bool {
         self.task_rerun || self.task_every_ms.is_some()
+    }
+
+    /// Whether its success writes a results row though the success has no use for one
+    /// (`Success::keep`): one exists, or its key, next run or workflow needs it.
+    fn needs_result(&self) -> bool {
+        self.task_has_result
+            || self.task_unique_key.is_some()
+            || self.posts_again()
+            || self.task_dependants
+            || self.task_fed
     }
 }
 
@@ -339,6 +351,14 @@ impl MySqlStore {
         // the rest go in one statement.
         let (lost, common): (Vec<&Row>, Vec<&Row>) =
             rows.iter().partition(|r| r.task_lost_attempts.is_some());
+        // Under a retention of zero, a success nothing needs leaves no results row.
+        let common: Vec<&Row> = common
+            .into_iter()
+            .filter(|r| {
+                let s = by_id[&r.task_id];
+                s.keep || s.output.is_some() || r.needs_result()
+            })
+            .collect();
         let mut stats = Stats::default();
         let size =
             |row: &&Row| by_id[&row.task_id].output.as_ref().map_or(0, String::len) + row.bytes();

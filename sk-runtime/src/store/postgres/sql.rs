@@ -328,12 +328,13 @@ impl Statements {
         let complete_with = |plain: bool| -> std::sync::Arc<str> {
             format!(
                 "WITH input AS (
-                    SELECT * FROM unnest($1::uuid[], $2::int4[], $3::int8[], $6::text[]) AS i(task_id, attempt, ms, output)
+                    SELECT * FROM unnest($1::uuid[], $2::int4[], $3::int8[], $6::text[], $8::bool[])
+                        AS i(task_id, attempt, ms, output, keep)
                 ), done AS (
                     DELETE FROM {q} q USING input
                     WHERE q.task_id = input.task_id AND q.task_attempt = input.attempt AND q.task_locked_by = $4
                     -- The payload stays on record (seed 001), and a rerun takes it.
-                    RETURNING {job_columns_q}, input.ms, input.output, q.task_payload,
+                    RETURNING {job_columns_q}, input.ms, input.output, input.keep, q.task_payload,
                         q.task_max_attempts, q.task_unique_key, q.task_unique_mode, q.task_rerun, q.task_every_ms,
                         q.task_has_result, q.task_dependants, q.task_waiting_on IS NOT NULL AS task_fed,
                         q.task_waited
@@ -364,10 +365,21 @@ impl Statements {
                 -- Wakes `Client::wait` in other processes (`$7`: the done channel), only
                 -- for jobs one waits on (migration 10).
                 -- Jobs others wait on, and jobs that waited, go on to `flow::settle`.
-                SELECT task_id, task_dependants, task_fed
+                -- The transaction's id tells after a lost COMMIT reply whether it
+                -- committed (`PgStore::succeeded_here`).
+                SELECT task_id, task_dependants, task_fed, pg_current_xact_id()::text::int8
                 FROM done, (SELECT CASE WHEN EXISTS (SELECT 1 FROM done WHERE task_waited)
                     THEN pg_notify($7, '') END) AS notify",
-                insert_new("done.task_unique_key IS NULL", plain),
+                // A success leaves no results row under a retention of zero when
+                // nothing needs one (`Success::keep`): no output, no lost attempts to
+                // record, no rerun or next run, nothing waiting on it or fed by it.
+                insert_new(
+                    "done.task_unique_key IS NULL AND (done.keep OR done.output IS NOT NULL
+                        OR done.task_lost_attempts IS NOT NULL OR done.task_rerun
+                        OR done.task_every_ms IS NOT NULL OR done.task_dependants
+                        OR done.task_fed OR done.task_waited)",
+                    plain
+                ),
                 insert_new("done.task_unique_key IS NOT NULL", false),
                 rerun("$5::timestamptz"),
                 stats.replace("$now", "$5").replace("$owner", "$4")

@@ -14,6 +14,19 @@ pub(crate) struct PgStore {
     /// Whether its connections keep prepared statements: false behind a transaction
     /// pooler, where every statement runs unnamed in a transaction (`pooler`).
     pub(crate) keep: bool,
+    /// The transaction of each completion whose COMMIT got no reply, by job id: read
+    /// back by `succeeded_here` (`pg_xact_status`), for the successes that leave no
+    /// results row to find.
+    pub(crate) in_doubt: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Uuid, i64>>>,
+}
+
+/// A completion statement's row: the job, whether others wait on it, whether it waited,
+/// and the transaction's id.
+type Completed = (Uuid, bool, bool, i64);
+
+/// The rows of `completed` as `PgStore::settle` takes them.
+fn settling(completed: &[Completed]) -> Vec<(Uuid, bool, bool)> {
+    completed.iter().map(|&(id, d, f, _)| (id, d, f)).collect()
 }
 
 /// How long sk waits for a pooled connection before it looks for the reason itself: the
@@ -138,7 +151,7 @@ impl PgStore {
         now: DateTime<Utc>,
     ) -> Result<bool> {
         (&mut *tx).execute("SET LOCAL enable_seqscan = off").await?;
-        let held: Vec<(Uuid, bool, bool)> = sqlx::query_as(&self.schema.sql.complete)
+        let held: Vec<Completed> = sqlx::query_as(&self.schema.sql.complete)
             .bind([done.lease.id])
             .bind([done.lease.attempt])
             .bind([done.millis])
@@ -146,10 +159,11 @@ impl PgStore {
             .bind(now)
             .bind([done.output.as_deref()])
             .bind(self.schema.done_channel())
+            .bind([done.keep])
             .fetch_all(self.on(tx))
             .await
             .map_err(|e| self.lost(e))?;
-        let held = self.settle(tx, &[done], held, now).await?;
+        let held = self.settle(tx, &[done], settling(&held), now).await?;
         Ok(!held.is_empty())
     }
 
@@ -179,21 +193,48 @@ impl PgStore {
         Ok(held.into_iter().map(|(id, _, _)| id).collect())
     }
 
-    /// The stored schedules (migration 6).
     /// Which of the ids (a JSON array of simple hex ids) this worker recorded as
-    /// succeeded (`Store::succeeded_here`), by the results table's primary key.
+    /// succeeded (`Store::succeeded_here`): those whose completion's transaction
+    /// committed though its reply was lost (`in_doubt`, by `pg_xact_status`, which
+    /// covers the successes that leave no results row), and those the results table
+    /// holds as this worker's success.
     pub(crate) async fn succeeded_here(&self, ids: &str) -> Result<Vec<Uuid>> {
-        Ok(sqlx::query_scalar(&format!(
+        let mut held = self.held().await?;
+        let doubted: Vec<(Uuid, i64)> = {
+            let in_doubt = self
+                .in_doubt
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            in_doubt.iter().map(|(id, xid)| (*id, *xid)).collect()
+        };
+        let (doubted, xids): (Vec<Uuid>, Vec<i64>) = doubted.into_iter().unzip();
+        // A transaction id the server has not reached (a failover to a standby that
+        // missed it) is an error for `pg_xact_status`: not committed there.
+        let ours: Vec<Uuid> = sqlx::query_scalar(&format!(
             "SELECT task_id FROM {} WHERE task_id IN
                 (SELECT value::uuid FROM jsonb_array_elements_text($1::jsonb))
-             AND task_status = $2 AND task_last_locked_by = $3",
+             AND task_status = $2 AND task_last_locked_by = $3
+             UNION
+             SELECT d.id FROM unnest($4::uuid[], $5::int8[]) AS d(id, xid)
+             WHERE d.id IN (SELECT value::uuid FROM jsonb_array_elements_text($1::jsonb))
+             AND d.xid < pg_snapshot_xmax(pg_current_snapshot())::text::int8
+             AND pg_xact_status(d.xid::text::xid8) = 'committed'",
             self.schema.table("task_results_t")
         ))
         .bind(ids)
         .bind(crate::model::JobStatus::Processed as i32)
         .bind(&self.worker_id)
-        .fetch_all(self.held().await?.on())
-        .await?)
+        .bind(&doubted)
+        .bind(&xids)
+        .fetch_all(held.on())
+        .await?;
+        held.done().await?;
+        let asked: Vec<Uuid> = serde_json::from_str::<Vec<Uuid>>(ids).unwrap_or_default();
+        self.in_doubt
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|id, _| !asked.contains(id));
+        Ok(ours)
     }
 }
 
@@ -345,6 +386,7 @@ impl Work for PgStore {
         let attempts: Vec<i32> = done.iter().map(|s| s.lease.attempt).collect();
         let millis: Vec<i64> = done.iter().map(|s| s.millis).collect();
         let outputs: Vec<Option<&str>> = done.iter().map(|s| s.output.as_deref()).collect();
+        let keep: Vec<bool> = done.iter().map(|s| s.keep).collect();
         // The jobs' results rows are updated in their partition when one holds them all
         // (`partitions::Known`); through the partitioned table otherwise, and if that
         // partition is gone (42P01: maintenance retired it since it was read, which it
@@ -370,6 +412,7 @@ impl Work for PgStore {
                 .bind(now)
                 .bind(&outputs)
                 .bind(self.schema.done_channel())
+                .bind(&keep)
                 .fetch_all(self.on(&mut tx))
                 .await;
             match held {
@@ -382,9 +425,28 @@ impl Work for PgStore {
                     plain = false;
                 }
                 held => {
-                    let held = held.map_err(|e| self.lost(e))?;
-                    let held = self.settle(&mut tx, &done, held, now).await?;
-                    tx.commit().await.map_err(|e| self.lost(e))?;
+                    let held: Vec<Completed> = held.map_err(|e| self.lost(e))?;
+                    let xid = held.first().map(|h| h.3);
+                    let held = self.settle(&mut tx, &done, settling(&held), now).await?;
+                    if let Err(e) = tx.commit().await {
+                        // It may have committed: `succeeded_here` asks after a retry.
+                        if let Some(xid) = xid {
+                            let mut in_doubt = self
+                                .in_doubt
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner);
+                            in_doubt.extend(held.iter().map(|id| (*id, xid)));
+                        }
+                        return Err(self.lost(e));
+                    }
+                    let mut in_doubt = self
+                        .in_doubt
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if !in_doubt.is_empty() {
+                        // Written now, after a try that did not commit.
+                        in_doubt.retain(|id, _| !held.contains(id));
+                    }
                     return Ok(held);
                 }
             }

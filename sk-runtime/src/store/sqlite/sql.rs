@@ -277,8 +277,8 @@ impl Statements {
                     et_last_execution_time = excluded.et_last_execution_time,
                     et_last_updated_ts = excluded.et_last_updated_ts"
             ),
-            // Several statements, one round trip. The batch (`[id, attempt, ms, output]`
-            // rows, `$1`) is matched to the rows this worker still holds under those claims
+            // Several statements, one round trip. The batch (`[id, attempt, ms, output,
+            // keep]` rows, `$1`; `Success::keep`) is matched to the rows this worker still holds under those claims
             // (fenced), which go into a temp table by lock handle with their run time,
             // output and whether they take `complete`'s rare path (lost attempts, reruns,
             // periodic jobs, workflows); the rare ones are copied whole into another, as
@@ -291,7 +291,7 @@ impl Statements {
             // matches, and read every lease: 9.6 against 3.9 us a job with 100,000 leased.)
             complete: format!(
                 "CREATE TEMP TABLE IF NOT EXISTS sk_went (handle INTEGER PRIMARY KEY, task_id BLOB, task_type,
-                    ms INTEGER, output TEXT, rare INTEGER);
+                    ms INTEGER, output TEXT, rare INTEGER, keep INTEGER);
                  CREATE TEMP TABLE IF NOT EXISTS sk_gone (task_id BLOB PRIMARY KEY, task_type, task_source,
                     task_queue, task_priority, task_posted_at_ts, task_tenant, task_correlation_id, task_metadata,
                     task_claimed_at_ts, task_lost_attempts, task_payload, task_max_attempts, task_unique_key,
@@ -302,7 +302,8 @@ impl Statements {
                  INSERT INTO temp.sk_went SELECT q.task_lock_handle_id, q.task_id, q.task_type,
                     d.value ->> 2, d.value ->> 3,
                     q.task_lost_attempts IS NOT NULL OR q.task_rerun OR q.task_every_ms IS NOT NULL
-                        OR q.task_dependants OR q.task_waiting_on IS NOT NULL
+                        OR q.task_dependants OR q.task_waiting_on IS NOT NULL,
+                    d.value ->> 4 OR q.task_has_result OR q.task_unique_key IS NOT NULL
                  FROM json_each($1) d CROSS JOIN {q} q ON q.task_id = unhex(d.value ->> 0)
                  WHERE q.task_attempt = d.value ->> 1 AND q.task_locked_by = $2;
                  INSERT INTO temp.sk_gone SELECT q.task_id, q.task_type, q.task_source, q.task_queue,
@@ -318,7 +319,7 @@ impl Statements {
                  SELECT {q_job_columns}, 3, g.ms, $3, $2, g.output, q.task_claimed_at_ts, q.task_claimed_at_ts,
                     q.task_payload
                  FROM temp.sk_went g CROSS JOIN {q} q ON q.task_lock_handle_id = g.handle
-                 WHERE q.task_lost_attempts IS NULL
+                 WHERE q.task_lost_attempts IS NULL AND (g.keep OR g.rare OR g.output IS NOT NULL)
                  ON CONFLICT (task_id) DO UPDATE SET task_status = {PROCESSED},
                     task_processing_time_milliseconds = excluded.task_processing_time_milliseconds,
                     task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,

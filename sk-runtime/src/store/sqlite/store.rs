@@ -170,7 +170,7 @@ impl SqliteStore {
         done: &[Success],
         now: DateTime<Utc>,
     ) -> Result<(Vec<Uuid>, bool)> {
-        let batch: Vec<(String, i32, i64, Option<&str>)> = done
+        let batch: Vec<(String, i32, i64, Option<&str>, bool)> = done
             .iter()
             .map(|s| {
                 (
@@ -178,6 +178,7 @@ impl SqliteStore {
                     s.lease.attempt,
                     s.millis,
                     s.output.as_deref(),
+                    s.keep,
                 )
             })
             .collect();

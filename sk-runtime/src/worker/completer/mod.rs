@@ -215,6 +215,7 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                     lease,
                     millis,
                     output,
+                    keep: !shared.config.result_retention.is_zero(),
                 });
             }
             Completion::Finished {
