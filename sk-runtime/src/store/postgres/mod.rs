@@ -5,9 +5,9 @@
 //! formatted once), `migrate`, `enqueue`, `admin` and `control` (the driver contract's
 //! `Admin` and `Control` on the pool), `work` (`Work`, on the worker's store; its
 //! `WorkerRows` is `store::worker_rows::worker_rows_of!`), `dialect`, `flow` (jobs that
-//! wait on others), `partitions` (the
-//! results table by time), `primary` (a pool that follows the writable host of a
-//! replicated cluster).
+//! wait on others), `partitions` (the results table by time); here also `complete` (the
+//! worker's completions, and which committed when a reply was lost) and `primary` (a
+//! pool that follows the writable host of a replicated cluster).
 
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -15,6 +15,7 @@ use std::time::Duration;
 mod admin;
 pub(crate) use admin::replay_lag;
 mod claims;
+mod complete;
 mod control;
 mod dialect;
 mod enqueue;
