@@ -30,13 +30,17 @@
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use sk_runtime::{Enqueue, Schema, Worker};
+use sk_runtime::{Schema, Worker};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::SqlitePool;
 
 use super::figures::{cpu_seconds, side_lines, written_bytes, Cost, FIGURES};
 use super::pairs::Pair;
-use super::{Args, BenchFlaky, BenchNoop, BenchPing, BoxError, Latency, Load};
+use super::side::{
+    burn_down, burn_down_rated, enqueue_bulk, enqueue_single, min_fill, min_insert_bulk,
+    min_insert_single, Side,
+};
+use super::{Args, BenchPing, BoxError, Latency, Load};
 
 const RAW_TABLE: &str = "CREATE TABLE raw_queue (
     task_lock_handle_id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -238,21 +242,46 @@ pub(super) async fn run(args: Args) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// This process's CPU time and the bytes it has written: SQLite's cost, which runs in it.
-fn cost() -> Result<Cost, BoxError> {
-    Ok(Cost {
-        cpu_seconds: cpu_seconds()?,
-        log_bytes: written_bytes()?,
-    })
+impl Side for sqlx::Sqlite {
+    const PARAM: &'static str = "$1";
+
+    /// This process's CPU time (the database runs in it) and the bytes it wrote.
+    async fn cost(_: &SqlitePool) -> Result<Cost, BoxError> {
+        Ok(Cost {
+            cpu_seconds: cpu_seconds()?,
+            log_bytes: written_bytes()?,
+        })
+    }
+
+    async fn count(pool: &SqlitePool, sql: &str) -> Result<i64, BoxError> {
+        Ok(sqlx::query_scalar(sql).fetch_one(pool).await?)
+    }
+
+    async fn span(pool: &SqlitePool) -> Result<(i64, f64), BoxError> {
+        let (done, first, last): (i64, DateTime<Utc>, DateTime<Utc>) =
+            sqlx::query_as(SPAN).fetch_one(pool).await?;
+        Ok((done, (last - first).as_seconds_f64()))
+    }
+
+    async fn run_with(pool: &SqlitePool, sql: &str, text: String) -> Result<(), BoxError> {
+        sqlx::query(sql).bind(text).execute(pool).await?;
+        Ok(())
+    }
+
+    async fn insert_min(pool: &SqlitePool, from: u64, to: u64) -> Result<(), BoxError> {
+        let mut query = sqlx::QueryBuilder::new("INSERT INTO min_job (kind, payload) ");
+        query.push_values(from..to, |mut row, k| {
+            row.push("'bench_noop'").push_bind(format!("{{\"n\":{k}}}"));
+        });
+        query.build().execute(pool).await?;
+        Ok(())
+    }
 }
 
-async fn enqueue_single(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
-    let start = Instant::now();
-    for i in 0..n {
-        BenchNoop::new(i).enqueue(&pool).await?;
-    }
-    Ok(n as f64 / start.elapsed().as_secs_f64())
-}
+/// The successes, and the first claim and the last result (`Side::span`).
+pub(super) const SPAN: &str =
+    "SELECT count(*), min(task_first_processing_attempted_at_ts), max(task_processing_finalized_at_ts)
+     FROM sk_task_results_t WHERE task_status = 3";
 
 async fn raw_insert_single(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
     let start = Instant::now();
@@ -270,16 +299,6 @@ async fn raw_insert_single(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
         .await?;
     }
     Ok(n as f64 / start.elapsed().as_secs_f64())
-}
-
-async fn enqueue_bulk(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
-    let start = Instant::now();
-    fill(&pool, n).await?;
-    Ok(n as f64 / start.elapsed().as_secs_f64())
-}
-
-async fn fill(pool: &SqlitePool, n: u64) -> Result<(), BoxError> {
-    super::enqueue_chunks(pool, n, |k| Enqueue::new(BenchNoop::new(k))).await
 }
 
 async fn raw_insert_bulk(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
@@ -313,116 +332,6 @@ async fn raw_fill(pool: &SqlitePool, n: u64) -> Result<(), BoxError> {
         i = end;
     }
     Ok(())
-}
-
-/// `burn_down` of no-op jobs with a rate limit on their queue that never binds (10^9 a
-/// second): what the limit's claim costs.
-async fn burn_down_rated(pool: SqlitePool, n: u64, concurrency: usize) -> Result<f64, BoxError> {
-    let open = sk_runtime::RateLimit::new(1_000_000_000, Duration::from_secs(1))?;
-    sk_runtime::Client::new(pool.clone())
-        .set_rate_limit("default", Some(open))
-        .await?;
-    burn_down(pool, n, concurrency, Load::Noop).await
-}
-
-/// `Load::Flaky`: jobs whose first run fails and whose retry (at once) succeeds;
-/// `Load::Fair`: no-ops of 8 tenants in turn, claimed fairly across them.
-async fn burn_down(
-    pool: SqlitePool,
-    n: u64,
-    concurrency: usize,
-    load: Load,
-) -> Result<f64, BoxError> {
-    match load {
-        Load::Flaky => {
-            super::enqueue_chunks(&pool, n, |k| Enqueue::new(BenchFlaky::new(k))).await?;
-        }
-        Load::Fair => {
-            super::enqueue_chunks(&pool, n, |k| {
-                Enqueue::new(BenchNoop::new(k)).with_tenant(format!("tenant{}", k % 8))
-            })
-            .await?;
-        }
-        Load::Batched => {
-            sk_runtime::Batch::new()
-                .add_all((0..n).map(BenchNoop::new))
-                .enqueue(&pool)
-                .await?;
-        }
-        Load::Noop
-        | Load::Layered
-        | Load::Sleep
-        | Load::Progress
-        | Load::Forgotten
-        | Load::Walled => fill(&pool, n).await?,
-    }
-    let mut worker = Worker::builder(pool.clone())
-        .task_types(["bench_noop", "bench_flaky"])
-        .concurrency(concurrency);
-    if load == Load::Fair {
-        worker = worker.fair("default");
-    }
-    if load == Load::Layered {
-        worker = worker.layer(super::Pass);
-    }
-    if load == Load::Forgotten {
-        worker = worker.result_retention(Duration::ZERO);
-    }
-    let worker = worker.build()?;
-    let before = cost()?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(worker.run_until(async move {
-        let _ = stop_rx.await;
-    }));
-    // A walled run is timed from the first lease on (not the worker's start).
-    let walled = matches!(load, Load::Forgotten | Load::Walled);
-    if walled {
-        let leased =
-            "SELECT EXISTS (SELECT 1 FROM sk_tasks_queue_t WHERE task_locked_by IS NOT NULL)";
-        while !sqlx::query_scalar::<_, bool>(leased)
-            .fetch_one(&pool)
-            .await?
-        {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-    let started = Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_millis(if walled { 5 } else { 20 })).await;
-        // EXISTS, not count(*): a count reads the whole table, on the cores the worker
-        // and the database measured here share.
-        let left: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sk_tasks_queue_t)")
-            .fetch_one(&pool)
-            .await?;
-        if !left {
-            break;
-        }
-    }
-    let took = started.elapsed().as_secs_f64();
-    let _ = stop_tx.send(());
-    running.await??;
-    FIGURES.note_cost(before, cost()?, n);
-    if walled {
-        let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM sk_task_results_t")
-            .fetch_one(&pool)
-            .await?;
-        let expected = if load == Load::Forgotten { 0 } else { n as i64 };
-        if recorded != expected {
-            return Err(format!("burn-down recorded {recorded} results, not {expected}").into());
-        }
-        return Ok(n as f64 / took);
-    }
-    // From the first claim to the last result, as the PostgreSQL bench measures it.
-    let (done, first, last): (i64, DateTime<Utc>, DateTime<Utc>) = sqlx::query_as(
-        "SELECT count(*), min(task_first_processing_attempted_at_ts), max(task_processing_finalized_at_ts)
-         FROM sk_task_results_t WHERE task_status = 3",
-    )
-    .fetch_one(&pool)
-    .await?;
-    if done != n as i64 {
-        return Err(format!("burn-down finished {done} of {n} jobs").into());
-    }
-    Ok(n as f64 / (last - first).as_seconds_f64())
 }
 
 async fn raw_burn_down(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
@@ -471,46 +380,13 @@ async fn raw_burn_down(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
     Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
-/// One plain INSERT per statement (one commit each) into the minimal table.
-async fn min_insert_single(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
-    let start = Instant::now();
-    for i in 0..n {
-        sqlx::query("INSERT INTO min_job (kind, payload) VALUES ('bench_noop', $1)")
-            .bind(format!("{{\"n\":{i}}}"))
-            .execute(&pool)
-            .await?;
-    }
-    Ok(n as f64 / start.elapsed().as_secs_f64())
-}
-
-/// Multi-row INSERTs into the minimal table, 1,000 rows a statement (one commit each).
-async fn min_insert_bulk(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
-    let start = Instant::now();
-    min_fill(&pool, n).await?;
-    Ok(n as f64 / start.elapsed().as_secs_f64())
-}
-
-async fn min_fill(pool: &SqlitePool, n: u64) -> Result<(), BoxError> {
-    let mut i = 0;
-    while i < n {
-        let end = (i + 1_000).min(n);
-        let mut query = sqlx::QueryBuilder::new("INSERT INTO min_job (kind, payload) ");
-        query.push_values(i..end, |mut row, k| {
-            row.push("'bench_noop'").push_bind(format!("{{\"n\":{k}}}"));
-        });
-        query.build().execute(pool).await?;
-        i = end;
-    }
-    Ok(())
-}
-
 /// A backlog of `n` rows in the minimal table deleted 100 at a time by one client, each
 /// statement the claim and the completion in one transaction (SQLite writes one
 /// transaction at a time: more clients only wait on its lock).
 async fn min_burn_down(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
     min_fill(&pool, n).await?;
     sqlx::query("ANALYZE").execute(&pool).await?;
-    let before = cost()?;
+    let before = sqlx::Sqlite::cost(&pool).await?;
     let start = Instant::now();
     let mut done = 0u64;
     loop {
@@ -529,7 +405,7 @@ async fn min_burn_down(pool: SqlitePool, n: u64) -> Result<f64, BoxError> {
         done += ids.len() as u64;
     }
     let rate = n as f64 / start.elapsed().as_secs_f64();
-    FIGURES.note_cost(before, cost()?, n);
+    FIGURES.note_cost(before, sqlx::Sqlite::cost(&pool).await?, n);
     if done != n {
         return Err(format!("minimal burn-down finished {done} of {n}").into());
     }
