@@ -60,7 +60,11 @@ impl Bench {
         Ok(first as f64 / first_secs)
     }
 
-    pub(super) async fn burn_down_global_limit(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+    pub(super) async fn burn_down_global_limit(
+        &self,
+        n: u64,
+        concurrency: usize,
+    ) -> Result<f64, BoxError> {
         let client = Client::new(self.pool.clone()).schema(self.schema.clone());
         client
             .set_global_limit("default", Some(u32::try_from(concurrency)?))
@@ -70,7 +74,11 @@ impl Bench {
         result
     }
 
-    pub(super) async fn burn_down_tenant_limit(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+    pub(super) async fn burn_down_tenant_limit(
+        &self,
+        n: u64,
+        concurrency: usize,
+    ) -> Result<f64, BoxError> {
         let client = Client::new(self.pool.clone()).schema(self.schema.clone());
         client
             .set_tenant_limit(QUEUE_OF_NOOP, Some(u32::try_from(concurrency)?))
@@ -80,7 +88,11 @@ impl Bench {
         result
     }
 
-    pub(super) async fn burn_down_tenant_rate(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+    pub(super) async fn burn_down_tenant_rate(
+        &self,
+        n: u64,
+        concurrency: usize,
+    ) -> Result<f64, BoxError> {
         let client = Client::new(self.pool.clone()).schema(self.schema.clone());
         let open = RateLimit::new(1_000_000_000, Duration::from_secs(1))?;
         client
@@ -94,7 +106,11 @@ impl Bench {
     /// `burn_down` with the job's span enabled in the installed subscriber
     /// (`sk_runtime=info` beside `RUST_LOG`'s directives, events printed to stderr as
     /// an application's would be): what tracing costs per job when it is on.
-    pub(super) async fn burn_down_traced(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+    pub(super) async fn burn_down_traced(
+        &self,
+        n: u64,
+        concurrency: usize,
+    ) -> Result<f64, BoxError> {
         let filter = FILTER.get().ok_or("no reloadable subscriber installed")?;
         filter.reload(env_filter().add_directive("sk_runtime=info".parse()?))?;
         let result = self
@@ -126,7 +142,11 @@ impl Bench {
     /// (priority 1 against their 0; the worker goes on into them, only the measured ones
     /// count). Then a worker's retention retires the history's partitions; what it
     /// leaves is recorded (`retention_*`).
-    pub(super) async fn burn_down_history(&self, n: u64, concurrency: usize) -> Result<f64, BoxError> {
+    pub(super) async fn burn_down_history(
+        &self,
+        n: u64,
+        concurrency: usize,
+    ) -> Result<f64, BoxError> {
         const HISTORY: i64 = 10_000_000;
         const WAITING: u64 = 1_000_000;
         let now = chrono::Utc::now();
@@ -297,7 +317,12 @@ impl Bench {
         rate
     }
 
-    pub(super) async fn burn_down(&self, n: u64, concurrency: usize, load: Load) -> Result<f64, BoxError> {
+    pub(super) async fn burn_down(
+        &self,
+        n: u64,
+        concurrency: usize,
+        load: Load,
+    ) -> Result<f64, BoxError> {
         let schema = &self.schema;
         match load {
             Load::Sleep => {

@@ -81,7 +81,8 @@ impl PgStore {
         };
         let (doubted, xids): (Vec<Uuid>, Vec<i64>) = doubted.into_iter().unzip();
         // A transaction id the server has not reached (a failover to a standby that
-        // missed it) is an error for `pg_xact_status`: not committed there.
+        // missed it) is an error for `pg_xact_status`: not committed there. (`CASE`, not
+        // `AND`: PostgreSQL may evaluate an `AND`'s sides in either order.)
         let ours: Vec<Uuid> = sqlx::query_scalar(&format!(
             "SELECT task_id FROM {} WHERE task_id IN
                 (SELECT value::uuid FROM jsonb_array_elements_text($1::jsonb))
@@ -89,8 +90,8 @@ impl PgStore {
              UNION
              SELECT d.id FROM unnest($4::uuid[], $5::int8[]) AS d(id, xid)
              WHERE d.id IN (SELECT value::uuid FROM jsonb_array_elements_text($1::jsonb))
-             AND d.xid < pg_snapshot_xmax(pg_current_snapshot())::text::int8
-             AND pg_xact_status(d.xid::text::xid8) = 'committed'",
+             AND CASE WHEN d.xid < pg_snapshot_xmax(pg_current_snapshot())::text::int8
+                 THEN pg_xact_status(d.xid::text::xid8) END = 'committed'",
             self.schema.table("task_results_t")
         ))
         .bind(ids)

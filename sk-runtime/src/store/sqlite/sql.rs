@@ -278,12 +278,13 @@ impl Statements {
                     et_last_updated_ts = excluded.et_last_updated_ts"
             ),
             // Several statements, one round trip. The batch (`[id, attempt, ms, output,
-            // keep]` rows, `$1`; `Success::keep`) is matched to the rows this worker still holds under those claims
-            // (fenced), which go into a temp table by lock handle with their run time,
-            // output and whether they take `complete`'s rare path (lost attempts, reruns,
-            // periodic jobs, workflows); the rare ones are copied whole into another, as
-            // the queue rows go. Then the results rows of the rest are written, the queue
-            // rows deleted and the run times added to this worker's statistics (seed 001);
+            // keep]` rows, `$1`) is matched to the rows this worker still holds under
+            // those claims (fenced), which go into a temp table by lock handle with their
+            // run time, output, whether they take `complete`'s rare path (lost attempts,
+            // reruns, periodic jobs, workflows) and whether they keep a results row
+            // (`Success::keep`, a results row already there, a unique key); the rare ones
+            // are copied whole into another, as the queue rows go. Then the results rows
+            // of the rest that keep one are written, the queue rows deleted and the run times added to this worker's statistics (seed 001);
             // last, the ids it finalized and how many take the rare path, as one row. Only
             // the handle, not a copy of each row, goes through the temp table: copying
             // every row cost 0.7 of 3.9 us a job. (`CROSS JOIN`: the batch first; else
