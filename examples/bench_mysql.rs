@@ -271,29 +271,7 @@ impl Side for sqlx::MySql {
         })
     }
 
-    async fn count(pool: &MySqlPool, sql: &str) -> Result<i64, BoxError> {
-        Ok(sqlx::query_scalar(sql).fetch_one(pool).await?)
-    }
-
-    async fn span(pool: &MySqlPool) -> Result<(i64, f64), BoxError> {
-        let (done, first, last): (i64, DateTime<Utc>, DateTime<Utc>) =
-            sqlx::query_as(SPAN).fetch_one(pool).await?;
-        Ok((done, (last - first).as_seconds_f64()))
-    }
-
-    async fn run_with(pool: &MySqlPool, sql: &str, text: String) -> Result<(), BoxError> {
-        sqlx::query(sql).bind(text).execute(pool).await?;
-        Ok(())
-    }
-
-    async fn insert_min(pool: &MySqlPool, from: u64, to: u64) -> Result<(), BoxError> {
-        let mut query = QueryBuilder::new("INSERT INTO min_job (kind, payload) ");
-        query.push_values(from..to, |mut row, k| {
-            row.push("'bench_noop'").push_bind(format!("{{\"n\":{k}}}"));
-        });
-        query.build().execute(pool).await?;
-        Ok(())
-    }
+    super::side::same_on_both!(MySqlPool);
 }
 
 async fn raw_insert_single(pool: MySqlPool, n: u64) -> Result<f64, BoxError> {

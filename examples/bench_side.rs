@@ -44,6 +44,37 @@ where
     ) -> impl Future<Output = Result<(), BoxError>> + Send;
 }
 
+/// The `Side` methods whose statements and calls are the same on both backends, for a
+/// backend's pool type (`SPAN`, `DateTime` and `Utc` in scope where it is used).
+macro_rules! same_on_both {
+    ($pool:ty) => {
+        async fn count(pool: &$pool, sql: &str) -> Result<i64, BoxError> {
+            Ok(sqlx::query_scalar(sql).fetch_one(pool).await?)
+        }
+
+        async fn span(pool: &$pool) -> Result<(i64, f64), BoxError> {
+            let (done, first, last): (i64, DateTime<Utc>, DateTime<Utc>) =
+                sqlx::query_as(SPAN).fetch_one(pool).await?;
+            Ok((done, (last - first).as_seconds_f64()))
+        }
+
+        async fn run_with(pool: &$pool, sql: &str, text: String) -> Result<(), BoxError> {
+            sqlx::query(sql).bind(text).execute(pool).await?;
+            Ok(())
+        }
+
+        async fn insert_min(pool: &$pool, from: u64, to: u64) -> Result<(), BoxError> {
+            let mut query = sqlx::QueryBuilder::new("INSERT INTO min_job (kind, payload) ");
+            query.push_values(from..to, |mut row, k| {
+                row.push("'bench_noop'").push_bind(format!("{{\"n\":{k}}}"));
+            });
+            query.build().execute(pool).await?;
+            Ok(())
+        }
+    };
+}
+pub(super) use same_on_both;
+
 /// One job per statement (one commit each).
 pub(super) async fn enqueue_single<DB: Side>(pool: Pool<DB>, n: u64) -> Result<f64, BoxError>
 where

@@ -253,29 +253,7 @@ impl Side for sqlx::Sqlite {
         })
     }
 
-    async fn count(pool: &SqlitePool, sql: &str) -> Result<i64, BoxError> {
-        Ok(sqlx::query_scalar(sql).fetch_one(pool).await?)
-    }
-
-    async fn span(pool: &SqlitePool) -> Result<(i64, f64), BoxError> {
-        let (done, first, last): (i64, DateTime<Utc>, DateTime<Utc>) =
-            sqlx::query_as(SPAN).fetch_one(pool).await?;
-        Ok((done, (last - first).as_seconds_f64()))
-    }
-
-    async fn run_with(pool: &SqlitePool, sql: &str, text: String) -> Result<(), BoxError> {
-        sqlx::query(sql).bind(text).execute(pool).await?;
-        Ok(())
-    }
-
-    async fn insert_min(pool: &SqlitePool, from: u64, to: u64) -> Result<(), BoxError> {
-        let mut query = sqlx::QueryBuilder::new("INSERT INTO min_job (kind, payload) ");
-        query.push_values(from..to, |mut row, k| {
-            row.push("'bench_noop'").push_bind(format!("{{\"n\":{k}}}"));
-        });
-        query.build().execute(pool).await?;
-        Ok(())
-    }
+    super::side::same_on_both!(SqlitePool);
 }
 
 /// The successes, and the first claim and the last result (`Side::span`).
