@@ -63,6 +63,7 @@ async fn a_custom_schema_and_a_queue_filter() {
             "app_task_execution_time_stats_t",
             "app_task_results_default",
             "app_task_results_t",
+            "app_task_types_t",
             "app_tasks_queue_t",
             "app_tenant_starts_t",
             "app_workers_t",
@@ -127,6 +128,7 @@ async fn sqlite_schemas_are_name_prefixes_and_an_archive_is_refused() {
             "jobs_app_task_deps_t",
             "jobs_app_task_execution_time_stats_t",
             "jobs_app_task_results_t",
+            "jobs_app_task_types_t",
             "jobs_app_tasks_queue_t",
             "jobs_app_tenant_starts_t",
             "jobs_app_workers_t",
@@ -486,7 +488,7 @@ async fn a_sqlite_queue_of_version_4_is_brought_forward_with_its_rows() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(16));
+    assert_eq!(db.scalar(versions, None).await, Some(17));
     assert_eq!(db.scalar(last, None).await, Some(last_handle));
     let table = db
         .texts("SELECT sql FROM sqlite_master WHERE name = 'old_sk_tasks_queue_t'")
@@ -608,7 +610,7 @@ async fn a_mysql_queue_of_version_6_is_brought_forward_with_its_jobs() {
 
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
     let versions = "SELECT max(version) FROM old_sk_schema_migrations_t";
-    assert_eq!(db.scalar(versions, None).await, Some(18));
+    assert_eq!(db.scalar(versions, None).await, Some(19));
     let triggers = "SELECT count(*) FROM information_schema.TRIGGERS
         WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'old_sk_tasks_queue_t'
             AND EVENT_MANIPULATION = 'INSERT'";

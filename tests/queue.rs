@@ -19,6 +19,7 @@ use uuid::Uuid;
 mod backends;
 mod claims;
 mod cli;
+mod clients;
 mod control;
 mod devkit;
 mod flow;

@@ -224,7 +224,7 @@ async fn a_sqlite_row_out_of_range_fails_migration_6_by_name() {
     db.execute("UPDATE old_sk_tasks_queue_t SET task_attempt = 0")
         .await;
     sk_runtime::migrate(&db.pool, &old).await.unwrap();
-    assert_eq!(db.scalar(versions, None).await, Some(16));
+    assert_eq!(db.scalar(versions, None).await, Some(17));
     let rows = "SELECT count(*) FROM old_sk_tasks_queue_t";
     assert_eq!(db.scalar(rows, None).await, Some(1), "the row is kept");
     db.drop().await;

@@ -20,6 +20,7 @@ Examples:
   sk prune --older-than 30d
   sk web --bind 127.0.0.1:8080
   sk errors --since 1h --json
+  sk schema > sk-schema.json
 
 Exit codes: 0 done, 1 failed (the database, bad input), 2 usage (or a bulk action\nnot confirmed without a terminal), 3 no such job.";
 
@@ -161,6 +162,16 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 20)]
         limit: u32,
     },
+    /// The schema document of the jobs (JSON): each task type's defaults and the JSON
+    /// Schema of its arguments, for producers in other languages to check payloads
+    /// against. The jobs linked into this binary (an application's own command built on
+    /// `sk_cli::run`), else those the workers published in the database at start.
+    Schema {
+        /// Read what the workers published in the database, even where this binary
+        /// links jobs.
+        #[arg(long)]
+        from_database: bool,
+    },
     /// The operator actions taken (pause, resume, retry, cancel, limits, delete, ...),
     /// newest first, with who took them and how many jobs they changed.
     Audit {
@@ -226,7 +237,8 @@ pub(crate) enum Command {
         #[arg(long = "allow-host", value_name = "NAME")]
         allow_hosts: Vec<String>,
     },
-    /// Enqueue a job by task type and JSON arguments (the type is not checked here).
+    /// Enqueue a job by task type and JSON arguments, checked against the schema the
+    /// workers published for the type (`sk schema`) where they published one.
     Enqueue {
         /// The task type, as `#[job]` names it.
         task_type: String,

@@ -177,6 +177,24 @@ fn routes(databases: usize, pins: &[String], by_tenant: bool) -> Result<Routes, 
 }
 
 async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
+    if let Command::Schema {
+        from_database: false,
+    } = cli.command
+    {
+        let linked = sk_runtime::schema()?;
+        if linked["jobs"]
+            .as_object()
+            .is_some_and(|jobs| !jobs.is_empty())
+        {
+            return print_json(out, &linked);
+        }
+        if cli.database_url.is_empty() {
+            return Err(fail(
+                "this sk links no #[job]: give --database-url (or DATABASE_URL) to read the schemas the workers published",
+                1,
+            ));
+        }
+    }
     if cli.database_url.is_empty() {
         return Err(fail(
             "no database: give --database-url or set DATABASE_URL (postgres://, sqlite: or mysql://)",
@@ -206,6 +224,20 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
     let json = cli.json;
     match cli.command {
         Command::Migrate { .. } => Ok(()),
+        Command::Schema { .. } => {
+            let published = client.published_schema().await?;
+            if published["jobs"]
+                .as_object()
+                .is_none_or(|jobs| jobs.is_empty())
+            {
+                return Err(fail(
+                    "no worker has published its jobs' schemas to this database (a worker does at start, \
+                     unless built with publish_schemas(false)), and this sk links no #[job]",
+                    1,
+                ));
+            }
+            print_json(out, &published)
+        }
         Command::Status => status(&client, json, out).await,
         Command::Jobs(args) => jobs(&client, args, json, out).await,
         Command::Job { id } => job(&client, id, json, out).await,
@@ -376,7 +408,14 @@ async fn command(cli: Cli, out: &mut dyn Write) -> Result<(), Failure> {
         Command::Enqueue { task_type, payload } => {
             let payload: serde_json::Value = serde_json::from_str(&payload)
                 .map_err(|e| fail(format!("the payload is not JSON: {e}"), 1))?;
-            let id = client.enqueue_json_unchecked(&task_type, payload).await?;
+            // Checked against the schema the workers published, where one is; a type
+            // no worker published yet is posted as it is.
+            let id = match client.enqueue_json(&task_type, payload.clone()).await {
+                Err(Error::Invalid {
+                    what: "task type", ..
+                }) => client.enqueue_json_unchecked(&task_type, payload).await?,
+                posted => posted?,
+            };
             say(out, json, &serde_json::json!({ "id": id }), || {
                 id.to_string()
             })

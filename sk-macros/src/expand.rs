@@ -253,6 +253,14 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
 
     let job_output = quote_spanned! {output.span()=> <#output as #p::JobReturn>::Ok };
     let takes_transaction = transaction.is_some();
+    let args_schema = crate::schema::args_schema(job_fn.payload());
+    let tenant_from = match &args.tenant {
+        Some(field) => {
+            let name = field.to_string();
+            quote!(::core::option::Option::Some(#name))
+        }
+        None => quote!(::core::option::Option::None),
+    };
     // Which stages the job may follow in a `Workflow` (`Accepts`).
     let accepts = match job_fn.args.iter().find_map(|a| a.inputs.as_ref()) {
         Some((false, t)) => quote_spanned! {t.span()=>
@@ -442,6 +450,8 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
                 #run
             }
 
+            #args_schema
+
             fn __sk_requirements() -> ::std::vec::Vec<#p::Requirement> {
                 #[allow(unused_mut)]
                 let mut requirements = ::std::vec::Vec::new();
@@ -462,6 +472,8 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
                     handler: __sk_handle,
                     transaction: #takes_transaction,
                     validate: #p::validate::<#ty>,
+                    tenant_from: #tenant_from,
+                    args_schema: __sk_args_schema,
                     requirements: __sk_requirements,
                     file: ::core::file!(),
                     line: ::core::line!(),

@@ -7,6 +7,7 @@
 mod args;
 mod expand;
 mod input;
+mod schema;
 
 use proc_macro::TokenStream;
 

@@ -47,6 +47,10 @@ pub struct Registration {
     /// Checks that a JSON payload deserializes into the job's arguments; the tenant
     /// they give the job (`#[job(tenant = arg)]`), if any.
     pub validate: fn(&str) -> std::result::Result<Option<String>, String>,
+    /// `#[job(tenant = arg)]`: the argument whose value is the job's tenant.
+    pub tenant_from: Option<&'static str>,
+    /// The JSON Schema of the job's arguments (`sk_runtime::schema`).
+    pub args_schema: fn(&mut schemars::SchemaGenerator) -> serde_json::Value,
     /// The `Data<T>` types the fn takes.
     pub requirements: fn() -> Vec<Requirement>,
     /// Where the fn is defined, for the duplicate-name error.
@@ -382,7 +386,10 @@ impl Registry {
 }
 
 /// Orders two registrations by location so the error message is stable.
-fn order<'a>(a: &'a Registration, b: &'a Registration) -> (&'a Registration, &'a Registration) {
+pub(crate) fn order<'a>(
+    a: &'a Registration,
+    b: &'a Registration,
+) -> (&'a Registration, &'a Registration) {
     if (a.file, a.line) <= (b.file, b.line) {
         (a, b)
     } else {

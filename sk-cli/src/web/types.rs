@@ -1,5 +1,6 @@
 //! A task type's page: its jobs by state, its last hour's runs per minute, failure rate
-//! and run time percentiles, and its error groups.
+//! and run time percentiles, its error groups, and the schema of its arguments the
+//! workers published.
 
 use axum::extract::{Path, State};
 use chrono::{Duration, Utc};
@@ -29,6 +30,8 @@ pub(super) async fn task_type(State(app): Shared, Path(name): Path<String>) -> P
         .unwrap_or_default();
     let mut groups = client.error_groups(now - Duration::hours(24), 200).await?;
     groups.retain(|g| g.task_type == name);
+    let published = client.published_schema().await?;
+    let schema = published["jobs"].get(&name);
     let (ok, failed) = whole.first().map_or((0, 0), |t| (t.processed, t.failed));
     let body = html! {
         section {
@@ -53,6 +56,16 @@ pub(super) async fn task_type(State(app): Shared, Path(name): Path<String>) -> P
         section {
             h2 { "Errors, last 24 hours" }
             (groups_table(&app, &groups, now))
+        }
+        section {
+            h2 { "Arguments" }
+            @match schema {
+                Some(entry) => {
+                    p { "As the workers accept them (published at start; " code { "sk schema" } "):" }
+                    pre #type-schema { (serde_json::to_string_pretty(&entry["args"]).unwrap_or_default()) }
+                }
+                None => p { "No worker has published this type's schema." },
+            }
         }
     };
     Ok(page(&format!("Task type {name}"), "/", body))

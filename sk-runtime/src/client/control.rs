@@ -1,5 +1,5 @@
 //! Job control on the client handle: cancel, retry, run now, reschedule, prune, pause
-//! and resume queues and their limits, wait for a result, enqueue by name.
+//! and resume queues and their limits, wait for a result.
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use super::audit::On;
 use super::{CancelOutcome, Client, ReprioritizeOutcome, RescheduleOutcome, RetryOutcome};
 use crate::error::{Error, Result};
 use crate::model::{JobRecord, JobStatus, Pruned, QueueCounts, QueueState, QueuedJob, RateLimit};
-use crate::store::{NewJob, QueueFlag, QueueLimit};
+use crate::store::{QueueFlag, QueueLimit};
 
 impl Client {
     /// Cancels one job: a waiting job leaves the queue, a running one is recorded as
@@ -493,117 +493,6 @@ impl Client {
         }
     }
 
-    /// Enqueues a job by its task type name and its arguments as a JSON object (for
-    /// scripts, other languages and the CLI), with the type's `#[job]` defaults when this
-    /// binary links it.
-    ///
-    /// ```no_run
-    /// # async fn f(client: sk_runtime::Client) -> sk_runtime::Result<()> {
-    /// let id = client
-    ///     .enqueue_json("send_welcome", serde_json::json!({"user_id": 42, "template": "hi"}))
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] when no linked `#[job]` has this task type (use
-    /// [`Client::enqueue_json_unchecked`] from a binary that links none, such as the
-    /// CLI), when the payload is not a JSON object, or when it does not deserialize into
-    /// the job's arguments; the database fails.
-    pub async fn enqueue_json(&self, task_type: &str, payload: serde_json::Value) -> Result<Uuid> {
-        let Some(registration) = crate::registry::find(task_type) else {
-            let known = crate::registry::names();
-            return Err(Error::invalid(
-                "task type",
-                format!(
-                    "no #[job] named {task_type:?} is linked into this binary (known: {}); \
-                     Client::enqueue_json_unchecked takes any name",
-                    if known.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        known.join(", ")
-                    }
-                ),
-            ));
-        };
-        let payload = json_object(payload)?;
-        let tenant = (registration.validate)(&payload).map_err(|e| {
-            Error::invalid(
-                "payload",
-                format!("does not fit the arguments of `{task_type}`: {e}"),
-            )
-        })?;
-        if let Some(tenant) = &tenant {
-            crate::model::check_name("tenant", tenant)?;
-        }
-        self.post(task_type.to_owned(), payload, registration.options, tenant)
-            .await
-    }
-
-    /// As [`Client::enqueue_json`], for a task type this binary does not link: the job
-    /// gets queue `"default"`, priority 0 and the default attempt limit, and a worker
-    /// that runs the type checks its payload.
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for a bad name or a payload that is not a JSON object; the
-    /// database fails.
-    pub async fn enqueue_json_unchecked(
-        &self,
-        task_type: &str,
-        payload: serde_json::Value,
-    ) -> Result<Uuid> {
-        crate::model::check_name("task type", task_type)?;
-        let payload = json_object(payload)?;
-        let options = crate::job::options(
-            "default",
-            0,
-            None,
-            crate::retry::Backoff::exponential(None, None),
-            None,
-        );
-        self.post(task_type.to_owned(), payload, options, None)
-            .await
-    }
-
-    /// Posts a job of `task_type` with `options`, for `tenant`.
-    async fn post(
-        &self,
-        task_type: String,
-        payload: String,
-        options: crate::job::JobOptions,
-        tenant: Option<String>,
-    ) -> Result<Uuid> {
-        if self.spread() {
-            let home = self.home_for(options.queue, tenant.as_deref());
-            return Box::pin(home.post(task_type, payload, options, tenant)).await;
-        }
-        let now = self.now();
-        let mut job = NewJob {
-            id: Uuid::now_v7(),
-            task_type: task_type.into(),
-            source: "client".to_owned(),
-            payload,
-            queue: options.queue.to_owned(),
-            priority: options.priority,
-            run_at: now,
-            max_attempts: options.max_attempts,
-            unique_key: None,
-            unique_mode: None,
-            tenant,
-            correlation_id: None,
-            metadata: None,
-            every_ms: None,
-            timeout_ms: None,
-        };
-        crate::hooks::apply(&mut job)?;
-        crate::sealed::seal_new_job(&mut job, options.encrypted)?;
-        let id = job.id;
-        let labels = (job.task_type.clone(), job.queue.clone());
-        self.pool.post(&self.schema, job, now).await?;
-        crate::telemetry::enqueued(&labels.0, &labels.1, 1);
-        Ok(id)
-    }
-
     /// Counts per status, and the live queue by state ([`QueueInfo::counts`]).
     ///
     /// [`QueueInfo::counts`]: crate::QueueInfo::counts
@@ -646,15 +535,5 @@ impl Client {
     /// Job `id` as the primary has it, for the actions that decide on it.
     pub(crate) async fn primary_job(&self, id: Uuid) -> Result<Option<JobRecord>> {
         self.pool.job(&self.schema, id, self.now()).await
-    }
-}
-
-pub(super) fn json_object(payload: serde_json::Value) -> Result<String> {
-    match payload {
-        serde_json::Value::Object(_) => Ok(payload.to_string()),
-        other => Err(Error::invalid(
-            "payload",
-            format!("must be a JSON object of the job's arguments, not {other}"),
-        )),
     }
 }

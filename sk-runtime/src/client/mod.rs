@@ -6,6 +6,7 @@ mod across;
 mod audit;
 mod batches;
 mod bulk;
+mod by_name;
 mod control;
 mod events;
 mod info;

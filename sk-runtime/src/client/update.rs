@@ -125,7 +125,7 @@ impl Client {
     /// `payload` as stored, checked against job `id`'s `#[job]` when this binary links
     /// its task type.
     async fn checked_payload(&self, id: Uuid, payload: serde_json::Value) -> Result<String> {
-        let payload = super::control::json_object(payload)?;
+        let payload = super::by_name::json_object(payload)?;
         if let Some(job) = self.primary_job(id).await? {
             if let Some(registration) = crate::registry::find(&job.task_type) {
                 // (The tenant the new arguments would give it is not applied: a job's

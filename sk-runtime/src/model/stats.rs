@@ -14,6 +14,8 @@ pub(crate) struct WorkerUp {
     pub(crate) default_queues: String,
     pub(crate) concurrency: i32,
     pub(crate) heartbeat_ms: i64,
+    /// Its task types' schema documents, to publish (`WorkerBuilder::publish_schemas`).
+    pub(crate) schemas: Vec<(String, String)>,
 }
 
 /// Run-time histogram buckets per doubling.

@@ -76,6 +76,8 @@ driver! {
         fn counts(&self, schema: &Schema, now: DateTime<Utc>) -> Result<QueueCounts>;
         /// The head of the queue, in claim order.
         fn peek(&self, schema: &Schema, limit: i64) -> Result<Vec<QueuedJob>>;
+        /// The task types the workers published, each with its schema document, by name.
+        fn task_types(&self, schema: &Schema) -> Result<Vec<(String, String)>>;
         /// One job's whole record, as it stands at `now`.
         fn job(&self, schema: &Schema, id: Uuid, now: DateTime<Utc>) -> Result<Option<JobRecord>>;
         /// Adds or replaces a stored schedule.

@@ -27,6 +27,7 @@ mod rows;
 mod schema;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
+mod task_types;
 pub(crate) mod tenants;
 mod wait;
 mod worker_rows;

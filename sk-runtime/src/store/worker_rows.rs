@@ -1,6 +1,6 @@
 //! A worker's own rows, written once over the [`Dialect`] (the driver contract's
 //! `WorkerRows`, which each backend's store implements with these): its announcement
-//! and heartbeat, its run counts per minute, and the queue controls it reads.
+//! and heartbeat (with its task types' schemas), its run counts per minute, and the queue controls it reads.
 
 use chrono::{DateTime, Utc};
 
@@ -86,6 +86,7 @@ pub(crate) async fn worker_up<D: Dialect>(
         Arg::Text(Some(&up.default_queues)),
     ];
     D::execute(pool, &sql, &args).await?;
+    super::task_types::publish(pool, schema, id, &up.schemas, now).await?;
     let day_ago = [Arg::Time(now - chrono::Duration::days(1))];
     let sql = format!("DELETE FROM {table} WHERE worker_seen_at_ts < $1");
     D::execute(pool, &sql, &day_ago).await?;

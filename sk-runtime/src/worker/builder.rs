@@ -82,6 +82,8 @@ pub(crate) struct Config {
     pub(crate) publish_events: bool,
     /// A direct connection's URL to LISTEN on (`WorkerBuilder::listen_on`).
     pub(crate) listen_on: Option<String>,
+    /// Writes its task types' schemas at start (`WorkerBuilder::publish_schemas`).
+    pub(crate) publish_schemas: bool,
 }
 
 impl WorkerBuilder {
@@ -112,6 +114,7 @@ impl WorkerBuilder {
                 payload_keys: None,
                 publish_events: false,
                 listen_on: None,
+                publish_schemas: true,
             },
             queues: None,
             queue_limits: Vec::new(),
@@ -204,6 +207,14 @@ impl WorkerBuilder {
     /// transactions. PostgreSQL only (`build` refuses it elsewhere).
     pub fn publish_events(mut self) -> Self {
         self.config.publish_events = true;
+        self
+    }
+
+    /// Whether the worker writes its task types' schemas ([`crate::schema`]) to the
+    /// database at start, for `sk schema`, producers in other languages and
+    /// `Client::enqueue_json`; on by default.
+    pub fn publish_schemas(mut self, on: bool) -> Self {
+        self.config.publish_schemas = on;
         self
     }
 

@@ -366,6 +366,21 @@ fn announcement(shared: &Shared) -> crate::model::WorkerUp {
             .config
             .heartbeat
             .map_or(0, |h| i64::try_from(h.as_millis()).unwrap_or(i64::MAX)),
+        schemas: if shared.config.publish_schemas {
+            let mut types: Vec<_> = shared.registry.jobs.values().collect();
+            types.sort_by_key(|r| r.task_type);
+            types
+                .into_iter()
+                .map(|r| {
+                    (
+                        r.task_type.to_owned(),
+                        crate::job_schema::describe(r).to_string(),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
     }
 }
 

@@ -94,6 +94,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "workflows on record",
         include_str!("../../../migrations/mysql/0018_workflows.sql"),
     ),
+    (
+        19,
+        "the task types the workers run, with their schemas",
+        include_str!("../../../migrations/mysql/0019_task_types.sql"),
+    ),
 ];
 
 pub(crate) async fn migrate_to(pool: &MySqlPool, schema: &Schema, target: i32) -> Result<()> {

@@ -37,6 +37,10 @@ impl Admin for PgPool {
         queries::peek(self, schema, limit).await
     }
 
+    async fn task_types(&self, schema: &Schema) -> Result<Vec<(String, String)>> {
+        crate::store::task_types::list(self, schema).await
+    }
+
     async fn job(
         &self,
         schema: &Schema,

@@ -131,6 +131,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "workflows on record",
         include_str!("../../../migrations/postgres/0025_workflows.sql"),
     ),
+    (
+        26,
+        "the task types the workers run, with their schemas",
+        include_str!("../../../migrations/postgres/0026_task_types.sql"),
+    ),
 ];
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with

@@ -84,6 +84,11 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "workflows on record",
         include_str!("../../../migrations/sqlite/0016_workflows.sql"),
     ),
+    (
+        17,
+        "the task types the workers run, with their schemas",
+        include_str!("../../../migrations/sqlite/0017_task_types.sql"),
+    ),
 ];
 
 /// Migration 6's checks, as (table, the value a row's column must meet, per column):
