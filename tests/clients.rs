@@ -105,9 +105,27 @@ each_backend! {
     /// with a schema, one without); `sk schema --from-database` prints it, and
     /// `enqueue_json` of a type only published (not linked) checks a payload against it.
     async fn a_worker_publishes_its_jobs_schemas(db) {
+        // A worker built with publish_schemas(false) publishes none: once it has stopped,
+        // its start (row, then schemas) is over.
+        let client = Client::new(db.pool.clone());
+        let (probe, _events) = crate::probe();
+        let quiet = RunningWorker::start(
+            worker(&db, &[crate::Record::TASK_TYPE]).data(probe).publish_schemas(false),
+        );
+        wait_until("the quiet worker's row", T, || async {
+            let workers = client.workers().await.expect("the workers");
+            workers.iter().any(|w| w.task_types == ["record"]).then_some(())
+        })
+        .await;
+        quiet.stop().await;
+        let none = client.published_schema().await.unwrap();
+        assert_eq!(none["jobs"], json!({}));
+        let (code, _, err) = sk(&db.url, &["schema", "--from-database"]).await;
+        assert_eq!(code, 1);
+        assert!(err.contains("no worker has published its jobs' schemas"), "{err}");
+
         let (tx, _rx) = mpsc::unbounded_channel();
         let w = RunningWorker::start(worker(&db, &[PlaceOrder::TASK_TYPE]).data(Arrived(tx)));
-        let client = Client::new(db.pool.clone());
         let document = published(&client).await;
         assert_eq!(document["format"], sk_runtime::SCHEMA_FORMAT);
         let entry = &document["jobs"]["place_order"];

@@ -1,6 +1,7 @@
 //! A worker's own rows, written once over the [`Dialect`] (the driver contract's
 //! `WorkerRows`, which each backend's store implements with these): its announcement
-//! and heartbeat (with its task types' schemas), its run counts per minute, and the queue controls it reads.
+//! (with its task types' schemas) and heartbeat, its run counts per minute, and the queue
+//! controls it reads.
 
 use chrono::{DateTime, Utc};
 
@@ -45,7 +46,8 @@ where
 }
 
 /// Announces worker `id` (and forgets workers, and their metrics rows, not seen for a
-/// day: a live worker writes its rows every maintenance interval).
+/// day: a live worker writes its rows every maintenance interval), then publishes its
+/// task types' schemas.
 pub(crate) async fn worker_up<D: Dialect>(
     pool: &sqlx::Pool<D>,
     schema: &Schema,
@@ -86,7 +88,6 @@ pub(crate) async fn worker_up<D: Dialect>(
         Arg::Text(Some(&up.default_queues)),
     ];
     D::execute(pool, &sql, &args).await?;
-    super::task_types::publish(pool, schema, id, &up.schemas, now).await?;
     let day_ago = [Arg::Time(now - chrono::Duration::days(1))];
     let sql = format!("DELETE FROM {table} WHERE worker_seen_at_ts < $1");
     D::execute(pool, &sql, &day_ago).await?;
@@ -95,7 +96,7 @@ pub(crate) async fn worker_up<D: Dialect>(
         D::table(schema, "metrics_t")
     );
     D::execute(pool, &sql, &day_ago).await?;
-    Ok(())
+    super::task_types::publish(pool, schema, id, &up.schemas, now).await
 }
 
 /// Stamps worker `id`'s row.
