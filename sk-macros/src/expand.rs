@@ -254,10 +254,15 @@ fn generate(args: &JobArgs, job_fn: &JobFn) -> TokenStream {
     let job_output = quote_spanned! {output.span()=> <#output as #p::JobReturn>::Ok };
     let takes_transaction = transaction.is_some();
     let args_schema = crate::schema::args_schema(job_fn.payload());
-    let tenant_from = match &args.tenant {
-        Some(field) => {
-            let name = field.to_string();
-            quote!(::core::option::Option::Some(#name))
+    // The tenant argument's key in the payload, where producers in other languages read it.
+    let tenant_from = match args
+        .tenant
+        .as_ref()
+        .and_then(|field| job_fn.payload().find(|a| a.ident == *field))
+    {
+        Some(arg) => {
+            let key = crate::schema::payload_key(arg);
+            quote!(::core::option::Option::Some(#key))
         }
         None => quote!(::core::option::Option::None),
     };

@@ -85,6 +85,18 @@ fn is_option(ty: &Type) -> bool {
     }
 }
 
+/// The argument's name as written in the fn.
+fn rust_name(arg: &Arg) -> String {
+    arg.ident.to_string().trim_start_matches("r#").to_owned()
+}
+
+/// The key of argument `arg` in the payload, as serde reads it (after `rename`).
+pub(crate) fn payload_key(arg: &Arg) -> String {
+    Serde::of(&arg.serde)
+        .rename
+        .unwrap_or_else(|| rust_name(arg))
+}
+
 /// The fn `__sk_args_schema` of the registration: the payload arguments' object schema.
 pub(crate) fn args_schema<'a>(payload: impl Iterator<Item = &'a Arg>) -> TokenStream {
     let p = quote!(::sk_runtime::__private);
@@ -108,9 +120,7 @@ pub(crate) fn args_schema<'a>(payload: impl Iterator<Item = &'a Arg>) -> TokenSt
             steps.push(quote!(.flatten(#value)));
             continue;
         }
-        let name = serde
-            .rename
-            .unwrap_or_else(|| arg.ident.to_string().trim_start_matches("r#").to_owned());
+        let name = serde.rename.unwrap_or_else(|| rust_name(arg));
         let aliases = &serde.aliases;
         let required = !serde.default && (serde.with.is_some() || !is_option(ty));
         steps.push(quote!(.field(#name, &[#(#aliases),*], #required, #value)));
@@ -150,6 +160,21 @@ mod tests {
         );
         assert!(s.flatten && s.rename.is_none());
         assert!(serde_of("skip_deserializing").skip);
+    }
+
+    #[test]
+    fn a_payload_key_is_the_name_serde_reads() {
+        let arg = |serde: Vec<Attribute>| Arg {
+            ident: syn::parse_quote!(r#type),
+            ty: syn::parse_quote!(String),
+            injected: false,
+            transaction: None,
+            serde,
+            inputs: None,
+        };
+        assert_eq!(payload_key(&arg(Vec::new())), "type");
+        let renamed = vec![syn::parse_quote!(#[serde(rename = "kind", alias = "t")])];
+        assert_eq!(payload_key(&arg(renamed)), "kind");
     }
 
     #[test]
