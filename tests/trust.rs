@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sk_runtime::{job, Clock, Data, Job, JobContext, JobError, JobStatus, ManualClock};
+use sk_runtime::{job, Clock, Data, Job, JobContext, JobError, JobStatus, ManualClock, Worker};
 use sk_tests::{recv, Db, RunningWorker, TestBackend};
 use uuid::Uuid;
 
@@ -106,6 +106,12 @@ where
         (db.scalar(&status, None).await == Some(JobStatus::Fatal as i64)).then_some(())
     })
     .await;
+    for &id in &good {
+        sk_tests::wait_until("the good jobs' successes to be recorded", T, || async {
+            (db.job(id).await.status() == JobStatus::Processed).then_some(())
+        })
+        .await;
+    }
     w.stop().await;
     assert!(rx.try_recv().is_err(), "nothing else ran");
     let reason = db
@@ -116,7 +122,13 @@ where
         "{reason:?}"
     );
     for id in good {
-        assert_eq!(db.job(id).await.error_count, 0, "{id} used no attempt");
+        let record = db.job(id).await;
+        assert_eq!(record.error_count, 0, "{id} used no attempt");
+        assert_eq!(
+            record.status(),
+            JobStatus::Processed,
+            "{id}'s success is recorded"
+        );
     }
     assert_eq!(
         db.job(bad).await.status(),
@@ -181,6 +193,33 @@ mod an_unreadable_row_ends_alone {
              INSERT INTO sk_tasks_queue_t (task_id, task_type, task_payload, task_priority)
              VALUES (x'{id}', 'record', '{\"label\": \"bad\"}', 99999999999);
              PRAGMA ignore_check_constraints = OFF",
+        )
+        .await;
+    }
+
+    /// An attempt out of range fails the check of the lease's `task_attempt + 1`: every
+    /// claim that took the row failed, and no job ran.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_attempt() {
+        super::ends_alone(
+            Db::<sqlx::Sqlite>::new().await,
+            "PRAGMA ignore_check_constraints = ON;
+             INSERT INTO sk_tasks_queue_t (task_id, task_type, task_payload, task_attempt)
+             VALUES (x'{id}', 'record', '{\"label\": \"bad\"}', -3000000000);
+             PRAGMA ignore_check_constraints = OFF",
+        )
+        .await;
+    }
+
+    /// MariaDB's queue keeps metadata as text, unchecked; the results table's virtual
+    /// columns read it as JSON, and refused every outcome of the batch for it, for ever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql_metadata() {
+        let db = Db::<sqlx::MySql>::new().await;
+        super::ends_alone(
+            db,
+            "INSERT INTO sk_tasks_queue_t (task_id, task_type, task_payload, task_metadata)
+             VALUES (x'{id}', 'record', '{\"label\": \"bad\"}', 'not json {')",
         )
         .await;
     }
@@ -276,20 +315,34 @@ async fn a_postgres_time_past_chronos_fails_migration_11_by_name() {
     db.drop().await;
 }
 
+/// The log lines a subscriber wrote so far.
+#[derive(Clone, Default)]
+struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Buffer {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Buffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Log lines written while `run` runs on a runtime of this thread (the subscriber is this
 /// thread's).
 fn logs_of<F: std::future::Future<Output = ()>>(run: impl FnOnce() -> F) -> String {
-    #[derive(Clone, Default)]
-    struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Buffer {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    logs_while(|_| run())
+}
+
+/// `logs_of`, with the lines so far readable by `run` as it goes.
+fn logs_while<F: std::future::Future<Output = ()>>(run: impl FnOnce(Buffer) -> F) -> String {
     let buffer = Buffer::default();
     let writer = buffer.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -300,9 +353,110 @@ fn logs_of<F: std::future::Future<Output = ()>>(run: impl FnOnce() -> F) -> Stri
         .enable_all()
         .build()
         .unwrap();
-    tracing::subscriber::with_default(subscriber, || runtime.block_on(run()));
-    let bytes = buffer.0.lock().unwrap().clone();
-    String::from_utf8(bytes).unwrap()
+    let logs = buffer.clone();
+    tracing::subscriber::with_default(subscriber, || runtime.block_on(run(logs)));
+    buffer.text()
+}
+
+/// A pool on `db`'s SQLite file whose connections wait 100 ms for the write lock.
+async fn impatient_pool(db: &Db<sqlx::Sqlite>) -> sqlx::SqlitePool {
+    let path = std::path::PathBuf::from(db.url.trim_start_matches("sqlite://"));
+    sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(8)
+        .connect_with(sk_tests::sqlite_options(&path).busy_timeout(Duration::from_millis(100)))
+        .await
+        .unwrap()
+}
+
+/// Two transaction jobs claimed together on SQLite: the one that begins first holds the
+/// write lock past the other's busy timeout, whose `BEGIN IMMEDIATE` gives up. That job
+/// runs again shortly, as a snooze, without using an attempt. Before, each such lock wait
+/// was a failed attempt (153 in one run of three processes).
+#[test]
+fn a_lock_wait_costs_a_sqlite_transaction_job_no_attempt() {
+    logs_while(|logs| async move {
+        let db = Db::<sqlx::Sqlite>::new().await;
+        let (probe, mut rx) = probe();
+        let (open, gate) = gate(false);
+        let mut ids = Vec::new();
+        for label in ["one", "other"] {
+            let job = HoldsTheWriteLock::new(label.into());
+            ids.push(job.enqueue(&db.pool).await.unwrap());
+        }
+        let w = RunningWorker::start(
+            Worker::builder(impatient_pool(&db).await)
+                .task_types([HoldsTheWriteLock::TASK_TYPE])
+                .poll_interval(Duration::from_millis(50))
+                .concurrency(2)
+                .data(probe)
+                .data(gate),
+        );
+        let first = recv(&mut rx, "the first job's start", T).await;
+        sk_tests::wait_until("the other's begin to give up", T, || async {
+            logs.text()
+                .contains("waiting for a lock another connection holds")
+                .then_some(())
+        })
+        .await;
+        open.send(true).unwrap();
+        let second = recv(&mut rx, "the other job's start", T).await;
+        assert_ne!(second.id, first.id);
+        assert_eq!(second.attempt, 1, "its first attempt");
+        for &id in &ids {
+            sk_tests::wait_until("both to succeed", T, || async {
+                (db.job(id).await.status() == JobStatus::Processed).then_some(())
+            })
+            .await;
+            assert_eq!(db.job(id).await.error_count, 0, "{id} used no attempt");
+        }
+        w.stop().await;
+        db.drop().await;
+    });
+}
+
+/// A worker that starts while another process holds SQLite's write lock past the busy
+/// timeout waits for it within its start timeout, saying so, and then runs. Before, its
+/// migration failed with "database is locked" and the worker exited.
+#[test]
+fn a_sqlite_worker_starts_past_another_writers_lock() {
+    use sqlx::{Connection, Executor};
+    let logs = logs_while(|logs| async move {
+        let db = Db::<sqlx::Sqlite>::new().await;
+        let (probe, mut rx) = probe();
+        let id = Record::new("after the lock".into())
+            .enqueue(&db.pool)
+            .await
+            .unwrap();
+        let path = std::path::PathBuf::from(db.url.trim_start_matches("sqlite://"));
+        let mut other = sqlx::SqliteConnection::connect_with(&sk_tests::sqlite_options(&path))
+            .await
+            .unwrap();
+        other.execute("BEGIN IMMEDIATE").await.unwrap();
+        let w = Worker::builder(impatient_pool(&db).await)
+            .task_types([Record::TASK_TYPE])
+            .start_timeout(T)
+            .data(probe)
+            .build()
+            .unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(w.run_until(async move {
+            let _ = stopped.await;
+        }));
+        sk_tests::wait_until("the start to wait for the lock", T, || async {
+            logs.text()
+                .contains("waiting for a lock another connection holds")
+                .then_some(())
+        })
+        .await;
+        assert!(!run.is_finished(), "the worker waits");
+        other.execute("COMMIT").await.unwrap();
+        let ran = recv(&mut rx, "the job's run", T).await;
+        assert_eq!(ran.id, id);
+        stop.send(()).unwrap();
+        run.await.unwrap().unwrap();
+        db.drop().await;
+    });
+    assert!(!logs.contains("ERROR"), "{logs}");
 }
 
 /// Runs a worker with a pool of 500 connections on `db` until it has started.

@@ -152,6 +152,26 @@ pub(crate) fn add_millis(at: DateTime<Utc>, ms: i64) -> DateTime<Utc> {
     add(at, Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
 }
 
+/// A wait as a log line says it: `250 ms`, `1.5 s`, `2m 30s`, not `1.494345258s`.
+pub(crate) fn shown(d: std::time::Duration) -> String {
+    if d < std::time::Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else if d < std::time::Duration::from_secs(60) {
+        format!("{:.1} s", d.as_secs_f64())
+    } else {
+        humantime::format_duration(std::time::Duration::from_secs(d.as_secs())).to_string()
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn a_wait_is_shown_rounded() {
+    use std::time::Duration;
+    assert_eq!(shown(Duration::from_nanos(250_400_000)), "250 ms");
+    assert_eq!(shown(Duration::from_nanos(1_494_345_258)), "1.5 s");
+    assert_eq!(shown(Duration::from_millis(150_700)), "2m 30s");
+}
+
 #[cfg(all(test, any(feature = "sqlite", feature = "mysql")))]
 mod tests {
     use super::*;

@@ -258,6 +258,37 @@ pub(crate) fn parts<T>(
     parts
 }
 
+/// Whether a statement failed waiting for a lock another connection holds (SQLite's
+/// busy or locked database, a lock wait timeout, a deadlock or serialization failure):
+/// the same statement may pass once the other connection is done.
+pub(crate) fn lock_wait(e: &crate::Error) -> bool {
+    matches!(e, crate::Error::Database(e) if sqlx_lock_wait(e))
+}
+
+/// `lock_wait` of an error as sqlx returns it.
+pub(crate) fn sqlx_lock_wait(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else {
+        return false;
+    };
+    #[cfg(feature = "postgres")]
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        return matches!(pg.code(), "55P03" | "40P01" | "40001");
+    }
+    #[cfg(feature = "mysql")]
+    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return matches!(my.number(), 1205 | 1213);
+    }
+    #[cfg(feature = "sqlite")]
+    if let Some(lite) = db.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
+        let code = sqlx::error::DatabaseError::code(lite)
+            .and_then(|c| c.parse::<i32>().ok())
+            .unwrap_or_default();
+        // SQLITE_BUSY and SQLITE_LOCKED, with their extended codes.
+        return matches!(code & 0xff, 5 | 6);
+    }
+    false
+}
+
 /// Whether the database refused a write for the rows it holds (a data or constraint
 /// error: a value it cannot store, a trigger or check that rejects the row), not for its
 /// own state (unreachable, read-only, a deadlock or lock wait, out of space). Such a
@@ -280,9 +311,13 @@ pub(crate) fn refused_for_its_rows(e: &crate::Error) -> bool {
     #[cfg(feature = "mysql")]
     if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
         // Incorrect value (1292, 1366), out of range (1264), truncated (1265), too long
-        // (1406) and invalid JSON (3140) carry SQLSTATE HY000 on MySQL.
+        // (1406) and invalid JSON (MySQL's 3140, MariaDB's 4036 to 4040: a JSON function
+        // of a virtual column over text that is not JSON) carry SQLSTATE HY000.
         return my.code().is_some_and(class)
-            || matches!(my.number(), 1264 | 1265 | 1292 | 1366 | 1406 | 3140);
+            || matches!(
+                my.number(),
+                1264 | 1265 | 1292 | 1366 | 1406 | 3140 | 4036..=4040
+            );
     }
     #[cfg(feature = "sqlite")]
     if let Some(lite) = db.try_downcast_ref::<sqlx::sqlite::SqliteError>() {

@@ -130,10 +130,14 @@ impl Worker {
                 return Ok(());
             }
         }
+        let started_at = std::time::Instant::now();
         if shared.config.auto_migrate {
-            shared.store.migrate().await?;
+            past_locks(&shared, started_at, "migrate", || shared.store.migrate()).await?;
         }
-        write_flow_controls(&shared).await?;
+        past_locks(&shared, started_at, "write its limits", || {
+            write_flow_controls(&shared)
+        })
+        .await?;
         warn_of_a_large_pool(&shared).await;
         tracing::info!(
             worker = %shared.store.worker_id(),
@@ -416,6 +420,43 @@ fn pool_warning(pool: i64, limit: i64, open: i64) -> Option<String> {
     })
 }
 
+/// Runs a step of the start, again while it fails waiting for a lock another connection
+/// holds (another process's transaction on SQLite's one file, a migration running
+/// elsewhere): within the start timeout from `since`, or for as long as it takes without
+/// one, as the start waits for an unreachable database. A restarted worker exited at start
+/// with "database is locked" while other processes ran transaction jobs.
+async fn past_locks<T, F, Fut>(
+    shared: &Shared,
+    since: std::time::Instant,
+    what: &str,
+    mut step: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let deadline = shared.config.start_timeout.map(|limit| since + limit);
+    let mut failures = 0u32;
+    loop {
+        let error = match step().await {
+            Err(e) if crate::store::lock_wait(&e) => e,
+            done => return done,
+        };
+        failures += 1;
+        let now = std::time::Instant::now();
+        if deadline.is_some_and(|deadline| now >= deadline) {
+            return Err(error);
+        }
+        let wait = crate::retry::database_backoff(failures);
+        let wait = deadline.map_or(wait, |deadline| wait.min(deadline - now));
+        tracing::warn!(
+            "sk: cannot {what} at start, waiting for a lock another connection holds; retrying in {}: {error}",
+            crate::clock::shown(wait)
+        );
+        tokio::time::sleep(wait).await;
+    }
+}
+
 /// Waits until the database answers a direct connection (the pool's own wait retries a
 /// refused connection in silence). Each failed attempt is logged at once with the address
 /// and the cause; a cause that waiting cannot cure (authentication, an unknown database)
@@ -475,7 +516,8 @@ async fn wait_for_database(shared: &Shared) -> Result<()> {
             None => crate::retry::database_backoff(failures),
         };
         tracing::warn!(
-            "sk: {error}; retrying in {wait:?} (waiting {:.1} s so far)",
+            "sk: {error}; retrying in {} (waiting {:.1} s so far)",
+            crate::clock::shown(wait),
             started.elapsed().as_secs_f64()
         );
         last = Some(error);

@@ -46,12 +46,16 @@ pub(super) const JOB_COLUMNS: &str =
 /// A queue row as a finalization reads it (`Row`). A posting time that is no date (the
 /// 30th of February, written under `ALLOW_INVALID_DATES` past the table's check, a day
 /// past its month's last) is read as the claim's time, so the job's failure is recorded.
+/// Metadata that is not JSON is read as a JSON string of its text: the results table's
+/// virtual columns read it as JSON, and refused the whole batch of outcomes for it.
 pub(super) const QUEUE_ROW: &str = "task_lock_handle_id, task_id, CAST(task_type AS CHAR) AS task_type, task_source,
     CAST(task_queue AS CHAR) AS task_queue, task_priority,
     IF(DAYOFMONTH(task_posted_at_ts) > DAYOFMONTH(LAST_DAY(task_posted_at_ts)), task_claimed_at_ts,
         task_posted_at_ts) AS task_posted_at_ts,
     CAST(task_tenant AS CHAR) AS task_tenant, CAST(task_correlation_id AS CHAR) AS task_correlation_id,
-    task_metadata, task_claimed_at_ts, task_lost_attempts, task_payload, task_max_attempts,
+    IF(task_metadata IS NULL OR JSON_VALID(task_metadata), task_metadata, JSON_QUOTE(task_metadata))
+        AS task_metadata,
+    task_claimed_at_ts, task_lost_attempts, task_payload, task_max_attempts,
     CAST(task_unique_key AS CHAR) AS task_unique_key, task_unique_mode, task_rerun, task_every_ms,
     task_timeout_ms, task_dependants, task_waiting_on IS NOT NULL AS task_fed, task_has_result";
 

@@ -29,6 +29,8 @@ impl MySqlStore {
                     task_attempt, task_max_attempts, task_priority, CAST(task_queue AS CHAR) AS task_queue,
                     task_posted_at_ts, CAST(task_tenant AS CHAR) AS task_tenant,
                     CAST(task_correlation_id AS CHAR) AS task_correlation_id, task_metadata,
+                    IF(task_metadata IS NULL OR JSON_VALID(task_metadata), NULL, LEFT(task_metadata, 80))
+                        AS unreadable_metadata,
                     task_timeout_ms, task_waiting_on, task_locked_by IS NOT NULL AS held
                  FROM {queue} WHERE task_locked_until_ts <= "
             ));
@@ -70,13 +72,28 @@ impl MySqlStore {
         for row in &rows {
             // Each row on its own: one sk cannot read ends alone (a row of which
             // not even the lease can be read is not leased, and named in the log).
-            let job = match super::super::claimed_row(row, 1) {
+            let mut job = match super::super::claimed_row(row, 1) {
                 Ok(job) => job,
                 Err(e) => {
                     tracing::error!("sk: a due row whose id, attempt or task type cannot be read is left alone: {e}");
                     continue;
                 }
             };
+            // Metadata that is not JSON (the queue's column is text, which a producer
+            // outside sk can fill with anything) would fail the results row's JSON
+            // columns at the job's outcome, and with it the whole batch of outcomes: the
+            // job ends alone instead, its metadata kept as a JSON string (`QUEUE_ROW`).
+            if let Some(text) = row.try_get::<Option<String>, _>("unreadable_metadata")? {
+                if job.unreadable.is_none() {
+                    let reason = format!("its task_metadata is not JSON: {text:?}");
+                    job = ClaimedJob::unreadable(
+                        job.task_id,
+                        job.task_type,
+                        job.task_attempt,
+                        reason,
+                    );
+                }
+            }
             handles.push(row.try_get::<i64, _>("task_lock_handle_id")?);
             expired |= row.try_get::<bool, _>("held")?;
             jobs.push(job);

@@ -127,8 +127,61 @@ impl fair::Steps for SqliteStore {
     }
 }
 
-impl Work for SqliteStore {
-    async fn claim(&self, claim: &super::super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
+/// Whether a claim failed on a due row whose attempt its lease cannot count up (one
+/// written past the table's checks: `task_attempt + 1` fails the check).
+fn attempt_out_of_range(error: &Error) -> bool {
+    error.to_string().contains("task_attempt_is_an_int4")
+}
+
+impl SqliteStore {
+    /// Ends, fatal, the due rows whose attempt is out of the range sk counts attempts in,
+    /// as the executor ends a row it cannot read: the claim's lease of such a row fails
+    /// the table's check, and with it every claim that took the row, so no job ran. Its
+    /// results row keeps what it can of the row (its priority and retry limit held to
+    /// their range, metadata that is not JSON left out).
+    async fn end_unleasable(&self, now: DateTime<Utc>) -> Result<()> {
+        let (q, r) = (&self.sql().queue, &self.sql().results);
+        let out =
+            "task_locked_until_ts <= $1 AND task_attempt NOT BETWEEN -2147483648 AND 2147483646";
+        let int4 = |column: &str| format!("max(-2147483648, min(2147483647, {column}))");
+        let (priority, max_attempts) = (int4("task_priority"), int4("task_max_attempts"));
+        let sql = format!(
+            "INSERT INTO {r} (task_id, task_type, task_source, task_queue, task_priority,
+                task_posted_at_ts, task_tenant, task_correlation_id, task_metadata, task_status,
+                task_error_count, task_last_error_type, task_last_error_message, task_last_error,
+                task_last_error_is_recoverable, task_processing_finalized_at_ts, task_payload,
+                task_max_attempts, task_timeout_ms)
+             SELECT task_id, task_type, task_source, task_queue, {priority}, task_posted_at_ts,
+                task_tenant, task_correlation_id,
+                CASE WHEN json_valid(task_metadata) THEN task_metadata END, {FATAL}, 1, 'payload',
+                $2 || task_attempt || $3, 'payload: ' || $2 || task_attempt || $3, 0, $1,
+                task_payload, {max_attempts}, task_timeout_ms
+             FROM {q} WHERE {out}
+             ON CONFLICT (task_id) DO UPDATE SET task_status = excluded.task_status,
+                task_error_count = task_error_count + 1,
+                task_last_error_type = excluded.task_last_error_type,
+                task_last_error_message = excluded.task_last_error_message,
+                task_last_error = excluded.task_last_error,
+                task_last_error_is_recoverable = 0,
+                task_processing_finalized_at_ts = excluded.task_processing_finalized_at_ts,
+                task_payload = excluded.task_payload;
+             DELETE FROM {q} WHERE {out}",
+            FATAL = crate::model::status::FATAL,
+        );
+        let (_turn, mut conn) = self.writing().await?;
+        let mut tx = Self::write(&mut conn).await?;
+        sqlx::query(&sql)
+            .bind(ts(now))
+            .bind("sk cannot read the job's queue row: its task_attempt ")
+            .bind(" is out of the range sk counts attempts in")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        tracing::error!("sk: ended, fatal, the due jobs whose task_attempt is out of range (written past the queue table's checks)");
+        Ok(())
+    }
+
+    async fn claim_now(&self, claim: &super::super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
         let capped = match claim.queues {
             // A fair claim of a limited queue takes the room first, in one transaction,
             // as does a claim of a queue with a limit per tenant.
@@ -164,7 +217,7 @@ impl Work for SqliteStore {
 
     /// A rate-limited claim, in one write transaction: its queue's global limit's room,
     /// each rate limit's, the claim, and the starts recorded.
-    async fn claim_rated(
+    async fn claim_rated_now(
         &self,
         claim: &super::super::Claim<'_>,
         keys: &[(&'static str, &str)],
@@ -214,6 +267,32 @@ impl Work for SqliteStore {
             turn: served.turn,
             held_tenants: served.passed,
         })
+    }
+}
+
+impl Work for SqliteStore {
+    async fn claim(&self, claim: &super::super::Claim<'_>) -> Result<Vec<ClaimedJob>> {
+        match self.claim_now(claim).await {
+            Err(e) if attempt_out_of_range(&e) => {
+                self.end_unleasable(claim.now).await?;
+                self.claim_now(claim).await
+            }
+            claimed => claimed,
+        }
+    }
+
+    async fn claim_rated(
+        &self,
+        claim: &super::super::Claim<'_>,
+        keys: &[(&'static str, &str)],
+    ) -> Result<RatedClaim> {
+        match self.claim_rated_now(claim, keys).await {
+            Err(e) if attempt_out_of_range(&e) => {
+                self.end_unleasable(claim.now).await?;
+                self.claim_rated_now(claim, keys).await
+            }
+            claimed => claimed,
+        }
     }
 
     /// Finalizes successful runs (fenced); the ids whose lease was still held.

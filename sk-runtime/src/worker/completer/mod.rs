@@ -224,6 +224,8 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                     Err(JobError {
                         snooze: Some(delay),
                         hold,
+                        kind,
+                        message,
                         ..
                     }),
                 registration,
@@ -233,7 +235,12 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
                 ..
             } => {
                 slots.push(slot);
-                tracing::debug!(id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, "sk: job snoozed for {}", humantime::format_duration(delay));
+                if kind == crate::transaction::LOCK_WAIT {
+                    // sk's own snooze: the job's transaction waited for a lock.
+                    tracing::info!(id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, "sk: {message}");
+                } else {
+                    tracing::debug!(id = %lease.id, task_type = registration.task_type, attempt = lease.attempt, "sk: job snoozed for {}", crate::clock::shown(delay));
+                }
                 let until = crate::clock::add(now, delay);
                 snoozed.push((lease, until, registration.task_type, queue.clone()));
                 if hold {

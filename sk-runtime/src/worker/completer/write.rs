@@ -335,7 +335,10 @@ where
             Err(e) => {
                 failures += 1;
                 let wait = crate::retry::database_backoff(failures);
-                tracing::warn!("sk: cannot {what} (attempt {failures}), retrying in {wait:?}: {e}");
+                tracing::warn!(
+                    "sk: cannot {what} (attempt {failures}), retrying in {}: {e}",
+                    crate::clock::shown(wait)
+                );
                 if shared.stopping.is_cancelled() {
                     let since = *stopping_since.get_or_insert_with(Instant::now);
                     if since.elapsed() > shared.config.grace_period {

@@ -127,7 +127,7 @@ pub(crate) async fn start_periodic(shared: &Shared) {
                 Err(e) => {
                     failures += 1;
                     let wait = crate::retry::database_backoff(failures);
-                    tracing::warn!(task_type = registration.task_type, "sk: cannot post the periodic job (attempt {failures}), retrying in {wait:?}: {e}");
+                    tracing::warn!(task_type = registration.task_type, "sk: cannot post the periodic job (attempt {failures}), retrying in {}: {e}", crate::clock::shown(wait));
                     if !shared.pause(wait).await {
                         return;
                     }
