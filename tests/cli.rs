@@ -91,10 +91,16 @@ each_backend! {
         let (code, out, _) = sk(&url, &["status"]).await;
         assert_eq!(code, 0);
         assert!(out.contains("mail") && out.contains("default"), "{out}");
+        // The last hour's runs by task type, which the stopped worker wrote at its stop.
+        let runs = status["last_hour"].as_array().unwrap();
+        let failed = runs.iter().find(|t| t["task_type"] == AlwaysFails::TASK_TYPE);
+        assert_eq!(failed.map(|t| &t["failed"]), Some(&serde_json::json!(1)), "{status}");
+        assert!(out.contains("failed 1h"), "{out}");
 
         // The fatal job, listed and shown whole.
         let page = sk_json(&url, &["jobs", "--state", "fatal"]).await;
         assert_eq!(page["jobs"][0]["id"], fatal.to_string(), "{page}");
+        assert_eq!(page["jobs"][0]["attempt"], 1, "an ended job's attempts: {page}");
         let (code, out, _) = sk(&url, &["job", &fatal.to_string()]).await;
         assert_eq!(code, 0);
         assert!(out.contains("still broken at attempt 1") && out.contains("fatal"), "{out}");

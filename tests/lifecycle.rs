@@ -1,7 +1,7 @@
 //! A job's life open to the application: layers around every run (`WorkerBuilder::layer`,
 //! `layer_for`). A module of the `queue` test binary.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -92,17 +92,29 @@ each_backend! {
             ids.push(Enqueue::new(job).enqueue(&db.pool).await.unwrap());
         }
         ids.push(PlainJob::new("plain".into()).enqueue(&db.pool).await.unwrap());
-        let w = RunningWorker::start(
-            worker(&db, &[LayeredJob::TASK_TYPE, PlainJob::TASK_TYPE])
-                .concurrency(1)
-                .data(Arc::clone(&seen))
-                .layer(Outer(Arc::clone(&seen)))
-                .layer_for::<LayeredJob>(Inner { seen: Arc::clone(&seen), delayed: Mutex::default() }),
-        );
+        let built = worker(&db, &[LayeredJob::TASK_TYPE, PlainJob::TASK_TYPE])
+            .concurrency(1)
+            .data(Arc::clone(&seen))
+            .layer(Outer(Arc::clone(&seen)))
+            .layer_for::<LayeredJob>(Inner { seen: Arc::clone(&seen), delayed: Mutex::default() })
+            .build()
+            .unwrap();
+        let mut events = built.subscribe();
+        let w = RunningWorker::from_worker(built);
         for id in &ids {
             client.wait(*id, T).await.unwrap();
         }
         w.stop().await;
+        // A run a layer refuses or delays starts no handler, and says so: one start for
+        // each handler run (the refused job none, the delayed one once).
+        let mut started = HashMap::new();
+        while let Ok(event) = events.try_recv() {
+            if event.kind == sk_runtime::JobEventKind::Started {
+                *started.entry(event.id).or_insert(0) += 1;
+            }
+        }
+        let starts: Vec<i32> = ids.iter().map(|id| started.get(id).copied().unwrap_or(0)).collect();
+        assert_eq!(starts, [1, 0, 1, 1, 1], "starts of ok, suspended, later, forgiven, plain");
 
         let status = |i: usize| {
             let client = client.clone();

@@ -753,13 +753,48 @@ each_backend! {
         let host = url.trim_start_matches("http://");
         let own = format!("Host: {host}\r\nOrigin: {url}\r\n");
         let long = "q".repeat(300);
-        for queue in ["a%00b", long.as_str()] {
+        // A control character, a blank name, a bidirectional override: no queue is made.
+        for queue in ["a%00b", long.as_str(), "%01", "%20", "%0A", "mail%E2%80%AE"] {
             let path = format!("/queues/{queue}/pause");
             let (status, body) = send(&url, "POST", &path, &own, &form).await;
             assert_eq!(status, 400, "{queue}: {body}");
             assert!(body.contains("invalid queue name"), "{body}");
         }
         assert!(client.queues().await.unwrap().iter().all(|q| q.paused_at.is_none()));
+        assert_eq!(client.queues().await.unwrap().len(), 1, "only the job's queue");
+        // A task type's page of a name no job can have: 400 with sk's message, not the
+        // database's error text in a 500.
+        let (status, body) = request(&url, "GET", "/types/%00", "").await;
+        assert_eq!(status, 400, "{body}");
+        assert!(body.contains("invalid task type"), "{body}");
+        // A bulk delete (or cancel) with no filter at all is refused: it took every
+        // ended job of every queue after one generic confirm().
+        let ended = AlwaysFails::new().with_max_attempts(1).enqueue(&db.pool).await.unwrap();
+        let (probe, _rx) = probe();
+        let w = RunningWorker::start(worker(&db, &[AlwaysFails::TASK_TYPE]).data(probe));
+        client.wait(ended, T).await.unwrap();
+        w.stop().await;
+        // The overview's card agrees with its tables: the stopped worker wrote its run.
+        let (status, page) = request(&url, "GET", "/", "").await;
+        assert_eq!(status, 200, "{page}");
+        let figure = |id: &str| -> String {
+            let at = page.find(&format!("id=\"{id}\">")).unwrap_or_else(|| panic!("#{id}: {page}"));
+            let rest = &page[at + id.len() + 6..];
+            rest[..rest.find('<').unwrap()].to_owned()
+        };
+        assert_eq!((figure("succeeded"), figure("failed"), figure("fatal")), ("0".into(), "1".into(), "1".into()));
+        assert_eq!(figure("failure-rate"), "100.0");
+        for action in ["delete", "cancel"] {
+            let bulk = format!("{form}&do={action}&scope=filter");
+            let (status, body) = send(&url, "POST", "/jobs/bulk", &own, &bulk).await;
+            assert_eq!(status, 400, "{action}: {body}");
+            assert!(body.contains("needs a filter"), "{body}");
+        }
+        assert!(client.job(ended).await.unwrap().is_some(), "the ended job is kept");
+        let narrowed = format!("{form}&do=delete&scope=filter&state=fatal");
+        let (status, body) = send(&url, "POST", "/jobs/bulk", &own, &narrowed).await;
+        assert_eq!(status, 303, "{body}");
+        assert!(client.job(ended).await.unwrap().is_none(), "deleted by its state");
         db.drop().await;
     }
 }

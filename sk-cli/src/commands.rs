@@ -22,8 +22,23 @@ pub(crate) async fn status(
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), Failure> {
-    let counts = client.count_by(CountBy::Queue).await?;
-    let queues = client.queues().await?;
+    let rows = crate::queues::every_queue(client).await?;
+    let counts: Vec<sk_runtime::GroupCounts> = rows
+        .iter()
+        .map(|row| {
+            let mut counts = row.counts.clone();
+            counts.key = Some(row.name.clone());
+            counts
+        })
+        .collect();
+    let queues: Vec<sk_runtime::QueueState> =
+        rows.iter().filter_map(|row| row.state.clone()).collect();
+    // Successes leave no count of their own (a count of them would read the whole results
+    // table): the last hour's runs per task type say how many succeeded, and failed.
+    let hour_ago = chrono::Utc::now() - chrono::Duration::hours(1);
+    let last_hour = client
+        .throughput(hour_ago, sk_runtime::Per::Whole, None)
+        .await?;
     let type_limits = client.task_type_rate_limits().await?;
     let workers = client.workers().await?;
     let held = held_tenants(client, &queues).await?;
@@ -38,6 +53,7 @@ pub(crate) async fn status(
             &serde_json::json!({
                 "queues": counts,
                 "controls": queues,
+                "last_hour": last_hour,
                 "task_type_rate_limits": type_limits,
                 "tenants_held": held,
                 "workers": workers,
@@ -97,7 +113,18 @@ pub(crate) async fn status(
                 .map_or_else(String::new, rate_cell),
         ]));
     }
-    print_table(out, table, counts.is_empty(), "no jobs")?;
+    print_table(out, table, counts.is_empty(), "no queues")?;
+    writeln!(out)?;
+    let mut runs = crate::output::table(&["task type", "processed 1h", "failed 1h", "p95 ms"]);
+    for t in &last_hour {
+        runs.add_row(cells([
+            t.task_type.clone(),
+            t.processed.to_string(),
+            t.failed.to_string(),
+            format!("{:.1}", t.p95_ms),
+        ]));
+    }
+    print_table(out, runs, last_hour.is_empty(), "no runs in the last hour")?;
     if !type_limits.is_empty() {
         writeln!(out)?;
         let mut rates = crate::output::table(&["task type", "rate"]);

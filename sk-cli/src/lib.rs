@@ -15,6 +15,7 @@ mod batches;
 mod commands;
 mod limits;
 mod output;
+mod queues;
 pub mod web;
 
 use args::{Cli, Command, PerArg};

@@ -255,7 +255,7 @@ async fn lose_a_commit_reply(name: &str, options: &[&str]) {
         "the retried completion recognised its own results: {log}"
     );
     assert!(
-        !log.contains("lost the job's lease"),
+        !log.contains("no longer holds the job's lease"),
         "its own results were taken for a lost lease: {log}"
     );
     let fenced = db

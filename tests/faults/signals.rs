@@ -41,7 +41,7 @@ where
         Duration::from_secs(30),
         || async {
             a.log_text()
-                .contains("result refused: this worker lost the job's lease")
+                .contains("result refused: this worker no longer holds the job's lease")
                 .then_some(())
         },
     )

@@ -190,8 +190,19 @@ pub(super) async fn bulk(
             "no bulk action {action:?}: retry, cancel, run-now or delete"
         )));
     }
+    // Every job of every queue, on one click and a generic confirm(): a destructive
+    // action asks for a filter that says which jobs it means.
+    let scope = field("scope");
+    if scope.as_deref() == Some("filter")
+        && matches!(action.as_str(), "delete" | "cancel")
+        && query.fields().is_empty()
+    {
+        return Err(bad(format!(
+            "a bulk {action} needs a filter (a queue, a task type, a state or a tenant); with none it would take every job of every queue"
+        )));
+    }
     let client = acting(&app, &headers);
-    let done = match field("scope").as_deref() {
+    let done = match scope.as_deref() {
         Some("filter") => match action.as_str() {
             "retry" => client.retry_where(&filter).await?,
             "cancel" => client.cancel_where(&filter).await?,

@@ -27,14 +27,10 @@ pub(super) fn status_name(status: JobStatus) -> &'static str {
     }
 }
 
-/// The attempt a job is at, or the attempts it made: a live job's own count; for an
-/// ended one, its failed runs (and the run that succeeded).
+/// The attempt a job is at, or the attempts it made (`JobSummary::attempt`); none for a
+/// job that never ran.
 fn attempt_of(j: &JobSummary) -> String {
-    match (j.attempt, j.status()) {
-        (Some(a), _) => a.to_string(),
-        (None, JobStatus::Processed) => (j.error_count + 1).to_string(),
-        (None, _) => j.error_count.to_string(),
-    }
+    j.attempt.map_or_else(|| "0".to_owned(), |a| a.to_string())
 }
 
 /// How far the job list counts what its filter takes, for the bulk bar: 10,000 jobs

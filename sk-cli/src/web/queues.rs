@@ -1,60 +1,21 @@
 //! The queues: each one's jobs by state, its global and rate limits, and pause or resume;
 //! a queue's tenants and what its limits per tenant hold back now.
 
-use std::collections::BTreeMap;
-
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Path, State};
 use axum::http::HeaderMap;
 use axum::response::Redirect;
 use maud::{html, Markup};
-use sk_runtime::{Client, CountBy, GroupCounts, QueueState};
+use sk_runtime::GroupCounts;
 
 use super::layout::{button, page, segment};
 use super::{acting, check_csrf, not_found, ActionForm, Failure, Page, Shared};
 use crate::limits::{hold_cell, per_tenant_cell, waiting};
 use crate::output::{rate_cell, time};
+use crate::queues::every_queue;
 
 /// Most tenants the tenants page lists (those held back first); `sk tenants` lists all.
 const TENANTS_SHOWN: usize = 500;
-
-/// A queue as the dashboard shows it: its jobs by state (as the overview and `sk status`
-/// count them), its controls, and whether a live worker serves it.
-pub(super) struct QueueRow {
-    pub(super) name: String,
-    pub(super) counts: GroupCounts,
-    pub(super) state: Option<QueueState>,
-}
-
-/// Every queue the database knows: with jobs in any state, paused or limited, or named
-/// by a live worker; by name.
-pub(super) async fn every_queue(client: &Client) -> Result<Vec<QueueRow>, Failure> {
-    let mut rows: BTreeMap<String, QueueRow> = BTreeMap::new();
-    let row = |name: String| QueueRow {
-        name,
-        counts: GroupCounts::default(),
-        state: None,
-    };
-    for c in client.count_by(CountBy::Queue).await? {
-        let name = c.key.clone().unwrap_or_default();
-        rows.entry(name.clone()).or_insert_with(|| row(name)).counts = c;
-    }
-    for q in client.queues().await? {
-        let name = q.name.clone();
-        rows.entry(name.clone()).or_insert_with(|| row(name)).state = Some(q);
-    }
-    for w in client.workers().await?.into_iter().filter(|w| w.alive) {
-        for name in w
-            .queues
-            .unwrap_or_default()
-            .into_iter()
-            .chain(w.default_queues)
-        {
-            rows.entry(name.clone()).or_insert_with(|| row(name));
-        }
-    }
-    Ok(rows.into_values().collect())
-}
 
 /// A queue's or a task type's counts (`by`: `queue` or `type`) as table cells, each
 /// state linking to the jobs in it.

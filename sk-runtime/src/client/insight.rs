@@ -221,13 +221,17 @@ impl Client {
     /// ```
     ///
     /// # Errors
-    /// The database fails.
+    /// [`Error::Invalid`] for a task type no job can have (empty, a control character);
+    /// the database fails.
     pub async fn throughput(
         &self,
         since: DateTime<Utc>,
         per: Per,
         task_type: Option<&str>,
     ) -> Result<Vec<Throughput>> {
+        if let Some(task_type) = task_type {
+            crate::model::check_name("task type", task_type)?;
+        }
         if self.spread() {
             let rows = self
                 .each(|c| async move { c.reader().job_stats(&c.schema, since, task_type).await })

@@ -61,7 +61,8 @@ pub struct JobSummary {
     pub status_code: i32 = "task_status",
     /// Priority.
     pub priority: i32 = "task_priority",
-    /// Attempts used, while the job is live.
+    /// Attempts used: while the job is live, its queue row's count; once it has ended,
+    /// its failed runs and its success (`None` for a job that never ran).
     pub attempt: Option<i32> = "task_attempt",
     /// Tenant.
     pub tenant: Option<String> = "task_tenant",
@@ -80,9 +81,20 @@ pub struct JobSummary {
     /// The last error's message.
     pub last_error_message: Option<String> = "task_last_error_message",
 }
+=> JobSummary::settled
 }
 
 impl JobSummary {
+    /// The summary as read, with the attempts of an ended job (its queue row, which
+    /// counts them, is gone) from its failed runs and its success.
+    fn settled(mut self) -> Self {
+        if self.attempt.is_none() {
+            let ran = self.error_count + i32::from(self.status() == JobStatus::Processed);
+            self.attempt = (ran > 0).then_some(ran);
+        }
+        self
+    }
+
     /// The status (processing while a worker holds it).
     pub fn status(&self) -> JobStatus {
         JobStatus::from_code(self.status_code)

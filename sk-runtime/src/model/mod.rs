@@ -17,6 +17,7 @@ macro_rules! from_row {
                 $field_vis:vis $field:ident: $ty:ty = $how:tt
             ),* $(,)?
         }
+        $(=> $settle:path)?
     ) => {
         $(#[$meta])*
         $vis struct $name {
@@ -29,21 +30,24 @@ macro_rules! from_row {
         #[cfg(feature = "postgres")]
         impl sqlx::FromRow<'_, sqlx::postgres::PgRow> for $name {
             fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
-                Ok(Self { $($field: $crate::model::from_row!(@read row, $how),)* })
+                let read = Self { $($field: $crate::model::from_row!(@read row, $how),)* };
+                Ok($crate::model::from_row!(@settle read $(, $settle)?))
             }
         }
 
         #[cfg(feature = "sqlite")]
         impl sqlx::FromRow<'_, sqlx::sqlite::SqliteRow> for $name {
             fn from_row(row: &sqlx::sqlite::SqliteRow) -> Result<Self, sqlx::Error> {
-                Ok(Self { $($field: $crate::model::from_row!(@read row, $how),)* })
+                let read = Self { $($field: $crate::model::from_row!(@read row, $how),)* };
+                Ok($crate::model::from_row!(@settle read $(, $settle)?))
             }
         }
 
         #[cfg(feature = "mysql")]
         impl sqlx::FromRow<'_, sqlx::mysql::MySqlRow> for $name {
             fn from_row(row: &sqlx::mysql::MySqlRow) -> Result<Self, sqlx::Error> {
-                Ok(Self { $($field: $crate::model::from_row!(@read row, $how),)* })
+                let read = Self { $($field: $crate::model::from_row!(@read row, $how),)* };
+                Ok($crate::model::from_row!(@settle read $(, $settle)?))
             }
         }
     };
@@ -61,6 +65,13 @@ macro_rules! from_row {
     };
     (@read $row:ident, [skip]) => {
         Default::default()
+    };
+    // `=> path` after the struct: a fn that completes the value read.
+    (@settle $read:ident) => {
+        $read
+    };
+    (@settle $read:ident, $settle:path) => {
+        $settle($read)
     };
 }
 pub(crate) use from_row;

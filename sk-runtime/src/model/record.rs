@@ -167,7 +167,8 @@ pub struct JobRecord {
     pub last_attempt_at: Option<DateTime<Utc>> = "task_last_processing_attempted_at_ts",
     /// When it was finished (processed or fatal).
     pub finalized_at: Option<DateTime<Utc>> = "task_processing_finalized_at_ts",
-    /// Attempts used, while the job is live.
+    /// Attempts used: while the job is live, its queue row's count; once it has ended,
+    /// the number of its last recorded attempt (`None` for a job that never ran).
     pub attempt: Option<i32> = "task_attempt",
     /// Attempt limit, while the job is live.
     pub max_attempts: Option<i32> = "task_max_attempts",
@@ -200,6 +201,7 @@ pub struct JobRecord {
     /// MySQL/MariaDB; `None` on SQLite.
     pub updated_at: Option<DateTime<Utc>> = "task_updated_at_ts",
 }
+=> JobRecord::settled
 }
 
 /// One recorded run of a job (seed 004's audit log).
@@ -263,6 +265,15 @@ impl JobRecord {
             Some(3) => Some(crate::UniqueMode::Replace),
             _ => None,
         }
+    }
+
+    /// The record as read, with the attempt of an ended job (its queue row, which counts
+    /// them, is gone) from the attempts recorded.
+    fn settled(mut self) -> Self {
+        if self.attempt.is_none() {
+            self.attempt = self.attempts().last().map(|a| a.attempt);
+        }
+        self
     }
 
     /// Every recorded attempt, oldest first: the failed ones and, for a processed job,

@@ -188,6 +188,7 @@ async fn run_one(
         // Boxed: a run without layers keeps its small future.
         Box::pin(through_layers(&run, &layered, body)).await
     } else {
+        run.started_event();
         let result = match body {
             Body::Decided(result) => result,
             Body::Handler(future, limit) => await_handler(future, limit).await,
@@ -242,6 +243,8 @@ async fn through_layers(
     let transaction = run.registration.transaction;
     let committed: OnceLock<Option<String>> = OnceLock::new();
     let handler = async {
+        // Only once the layers let the run through: one that refuses it started nothing.
+        run.started_event();
         let result = match body {
             Body::Decided(result) => result,
             Body::Handler(future, limit) => await_handler(future, limit).await,
@@ -337,10 +340,6 @@ fn begin(
         let waited = (shared.now() - job.task_posted_at_ts).as_seconds_f64();
         crate::telemetry::waited(registration.task_type, &queue, waited);
     }
-    let (kind, of) = (JobEventKind::Started, (registration.task_type, &queue));
-    shared
-        .events
-        .of_run(kind, &lease, of, None, None, shared.now());
     let started = Instant::now();
     let (mut layered, mut writes) = (None, None);
     let body = if let Some(reason) = job.unreadable.take() {
@@ -415,6 +414,18 @@ fn begin(
 }
 
 impl Run {
+    /// Tells the worker's events that the job's handler starts.
+    fn started_event(&self) {
+        let (kind, of) = (
+            JobEventKind::Started,
+            (self.registration.task_type, &self.queue),
+        );
+        let shared = &self.shared;
+        shared
+            .events
+            .of_run(kind, &self.lease, of, None, None, shared.now());
+    }
+
     /// Records the run's end and sends its outcome to be written (or its lease to be
     /// given back, for a job that stopped when asked).
     fn end(mut self, result: JobOutcome, committed: bool) {

@@ -70,7 +70,7 @@ async fn extend(shared: &Shared) {
                     entry.lease_until = until;
                 } else if entry.state != RunState::Finished {
                     if entry.stop.set(StopReason::LeaseLost).is_ok() {
-                        tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: lease lost (to another worker, or the job was cancelled); asking the job to stop");
+                        tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: lease lost (it ran out before this heartbeat, and another claim may have taken the job, or an operator cancelled, retried or deleted it); asking the job to stop");
                     }
                     entry.cancel.cancel();
                 }

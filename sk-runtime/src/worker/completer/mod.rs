@@ -413,7 +413,6 @@ pub(crate) async fn finalize(shared: &Shared, batch: Vec<Completion>) {
     }
 }
 
-/// Logs an outcome the store refused: the job's lease was lost, or it was cancelled.
 /// A handler's "too many requests": its job's queue and tenant, and until when.
 type Hold = (Arc<str>, Option<Arc<str>>, DateTime<Utc>);
 
@@ -472,13 +471,19 @@ async fn hold_rate_limits(shared: &Shared, mut holds: Vec<Hold>) {
     }
 }
 
+/// What the log says of a lease a fenced write found gone: the write cannot tell who
+/// took it. (It said "to another worker" when only one worker ran, and its own heartbeat
+/// had come late.)
+const LEASE_GONE: &str = "its lease ran out before a heartbeat extended it (this worker or the database stalled) and another claim may have taken the job, or an operator cancelled, retried or deleted it";
+
+/// Logs an outcome the store refused: the job's lease was lost, or it was cancelled.
 fn refused(shared: &Shared, lease: &Lease, what: &str) {
     match shared.stop_reason(lease) {
         Some(StopReason::Cancelled) => {
             tracing::info!(id = %lease.id, attempt = lease.attempt, "sk: {what} not recorded: the job was cancelled while it ran")
         }
         _ => {
-            tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: {what} refused: this worker lost the job's lease (to another worker, or the job was cancelled)")
+            tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: {what} refused: this worker no longer holds the job's lease: {LEASE_GONE}")
         }
     }
 }
@@ -503,7 +508,7 @@ fn refused_among(shared: &Shared, leases: &[Lease], n: usize, what: &str) {
             .map(|l| l.id.to_string())
             .collect();
         tracing::warn!(
-            "sk: {} of these {what}s refused: this worker lost those jobs' leases (to another worker, or the jobs were cancelled): {}",
+            "sk: {} of these {what}s refused: this worker no longer holds those jobs' leases ({LEASE_GONE}): {}",
             n - cancelled.len(),
             ids.join(", ")
         );
