@@ -365,6 +365,11 @@ impl Client {
     /// is claimed on its own for free handler slots only (no prefetch), under its
     /// limit's row lock, so its claims take turns.
     ///
+    /// The limit holds on the handlers' own start times: each handler starts within
+    /// 50 ms of the time its claim counted it, or is handed back unstarted (no attempt
+    /// used), and each start counts over the window and those 50 ms, so `"50/1s"` starts
+    /// at most 50 handlers in any second (about 47.6 a second at its fullest).
+    ///
     /// # Errors
     /// [`Error::Invalid`] for a bad queue name; the database fails.
     pub async fn set_rate_limit(&self, queue: &str, limit: Option<RateLimit>) -> Result<()> {

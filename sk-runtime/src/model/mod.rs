@@ -91,8 +91,8 @@ pub use audit::AuditEntry;
 pub use batch::{BatchCallback, BatchEvent, BatchRecord};
 pub use errors::ErrorGroup;
 pub(crate) use errors::{groups_of, like_of, mask, ErrorRow};
-pub(crate) use limits::StartLog;
 pub use limits::{RateLimit, RateState, TenantHold, TenantState, MAX_RATE_WINDOW};
+pub(crate) use limits::{StartLog, START_ALLOWANCE};
 pub use list::{
     CountBy, GroupCounts, JobFilter, JobPage, JobSummary, Per, Pruned, QueueState, Throughput,
     WorkerInfo, MAX_PAGE,

@@ -29,7 +29,10 @@ use crate::transaction::TxSource;
 pub(crate) fn admit(
     shared: &Arc<Shared>,
     jobs: Vec<(ClaimedJob, Option<OwnedSemaphorePermit>)>,
-    lease_until: chrono::DateTime<chrono::Utc>,
+    (lease_until, start_by): (
+        chrono::DateTime<chrono::Utc>,
+        Option<chrono::DateTime<chrono::Utc>>,
+    ),
     fair: bool,
     completions: &UnboundedSender<Completion>,
 ) {
@@ -47,6 +50,7 @@ pub(crate) fn admit(
                     state: RunState::Claimed,
                     abort: None,
                     lease_until,
+                    start_by,
                 },
             );
         }
@@ -188,8 +192,8 @@ async fn run_one(
         // Boxed: a run without layers keeps its small future.
         Box::pin(through_layers(&run, &layered, body)).await
     } else {
-        run.started_event();
         let result = match body {
+            _ if !run.starts() => Err(JobError::interrupted()),
             Body::Decided(result) => result,
             Body::Handler(future, limit) => await_handler(future, limit).await,
             // Rare: its inputs are read first, in a future of its own.
@@ -244,8 +248,8 @@ async fn through_layers(
     let committed: OnceLock<Option<String>> = OnceLock::new();
     let handler = async {
         // Only once the layers let the run through: one that refuses it started nothing.
-        run.started_event();
         let result = match body {
+            _ if !run.starts() => Err(JobError::interrupted()),
             Body::Decided(result) => result,
             Body::Handler(future, limit) => await_handler(future, limit).await,
             Body::Inputs(input, limit) => with_inputs(run, *input, limit).await,
@@ -414,16 +418,22 @@ fn begin(
 }
 
 impl Run {
-    /// Tells the worker's events that the job's handler starts.
-    fn started_event(&self) {
+    /// Whether the job's handler starts now: not if its rate limit counted its start
+    /// earlier than its allowance (`Shared::starts_in_time`). If it does, the worker's
+    /// events hear of it.
+    fn starts(&self) -> bool {
+        let shared = &self.shared;
+        if !shared.starts_in_time(&self.lease) {
+            return false;
+        }
         let (kind, of) = (
             JobEventKind::Started,
             (self.registration.task_type, &self.queue),
         );
-        let shared = &self.shared;
         shared
             .events
             .of_run(kind, &self.lease, of, None, None, shared.now());
+        true
     }
 
     /// Records the run's end and sends its outcome to be written (or its lease to be

@@ -308,7 +308,7 @@ pub(crate) async fn run_one_due(shared: &Arc<Shared>) -> Result<Option<crate::wo
     };
     let (id, task_type, attempt) = (job.task_id, job.task_type.clone(), job.task_attempt);
     let (tx, mut rx) = mpsc::unbounded_channel();
-    executor::admit(shared, vec![(job, None)], lease_until, false, &tx);
+    executor::admit(shared, vec![(job, None)], (lease_until, None), false, &tx);
     drop(tx);
     let completion = rx
         .recv()

@@ -364,9 +364,10 @@ async fn claim(
         .slots
         .available_permits()
         .min(shared.held.available_permits());
-    // A rate counts a job's start as it is claimed, so a claim under one (of the queue,
-    // of its tenants or of a job type) takes free slots only: a job waiting here would
-    // start later than counted. A limit of running jobs (of the queue, or of each tenant)
+    // A rate counts a job's start as it is claimed (and lets it start within
+    // `model::START_ALLOWANCE` of that only), so a claim under one (of the queue, of its
+    // tenants or of a job type) takes free slots only: a job waiting here would start
+    // later than counted. A limit of running jobs (of the queue, or of each tenant)
     // counts every lease, waiting or running, so what waits here stays within it; but it
     // holds room another worker's free slot could use, so such a claim prefetches at
     // most the worker's concurrency. (A fair queue's claims prefetch as any: a tenant's
@@ -450,18 +451,25 @@ async fn claim(
     if let Some(task_type) = rated_type {
         keys.push((crate::store::rates::TYPE, task_type));
     }
-    let (jobs, opens_at, next_turn) = if keys.is_empty() && !alone.tenant_capped {
-        (shared.store.claim(&request).await?, None, None)
+    let (jobs, opens_at, next_turn, claimed_at) = if keys.is_empty() && !alone.tenant_capped {
+        (shared.store.claim(&request).await?, None, None, now)
     } else {
-        let rated = shared.store.claim_rated(&request, &keys).await?;
-        if rated.held_tenants > 0 {
-            Metrics::add(&shared.metrics.tenant_held, rated.held_tenants as u64);
+        let claimed = shared.store.claim_rated(&request, &keys).await?;
+        if claimed.held_tenants > 0 {
+            Metrics::add(&shared.metrics.tenant_held, claimed.held_tenants as u64);
             crate::telemetry::tenant_held(
                 queues.and_then(|q| q.first()).map_or("", String::as_str),
             );
         }
-        (rated.jobs, rated.opens_at, rated.turn)
+        (claimed.jobs, claimed.opens_at, claimed.turn, claimed.at)
     };
+    // Under a rate, each handler starts within the allowance after the time the claim
+    // counted its start, or not at all (`Shared::starts_in_time`).
+    let start_by = rated.then(|| {
+        let allowance = chrono::Duration::from_std(crate::model::START_ALLOWANCE)
+            .expect("the allowance is a few milliseconds");
+        claimed_at + allowance
+    });
     let full = jobs.len() == free;
     if opens_at.is_some() && !full {
         Metrics::add(&shared.metrics.rate_held, 1);
@@ -493,7 +501,7 @@ async fn claim(
     let jobs = jobs
         .into_iter()
         .map(|mut job| {
-            job.claimed_at = Some(now);
+            job.claimed_at = Some(claimed_at);
             let queue_slot = limit.map(|limit| {
                 Arc::clone(limit)
                     .try_acquire_owned()
@@ -502,7 +510,13 @@ async fn claim(
             (job, queue_slot)
         })
         .collect();
-    executor::admit(shared, jobs, lease_until, alone.fair, completions);
+    executor::admit(
+        shared,
+        jobs,
+        (lease_until, start_by),
+        alone.fair,
+        completions,
+    );
     Ok(match (full, opens_at, capped) {
         (true, _, _) => Claimed::Full,
         (false, Some(at), _) => Claimed::Held(at),

@@ -127,6 +127,9 @@ pub(crate) struct Running {
     /// that the store answered as held (by this worker's clock). A job whose lease is
     /// running out by the time a slot frees is not started (`Shared::lapsing`).
     pub(crate) lease_until: chrono::DateTime<chrono::Utc>,
+    /// Of a job claimed under a rate limit: the latest its handler may start, its start's
+    /// time in the limit's log and the allowance after it (`model::START_ALLOWANCE`).
+    pub(crate) start_by: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,7 +192,30 @@ impl Shared {
             tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: a job waited for its transaction past its last extended lease (heartbeats were not written meanwhile); handed back unstarted");
             return false;
         }
-        true
+        Self::in_time(entry, lease, self.now())
+    }
+
+    /// Whether the handler of the job under `lease` may start now as its rate limit
+    /// counted it (`Running::start_by`); one that may not is handed back unstarted, as
+    /// `may_start` does, and runs on a later claim, counted again then.
+    pub(crate) fn starts_in_time(&self, lease: &Lease) -> bool {
+        let now = self.now();
+        let mut running = self.running();
+        running
+            .get_mut(lease)
+            .is_none_or(|entry| Self::in_time(entry, lease, now))
+    }
+
+    fn in_time(entry: &mut Running, lease: &Lease, now: chrono::DateTime<chrono::Utc>) -> bool {
+        match entry.start_by {
+            Some(by) if now > by => {
+                // The run ends as one asked to stop: its lease goes back, its attempt kept.
+                let _ = entry.stop.set(crate::job::StopReason::LeaseLost);
+                tracing::warn!(id = %lease.id, attempt = lease.attempt, late_ms = (now - by).num_milliseconds(), "sk: a rate-limited job would start after the time its limit counted it; handed back unstarted");
+                false
+            }
+            _ => true,
+        }
     }
 
     /// Whether a job that waited for a slot, leased until `lease_until`, is too late to

@@ -245,6 +245,7 @@ impl Work for MySqlStore {
         }
         let capped = rates::capped_queue(claim)?;
         let per_tenant = tenants::tenant_capped_queue(claim)?;
+        let asked = std::time::Instant::now();
         retrying!(self, "a claim", |conn| {
             let mut tx = conn.begin_with(BEGIN).await?;
             let mut limit = claim.limit;
@@ -261,6 +262,11 @@ impl Work for MySqlStore {
             };
             let taken = rates::take_all::<MySql>(&mut tx, &self.schema, keys, claim.now).await?;
             limit = taken.room(limit);
+            let counts = !keys.is_empty() || room.as_ref().is_some_and(|r| r.rate.is_some());
+            let claim = &rates::after_locks(claim, asked, counts);
+            if let Some(room) = room.as_mut() {
+                room.now = claim.now;
+            }
             let served = fair::claim_within(self, &mut *tx, claim, limit, room.as_mut()).await?;
             let opens_at = taken
                 .spend::<MySql>(&mut tx, &self.schema, served.jobs.len(), claim.now)
@@ -268,6 +274,7 @@ impl Work for MySqlStore {
             tx.commit().await?;
             Ok(RatedClaim {
                 jobs: served.jobs,
+                at: claim.now,
                 opens_at: rates::later(opens_at, served.opens_at),
                 turn: served.turn,
                 held_tenants: served.passed,

@@ -212,12 +212,14 @@ impl Work for PgStore {
         if capped.is_some_and(|queue| claim.paused.iter().any(|p| p == queue)) {
             return Ok(RatedClaim {
                 jobs: Vec::new(),
+                at: claim.now,
                 opens_at: None,
                 turn: None,
                 held_tenants: 0,
             });
         }
         let per_tenant = tenants::tenant_capped_queue(claim)?;
+        let asked = std::time::Instant::now();
         let mut conn = self.acquire().await?;
         // Under limits per tenant, the claim's statements (the locks, the count, the
         // tenants' probe, a claim per share) were planned again at every claim, as custom
@@ -254,6 +256,11 @@ impl Work for PgStore {
             .await
             .map_err(|e| self.lost_in(e))?;
         limit = taken.room(limit);
+        let counts = !keys.is_empty() || room.as_ref().is_some_and(|r| r.rate.is_some());
+        let claim = &rates::after_locks(claim, asked, counts);
+        if let Some(room) = room.as_mut() {
+            room.now = claim.now;
+        }
         let served = if limit > 0 {
             let claim = super::super::Claim {
                 capped: false,
@@ -270,6 +277,7 @@ impl Work for PgStore {
         tx.commit().await.map_err(|e| self.lost(e))?;
         Ok(RatedClaim {
             jobs: served.jobs,
+            at: claim.now,
             opens_at: rates::later(opens_at, served.opens_at),
             turn: served.turn,
             held_tenants: served.passed,

@@ -231,13 +231,9 @@ impl SqliteStore {
         // wait. At the time it was asked, a claim that waited behind a later one would
         // count its window in a log that claim had pruned to its own window, see room
         // that was used, and record starts (and its jobs' start times) in the past: one
-        // window then held more starts than the limit.
-        let waited = chrono::Duration::from_std(asked.elapsed()).unwrap_or_default();
-        let claim = &super::super::Claim {
-            now: claim.now + waited,
-            lease_until: claim.lease_until + waited,
-            ..*claim
-        };
+        // window then held more starts than the limit. (Every claim here moves on: the
+        // jobs' claim time is this one, `RatedClaim::at`.)
+        let claim = &rates::after_locks(claim, asked, true);
         let now = claim.now;
         let mut limit = claim.limit;
         if let Some(queue) = capped {
@@ -263,6 +259,7 @@ impl SqliteStore {
         drop((_turn, conn));
         Ok(RatedClaim {
             jobs: in_order(served.jobs),
+            at: now,
             opens_at: rates::later(opens_at, served.opens_at),
             turn: served.turn,
             held_tenants: served.passed,
