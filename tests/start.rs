@@ -253,7 +253,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
             .fetch_all(&db.pool)
             .await
             .unwrap();
-    assert_eq!(versions, (1..=26).collect::<Vec<i32>>());
+    assert_eq!(versions, (1..=27).collect::<Vec<i32>>());
     // The old results table became the default partition (migration 5), options and all.
     let options: Vec<String> = sqlx::query_scalar(
         "SELECT unnest(reloptions) FROM pg_class WHERE oid = 'old.sk_task_results_default'::regclass ORDER BY 1",
@@ -282,7 +282,7 @@ async fn a_schema_from_an_older_version_is_brought_forward() {
     let error = worker.run_until(std::future::pending()).await.unwrap_err();
     assert_eq!(
         error.to_string(),
-        "the database schema is at version 99, newer than this sk (26); upgrade sk"
+        "the database schema is at version 99, newer than this sk (27); upgrade sk"
     );
     db.drop().await;
 }

@@ -210,8 +210,28 @@ async fn seed_000_upserts_work_on_its_keys_beside_seed_001_writers_and_sk() {
         .unwrap();
     sqlx::raw_sql(seed_000).execute(&db.pool).await.unwrap();
     sqlx::raw_sql(seed_000).execute(&db.pool).await.unwrap();
+    // Seed 000's positional writes, in its column order (four metric values, seven stats
+    // values): the tables keyed as seed 000's take its order too.
     sqlx::raw_sql(
-        "INSERT INTO sk_metrics_t VALUES ('tasks_processed', 'process-2', 'queue', 10, now())
+        "INSERT INTO sk_metrics_t VALUES ('positional', 'queue', 4, now());
+         INSERT INTO sk_task_execution_time_stats_t VALUES ('positional', 1, 7, 7, 7, 7, 7);",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let positional: (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT metric_value FROM sk_metrics_t WHERE metric_id = 'positional'),
+                (SELECT et_total_execution_time FROM sk_task_execution_time_stats_t
+                 WHERE et_payload_type = 'positional')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(positional, (4, 7));
+    // A seed-001 writer names its columns here (its positional order is seed 001's).
+    sqlx::raw_sql(
+        "INSERT INTO sk_metrics_t (metric_id, metric_owner_process_id, metric_category, metric_value, metric_last_updated)
+            VALUES ('tasks_processed', 'process-2', 'queue', 10, now())
             ON CONFLICT (metric_id, metric_owner_process_id)
             DO UPDATE SET metric_value = sk_metrics_t.metric_value + EXCLUDED.metric_value",
     )
@@ -240,7 +260,7 @@ async fn seed_000_upserts_work_on_its_keys_beside_seed_001_writers_and_sk() {
     w.stop().await;
     let rows: Vec<(String, String, i64)> = sqlx::query_as(
         "SELECT et_payload_type, et_owner_process_id, et_n_execution_cycles
-         FROM sk_task_execution_time_stats_t ORDER BY 1, 2",
+         FROM sk_task_execution_time_stats_t WHERE et_payload_type = 'record' ORDER BY 1, 2",
     )
     .fetch_all(&db.pool)
     .await
@@ -265,7 +285,8 @@ async fn seed_000_upserts_work_on_its_keys_beside_seed_001_writers_and_sk() {
     .await
     .unwrap();
     let owners: Vec<String> = sqlx::query_scalar(
-        "SELECT et_owner_process_id FROM sk_task_execution_time_stats_t ORDER BY 1",
+        "SELECT et_owner_process_id FROM sk_task_execution_time_stats_t
+         WHERE et_payload_type = 'record' ORDER BY 1",
     )
     .fetch_all(&db.pool)
     .await
@@ -402,5 +423,83 @@ async fn a_succeeded_jobs_results_row_keeps_its_payload() {
         assert_eq!(row, (3, Some(payload.to_owned())));
     }
     w.stop().await;
+    db.drop().await;
+}
+
+/// Seed 001's dequeue function, as its page gives it.
+const SEED_001_DEQUEUE: &str = r#"CREATE OR REPLACE FUNCTION public.sk_try_dequeue_task (IN select_types character varying[], IN exclude_ids uuid[], IN ref_now timestamp with time zone)
+	RETURNS TABLE (task_id uuid, task_lock_handle_id bigint, task_type character varying, task_source character varying, task_payload text, task_priority integer, task_posted_at_ts timestamp with time zone, task_locked_until_ts timestamp with time zone)
+	LANGUAGE plpgsql
+	AS $$
+	DECLARE
+		n_select_types integer = CARDINALITY(select_types);
+	BEGIN
+		RETURN QUERY
+		WITH sk_dequeued_task AS
+			(DELETE FROM sk_tasks_queue_t td WHERE td.task_id = (
+				SELECT t0.task_id
+						FROM sk_tasks_queue_t t0
+						WHERE (t0.task_type = ANY(select_types) OR n_select_types = 0)
+							AND t0.task_locked_until_ts < ref_now
+							AND t0.task_id <> ALL(exclude_ids)
+						ORDER BY t0.task_priority ASC,
+							t0.task_locked_until_ts ASC,
+							t0.task_lock_handle_id ASC
+						LIMIT 1
+						FOR UPDATE SKIP LOCKED
+			) RETURNING *) SELECT sdt.* FROM sk_dequeued_task sdt;
+	END;
+$$;"#;
+
+/// The seed's own `CREATE OR REPLACE FUNCTION sk_try_dequeue_task`, run over an sk
+/// database, succeeds and breaks every call (its `RETURNING *` answers sk's whole row);
+/// a second migrate said the schema was up to date. Now migrate (a worker's start too)
+/// finds the function is not sk's and puts sk's back; and the job a seed consumer takes
+/// keeps its payload in its record, the only one it has once its queue row is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seeds_own_dequeue_text_is_put_right_by_migrate() {
+    let db = TestDb::new().await;
+    db.execute(SEED_001_DEQUEUE).await;
+    let dequeue = "SELECT task_id, task_payload FROM sk_try_dequeue_task('{}', '{}', now())";
+    let broken = sqlx::query(dequeue)
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap_err();
+    assert!(
+        broken.to_string().contains("does not match"),
+        "the seed's text over sk's table: {broken}"
+    );
+    sk_runtime::migrate(&db.pool, &sk_runtime::Schema::default())
+        .await
+        .unwrap();
+    let id = Record::new("dequeued by a seed consumer".into())
+        .with_tenant("acme")
+        .enqueue(&db.pool)
+        .await
+        .unwrap();
+    let (taken, payload): (Uuid, Option<String>) =
+        sqlx::query_as(dequeue).fetch_one(&db.pool).await.unwrap();
+    assert_eq!(taken, id);
+    let record = sk_runtime::Client::new(db.pool.clone())
+        .job(id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        record.status(),
+        JobStatus::Processing,
+        "taken by the consumer"
+    );
+    assert_eq!(record.payload, payload, "the record keeps the payload");
+    assert_eq!(record.tenant.as_deref(), Some("acme"));
+    // Migrate again: sk's own function is left as it is.
+    sk_runtime::migrate(&db.pool, &sk_runtime::Schema::default())
+        .await
+        .unwrap();
+    assert!(sqlx::query(dequeue)
+        .fetch_optional(&db.pool)
+        .await
+        .unwrap()
+        .is_none());
     db.drop().await;
 }

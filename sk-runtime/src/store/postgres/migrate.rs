@@ -136,7 +136,48 @@ pub(super) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "the task types the workers run, with their schemas",
         include_str!("../../../migrations/postgres/0026_task_types.sql"),
     ),
+    (
+        27,
+        "the seed's dequeue keeps the job's payload in its record",
+        DEQUEUE,
+    ),
 ];
+
+/// The migration that defines sk's dequeue function last; `restore_dequeue` runs it again.
+const DEQUEUE: &str = include_str!("../../../migrations/postgres/0027_seed_dequeue_record.sql");
+
+/// The line of `DEQUEUE`'s body that marks the function as sk's.
+const DEQUEUE_MARK: &str = "-- sk's dequeue function (migration 27)";
+
+/// Puts sk's dequeue function back if the one of its name is another's: the seed's own
+/// `CREATE OR REPLACE FUNCTION sk_try_dequeue_task` succeeds over an sk database, and then
+/// every call failed ("Number of returned columns (28) does not match expected column
+/// count (8)": its `RETURNING *` answers sk's wider row), while a second migrate said the
+/// schema was up to date. Whether it restored the function.
+async fn restore_dequeue(tx: &mut PgConnection, schema: &Schema) -> Result<bool> {
+    let function = schema.table("try_dequeue_task");
+    let body: Option<String> = sqlx::query_scalar(
+        "SELECT prosrc FROM pg_proc
+         WHERE oid = to_regprocedure($1 || '(character varying[], uuid[], timestamp with time zone)')",
+    )
+    .bind(&function)
+    .fetch_optional(kept(&mut *tx))
+    .await?;
+    if body
+        .as_deref()
+        .is_some_and(|body| body.contains(DEQUEUE_MARK))
+    {
+        return Ok(false);
+    }
+    let sql = DEQUEUE
+        .replace("__SCHEMA__", schema.schema_name())
+        .replace("__PREFIX__", schema.prefix());
+    (&mut *tx).execute(sql.as_str()).await?;
+    tracing::warn!(
+        "sk: the function {function} was not sk's (the seed's own text, which returns sk's whole queue row where it declares the seed's eight columns, fails at every call); sk's is back in its place, and answers the seed's consumers as the seed says"
+    );
+    Ok(true)
+}
 
 /// The first row of `schema`'s queue that migration 11's check would refuse, named with
 /// its id, column and value (`None`: every row passes).
@@ -227,6 +268,9 @@ pub(crate) async fn migrate_to(pool: &PgPool, schema: &Schema, target: i32) -> R
         .execute(kept(&mut tx))
         .await?;
         tracing::info!(version, description, "sk: applied migration");
+    }
+    if target >= 27 {
+        restore_dequeue(&mut tx, schema).await?;
     }
     tx.commit().await?;
     Ok(())
