@@ -5,8 +5,8 @@ use std::io::Write;
 use futures_util::StreamExt as _;
 
 use sk_runtime::{
-    CancelOutcome, Client, CountBy, JobFilter, JobStatus, Pool, ReprioritizeOutcome,
-    RescheduleOutcome, RetryOutcome, Schema,
+    CancelOutcome, Client, JobStatus, Pool, ReprioritizeOutcome, RescheduleOutcome, RetryOutcome,
+    Schema,
 };
 use uuid::Uuid;
 
@@ -379,26 +379,9 @@ pub(crate) async fn migrations(
 /// no paused or limited state, no worker that names it. `sk pause paymnets` (a typo) paused
 /// a queue that never existed while `payments` ran on.
 pub(crate) async fn known_queue(client: &Client, queue: &str) -> Result<(), Failure> {
-    let mut known: Vec<String> = client
-        .count_by(CountBy::Queue)
-        .await?
-        .into_iter()
-        .filter_map(|g| g.key)
-        .collect();
-    known.extend(client.queues().await?.into_iter().map(|q| q.name));
-    for worker in client.workers().await? {
-        known.extend(worker.queues.unwrap_or_default());
-    }
-    if known.iter().any(|k| k == queue) {
+    let Err(known) = crate::queues::known(client, queue).await? else {
         return Ok(());
-    }
-    // Last, the slow check: a queue whose every job succeeded.
-    let filter = JobFilter::new().queue(queue);
-    if !client.jobs(&filter, None, 1).await?.jobs.is_empty() {
-        return Ok(());
-    }
-    known.sort();
-    known.dedup();
+    };
     let listed = if known.is_empty() {
         "sk knows no queue yet".to_owned()
     } else {

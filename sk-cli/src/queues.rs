@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use sk_runtime::{Client, CountBy, GroupCounts, QueueState};
+use sk_runtime::{Client, CountBy, GroupCounts, JobFilter, QueueState};
 
 /// A queue as `sk status` and the dashboard show it: its jobs by state and its controls.
 pub(crate) struct QueueRow {
@@ -40,4 +40,33 @@ pub(crate) async fn every_queue(client: &Client) -> sk_runtime::Result<Vec<Queue
         }
     }
     Ok(rows.into_values().collect())
+}
+
+/// Whether `queue` is one the database knows (`every_queue`'s, or one whose every job
+/// succeeded); if not, the names it knows, to say so. An action on an unknown name
+/// would make a queue of it: the dashboard's pause made queues named `\u{1}`, a space,
+/// a newline or a bidirectional override from a hand-written URL.
+pub(crate) async fn known(
+    client: &Client,
+    queue: &str,
+) -> sk_runtime::Result<Result<(), Vec<String>>> {
+    // A name sk refuses outright (a NUL, past 255 bytes) is left to the action, whose
+    // error says why.
+    if queue.contains('\0') || queue.len() > 255 {
+        return Ok(Ok(()));
+    }
+    let names: Vec<String> = every_queue(client)
+        .await?
+        .into_iter()
+        .map(|row| row.name)
+        .collect();
+    if names.iter().any(|name| name == queue) {
+        return Ok(Ok(()));
+    }
+    // Last, the slow check: a queue whose every job succeeded.
+    let filter = JobFilter::new().queue(queue);
+    if !client.jobs(&filter, None, 1).await?.jobs.is_empty() {
+        return Ok(Ok(()));
+    }
+    Ok(Err(names))
 }

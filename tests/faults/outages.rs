@@ -147,7 +147,7 @@ async fn a_worker_whose_database_is_away_keeps_trying_without_spinning() {
         "the outage is named in sk's words, with the address: {log}"
     );
     assert!(
-        log.contains("retrying in 100ms") && log.contains("retrying in 200ms"),
+        log.contains("retrying in 100 ms") && log.contains("retrying in 200 ms"),
         "backoff grows: {log}"
     );
 

@@ -103,6 +103,13 @@ pub(super) async fn queue_action(
     form: Result<Form<ActionForm>, FormRejection>,
 ) -> Result<Redirect, Failure> {
     check_csrf(&app, form)?;
+    // As `sk pause` does without `--force`: a name no job, control or worker has is
+    // refused, not made into a queue.
+    if crate::queues::known(&app.client, &name).await?.is_err() {
+        return Err(not_found(format!(
+            "no queue {name:?}: no job of it, not paused or limited, and no worker names it"
+        )));
+    }
     let client = acting(&app, &headers);
     match action.as_str() {
         "pause" => client.pause(&name).await?,
