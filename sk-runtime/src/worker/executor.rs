@@ -224,6 +224,9 @@ struct Run {
     /// The job's tenant (whose rate limit a handler's `JobError::rate_limited` holds).
     tenant: Option<Arc<str>>,
     stopped: Arc<OnceLock<StopReason>>,
+    /// Of a job claimed under a rate limit, the latest its handler may start
+    /// (`Running::start_by`).
+    start_by: Option<chrono::DateTime<chrono::Utc>>,
     completions: UnboundedSender<Completion>,
     permit: Slot,
     started: Instant,
@@ -295,7 +298,7 @@ fn begin(
         id: job.task_id,
         attempt: job.task_attempt,
     };
-    {
+    let start_by = {
         let mut running = shared.running();
         let entry = running.get_mut(&lease)?;
         if entry.state != RunState::Claimed {
@@ -330,7 +333,8 @@ fn begin(
             return None;
         }
         entry.state = RunState::Started;
-    }
+        entry.start_by
+    };
     let registration = shared
         .registry
         .jobs
@@ -407,6 +411,7 @@ fn begin(
             queue,
             tenant,
             stopped: stop,
+            start_by,
             completions,
             permit,
             started,
@@ -419,11 +424,11 @@ fn begin(
 
 impl Run {
     /// Whether the job's handler starts now: not if its rate limit counted its start
-    /// earlier than its allowance (`Shared::starts_in_time`). If it does, the worker's
-    /// events hear of it.
+    /// earlier than its allowance (`shared::in_time`). If it does, the worker's events
+    /// hear of it.
     fn starts(&self) -> bool {
         let shared = &self.shared;
-        if !shared.starts_in_time(&self.lease) {
+        if !super::shared::in_time(self.start_by, &self.stopped, &self.lease, shared.now()) {
             return false;
         }
         let (kind, of) = (
