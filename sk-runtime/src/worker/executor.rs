@@ -422,13 +422,33 @@ fn begin(
     ))
 }
 
+/// Whether the handler of the job under `lease` may start at `now` as its rate limit
+/// counted it (`Running::start_by`). One that may not is asked to stop (`stop`), so its
+/// run ends by giving its lease back unstarted, its attempt kept, and it runs on a later
+/// claim, counted again then.
+pub(super) fn in_time(
+    start_by: Option<chrono::DateTime<chrono::Utc>>,
+    stop: &std::sync::OnceLock<crate::job::StopReason>,
+    lease: &Lease,
+    now: chrono::DateTime<chrono::Utc>,
+) -> bool {
+    match start_by {
+        Some(by) if now > by => {
+            let _ = stop.set(StopReason::LeaseLost);
+            tracing::warn!(id = %lease.id, attempt = lease.attempt, late_ms = (now - by).num_milliseconds(), "sk: a rate-limited job would start after the time its limit counted it; handed back unstarted");
+            false
+        }
+        _ => true,
+    }
+}
+
 impl Run {
     /// Whether the job's handler starts now: not if its rate limit counted its start
-    /// earlier than its allowance (`shared::in_time`). If it does, the worker's events
+    /// earlier than its allowance (`in_time`). If it does, the worker's events
     /// hear of it.
     fn starts(&self) -> bool {
         let shared = &self.shared;
-        if !super::shared::in_time(self.start_by, &self.stopped, &self.lease, shared.now()) {
+        if !in_time(self.start_by, &self.stopped, &self.lease, shared.now()) {
             return false;
         }
         let (kind, of) = (

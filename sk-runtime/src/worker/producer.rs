@@ -464,7 +464,7 @@ async fn claim(
         (claimed.jobs, claimed.opens_at, claimed.turn, claimed.at)
     };
     // Under a rate, each handler starts within the allowance after the time the claim
-    // counted its start, or not at all (`shared::in_time`).
+    // counted its start, or not at all (`executor::in_time`).
     let start_by = rated.then(|| {
         let allowance = chrono::Duration::from_std(crate::model::START_ALLOWANCE)
             .expect("the allowance is a few milliseconds");

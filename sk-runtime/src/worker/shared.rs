@@ -154,26 +154,6 @@ impl crate::transaction::RunsUnder for Shared {
     }
 }
 
-/// Whether the handler of the job under `lease` may start at `now` as its rate limit
-/// counted it (`Running::start_by`). One that may not is asked to stop (`stop`), so its
-/// run ends by giving its lease back unstarted, its attempt kept, and it runs on a later
-/// claim, counted again then.
-pub(crate) fn in_time(
-    start_by: Option<chrono::DateTime<chrono::Utc>>,
-    stop: &std::sync::OnceLock<crate::job::StopReason>,
-    lease: &Lease,
-    now: chrono::DateTime<chrono::Utc>,
-) -> bool {
-    match start_by {
-        Some(by) if now > by => {
-            let _ = stop.set(crate::job::StopReason::LeaseLost);
-            tracing::warn!(id = %lease.id, attempt = lease.attempt, late_ms = (now - by).num_milliseconds(), "sk: a rate-limited job would start after the time its limit counted it; handed back unstarted");
-            false
-        }
-        _ => true,
-    }
-}
-
 impl Shared {
     /// Wakes the producer for jobs posted or controls changed (`posted`).
     pub(crate) fn posted_wake(&self) {
@@ -212,7 +192,7 @@ impl Shared {
             tracing::warn!(id = %lease.id, attempt = lease.attempt, "sk: a job waited for its transaction past its last extended lease (heartbeats were not written meanwhile); handed back unstarted");
             return false;
         }
-        in_time(entry.start_by, &entry.stop, lease, self.now())
+        executor::in_time(entry.start_by, &entry.stop, lease, self.now())
     }
 
     /// Whether a job that waited for a slot, leased until `lease_until`, is too late to
