@@ -88,12 +88,29 @@ struct Proc {
 
 impl Proc {
     fn spawn(url: &str, id: &str, args: &[&str]) -> Proc {
+        Proc::spawn_in(None, url, id, args)
+    }
+
+    /// As `spawn`, in network namespace `ns` if given (`ip netns exec`, which runs the
+    /// worker in place: the pid is the worker's).
+    fn spawn_in(ns: Option<&str>, url: &str, id: &str, args: &[&str]) -> Proc {
         let log = log_dir().join(format!("{id}.log"));
         let file = File::create(&log).unwrap();
-        let child = Command::new(WORKER)
+        let mut command = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, WORKER]);
+                c
+            }
+            None => Command::new(WORKER),
+        };
+        let child = command
             .env("DATABASE_URL", url)
             // Everything at INFO, sqlx's too: a quiet start is part of what is tested.
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("SK_FAULT_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .arg("--id")
             .arg(id)
             .args(args)
@@ -371,3 +388,5 @@ mod outages;
 mod replica;
 #[path = "faults/signals.rs"]
 mod signals;
+#[path = "faults/silence.rs"]
+mod silence;

@@ -19,6 +19,24 @@ pub enum Error {
         /// Why, as the operating system or the server said it.
         cause: String,
     },
+    /// A call to the database did not finish within its bound (`WorkerBuilder::call_timeout`
+    /// and the bounds of `store::bound`): the host went silent, or the call was slower
+    /// than its bound. sk dropped the call and closed its connection. `outcome` says, for
+    /// a write, whether it is known: e.g. `enqueue on the database at 10.0.0.1:5432/app
+    /// did not finish within 10s; sk closed its connection; it was not stored`.
+    #[error("{call} on the database{} did not finish within {}; sk closed its connection{}", if address.is_empty() { String::new() } else { format!(" at {address}") }, humantime::format_duration(*bound), outcome.as_ref().map(|o| format!("; {o}")).unwrap_or_default())]
+    TimedOut {
+        /// What sk was doing: the driver's operation (`claim`, `complete`, `extend`,
+        /// ...), `enqueue` or `commit`.
+        call: &'static str,
+        /// `host:port/database`, or the socket path or file; empty where the caller's
+        /// connection does not say (an enqueue on the application's executor).
+        address: String,
+        /// The bound it ran past.
+        bound: std::time::Duration,
+        /// For a write whose outcome the caller must know: whether it took effect.
+        outcome: Option<String>,
+    },
     /// The database answers, but the pool had no free connection in time: the pool is too
     /// small for the worker's concurrency plus whatever else shares it.
     #[error("no free connection in the pool within {} ({size} open, at most {max}); give the pool more connections than the worker's concurrency needs", humantime::format_duration(*waited))]

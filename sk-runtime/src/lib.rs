@@ -74,6 +74,13 @@ pub use client::{
     RetryOutcome, ERROR_ROWS,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
+
+/// The bounds on every wait toward the database: each call of a worker, a client and the
+/// dashboard runs under a deadline, and one that runs past it is dropped, its connection
+/// closed ([`Error::TimedOut`]). `WorkerBuilder::call_timeout` sets a worker's.
+pub mod bounds {
+    pub use crate::store::bound::{CALL_TIMEOUT, CLIENT_TIMEOUT, MIGRATE_TIMEOUT, UPKEEP_TIMEOUT};
+}
 pub use enqueue::{Enqueue, EnqueueOutcome, Enqueued, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use error::{Error, JobError, Result};
 pub use hooks::{add_enqueue_hook, EnqueueHook, Posting};

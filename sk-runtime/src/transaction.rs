@@ -26,6 +26,8 @@ pub struct TxSource {
 pub(crate) trait RunsUnder: Send + Sync {
     /// Whether the run may still start under `lease`.
     fn may_start(&self, lease: &Lease) -> bool;
+    /// The run's transaction began, on `host`.
+    fn began_transaction(&self, lease: &Lease, host: String);
     /// The worker's store.
     fn store(&self) -> &Store;
     /// The worker's clock.
@@ -97,6 +99,32 @@ fn contended(what: &str, error: &dyn std::fmt::Display) -> JobError {
     }
 }
 
+impl TxSource {
+    /// The bound of the run's calls: its worker's (`WorkerBuilder::call_timeout`).
+    fn bound(&self) -> std::time::Duration {
+        match &self.end {
+            End::Worker { shared, .. } => shared.store().bounds().call,
+            End::Commit => crate::bounds::CALL_TIMEOUT,
+        }
+    }
+
+    /// `future` under the run's bound, as the call `call`.
+    async fn bounded<T>(
+        &self,
+        call: &'static str,
+        future: impl std::future::Future<Output = crate::Result<T>>,
+    ) -> crate::Result<T> {
+        crate::store::bound::bounded(call, self.bound(), || self.pool.address(), future).await
+    }
+}
+
+/// Rolls `tx` back within the run's bound; past it, drops it (its connection closes).
+async fn roll_back<DB: Backend>(tx: sqlx::Transaction<'static, DB>, source: &TxSource) {
+    let _ = source
+        .bounded("rollback", async { Ok(tx.rollback().await?) })
+        .await;
+}
+
 impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
     fn begin(source: &TxSource) -> BoxFuture<'_, Result<Self, JobError>> {
         Box::pin(async move {
@@ -108,7 +136,7 @@ impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
                 ))
                 .with_kind("transaction"));
             };
-            let tx = begin.await.map_err(|e| {
+            let tx = source.bounded("begin", begin).await.map_err(|e| {
                 if crate::store::lock_wait(&e) {
                     return contended("begin", &e);
                 }
@@ -119,8 +147,9 @@ impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
             // lock, up to the busy timeout) past the lease, and another worker may have
             // run the job meanwhile: the handler starts only on a lease still held.
             if let End::Worker { shared, lease } = &source.end {
+                shared.began_transaction(lease, source.pool.address());
                 if !shared.may_start(lease) {
-                    let _ = tx.rollback().await;
+                    roll_back(tx, source).await;
                     return Err(JobError::interrupted());
                 }
             }
@@ -134,7 +163,7 @@ impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
                 Ok(output) => output,
                 Err(error) => {
                     // Its writes go; the failure is recorded outside it.
-                    let _ = self.rollback().await;
+                    roll_back(self, &source).await;
                     return Err(error);
                 }
             };
@@ -147,21 +176,35 @@ impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
                     // its results row.
                     keep: true,
                 };
-                match DB::complete_in(shared.store(), &mut *self, &done, shared.now()).await {
+                let recorded = source
+                    .bounded(
+                        "complete",
+                        DB::complete_in(shared.store(), &mut *self, &done, shared.now()),
+                    )
+                    .await;
+                match recorded {
                     Ok(true) => {}
                     Ok(false) => {
-                        let _ = self.rollback().await;
+                        roll_back(self, &source).await;
                         return Err(JobError::new(
                             "the job's lease was lost (it ran past its lease, or was cancelled) before its transaction committed; its writes were rolled back",
                         )
                         .with_kind("lease_lost"));
                     }
                     Err(e) if crate::store::lock_wait(&e) => {
-                        let _ = self.rollback().await;
+                        roll_back(self, &source).await;
                         return Err(contended("record its completion in", &e));
                     }
+                    Err(e @ crate::Error::TimedOut { .. }) => {
+                        // Its connection may hang on a silent host: not rolled back there.
+                        drop(self);
+                        return Err(JobError::new(format!(
+                            "cannot record the job's completion in its transaction, which did not commit: {e}"
+                        ))
+                        .with_kind("transaction"));
+                    }
                     Err(e) => {
-                        let _ = self.rollback().await;
+                        roll_back(self, &source).await;
                         return Err(JobError::new(format!(
                             "cannot record the job's completion in its transaction, so its writes were rolled back: {e}"
                         ))
@@ -169,9 +212,18 @@ impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
                     }
                 }
             }
-            match self.commit().await {
+            match source
+                .bounded("commit", async { Ok(self.commit().await?) })
+                .await
+            {
                 Ok(()) => Ok(output),
-                Err(e) if crate::store::sqlx_lock_wait(&e) => Err(contended("commit", &e)),
+                Err(e @ crate::Error::TimedOut { .. }) => Err(JobError::new(format!(
+                    "the job's transaction did not commit in time, so whether it committed is unknown; the job's lease decides: if it did, the job has ended and this failure is not recorded: {e}"
+                ))
+                .with_kind("transaction")),
+                Err(crate::Error::Database(e)) if crate::store::sqlx_lock_wait(&e) => {
+                    Err(contended("commit", &e))
+                }
                 Err(e) => Err(
                     JobError::new(format!("the job's transaction did not commit: {e}"))
                         .with_kind("transaction"),

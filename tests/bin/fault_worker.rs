@@ -52,6 +52,9 @@ async fn effect_pg(
         .execute(&mut **tx)
         .await?;
     tokio::time::sleep(Duration::from_millis(millis)).await;
+    // A statement of the application's after the work: on a host that went silent
+    // meanwhile, it waits with no bound of sk's (`faults::silence`).
+    sqlx::query("SELECT 1").execute(&mut **tx).await?;
     Ok(())
 }
 
@@ -356,6 +359,8 @@ struct Args {
     grace: Duration,
     poll: Duration,
     start_timeout: Option<Duration>,
+    /// `WorkerBuilder::call_timeout`.
+    call_timeout: Option<Duration>,
     /// `burn`, `effect` for the backend's transaction job, `stepped`, or `chaos`.
     job: String,
     /// Where the chaos jobs record their runs.
@@ -374,6 +379,7 @@ fn parse_args() -> Result<Args, String> {
         grace: Duration::from_secs(5),
         poll: Duration::from_millis(100),
         start_timeout: None,
+        call_timeout: None,
         job: "burn".to_owned(),
         history: None,
         clock_jump_ms: 0,
@@ -397,6 +403,7 @@ fn parse_args() -> Result<Args, String> {
             "--grace-ms" => args.grace = ms()?,
             "--poll-ms" => args.poll = ms()?,
             "--start-timeout-ms" => args.start_timeout = Some(ms()?),
+            "--call-timeout-ms" => args.call_timeout = Some(ms()?),
             "--job" => args.job = value.clone(),
             "--history" => args.history = Some(value.clone()),
             "--retention-ms" => args.retention = Some(ms()?),
@@ -459,6 +466,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut builder = Worker::builder(pool);
     if let Some(limit) = args.start_timeout {
         builder = builder.start_timeout(limit);
+    }
+    if let Some(bound) = args.call_timeout {
+        builder = builder.call_timeout(bound);
     }
     if let Some(keep) = args.retention {
         builder = builder.result_retention(keep);

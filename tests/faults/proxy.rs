@@ -24,7 +24,12 @@ impl Proxy {
 
     /// A proxy on `port` (0: any free port).
     pub(crate) async fn start_on(port: u16) -> Proxy {
-        let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+        Proxy::start_at("127.0.0.1", port).await
+    }
+
+    /// A proxy on `ip`:`port` (0: any free port).
+    pub(crate) async fn start_at(ip: &str, port: u16) -> Proxy {
+        let listener = TcpListener::bind((ip, port)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let switch = Arc::new(Switch::new());
         let trap = Arc::new(Trap::default());
@@ -39,13 +44,13 @@ impl Proxy {
                     continue;
                 }
                 let Some(cut) = s.up() else { continue }; // down: drop the connection
-                let trap = t.clone();
+                let (trap, switch) = (t.clone(), s.clone());
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect("127.0.0.1:5432").await else {
                         return;
                     };
                     tokio::select! {
-                        () = relay(client, server, &trap) => {}
+                        () = relay(client, server, &trap, &switch) => {}
                         () = cut.cancelled() => {}
                     }
                 });
@@ -87,7 +92,7 @@ fn holds(haystack: &[u8], needle: &[u8]) -> bool {
 /// Copies bytes both ways until either side closes; with the trap armed, watches the
 /// client for a completion and its COMMIT, and swallows the server's answer to that
 /// COMMIT, ending the connection.
-async fn relay(client: TcpStream, server: TcpStream, trap: &Trap) {
+async fn relay(client: TcpStream, server: TcpStream, trap: &Trap, switch: &Switch) {
     let (mut client_in, mut client_out) = client.into_split();
     let (mut server_in, mut server_out) = server.into_split();
     let committing = AtomicBool::new(false);
@@ -114,6 +119,7 @@ async fn relay(client: TcpStream, server: TcpStream, trap: &Trap) {
                 let keep = seen.len().saturating_sub(COMMIT_QUERY.len());
                 seen.drain(..keep);
             }
+            switch.passing().await;
             if server_out.write_all(&buf[..n]).await.is_err() {
                 return;
             }
@@ -133,6 +139,7 @@ async fn relay(client: TcpStream, server: TcpStream, trap: &Trap) {
                 trap.sprung.store(true, Ordering::SeqCst);
                 return; // the reply is lost with the connection
             }
+            switch.passing().await;
             if client_out.write_all(&buf[..n]).await.is_err() {
                 return;
             }
@@ -150,6 +157,9 @@ async fn relay(client: TcpStream, server: TcpStream, trap: &Trap) {
 pub(crate) struct Switch(
     Mutex<Option<watch::Sender<bool>>>,
     Mutex<Option<Vec<TcpStream>>>,
+    /// Frozen: no byte passes either way and new connections are held, every socket
+    /// kept open (a host gone silent, as the client sees it).
+    watch::Sender<bool>,
 );
 
 /// Completes when the switch goes down.
@@ -163,7 +173,26 @@ impl Cut {
 
 impl Switch {
     fn new() -> Self {
-        Switch(Mutex::new(Some(watch::channel(false).0)), Mutex::new(None))
+        Switch(
+            Mutex::new(Some(watch::channel(false).0)),
+            Mutex::new(None),
+            watch::channel(false).0,
+        )
+    }
+    /// Stops every byte, keeping the connections open (`thaw` lets them pass again).
+    pub(crate) fn freeze(&self) {
+        self.2.send_replace(true);
+        *self.1.lock().unwrap() = Some(Vec::new());
+    }
+    /// Lets bytes pass again after `freeze`.
+    #[allow(dead_code)]
+    pub(crate) fn thaw(&self) {
+        *self.1.lock().unwrap() = None;
+        self.2.send_replace(false);
+    }
+    /// Waits while frozen.
+    async fn passing(&self) {
+        let _ = self.2.subscribe().wait_for(|frozen| !*frozen).await;
     }
     fn hanging(&self) -> bool {
         self.1.lock().unwrap().is_some()

@@ -16,7 +16,8 @@
 //! namespace of its own joined to the database through a veth pair (and a forwarder on the
 //! host end, as the servers listen on loopback only), partitions: the link down both ways,
 //! or one way (a `pfifo limit 0` queue on one end of the pair drops everything sent from
-//! that end: the worker's writes arrive but the replies do not, or the other way round).
+//! that end: the worker's writes arrive but the replies do not, or the other way round),
+//! or silent (both ends drop, the link up: no call of the worker's is answered).
 //!
 //! The checker's rules: every committed enqueue reaches exactly one final state; an
 //! enqueue rolled back never runs and leaves no job; no run starts after its job's final
@@ -810,6 +811,7 @@ async fn nemesis<B: ChaosBackend>(
             "partition",
             "one-way-replies",
             "one-way-writes",
+            "silent",
         ]);
     }
     while Instant::now() < deadline {
@@ -854,6 +856,17 @@ async fn nemesis<B: ChaosBackend>(
                 net.link(false);
                 tokio::time::sleep(hold).await;
                 net.link(true);
+                Some(i)
+            }
+            "silent" => {
+                // Both ways dropped, the link up: the worker's connections stay open
+                // and nothing answers them (its calls run into their bound).
+                let net = workers.slots[i].net.as_ref().unwrap();
+                net.one_way(true, true);
+                net.one_way(false, true);
+                tokio::time::sleep(hold).await;
+                net.one_way(true, false);
+                net.one_way(false, false);
                 Some(i)
             }
             one_way => {

@@ -12,7 +12,7 @@ use super::mysql;
 use super::postgres;
 #[cfg(feature = "sqlite")]
 use super::sqlite;
-use super::{check_dependants, NewJob, Pool, Schema, Store, Success};
+use super::{bound, check_dependants, NewJob, Pool, Schema, Store, Success};
 use crate::error::Result;
 
 mod sealed {
@@ -247,9 +247,12 @@ macro_rules! backend {
                 E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
                 'e: 'a,
             {
+                let ids = [job.id];
                 Box::pin(async move {
-                    let mut conn = executor.acquire().await?;
-                    $module::post_one(&mut *conn, schema, job, now).await
+                    bound::enqueue(bound::ENQUEUE_ONE, &ids, executor.acquire(), |mut conn| async move {
+                        $module::post_one(&mut *conn, schema, job, now).await
+                    })
+                    .await
                 })
             }
 
@@ -264,9 +267,12 @@ macro_rules! backend {
                 E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
                 'e: 'a,
             {
+                let ids = [job.id];
                 Box::pin(async move {
-                    let mut conn = executor.acquire().await?;
-                    $module::post_unique(&mut *conn, schema, job, mode, now).await
+                    bound::enqueue(bound::ENQUEUE_ONE, &ids, executor.acquire(), |mut conn| async move {
+                        $module::post_unique(&mut *conn, schema, job, mode, now).await
+                    })
+                    .await
                 })
             }
 
@@ -280,9 +286,12 @@ macro_rules! backend {
                 E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
                 'e: 'a,
             {
+                let ids: Vec<Uuid> = jobs.iter().map(|j| j.id).collect();
                 Box::pin(async move {
-                    let mut conn = executor.acquire().await?;
-                    $module::post_many(&mut *conn, schema, jobs, now).await
+                    bound::enqueue(bound::ENQUEUE_MANY, &ids, executor.acquire(), |mut conn| async move {
+                        $module::post_many(&mut *conn, schema, jobs, now).await
+                    })
+                    .await
                 })
             }
 
@@ -298,8 +307,10 @@ macro_rules! backend {
                 'e: 'a,
             {
                 Box::pin(async move {
-                    let mut conn = executor.acquire().await?;
-                    super::workflows::create::<$db>(&mut *conn, schema, id, &stages, now).await
+                    bound::enqueue(bound::ENQUEUE_MANY, &[id], executor.acquire(), |mut conn| async move {
+                        super::workflows::create::<$db>(&mut *conn, schema, id, &stages, now).await
+                    })
+                    .await
                 })
             }
 
@@ -317,16 +328,18 @@ macro_rules! backend {
                 'e: 'a,
             {
                 Box::pin(async move {
-                    let mut conn = executor.acquire().await?;
-                    super::batch::create::<$db>(
-                        &mut *conn,
-                        schema,
-                        id,
-                        description.as_deref(),
-                        &ids,
-                        &callbacks,
-                        now,
-                    )
+                    bound::enqueue(bound::ENQUEUE_MANY, &[id], executor.acquire(), |mut conn| async move {
+                        super::batch::create::<$db>(
+                            &mut *conn,
+                            schema,
+                            id,
+                            description.as_deref(),
+                            &ids,
+                            &callbacks,
+                            now,
+                        )
+                        .await
+                    })
                     .await
                 })
             }
@@ -342,10 +355,13 @@ macro_rules! backend {
                 E: sqlx::Acquire<'e, Database = Self> + Send + 'a,
                 'e: 'a,
             {
+                let ids: Vec<Uuid> = jobs.iter().map(|j| j.id).collect();
                 Box::pin(async move {
                     check_dependants(&jobs, &mut deps, now)?;
-                    let mut conn = executor.acquire().await?;
-                    $module::flow::enqueue_after(&mut *conn, schema, jobs, deps, now).await
+                    bound::enqueue(bound::ENQUEUE_MANY, &ids, executor.acquire(), |mut conn| async move {
+                        $module::flow::enqueue_after(&mut *conn, schema, jobs, deps, now).await
+                    })
+                    .await
                 })
             }
         }

@@ -34,7 +34,11 @@ impl Driver {
     /// A worker store on `pool` (the default schema), fencing its writes with `worker`.
     pub fn new(pool: impl Into<Pool>, worker: &str) -> Self {
         Driver {
-            store: pool.into().store(Schema::default(), worker.to_owned()),
+            store: pool.into().store(
+                Schema::default(),
+                worker.to_owned(),
+                super::bound::Bounds::default(),
+            ),
         }
     }
 

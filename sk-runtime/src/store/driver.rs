@@ -46,13 +46,22 @@ macro_rules! driver {
             $(
                 $(#[$meta])*
                 pub(crate) async fn $name(&self $(, $arg: $ty)*) -> $ret {
+                    let call = stringify!($name);
+                    let bound = self.bound_of(call);
+                    let address = || self.address();
                     match self {
                         #[cfg(feature = "postgres")]
-                        $on::Postgres(backend) => $trait::$name(backend $(, $arg)*).await,
+                        $on::Postgres(backend) => {
+                            super::bound::bounded(call, bound, address, $trait::$name(backend $(, $arg)*)).await
+                        }
                         #[cfg(feature = "sqlite")]
-                        $on::Sqlite(backend) => $trait::$name(backend $(, $arg)*).await,
+                        $on::Sqlite(backend) => {
+                            super::bound::bounded(call, bound, address, $trait::$name(backend $(, $arg)*)).await
+                        }
                         #[cfg(feature = "mysql")]
-                        $on::MySql(backend) => $trait::$name(backend $(, $arg)*).await,
+                        $on::MySql(backend) => {
+                            super::bound::bounded(call, bound, address, $trait::$name(backend $(, $arg)*)).await
+                        }
                     }
                 }
             )*

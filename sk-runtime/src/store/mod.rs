@@ -9,6 +9,7 @@
 
 mod backend;
 pub(crate) mod batch;
+pub(crate) mod bound;
 mod bulk;
 pub(crate) mod conformance;
 mod dialect;
@@ -97,6 +98,23 @@ impl Store {
             Store::Sqlite(s) => (Pool::Sqlite(s.pool.clone()), &s.schema),
             #[cfg(feature = "mysql")]
             Store::MySql(s) => (Pool::MySql(s.pool.clone()), &s.schema),
+        }
+    }
+
+    /// The bound of the driver's operation `call` (`store::bound`).
+    pub(crate) fn bound_of(&self, call: &str) -> std::time::Duration {
+        self.bounds().of(call)
+    }
+
+    /// The worker's bounds.
+    pub(crate) fn bounds(&self) -> &bound::Bounds {
+        match self {
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => &store.bounds,
+            #[cfg(feature = "sqlite")]
+            Store::Sqlite(store) => &store.bounds,
+            #[cfg(feature = "mysql")]
+            Store::MySql(store) => &store.bounds,
         }
     }
 
@@ -256,7 +274,11 @@ mod tests {
     #[tokio::test]
     async fn a_pool_timeout_is_explained_by_its_cause() {
         let pool = sqlx::PgPool::connect_lazy("postgres://sk@127.0.0.1:1/app").unwrap();
-        let store = super::Pool::from(pool).store(super::Schema::default(), "w".into());
+        let store = super::Pool::from(pool).store(
+            super::Schema::default(),
+            "w".into(),
+            super::bound::Bounds::default(),
+        );
         let said = store
             .explained(Error::Database(sqlx::Error::PoolTimedOut))
             .await

@@ -104,22 +104,36 @@ impl Pool {
                 // A URL may list several hosts (a replicated cluster): the pool follows
                 // the writable one, and the probe wants one host that answers.
                 let hosts = postgres::primary::Hosts::parse(url)?;
-                let mut failed = None;
-                for options in hosts.each() {
-                    match probe_with::<sqlx::PgConnection>(options).await {
-                        Ok(()) => {
-                            failed = None;
-                            break;
+                // Of several, the first that takes writes, all asked at once: a host
+                // that went silent costs no more than one bounded wait.
+                let first = if hosts.several() {
+                    postgres::primary::writable_hosts(&hosts)
+                        .await
+                        .into_iter()
+                        .map(|(i, _)| i)
+                        .min()
+                } else {
+                    None
+                };
+                if first.is_none() {
+                    let mut failed = None;
+                    for options in hosts.each() {
+                        match probe_with::<sqlx::PgConnection>(options).await {
+                            Ok(()) => {
+                                failed = None;
+                                break;
+                            }
+                            Err(e) => failed = failed.or(Some(e)),
                         }
-                        Err(e) => failed = failed.or(Some(e)),
+                    }
+                    if let Some(e) = failed {
+                        return Err(connect_error(e));
                     }
                 }
-                if let Some(e) = failed {
-                    return Err(connect_error(e));
-                }
-                Ok(Pool::Postgres(postgres::primary::primary_pool(
+                Ok(Pool::Postgres(postgres::primary::primary_pool_from(
                     sqlx::postgres::PgPoolOptions::new(),
-                    url,
+                    hosts,
+                    first.unwrap_or(0),
                 )?))
             }
             #[cfg(feature = "sqlite")]
@@ -137,9 +151,15 @@ impl Pool {
                 probe::<sqlx::MySqlConnection>(&url)
                     .await
                     .map_err(connect_error)?;
-                Ok(Pool::MySql(
-                    sqlx::MySqlPool::connect_lazy(&url).map_err(connect_error)?,
-                ))
+                let options = super::bound::hooks::mysql(
+                    sqlx::mysql::MySqlPoolOptions::new(),
+                    super::bound::CALL_TIMEOUT,
+                );
+                let connect: sqlx::mysql::MySqlConnectOptions =
+                    url.parse().map_err(connect_error)?;
+                // As `primary_pool`: sk names a slow call itself.
+                let connect = sqlx::ConnectOptions::disable_statement_logging(connect);
+                Ok(Pool::MySql(options.connect_lazy_with(connect)))
             }
             // Reached only when the backend's feature is off.
             #[allow(unreachable_patterns)]
@@ -160,18 +180,38 @@ impl Pool {
     }
 }
 
-/// Opens and closes one connection.
-#[cfg(any(feature = "sqlite", feature = "mysql"))]
-async fn probe<C: sqlx::Connection>(url: &str) -> std::result::Result<(), sqlx::Error> {
-    C::connect(url).await?.close().await
+/// How long `Pool::connect`'s first connection may take.
+const CONNECT_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `attempt`, or an I/O error "timed out" after [`CONNECT_WITHIN`].
+async fn within(
+    attempt: impl std::future::Future<Output = std::result::Result<(), sqlx::Error>>,
+) -> std::result::Result<(), sqlx::Error> {
+    tokio::time::timeout(CONNECT_WITHIN, attempt)
+        .await
+        .unwrap_or_else(|_| {
+            Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no answer within {}",
+                    humantime::format_duration(CONNECT_WITHIN)
+                ),
+            )))
+        })
 }
 
-/// Opens and closes one connection with `options`.
+/// Opens and closes one connection, within [`CONNECT_WITHIN`].
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
+async fn probe<C: sqlx::Connection>(url: &str) -> std::result::Result<(), sqlx::Error> {
+    within(async { C::connect(url).await?.close().await }).await
+}
+
+/// Opens and closes one connection with `options`, within [`CONNECT_WITHIN`].
 #[cfg(feature = "postgres")]
 async fn probe_with<C: sqlx::Connection>(
     options: &C::Options,
 ) -> std::result::Result<(), sqlx::Error> {
-    C::connect_with(options).await?.close().await
+    within(async { C::connect_with(options).await?.close().await }).await
 }
 
 /// A database URL without its password, for messages.
@@ -444,6 +484,23 @@ impl Pool {
         }
     }
 
+    /// The bound of the driver's operation `call` from a client (`store::bound`).
+    pub(crate) fn bound_of(&self, call: &str) -> std::time::Duration {
+        super::bound::client_bound(call)
+    }
+
+    /// Where the pool connects, for messages: `host:port/database`, or the file.
+    pub(crate) fn address(&self) -> String {
+        match self {
+            #[cfg(feature = "postgres")]
+            Pool::Postgres(pool) => postgres::address(&pool.connect_options()),
+            #[cfg(feature = "sqlite")]
+            Pool::Sqlite(pool) => sqlite::address(&pool.connect_options()),
+            #[cfg(feature = "mysql")]
+            Pool::MySql(pool) => mysql::address(&pool.connect_options()),
+        }
+    }
+
     /// The backend's name in messages.
     pub(crate) fn backend_name(&self) -> &'static str {
         match self {
@@ -473,7 +530,12 @@ impl Pool {
     }
 
     /// The worker's store on this pool.
-    pub(crate) fn store(self, schema: Schema, worker_id: String) -> Store {
+    pub(crate) fn store(
+        self,
+        schema: Schema,
+        worker_id: String,
+        bounds: super::bound::Bounds,
+    ) -> Store {
         match self {
             #[cfg(feature = "postgres")]
             Pool::Postgres(pool) => Store::Postgres(postgres::PgStore {
@@ -481,6 +543,7 @@ impl Pool {
                 pool,
                 schema,
                 worker_id,
+                bounds,
                 partitions: Default::default(),
                 in_doubt: Default::default(),
             }),
@@ -489,6 +552,7 @@ impl Pool {
                 pool,
                 schema,
                 worker_id,
+                bounds,
                 writer: Default::default(),
                 checkpointing: Default::default(),
                 since_checkpoint: Default::default(),
@@ -498,6 +562,7 @@ impl Pool {
                 pool,
                 schema,
                 worker_id,
+                bounds,
                 fair_index: std::sync::Arc::default(),
             }),
         }

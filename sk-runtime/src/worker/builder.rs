@@ -41,6 +41,7 @@ pub struct WorkerBuilder {
     config: Config,
     queues: Option<Vec<String>>,
     queue_limits: Vec<(String, usize)>,
+    call_timeout: Option<Duration>,
     rate_limits: Vec<(String, u32, Duration)>,
     tenants: Option<Vec<String>>,
     only: Option<Vec<String>>,
@@ -59,6 +60,7 @@ pub(crate) struct Config {
     pub(crate) heartbeat: Option<Duration>,
     pub(crate) poll_interval: Duration,
     pub(crate) grace_period: Duration,
+    pub(crate) bounds: crate::store::bound::Bounds,
     pub(crate) auto_migrate: bool,
     pub(crate) result_retention: Duration,
     pub(crate) results_partition: Duration,
@@ -96,6 +98,7 @@ impl WorkerBuilder {
                 heartbeat: None,
                 poll_interval: pool.default_poll_interval(),
                 grace_period: Duration::from_secs(30),
+                bounds: crate::store::bound::Bounds::default(),
                 auto_migrate: true,
                 result_retention: Duration::from_secs(7 * 24 * 3600),
                 results_partition: crate::store::RESULTS_PARTITION,
@@ -118,6 +121,7 @@ impl WorkerBuilder {
             },
             queues: None,
             queue_limits: Vec::new(),
+            call_timeout: None,
             rate_limits: Vec::new(),
             tenants: None,
             only: None,
@@ -265,6 +269,19 @@ impl WorkerBuilder {
     /// wait, not how long a job may run.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.config.lease = lease;
+        self
+    }
+
+    /// The longest any one call of the worker to the database may take: a claim, a
+    /// completion, a heartbeat, a job transaction's begin and commit (default 10 s,
+    /// [`CALL_TIMEOUT`](crate::bounds::CALL_TIMEOUT)). A call past it is dropped and its connection
+    /// closed, never handed back to the pool, and the log line names the call, the host
+    /// and the bound. It is what a host that goes silent costs before the worker knows:
+    /// keep it well under the lease. The upkeep (migrations, partitions, pruning, vacuum)
+    /// has its own, [`UPKEEP_TIMEOUT`](crate::bounds::UPKEEP_TIMEOUT) (5 min), or this one if
+    /// longer.
+    pub fn call_timeout(mut self, bound: Duration) -> Self {
+        self.call_timeout = Some(bound);
         self
     }
 
@@ -554,6 +571,18 @@ impl WorkerBuilder {
                 "must be longer than zero and shorter than the lease",
             ));
         }
+        if let Some(bound) = self.call_timeout {
+            if bound.is_zero() || bound >= c.lease {
+                return Err(Error::invalid(
+                    "call timeout",
+                    format!(
+                        "{} must be longer than zero and shorter than the lease ({}): a heartbeat that waits longer lets the lease run out",
+                        humantime::format_duration(bound),
+                        humantime::format_duration(c.lease)
+                    ),
+                ));
+            }
+        }
         for (what, list) in [
             ("queues", &self.queues),
             ("tenants", &self.tenants),
@@ -661,6 +690,12 @@ impl WorkerBuilder {
         crate::model::check_name("worker id", &id)?;
         let mut config = self.config;
         config.heartbeat = Some(heartbeat);
+        if let Some(bound) = self.call_timeout {
+            config.bounds = crate::store::bound::Bounds {
+                call: bound,
+                upkeep: crate::store::bound::UPKEEP_TIMEOUT.max(bound),
+            };
+        }
         config.rate_limits = rate_limits;
         let runtime = Arc::new(crate::job::Runtime {
             pool: self.pool.clone(),
@@ -669,7 +704,7 @@ impl WorkerBuilder {
         Ok(Worker {
             shared: Arc::new(Shared {
                 runtime,
-                store: self.pool.store(self.schema, id),
+                store: self.pool.store(self.schema, id, config.bounds),
                 task_types: registry.task_types(),
                 registry,
                 stacks,

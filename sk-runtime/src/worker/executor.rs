@@ -51,6 +51,7 @@ pub(crate) fn admit(
                     abort: None,
                     lease_until,
                     start_by,
+                    transaction: None,
                 },
             );
         }

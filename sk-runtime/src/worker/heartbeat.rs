@@ -2,13 +2,21 @@
 
 use std::sync::Arc;
 
+use tokio::sync::mpsc::WeakUnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+use super::completer::Completion;
 use super::{RunState, Shared};
 use crate::job::StopReason;
 use crate::store::Lease;
 
-pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
+/// `completions`: where a job given up (`give_up`) is handed back; weak, so the
+/// completer still ends once the pipeline's senders are gone.
+pub(super) async fn run(
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    completions: WeakUnboundedSender<Completion>,
+) {
     let every = shared
         .config
         .heartbeat
@@ -22,6 +30,7 @@ pub(super) async fn run(shared: Arc<Shared>, stop: CancellationToken) {
         }
         // The leases first: on a database whose writers take turns (SQLite), each of
         // the other writes below may wait, and a lease that waits behind them may run out.
+        give_up(&shared, &completions);
         extend(&shared).await;
         if let Err(e) = shared.store.worker_seen(shared.now()).await {
             tracing::debug!("sk: cannot stamp this worker's row: {e}");
@@ -81,5 +90,54 @@ async fn extend(shared: &Shared) {
             "sk: heartbeat failed; leases run out at the latest {:?} after the last success unless it recovers: {e}",
             shared.config.lease
         ),
+    }
+}
+
+/// Gives up the jobs this worker can no longer finish: those whose own transaction
+/// began on a host before the primary moved away from it. That transaction cannot
+/// commit, and its connection may wait on a silent host for as long as the kernel keeps
+/// the socket; extending its lease would hold the job for as long. Its run is stopped
+/// (its connection closes with it) and its lease handed back on a connection that works,
+/// so the job runs again at once.
+fn give_up(shared: &Shared, completions: &WeakUnboundedSender<Completion>) {
+    let Some(moved) = crate::store::bound::since_move() else {
+        return;
+    };
+    let mut lost = Vec::new();
+    {
+        let mut running = shared.running();
+        for (lease, entry) in running.iter_mut() {
+            let Some((began, host)) = &entry.transaction else {
+                continue;
+            };
+            if !matches!(entry.state, RunState::Claimed | RunState::Started)
+                || began.elapsed() <= moved
+            {
+                continue;
+            }
+            entry.state = RunState::GivenBack;
+            if let Some(abort) = &entry.abort {
+                abort.abort();
+            }
+            lost.push((*lease, host.clone()));
+        }
+    }
+    if let Some((_, host)) = lost.first() {
+        let ids: Vec<String> = lost.iter().take(5).map(|(l, _)| l.id.to_string()).collect();
+        tracing::warn!(
+            jobs = lost.len(),
+            host = %host,
+            "sk: {} jobs' transactions are on {host}, which the primary moved away from {} ago; they cannot commit there, so their runs are stopped and their leases handed back: they run again (jobs {}{})",
+            lost.len(),
+            crate::clock::shown(moved),
+            ids.join(", "),
+            if lost.len() > ids.len() { ", ..." } else { "" }
+        );
+    }
+    let Some(completions) = completions.upgrade() else {
+        return;
+    };
+    for (lease, _) in lost {
+        let _ = completions.send(Completion::GiveBack { lease, slot: None });
     }
 }

@@ -160,7 +160,11 @@ impl Worker {
         let (tx, rx) = mpsc::unbounded_channel();
         let background = CancellationToken::new();
         let mut completer = tokio::spawn(completer::run(shared.clone(), rx));
-        let mut heartbeat = tokio::spawn(heartbeat::run(shared.clone(), background.clone()));
+        let mut heartbeat = tokio::spawn(heartbeat::run(
+            shared.clone(),
+            background.clone(),
+            tx.downgrade(),
+        ));
         let listener = tokio::spawn(listener::run(shared.clone()));
         let scheduler = tokio::spawn(crate::worker::schedule::run(shared.clone(), started));
         let maintenance = tokio::spawn(crate::worker::maintenance::run(shared.clone()));
@@ -215,26 +219,66 @@ impl Worker {
             return Err(crate::Error::WorkerTask { task, cause });
         }
         tracing::info!(worker = %shared.store.worker_id(), "sk: stopping; no more claims");
+        // The stop keeps its word whatever the database does: past the grace period and
+        // `STOP_SLACK`, what is left is dropped, and the leases of unfinished jobs run out.
+        let deadline = tokio::time::Instant::now() + shared.config.grace_period + STOP_SLACK;
         shared.stopping.cancel();
         shared.cancel_jobs();
-        // The producer returns at its next idle point, never in the middle of a claim, so
-        // every job it claimed is known to the running map below.
-        let _ = producer.await;
-        executor::drain(&shared, &tx, force).await;
-        drop(tx);
-        // The completer finishes what is queued (retrying the database) before heartbeats
-        // stop, so no finished job's lease runs out before its result is written.
-        let _ = completer.await;
-        background.cancel();
-        let _ = tokio::join!(heartbeat, listener, scheduler, maintenance);
+        #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
+        let mut tasks = vec![
+            producer.abort_handle(),
+            completer.abort_handle(),
+            heartbeat.abort_handle(),
+            listener.abort_handle(),
+            scheduler.abort_handle(),
+            maintenance.abort_handle(),
+        ];
         #[cfg(feature = "postgres")]
-        if let Some(publisher) = publisher {
-            let _ = publisher.await;
-        }
-        crate::worker::maintenance::write_metrics(&shared, shared.now()).await;
-        shared.flush_job_stats().await;
-        if let Err(e) = shared.store.worker_down().await {
-            tracing::warn!("sk: cannot remove this worker from the workers table: {e}");
+        tasks.extend(
+            publisher
+                .as_ref()
+                .map(tokio::task::JoinHandle::abort_handle),
+        );
+        let ending = async {
+            // The producer returns at its next idle point, never in the middle of a claim,
+            // so every job it claimed is known to the running map below.
+            let _ = producer.await;
+            executor::drain(&shared, &tx, force).await;
+            drop(tx);
+            // The completer finishes what is queued (retrying the database) before
+            // heartbeats stop, so no finished job's lease runs out before its result is
+            // written.
+            let _ = completer.await;
+            background.cancel();
+            let _ = tokio::join!(heartbeat, listener, scheduler, maintenance);
+            #[cfg(feature = "postgres")]
+            if let Some(publisher) = publisher {
+                let _ = publisher.await;
+            }
+            crate::worker::maintenance::write_metrics(&shared, shared.now()).await;
+            shared.flush_job_stats().await;
+            if let Err(e) = shared.store.worker_down().await {
+                tracing::warn!("sk: cannot remove this worker from the workers table: {e}");
+            }
+        };
+        if tokio::time::timeout_at(deadline, ending).await.is_err() {
+            let left = shared.running().len();
+            tracing::error!(
+                worker = %shared.store.worker_id(),
+                jobs = left,
+                "sk: the stop's deadline ({} of grace period) passed while calls to the database at {} were unfinished; stopping now: the leases of the {left} jobs left run out, then they run again",
+                crate::clock::shown(shared.config.grace_period),
+                shared.store.address()
+            );
+            shared.cancel_jobs();
+            for task in tasks {
+                task.abort();
+            }
+            for entry in shared.running().values() {
+                if let Some(abort) = &entry.abort {
+                    abort.abort();
+                }
+            }
         }
         tracing::info!(worker = %shared.store.worker_id(), "sk: worker stopped");
         Ok(())
@@ -246,6 +290,9 @@ impl Worker {
         &self.shared
     }
 }
+
+/// How long past its grace period a stop may take to write what it has and leave.
+const STOP_SLACK: std::time::Duration = std::time::Duration::from_millis(800);
 
 /// Writes the rate limits of this worker's queues (`WorkerBuilder::rate_limit`) and job
 /// types (`#[job(rate = "...")]`), and its fair queues (`WorkerBuilder::fair`), so every

@@ -130,6 +130,8 @@ pub(crate) struct Running {
     /// Of a job claimed under a rate limit: the latest its handler may start, its start's
     /// time in the limit's log and the allowance after it (`model::START_ALLOWANCE`).
     pub(crate) start_by: Option<chrono::DateTime<chrono::Utc>>,
+    /// Of a job in its own transaction: when it began, and on which host.
+    pub(crate) transaction: Option<(std::time::Instant, String)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +147,11 @@ pub(crate) enum RunState {
 impl crate::transaction::RunsUnder for Shared {
     fn may_start(&self, lease: &Lease) -> bool {
         Shared::may_start(self, lease)
+    }
+    fn began_transaction(&self, lease: &Lease, host: String) {
+        if let Some(entry) = self.running().get_mut(lease) {
+            entry.transaction = Some((std::time::Instant::now(), host));
+        }
     }
     fn store(&self) -> &Store {
         &self.store

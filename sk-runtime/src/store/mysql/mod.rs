@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlPool};
-use sqlx::pool::PoolConnection;
 use sqlx::{Connection as _, Executor as _, MySql, QueryBuilder, Row as _};
 use uuid::Uuid;
 

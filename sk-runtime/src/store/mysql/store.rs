@@ -128,12 +128,14 @@ pub(crate) struct MySqlStore {
     pub(crate) pool: MySqlPool,
     pub(crate) schema: Schema,
     pub(crate) worker_id: String,
+    /// The bound of each call (`store::bound`).
+    pub(crate) bounds: super::super::bound::Bounds,
     /// Set once the queue table has the fair claims' index (`fair_index`).
     pub(crate) fair_index: std::sync::Arc<tokio::sync::OnceCell<()>>,
 }
 
 /// `host:port` (or the socket path) and database of a connection's options.
-pub(super) fn address(options: &MySqlConnectOptions) -> String {
+pub(crate) fn address(options: &MySqlConnectOptions) -> String {
     let place = match options.get_socket() {
         Some(socket) => socket.display().to_string(),
         None => format!("{}:{}", options.get_host(), options.get_port()),
@@ -183,9 +185,9 @@ impl MySqlStore {
     }
 
     /// A pooled connection, or within [`ACQUIRE_WAIT`] an error that says why there is none.
-    pub(super) async fn acquire(&self) -> Result<PoolConnection<MySql>> {
+    pub(super) async fn acquire(&self) -> Result<crate::store::bound::Guarded<MySql>> {
         match tokio::time::timeout(ACQUIRE_WAIT, self.pool.acquire()).await {
-            Ok(Ok(conn)) => Ok(conn),
+            Ok(Ok(conn)) => Ok(crate::store::bound::Guarded::new(conn)),
             Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => Err(match self.probe().await {
                 Err(ProbeFailure::Transient(e) | ProbeFailure::Permanent(e)) => e,
                 Ok(()) => super::super::pool_timed_out(

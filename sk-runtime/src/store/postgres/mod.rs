@@ -37,7 +37,6 @@ pub(crate) fn pool_keeps(pool: &PgPool) -> Option<bool> {
     Some(pooler::pool_keeps(pool))
 }
 
-use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection as _, Executor, PgConnection, PgExecutor, PgPool, Postgres, Row};
 use uuid::Uuid;

@@ -15,9 +15,9 @@
 //! [`on`] the executor that prepares unnamed statements when told to. On a direct pool
 //! both are what sqlx does anyway: a pooled connection and cached named statements.
 
+use crate::store::bound::Guarded;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
-use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgQueryResult, PgRow, PgStatement, PgTypeInfo};
 use sqlx::{Connection as _, Describe, Either, Execute, PgConnection, PgPool};
 use sqlx::{Postgres, Transaction};
@@ -141,7 +141,7 @@ impl<'c> sqlx::Executor<'c> for On<'c> {
 /// server ([`Held::done`] commits it; dropped, it rolls back).
 pub(crate) enum Held {
     /// On a direct pool.
-    Direct(PoolConnection<Postgres>),
+    Direct(Guarded<Postgres>),
     /// Behind a transaction pooler.
     Pooled(Transaction<'static, Postgres>),
 }
@@ -149,15 +149,15 @@ pub(crate) enum Held {
 impl Held {
     /// A connection of `pool` for one operation.
     pub(crate) async fn of(pool: &PgPool) -> sqlx::Result<Held> {
-        Held::from(pool.acquire().await?, pool_keeps(pool)).await
+        Held::from(Guarded::new(pool.acquire().await?), pool_keeps(pool)).await
     }
 
     /// `conn`, in a transaction unless `keep` (a direct pool).
-    pub(crate) async fn from(conn: PoolConnection<Postgres>, keep: bool) -> sqlx::Result<Held> {
+    pub(crate) async fn from(conn: Guarded<Postgres>, keep: bool) -> sqlx::Result<Held> {
         Ok(if keep {
             Held::Direct(conn)
         } else {
-            Held::Pooled(Transaction::begin(conn, None).await?)
+            Held::Pooled(Transaction::begin(conn.into_inner(), None).await?)
         })
     }
 

@@ -128,7 +128,25 @@ impl Hosts {
 /// [`Error::Invalid`] for a URL that does not parse, names an empty host, or asks
 /// `target_session_attrs` for anything but the primary.
 pub fn primary_pool(options: PgPoolOptions, url: &str) -> Result<PgPool> {
-    let hosts = Hosts::parse(url)?;
+    primary_pool_from(options, Hosts::parse(url)?, 0)
+}
+
+/// [`primary_pool`] on `hosts`, connecting first to the host at `first`.
+pub(crate) fn primary_pool_from(
+    options: PgPoolOptions,
+    hosts: Hosts,
+    first: usize,
+) -> Result<PgPool> {
+    let options = crate::store::bound::hooks::postgres(options, crate::bounds::CALL_TIMEOUT);
+    // sqlx's own slow-statement warning prints a statement whole (sk's completion is
+    // ~7 KB); sk reports a slow call itself, by name, when it passes its bound.
+    let hosts = Hosts(
+        hosts
+            .0
+            .into_iter()
+            .map(sqlx::ConnectOptions::disable_statement_logging)
+            .collect(),
+    );
     if !hosts.several() {
         return Ok(options.connect_lazy_with(hosts.first()));
     }
@@ -150,8 +168,8 @@ pub fn primary_pool(options: PgPoolOptions, url: &str) -> Result<PgPool> {
                 ))
             })
         })
-        .connect_lazy_with(hosts.first());
-    tokio::spawn(watch(pool.clone(), hosts, moved));
+        .connect_lazy_with(hosts.0[first].clone());
+    tokio::spawn(watch(pool.clone(), hosts, first, moved));
     Ok(pool)
 }
 
@@ -163,8 +181,8 @@ async fn writable(conn: &mut PgConnection) -> sqlx::Result<bool> {
 }
 
 /// Keeps `pool` on the writable host of `hosts` until the pool is closed.
-async fn watch(pool: PgPool, hosts: Hosts, moved: Arc<Notify>) {
-    let mut current = 0;
+async fn watch(pool: PgPool, hosts: Hosts, first: usize, moved: Arc<Notify>) {
+    let mut current = first;
     let mut held: Option<PgConnection> = None;
     // Said once per outage, not at every look.
     let mut said = false;
@@ -178,12 +196,12 @@ async fn watch(pool: PgPool, hosts: Hosts, moved: Arc<Notify>) {
         };
         if !still {
             held = None;
-            // The current host first: a restart of one primary is not a failover.
-            let order = (0..hosts.0.len()).map(|i| (current + i) % hosts.0.len());
-            for i in order {
-                let Some(conn) = writable_at(&hosts.0[i]).await else {
-                    continue;
-                };
+            // Every host at once, so a silent one costs no more than its
+            // `ANSWER_WITHIN`; the current host first among those that answer: a restart
+            // of one primary is not a failover.
+            let mut found = writable_hosts(&hosts).await;
+            found.sort_by_key(|(i, _)| (*i + hosts.0.len() - current) % hosts.0.len());
+            if let Some((i, conn)) = found.into_iter().next() {
                 if i != current {
                     tracing::warn!(
                         from = %address(&hosts.0[current]),
@@ -192,11 +210,13 @@ async fn watch(pool: PgPool, hosts: Hosts, moved: Arc<Notify>) {
                     );
                     pool.set_connect_options(hosts.0[i].clone());
                     current = i;
+                    // The connections open now are to the old host: none is handed out
+                    // again (`bound::hooks`).
+                    crate::store::bound::moved();
                     crate::bus::database_moved();
                 }
                 held = Some(conn);
                 said = false;
-                break;
             }
             if held.is_none() && !said {
                 said = true;
@@ -211,6 +231,21 @@ async fn watch(pool: PgPool, hosts: Hosts, moved: Arc<Notify>) {
             () = tokio::time::sleep(WATCH_EVERY) => {}
         }
     }
+}
+
+/// The hosts of `hosts` that answer in time and take writes, each with a connection, by
+/// index; asked all at once.
+pub(crate) async fn writable_hosts(hosts: &Hosts) -> Vec<(usize, PgConnection)> {
+    let asks = hosts
+        .0
+        .iter()
+        .enumerate()
+        .map(|(i, options)| async move { writable_at(options).await.map(|conn| (i, conn)) });
+    futures_util::future::join_all(asks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// A connection to `options`' host if it answers in time and takes writes.

@@ -2,6 +2,7 @@
 
 use super::pooler::{on, Held, On};
 use super::*;
+use crate::store::bound::Guarded;
 
 /// The worker's view of the store: every statement that runs under a lease.
 #[derive(Clone)]
@@ -9,6 +10,8 @@ pub(crate) struct PgStore {
     pub(crate) pool: PgPool,
     pub(crate) schema: Schema,
     pub(crate) worker_id: String,
+    /// The bound of each call (`store::bound`).
+    pub(crate) bounds: super::super::bound::Bounds,
     /// Results partitions, for statements that address one directly.
     pub(crate) partitions: partitions::Known,
     /// Whether its connections keep prepared statements: false behind a transaction
@@ -26,7 +29,7 @@ pub(crate) struct PgStore {
 pub(super) const ACQUIRE_WAIT: Duration = Duration::from_secs(2);
 
 /// `host:port` (or the socket path) and database of a connection's options.
-pub(super) fn address(options: &PgConnectOptions) -> String {
+pub(crate) fn address(options: &PgConnectOptions) -> String {
     let place = match options.get_socket() {
         Some(socket) => socket.display().to_string(),
         None => format!("{}:{}", options.get_host(), options.get_port()),
@@ -72,9 +75,9 @@ impl PgStore {
     }
 
     /// A pooled connection, or within [`ACQUIRE_WAIT`] an error that says why there is none.
-    pub(crate) async fn acquire(&self) -> Result<PoolConnection<Postgres>> {
+    pub(crate) async fn acquire(&self) -> Result<Guarded<Postgres>> {
         match tokio::time::timeout(ACQUIRE_WAIT, self.pool.acquire()).await {
-            Ok(Ok(conn)) => Ok(conn),
+            Ok(Ok(conn)) => Ok(Guarded::new(conn)),
             Ok(Err(sqlx::Error::PoolTimedOut)) | Err(_) => Err(match self.probe().await {
                 Err(ProbeFailure::Transient(e) | ProbeFailure::Permanent(e)) => e,
                 Ok(()) => super::super::pool_timed_out(

@@ -8,6 +8,8 @@ pub(crate) struct SqliteStore {
     pub(crate) pool: SqlitePool,
     pub(crate) schema: Schema,
     pub(crate) worker_id: String,
+    /// The bound of each call (`store::bound`).
+    pub(crate) bounds: super::super::bound::Bounds,
     /// This worker's writes, one at a time (`SqliteStore::writing`).
     pub(crate) writer: std::sync::Arc<tokio::sync::Mutex<()>>,
     /// A checkpoint of this worker's is running (`SqliteStore::checkpoint`).
@@ -563,7 +565,7 @@ pub(super) fn last_row<'r>(
 }
 
 /// The database file of a connection's options.
-pub(super) fn address(options: &SqliteConnectOptions) -> String {
+pub(crate) fn address(options: &SqliteConnectOptions) -> String {
     format!("sqlite:{}", options.get_filename().display())
 }
 

@@ -1,0 +1,434 @@
+//! A host that goes silent: its packets dropped, not refused, in a network namespace of
+//! the test's own. The worker runs in the namespace and reaches PostgreSQL by two links,
+//! each to a proxy of its own on the host end, listed as two hosts of a replicated
+//! cluster (`primary_pool`); the first link's silence is a primary whose host stops
+//! answering, the second the standby that takes over (here the same server, so nothing
+//! is promoted: what is measured is sk's side of a failover).
+
+use super::*;
+
+/// A namespace for the worker with two links to the host, each through a router (a
+/// namespace of its own that forwards); a link is silenced in the router: every packet
+/// it would forward, either way, dropped (a `pfifo` queue of length 0 on both its
+/// ends). Neither end drops anything itself, so each end's TCP sees a peer that stopped
+/// answering, as across a real network (a drop in the sender's own queue is an error
+/// the sender's kernel counts, and gives up on in seconds).
+struct Links {
+    ns: String,
+    router: String,
+    /// (the router's end toward the host, its end toward the worker, the host end's
+    /// address) of each link.
+    links: Vec<(String, String, String)>,
+    /// The host ends, deleted with the namespaces.
+    host_ifs: Vec<String>,
+}
+
+impl Links {
+    fn create() -> Links {
+        let tag = std::process::id() % 10_000;
+        let (ns, router) = (format!("sksil{tag}"), format!("sksilr{tag}"));
+        for n in [&ns, &router] {
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+            ip(&["netns", "add", n]);
+            ip(&["netns", "exec", n, "ip", "link", "set", "lo", "up"]);
+        }
+        ip(&[
+            "netns",
+            "exec",
+            &router,
+            "sysctl",
+            "-q",
+            "-w",
+            "net.ipv4.ip_forward=1",
+        ]);
+        let in_ns = |n: &str, args: &[&str]| {
+            let mut all = vec!["netns", "exec", n, "ip"];
+            all.extend_from_slice(args);
+            ip(&all);
+        };
+        let (mut links, mut host_ifs) = (Vec::new(), Vec::new());
+        for i in 0..2 {
+            let host_if = format!("sks{tag}h{i}");
+            let (r_host, r_worker, w_if) = (
+                format!("sks{tag}rh{i}"),
+                format!("sks{tag}rw{i}"),
+                format!("sks{tag}w{i}"),
+            );
+            let (host_net, worker_net) = (
+                format!("10.{}.{}", 180 + i, tag % 250),
+                format!("10.{}.{}", 190 + i, tag % 250),
+            );
+            let _ = Command::new("ip").args(["link", "del", &host_if]).output();
+            ip(&[
+                "link", "add", &host_if, "type", "veth", "peer", "name", &r_host,
+            ]);
+            ip(&["link", "set", &r_host, "netns", &router]);
+            ip(&["addr", "add", &format!("{host_net}.1/30"), "dev", &host_if]);
+            ip(&["link", "set", &host_if, "up"]);
+            ip(&[
+                "route",
+                "add",
+                &format!("{worker_net}.0/30"),
+                "via",
+                &format!("{host_net}.2"),
+            ]);
+            in_ns(
+                &router,
+                &["addr", "add", &format!("{host_net}.2/30"), "dev", &r_host],
+            );
+            in_ns(&router, &["link", "set", &r_host, "up"]);
+            in_ns(
+                &router,
+                &[
+                    "link", "add", &r_worker, "type", "veth", "peer", "name", &w_if,
+                ],
+            );
+            in_ns(&router, &["link", "set", &w_if, "netns", &ns]);
+            in_ns(
+                &router,
+                &[
+                    "addr",
+                    "add",
+                    &format!("{worker_net}.1/30"),
+                    "dev",
+                    &r_worker,
+                ],
+            );
+            in_ns(&router, &["link", "set", &r_worker, "up"]);
+            in_ns(
+                &ns,
+                &["addr", "add", &format!("{worker_net}.2/30"), "dev", &w_if],
+            );
+            in_ns(&ns, &["link", "set", &w_if, "up"]);
+            in_ns(
+                &ns,
+                &[
+                    "route",
+                    "add",
+                    &format!("{host_net}.0/30"),
+                    "via",
+                    &format!("{worker_net}.1"),
+                ],
+            );
+            links.push((r_host, r_worker, format!("{host_net}.1")));
+            host_ifs.push(host_if);
+        }
+        Links {
+            ns,
+            router,
+            links,
+            host_ifs,
+        }
+    }
+
+    fn host_ip(&self, i: usize) -> &str {
+        &self.links[i].2
+    }
+
+    /// Drops every packet link `i` carries, both ways (`on`), or lets them pass again.
+    fn silence(&self, i: usize, on: bool) {
+        let op = if on { "add" } else { "del" };
+        let (toward_host, toward_worker, _) = &self.links[i];
+        for dev in [toward_host, toward_worker] {
+            let mut args = vec![
+                "netns",
+                "exec",
+                &self.router,
+                "tc",
+                "qdisc",
+                op,
+                "dev",
+                dev,
+                "root",
+            ];
+            if on {
+                args.extend(["pfifo", "limit", "0"]);
+            }
+            ip(&args);
+        }
+    }
+}
+
+impl Drop for Links {
+    fn drop(&mut self) {
+        for n in [&self.ns, &self.router] {
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+        for host_if in &self.host_ifs {
+            let _ = Command::new("ip").args(["link", "del", host_if]).output();
+        }
+    }
+}
+
+fn ip(args: &[&str]) {
+    let status = Command::new("ip").args(args).status().unwrap();
+    assert!(status.success(), "ip {args:?}");
+}
+
+/// The server's clock, for comparing with the runs' `started_at`.
+async fn server_now(db: &Db<sqlx::Postgres>) -> DateTime<Utc> {
+    sqlx::query_scalar("SELECT clock_timestamp()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// The first host goes silent while jobs run in their own transactions, some of them
+/// in an application statement on it. The worker moves to the second host, gives up the
+/// runs stuck on the first (they cannot commit there) and hands their leases back, so
+/// no job is held longer than its lease and the bound; an enqueue on the silent host
+/// returns an error within its bound; then both hosts go silent and a SIGTERM exits
+/// within the grace period and a second. Every job ends once, with one write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_primary_holds_no_job_past_its_lease_and_the_bound() {
+    let _serial = SERIAL.lock().await;
+    const JOBS: u32 = 120;
+    const WORK_MS: u64 = 1500;
+    const LEASE_MS: u64 = 3000;
+    const BOUND_MS: u64 = 1000;
+    const GRACE_MS: u64 = 2000;
+    let db = Db::<sqlx::Postgres>::new().await;
+    db.execute(fault_runs::<sqlx::Postgres>()).await;
+    db.execute("CREATE TABLE fault_effects (task_id uuid NOT NULL)")
+        .await;
+    let mut ids = EffectPg::enqueue_many(&db.pool, (0..JOBS).map(|_| EffectPg::new(WORK_MS)))
+        .await
+        .unwrap();
+
+    let links = Links::create();
+    let (first, second) = (
+        Proxy::start_at(links.host_ip(0), 0).await,
+        Proxy::start_at(links.host_ip(1), 0).await,
+    );
+    let hosts = format!(
+        "{}:{},{}:{}",
+        links.host_ip(0),
+        first.port,
+        links.host_ip(1),
+        second.port
+    );
+    let url = format!(
+        "{}?target_session_attrs=read-write",
+        db.url.replacen("127.0.0.1:5432", &hosts, 1)
+    );
+    assert_ne!(url, db.url, "the test database URL names 127.0.0.1:5432");
+    let (lease, bound, grace) = (
+        LEASE_MS.to_string(),
+        BOUND_MS.to_string(),
+        GRACE_MS.to_string(),
+    );
+    let args = [
+        "--job",
+        "effect",
+        "--concurrency",
+        "8",
+        "--lease-ms",
+        &lease,
+        "--call-timeout-ms",
+        &bound,
+        "--grace-ms",
+        &grace,
+        "--poll-ms",
+        "100",
+    ];
+    let mut w = Proc::spawn_in(Some(&links.ns), &url, "silent-a", &args);
+    wait_until("16 runs started", Duration::from_secs(60), || async {
+        let n = db.scalar("SELECT count(*) FROM fault_runs", None).await?;
+        (n >= 16).then_some(())
+    })
+    .await;
+
+    // An enqueuer on the first host, as the host goes silent (here, its proxy keeps
+    // every connection open and passes nothing).
+    let enqueuer = Proxy::start().await;
+    let enqueue_url = db.url.replace(":5432/", &format!(":{}/", enqueuer.port));
+    let client = sk_runtime::Pool::connect(&enqueue_url).await.unwrap();
+    let sk_runtime::Pool::Postgres(client) = client else {
+        panic!("a PostgreSQL pool")
+    };
+    // (No worker here runs `burn`: what the enqueuer stores stays queued.)
+    Burn::new(1).enqueue(&client).await.unwrap();
+
+    // The primary's host dies in silence: no packet of the first link passes, and its
+    // server sessions end (their transactions roll back, as on a host that is gone).
+    let silent_at = server_now(&db).await;
+    let silenced = Instant::now();
+    let held: Vec<(Uuid, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT task_id, task_claimed_at_ts FROM sk_tasks_queue_t WHERE task_locked_by = 'silent-a'",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        !held.is_empty(),
+        "the worker holds jobs as its host goes silent"
+    );
+    links.silence(0, true);
+    first.switch.down();
+    enqueuer.switch.freeze();
+    let enqueues = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let asked = Instant::now();
+            let outcome = Burn::new(1).enqueue(&client).await;
+            seen.push((asked.elapsed(), outcome.map_err(|e| e.to_string())));
+        }
+        seen
+    });
+
+    // How long each job held at the silence stays held by the claim it had then: until
+    // that lease is handed back, another claim takes the job, or the job ends. (A lease
+    // that merely ran out is still held: nothing stops its worker from extending it
+    // again, as a heartbeat on the new host did.)
+    let mut holding = held.clone();
+    let mut released = Vec::new();
+    while !holding.is_empty() {
+        assert!(
+            silenced.elapsed() < Duration::from_secs(60),
+            "{} jobs still held 60 s after the silence",
+            holding.len()
+        );
+        let (ids, claims): (Vec<Uuid>, Vec<DateTime<Utc>>) = holding.iter().copied().unzip();
+        let still: Vec<(Uuid, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT q.task_id, q.task_claimed_at_ts FROM sk_tasks_queue_t q
+               JOIN unnest($1::uuid[], $2::timestamptz[]) AS h(id, claimed)
+                 ON q.task_id = h.id AND q.task_claimed_at_ts = h.claimed
+              WHERE q.task_locked_by = 'silent-a'",
+        )
+        .bind(&ids)
+        .bind(&claims)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        let now = silenced.elapsed().as_secs_f64();
+        released.extend(holding.iter().filter(|h| !still.contains(h)).map(|_| now));
+        holding = still;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let longest = released.iter().copied().fold(0.0, f64::max);
+
+    // Every job runs to its end on the second host.
+    wait_processed(&db, JOBS as usize, Duration::from_secs(90)).await;
+    let resumed: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM min(started_at) - $1)::float8 FROM fault_runs WHERE started_at > $1",
+    )
+    .bind(silent_at)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let log = w.log_text();
+    assert!(
+        log.contains("the writable PostgreSQL host moved"),
+        "the move is logged: {log}"
+    );
+    let given_up: usize = log
+        .lines()
+        .filter(|l| l.contains("which the primary moved away from"))
+        .filter_map(|l| {
+            l.split("jobs=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .sum();
+    assert!(
+        given_up > 0,
+        "the runs stuck on the silent host were given up: {log}"
+    );
+    // Held no longer than the lease and the bound, after the move (the watch's
+    // `ANSWER_WITHIN`, 2 s, twice, plus its look every 0.5 s) and a heartbeat.
+    let limit = (LEASE_MS + BOUND_MS) as f64 / 1000.0 + 5.5;
+    assert!(
+        longest <= limit,
+        "a job held at the silence was held {longest:.1} s after it (limit {limit:.1} s)"
+    );
+    let long_lines: Vec<&str> = log.lines().filter(|l| l.len() > 600).collect();
+    assert!(
+        long_lines.is_empty(),
+        "log lines over 600 characters: {long_lines:#?}"
+    );
+
+    let enqueued = tokio::time::timeout(Duration::from_secs(60), enqueues)
+        .await
+        .expect("the enqueues on a silent host returned")
+        .unwrap();
+    for (took, outcome) in &enqueued {
+        let e = outcome
+            .as_ref()
+            .expect_err("an enqueue on a silent host fails");
+        assert!(
+            *took < sk_runtime::bounds::CALL_TIMEOUT + Duration::from_secs(2),
+            "the enqueue returned after {took:?}: {e}"
+        );
+        assert!(
+            e.contains("did not finish within 10s")
+                && (e.contains("not stored") || e.contains("is unknown")),
+            "the error says whether the job was stored: {e}"
+        );
+    }
+
+    // Then both hosts silent, with jobs running: the stop keeps its deadline.
+    let more = EffectPg::enqueue_many(&db.pool, (0..16).map(|_| EffectPg::new(WORK_MS)))
+        .await
+        .unwrap();
+    let before = db
+        .scalar("SELECT count(*) FROM fault_runs", None)
+        .await
+        .unwrap();
+    wait_until("the new jobs to start", Duration::from_secs(30), || async {
+        let n = db.scalar("SELECT count(*) FROM fault_runs", None).await?;
+        (n >= before + 4).then_some(())
+    })
+    .await;
+    links.silence(1, true);
+    second.switch.down();
+    w.signal("TERM");
+    let stopping = Instant::now();
+    let code = w
+        .exit_code(Duration::from_millis(GRACE_MS) + Duration::from_secs(5))
+        .await;
+    let stop_s = stopping.elapsed().as_secs_f64();
+    assert_eq!(code, Some(0), "{}", w.log_text());
+    assert!(
+        stop_s <= (GRACE_MS as f64 / 1000.0) + 1.0,
+        "SIGTERM on a silent network exited after {stop_s:.2} s (grace {GRACE_MS} ms)"
+    );
+
+    // The rest by a worker on the host itself.
+    first.switch.restore();
+    second.switch.restore();
+    let mut rest = Proc::spawn(&db.url, "silent-b", &args);
+    ids.extend(more);
+    wait_processed(&db, ids.len(), Duration::from_secs(60)).await;
+    rest.signal("TERM");
+    assert_eq!(rest.exit_code(Duration::from_secs(30)).await, Some(0));
+    let effect_jobs = ids.len() as i64;
+    {
+        let db = &db;
+        let count = |sql: &'static str| async move { db.scalar(sql, None).await.expect("a count") };
+        assert_eq!(
+            (
+                count("SELECT count(*) FROM fault_effects").await,
+                count("SELECT count(DISTINCT task_id) FROM fault_effects").await,
+                count("SELECT count(*) FROM sk_task_results_t WHERE task_status = 3").await,
+            ),
+            (effect_jobs, effect_jobs, effect_jobs),
+            "every transaction job's write once, every job ended once"
+        );
+    }
+    report(&format!(
+        "silent-primary: jobs={effect_jobs} lease_s={} bound_s={} resumed_after_s={resumed:.1} \
+         held_at_silence={} longest_held_s={longest:.1} given_up={given_up} stop_s={stop_s:.2} \
+         enqueue_errors_s={:?} lost=0 doubled_writes=0",
+        LEASE_MS as f64 / 1000.0,
+        BOUND_MS as f64 / 1000.0,
+        held.len(),
+        enqueued
+            .iter()
+            .map(|(t, _)| (t.as_secs_f64() * 10.0).round() / 10.0)
+            .collect::<Vec<_>>()
+    ));
+    db.drop().await;
+}
