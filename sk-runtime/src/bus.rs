@@ -76,6 +76,12 @@ pub(crate) fn database_moved() {
     MOVED.send_modify(|n| *n = n.wrapping_add(1));
 }
 
+/// A receiver of the moves of this process's pools to another host (`database_moved`).
+#[cfg(feature = "postgres")]
+pub(crate) fn moves() -> tokio::sync::watch::Receiver<u64> {
+    MOVED.subscribe()
+}
+
 /// Sleeps for `d`, or until a pool of this process moves to another host
 /// (`database_moved`): the wait before retrying a failed statement.
 pub(crate) async fn backoff(d: std::time::Duration) {

@@ -108,21 +108,77 @@ impl TxSource {
         }
     }
 
-    /// `future` under the run's bound, as the call `call`.
-    async fn bounded<T>(
+    /// `task` under the run's bound, as the call `call`, let finish past it
+    /// (`bound::detached`).
+    async fn detached<T: Send + 'static>(
         &self,
         call: &'static str,
-        future: impl std::future::Future<Output = crate::Result<T>>,
+        task: impl std::future::Future<Output = crate::Result<T>> + Send + 'static,
     ) -> crate::Result<T> {
-        crate::store::bound::bounded(call, self.bound(), || self.pool.address(), future).await
+        let pool = &self.pool;
+        crate::store::bound::detached(call, self.bound(), || pool.address(), task).await
     }
 }
 
-/// Rolls `tx` back within the run's bound; past it, drops it (its connection closes).
+/// Rolls `tx` back within the run's bound; past it, the rollback goes on on its own task.
 async fn roll_back<DB: Backend>(tx: sqlx::Transaction<'static, DB>, source: &TxSource) {
     let _ = source
-        .bounded("rollback", async { Ok(tx.rollback().await?) })
+        .detached("rollback", async { Ok(tx.rollback().await?) })
         .await;
+}
+
+/// A worker's end of a successful run: its completion recorded in its transaction, then
+/// the commit (or, refused, a rollback); the run's outcome.
+async fn complete_and_commit<DB: Backend>(
+    mut tx: sqlx::Transaction<'static, DB>,
+    source: TxSource,
+    output: Option<String>,
+) -> crate::Result<JobOutcome> {
+    let End::Worker { shared, lease } = &source.end else {
+        unreachable!("a worker's run");
+    };
+    let done = Success {
+        lease: *lease,
+        millis: i64::try_from(source.started.elapsed().as_millis()).unwrap_or(i64::MAX),
+        output: output.clone(),
+        // Its own transaction's commit is known after a lost reply only by its results
+        // row.
+        keep: true,
+    };
+    match DB::complete_in(shared.store(), &mut *tx, &done, shared.now()).await {
+        Ok(true) => {}
+        Ok(false) => {
+            let _ = tx.rollback().await;
+            return Ok(Err(JobError::new(
+                "the job's lease was lost (it ran past its lease, or was cancelled) before its transaction committed; its writes were rolled back",
+            )
+            .with_kind("lease_lost")));
+        }
+        Err(e) if crate::store::lock_wait(&e) => {
+            let _ = tx.rollback().await;
+            return Ok(Err(contended("record its completion in", &e)));
+        }
+        Err(e) => {
+            let _ = tx.rollback().await;
+            return Ok(Err(JobError::new(format!(
+                "cannot record the job's completion in its transaction, so its writes were rolled back: {e}"
+            ))
+            .with_kind("transaction")));
+        }
+    }
+    Ok(committed(tx.commit().await, output))
+}
+
+/// The run's outcome from its commit's.
+fn committed(commit: sqlx::Result<()>, output: Option<String>) -> JobOutcome {
+    match commit {
+        Ok(()) => Ok(output),
+        Err(e) if crate::store::sqlx_lock_wait(&e) => Err(contended("commit", &e)),
+        Err(e) => Err(
+            JobError::new(format!("the job's transaction did not commit: {e}"))
+                .with_kind("transaction"),
+        ),
+    }
 }
 
 impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
@@ -136,7 +192,9 @@ impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
                 ))
                 .with_kind("transaction"));
             };
-            let tx = source.bounded("begin", begin).await.map_err(|e| {
+            // Let finish if cut by its bound (`bound::detached`): a late transaction is
+            // dropped, and rolls back, on its own task.
+            let tx = source.detached("begin", begin).await.map_err(|e| {
                 if crate::store::lock_wait(&e) {
                     return contended("begin", &e);
                 }
@@ -157,7 +215,7 @@ impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
         })
     }
 
-    fn finish(mut self, source: TxSource, outcome: JobOutcome) -> BoxFuture<'static, JobOutcome> {
+    fn finish(self, source: TxSource, outcome: JobOutcome) -> BoxFuture<'static, JobOutcome> {
         Box::pin(async move {
             let output = match outcome {
                 Ok(output) => output,
@@ -167,67 +225,28 @@ impl<DB: Backend> JobTransaction for sqlx::Transaction<'static, DB> {
                     return Err(error);
                 }
             };
-            if let End::Worker { shared, lease } = &source.end {
-                let done = Success {
-                    lease: *lease,
-                    millis: i64::try_from(source.started.elapsed().as_millis()).unwrap_or(i64::MAX),
-                    output: output.clone(),
-                    // Its own transaction's commit is known after a lost reply only by
-                    // its results row.
-                    keep: true,
-                };
-                let recorded = source
-                    .bounded(
-                        "complete",
-                        DB::complete_in(shared.store(), &mut *self, &done, shared.now()),
-                    )
-                    .await;
-                match recorded {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        roll_back(self, &source).await;
-                        return Err(JobError::new(
-                            "the job's lease was lost (it ran past its lease, or was cancelled) before its transaction committed; its writes were rolled back",
-                        )
-                        .with_kind("lease_lost"));
-                    }
-                    Err(e) if crate::store::lock_wait(&e) => {
-                        roll_back(self, &source).await;
-                        return Err(contended("record its completion in", &e));
-                    }
-                    Err(e @ crate::Error::TimedOut { .. }) => {
-                        // Its connection may hang on a silent host: not rolled back there.
-                        drop(self);
-                        return Err(JobError::new(format!(
-                            "cannot record the job's completion in its transaction, which did not commit: {e}"
-                        ))
-                        .with_kind("transaction"));
-                    }
-                    Err(e) => {
-                        roll_back(self, &source).await;
-                        return Err(JobError::new(format!(
-                            "cannot record the job's completion in its transaction, so its writes were rolled back: {e}"
-                        ))
-                        .with_kind("transaction"));
-                    }
-                }
-            }
-            match source
-                .bounded("commit", async { Ok(self.commit().await?) })
-                .await
-            {
-                Ok(()) => Ok(output),
-                Err(e @ crate::Error::TimedOut { .. }) => Err(JobError::new(format!(
-                    "the job's transaction did not commit in time, so whether it committed is unknown; the job's lease decides: if it did, the job has ended and this failure is not recorded: {e}"
+            let End::Worker { .. } = &source.end else {
+                return committed(self.commit().await, output);
+            };
+            // The completion and the commit on a task of their own, let finish if they
+            // pass the bound (twice the call bound: two calls) rather than cut midway
+            // (`bound::detached`): the lease decides then, and a late commit ends the job
+            // while the failure reported here is refused.
+            let bound = source.bound() * 2;
+            let (pool, task_source) = (source.pool.clone(), source.clone());
+            let ended = crate::store::bound::detached(
+                "complete and commit",
+                bound,
+                || pool.address(),
+                complete_and_commit(self, task_source, output),
+            )
+            .await;
+            match ended {
+                Ok(outcome) => outcome,
+                Err(e) => Err(JobError::new(format!(
+                    "the job's transaction did not end in time, so whether it committed is unknown; the job's lease decides: if it did, the job has ended and this failure is not recorded: {e}"
                 ))
                 .with_kind("transaction")),
-                Err(crate::Error::Database(e)) if crate::store::sqlx_lock_wait(&e) => {
-                    Err(contended("commit", &e))
-                }
-                Err(e) => Err(
-                    JobError::new(format!("the job's transaction did not commit: {e}"))
-                        .with_kind("transaction"),
-                ),
             }
         })
     }

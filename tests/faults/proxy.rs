@@ -29,6 +29,11 @@ impl Proxy {
 
     /// A proxy on `ip`:`port` (0: any free port).
     pub(crate) async fn start_at(ip: &str, port: u16) -> Proxy {
+        Proxy::start_to(ip, port, "127.0.0.1:5432").await
+    }
+
+    /// A proxy on `ip`:`port` (0: any free port) to `upstream` (`host:port`).
+    pub(crate) async fn start_to(ip: &str, port: u16, upstream: &'static str) -> Proxy {
         let listener = TcpListener::bind((ip, port)).await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let switch = Arc::new(Switch::new());
@@ -46,7 +51,7 @@ impl Proxy {
                 let Some(cut) = s.up() else { continue }; // down: drop the connection
                 let (trap, switch) = (t.clone(), s.clone());
                 tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect("127.0.0.1:5432").await else {
+                    let Ok(server) = TcpStream::connect(upstream).await else {
                         return;
                     };
                     tokio::select! {

@@ -165,6 +165,43 @@ fn ip(args: &[&str]) {
     assert!(status.success(), "ip {args:?}");
 }
 
+/// The fault worker's arguments for these tests: transaction jobs, 8 at a time.
+fn worker_args(lease_ms: u64, bound_ms: u64, grace_ms: u64) -> Vec<String> {
+    [
+        "--job",
+        "effect",
+        "--concurrency",
+        "8",
+        "--lease-ms",
+        &lease_ms.to_string(),
+        "--call-timeout-ms",
+        &bound_ms.to_string(),
+        "--grace-ms",
+        &grace_ms.to_string(),
+        "--poll-ms",
+        "100",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// SIGTERM to `w`; asserts it exits cleanly within `grace_ms` and a second, and returns
+/// how long it took, in seconds.
+async fn stop_within_grace(w: &mut Proc, grace_ms: u64) -> f64 {
+    w.signal("TERM");
+    let stopping = Instant::now();
+    let code = w
+        .exit_code(Duration::from_millis(grace_ms) + Duration::from_secs(5))
+        .await;
+    let stop_s = stopping.elapsed().as_secs_f64();
+    assert_eq!(code, Some(0), "{}", w.log_text());
+    assert!(
+        stop_s <= grace_ms as f64 / 1000.0 + 1.0,
+        "SIGTERM on a silent network exited after {stop_s:.2} s (grace {grace_ms} ms)"
+    );
+    stop_s
+}
+
 /// The server's clock, for comparing with the runs' `started_at`.
 async fn server_now(db: &Db<sqlx::Postgres>) -> DateTime<Utc> {
     sqlx::query_scalar("SELECT clock_timestamp()")
@@ -212,25 +249,8 @@ async fn a_silent_primary_holds_no_job_past_its_lease_and_the_bound() {
         db.url.replacen("127.0.0.1:5432", &hosts, 1)
     );
     assert_ne!(url, db.url, "the test database URL names 127.0.0.1:5432");
-    let (lease, bound, grace) = (
-        LEASE_MS.to_string(),
-        BOUND_MS.to_string(),
-        GRACE_MS.to_string(),
-    );
-    let args = [
-        "--job",
-        "effect",
-        "--concurrency",
-        "8",
-        "--lease-ms",
-        &lease,
-        "--call-timeout-ms",
-        &bound,
-        "--grace-ms",
-        &grace,
-        "--poll-ms",
-        "100",
-    ];
+    let owned = worker_args(LEASE_MS, BOUND_MS, GRACE_MS);
+    let args: Vec<&str> = owned.iter().map(String::as_str).collect();
     let mut w = Proc::spawn_in(Some(&links.ns), &url, "silent-a", &args);
     wait_until("16 runs started", Duration::from_secs(60), || async {
         let n = db.scalar("SELECT count(*) FROM fault_runs", None).await?;
@@ -384,17 +404,7 @@ async fn a_silent_primary_holds_no_job_past_its_lease_and_the_bound() {
     .await;
     links.silence(1, true);
     second.switch.down();
-    w.signal("TERM");
-    let stopping = Instant::now();
-    let code = w
-        .exit_code(Duration::from_millis(GRACE_MS) + Duration::from_secs(5))
-        .await;
-    let stop_s = stopping.elapsed().as_secs_f64();
-    assert_eq!(code, Some(0), "{}", w.log_text());
-    assert!(
-        stop_s <= (GRACE_MS as f64 / 1000.0) + 1.0,
-        "SIGTERM on a silent network exited after {stop_s:.2} s (grace {GRACE_MS} ms)"
-    );
+    let stop_s = stop_within_grace(&mut w, GRACE_MS).await;
 
     // The rest by a worker on the host itself.
     first.switch.restore();
@@ -429,6 +439,139 @@ async fn a_silent_primary_holds_no_job_past_its_lease_and_the_bound() {
             .iter()
             .map(|(t, _)| (t.as_secs_f64() * 10.0).round() / 10.0)
             .collect::<Vec<_>>()
+    ));
+    db.drop().await;
+}
+
+/// MariaDB, one host, silent for longer than the lease, then back: the worker behind the
+/// silence stops being heard from, another takes its jobs once their leases run out, the
+/// silenced worker's late writes are refused (each transaction's write stays once), it
+/// works again once the host answers, and a SIGTERM in a second silence exits within
+/// the grace period and a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mysql_host_silent_past_the_lease_costs_its_jobs_one_lease() {
+    let _serial = SERIAL.lock().await;
+    const WORK_MS: u64 = 4000;
+    const LEASE_MS: u64 = 3000;
+    const GRACE_MS: u64 = 2000;
+    let (db, _) = setup::<sqlx::MySql>(0, 0).await;
+    db.execute("CREATE TABLE fault_effects (task_id BINARY(16) NOT NULL, KEY (task_id))")
+        .await;
+    let mut ids = EffectMysql::enqueue_many(&db.pool, (0..8).map(|_| EffectMysql::new(WORK_MS)))
+        .await
+        .unwrap();
+    let links = Links::create();
+    let proxy = Proxy::start_to(links.host_ip(0), 0, "127.0.0.1:3306").await;
+    let url = db.url.replacen(
+        "127.0.0.1:3306",
+        &format!("{}:{}", links.host_ip(0), proxy.port),
+        1,
+    );
+    assert_ne!(url, db.url, "the test database URL names 127.0.0.1:3306");
+    let owned = worker_args(LEASE_MS, 1000, GRACE_MS);
+    let args: Vec<&str> = owned.iter().map(String::as_str).collect();
+    let mut a = Proc::spawn_in(Some(&links.ns), &url, "silent-mysql-a", &args);
+    wait_runs_started(&db, 8, "the silenced worker's 8 runs to start").await;
+
+    let silent_at = Utc::now();
+    links.silence(0, true);
+    let mut b = Proc::spawn(&db.url, "silent-mysql-b", &args);
+    // The other worker runs each job once the silenced one's lease is out.
+    wait_until(
+        "the other worker to run the 8 jobs",
+        Duration::from_secs(60),
+        || async {
+            let n = db
+                .scalar(
+                    &format!(
+                        "SELECT count(DISTINCT task_id) FROM fault_runs WHERE pid = {}",
+                        b.pid()
+                    ),
+                    None,
+                )
+                .await?;
+            (n == 8).then_some(())
+        },
+    )
+    .await;
+    let taken_after: f64 = sqlx::query_scalar(
+        "SELECT CAST(MAX(d) AS DOUBLE) / 1e6 FROM (
+             SELECT TIMESTAMPDIFF(MICROSECOND, ?, MIN(started_at)) AS d
+               FROM fault_runs WHERE pid = ? GROUP BY task_id) AS firsts",
+    )
+    .bind(silent_at.naive_utc())
+    .bind(b.pid())
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let limit = LEASE_MS as f64 / 1000.0 + 2.0;
+    assert!(
+        taken_after <= limit,
+        "the silenced worker's jobs were taken over {taken_after:.1} s after the silence (limit {limit:.1} s)"
+    );
+
+    // Back: the silenced worker's late writes are refused, and it works again.
+    fault_pause(Duration::from_millis(LEASE_MS)).await;
+    links.silence(0, false);
+    wait_processed(&db, 8, Duration::from_secs(60)).await;
+    let more = EffectMysql::enqueue_many(&db.pool, (0..64).map(|_| EffectMysql::new(1000)))
+        .await
+        .unwrap();
+    ids.extend(more);
+    wait_processed(&db, ids.len(), Duration::from_secs(60)).await;
+    let by_a = db
+        .scalar(
+            &format!(
+                "SELECT count(*) FROM fault_runs WHERE pid = {} AND started_at > ?",
+                a.pid()
+            ),
+            Some(&silent_at.naive_utc().to_string()),
+        )
+        .await
+        .unwrap();
+    assert!(
+        by_a > 0,
+        "the silenced worker ran jobs again once its host answered: {}",
+        a.log_text()
+    );
+
+    // Silent again, with jobs running: SIGTERM exits within the grace period and a second.
+    let a_runs = format!("SELECT count(*) FROM fault_runs WHERE pid = {}", a.pid());
+    let ran = db.scalar(&a_runs, None).await.unwrap();
+    let last = EffectMysql::enqueue_many(&db.pool, (0..16).map(|_| EffectMysql::new(WORK_MS)))
+        .await
+        .unwrap();
+    ids.extend(last);
+    wait_until("the worker's new runs", Duration::from_secs(30), || async {
+        let n = db.scalar(&a_runs, None).await?;
+        (n > ran).then_some(())
+    })
+    .await;
+    links.silence(0, true);
+    let stop_s = stop_within_grace(&mut a, GRACE_MS).await;
+    links.silence(0, false);
+    wait_processed(&db, ids.len(), Duration::from_secs(60)).await;
+    b.signal("TERM");
+    assert_eq!(b.exit_code(Duration::from_secs(30)).await, Some(0));
+    let n = ids.len() as i64;
+    let (effects, distinct) = (
+        db.scalar("SELECT count(*) FROM fault_effects", None)
+            .await
+            .unwrap(),
+        db.scalar("SELECT count(DISTINCT task_id) FROM fault_effects", None)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        (effects, distinct),
+        (n, n),
+        "each transaction job's write once"
+    );
+    let reran = assert_each_job_finished_once(&db, &ids).await;
+    report(&format!(
+        "silent-mysql: jobs={n} lease_s={} taken_over_after_s={taken_after:.1} ran_by_silenced_after={by_a} \
+         stop_s={stop_s:.2} reran_jobs={reran} lost=0 doubled_writes=0",
+        LEASE_MS as f64 / 1000.0
     ));
     db.drop().await;
 }

@@ -122,7 +122,9 @@ pub trait Backend: sqlx::Database + sealed::Sealed {
 
     /// Begins a job's transaction on `pool`; `None` when the pool is of another backend.
     #[doc(hidden)]
-    fn begin_job(pool: &Pool) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>>;
+    fn begin_job(
+        pool: &Pool,
+    ) -> Option<BoxFuture<'static, Result<sqlx::Transaction<'static, Self>>>>;
 
     /// Records a job's success inside its transaction; false when the lease was lost.
     #[doc(hidden)]
@@ -205,10 +207,11 @@ macro_rules! backend {
 
             fn begin_job(
                 pool: &Pool,
-            ) -> Option<BoxFuture<'_, Result<sqlx::Transaction<'static, Self>>>> {
+            ) -> Option<BoxFuture<'static, Result<sqlx::Transaction<'static, Self>>>> {
                 #[allow(unreachable_patterns)]
                 match pool {
                     Pool::$variant(pool) => {
+                        let pool = pool.clone();
                         Some(Box::pin(async move { Ok(pool.begin_with($begin).await?) }))
                     }
                     _ => None,

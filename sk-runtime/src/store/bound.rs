@@ -163,6 +163,37 @@ pub(crate) async fn bounded<R: Bounded>(
     }
 }
 
+/// `task` run on a task of its own and waited for at most `bound`: past it, the caller
+/// gets [`Error::TimedOut`] and the task runs on to its end, never cut midway. For what
+/// owns a pooled connection that sk cannot close itself (a job's transaction): sqlx's
+/// futures are not safe to drop midway (MySQL's `BEGIN` cut after it was sent leaves the
+/// server in a transaction sqlx does not know of, and the connection goes back to its
+/// pool that way), so such a call is let finish, late, rather than dropped.
+pub(crate) async fn detached<T: Send + 'static>(
+    call: &'static str,
+    bound: Duration,
+    address: impl FnOnce() -> String,
+    task: impl Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    let mut running = tokio::spawn(task);
+    match tokio::time::timeout(bound, &mut running).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(join)) => Err(Error::invalid(
+            call,
+            format!("its task ended without a result: {join}"),
+        )),
+        Err(_) => {
+            stamp(&MISSED);
+            Err(Error::TimedOut {
+                call,
+                address: address(),
+                bound,
+                outcome: None,
+            })
+        }
+    }
+}
+
 /// The bound of an enqueue of one job.
 pub(crate) const ENQUEUE_ONE: Duration = CALL_TIMEOUT;
 

@@ -233,7 +233,8 @@ where
     Box::pin(async move {
         // One transaction (read-only) for its statements: behind a transaction pooler a
         // statement's parse and execution outside one may reach two servers.
-        let mut conn = pool.begin().await?;
+        let mut held = super::bound::Guarded::new(pool.acquire().await?);
+        let mut conn = sqlx::Connection::begin(&mut *held).await?;
         let (running_limit, rate) = limits::<D>(&mut conn, schema, queue, "").await?;
         let live_sql = format!(
             "SELECT {}, {}, {} FROM {} WHERE task_queue = $1 AND task_tenant IS NOT NULL

@@ -176,7 +176,10 @@ pub(crate) async fn write_job_stats<D: Dialect>(
             &["stat_processed", "stat_failed", "stat_run_ms", "stat_histogram"]
         )
     );
-    let mut tx = pool.begin().await?;
+    // On a connection of its own, closed if the call runs past its bound (MySQL's
+    // `BEGIN` is not safe to cut: `bound::detached`).
+    let mut conn = super::bound::Guarded::new(pool.acquire().await?);
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     for (minute, task_type, bucket) in buckets {
         let histogram = bucket.histogram_json();
         let args = [

@@ -314,7 +314,9 @@ impl WorkerBuilder {
     /// clients, so without this a worker behind a pooler does not listen: it polls every
     /// [`poll_interval`](Self::poll_interval) (200 ms by default there) and sees another
     /// process's cancel at its next heartbeat. A worker on a direct pool listens on a
-    /// connection of its pool and needs none.
+    /// connection of its pool and needs none. The URL may list the hosts of a replicated
+    /// cluster (`postgres://app@db-1:5432,db-2:5432/app`): the listener connects to the
+    /// one that takes writes, and connects again when the pool's primary moves.
     ///
     /// ```no_run
     /// # async fn f() -> sk_runtime::Result<()> {

@@ -95,16 +95,28 @@ mod postgres {
         }
         let mut failures = 0u32;
         while !shared.stopping.is_cancelled() {
-            match connect(&store, direct.as_deref(), &channel, &control).await {
+            let connecting = connect(&store, direct.as_deref(), &channel, &control);
+            let bound = store.bounds.call;
+            match crate::store::bound::bounded("listen", bound, || store.address(), connecting)
+                .await
+            {
                 Ok(mut listener) => {
                     if failures > 0 {
                         tracing::info!("sk: listener reconnected after {failures} failed attempts");
                     }
                     failures = 0;
                     shared.posted_wake();
+                    let mut moves = crate::bus::moves();
+                    moves.borrow_and_update();
                     loop {
                         tokio::select! {
                             () = shared.stopping.cancelled() => return,
+                            // Its connection may be to the old primary, which may be
+                            // silent: nothing would tell it so.
+                            _ = moves.changed() => {
+                                tracing::info!("sk: the primary moved; the listener reconnects to the new one");
+                                break;
+                            }
                             message = listener.try_recv() => match message {
                                 Ok(Some(n)) if n.channel() == control => {
                                     if n.payload() == "pauses" {
@@ -157,13 +169,21 @@ mod postgres {
         control: &str,
     ) -> crate::Result<PgListener> {
         let mut listener = match direct {
-            // A direct connection past the transaction pooler (`listen_on`).
-            Some(url) => PgListener::connect(url)
-                .await
-                .map_err(|e| crate::Error::Connect {
+            // A direct connection past the transaction pooler (`listen_on`): to the
+            // writable host of a host list, within the worker's call bound.
+            Some(url) => {
+                let bound = store.bounds.call;
+                let connected = tokio::time::timeout(bound, direct_listener(url)).await;
+                let cause = match connected {
+                    Ok(Ok(listener)) => Ok(listener),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err(format!("no answer within {}", crate::clock::shown(bound))),
+                };
+                cause.map_err(|cause| crate::Error::Connect {
                     address: crate::store::without_password(url),
-                    cause: e.to_string(),
-                })?,
+                    cause,
+                })?
+            }
             None => {
                 // The listener takes its connection from the pool: one the store hands
                 // out, so an outage is named as it is everywhere else.
@@ -173,5 +193,31 @@ mod postgres {
         };
         listener.listen_all([channel, control]).await?;
         Ok(listener)
+    }
+
+    /// A listener on `url`'s host, or of a host list, on the first host that takes
+    /// writes (where the workers' notifications are sent).
+    async fn direct_listener(url: &str) -> crate::Result<PgListener> {
+        use crate::store::postgres::primary::{writable_hosts, Hosts};
+        let hosts = Hosts::parse(url)?;
+        let options = match hosts.several() {
+            true => writable_hosts(&hosts)
+                .await
+                .into_iter()
+                .map(|(i, _)| i)
+                .min()
+                .and_then(|i| hosts.each().nth(i).cloned())
+                .ok_or_else(|| {
+                    crate::Error::invalid("listen_on", "no host of the list takes writes")
+                })?,
+            false => hosts.first(),
+        };
+        // As `PgListener::connect`'s own pool.
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .connect_lazy_with(options);
+        Ok(PgListener::connect_with(&pool).await?)
     }
 }

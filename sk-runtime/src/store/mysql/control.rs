@@ -72,7 +72,7 @@ async fn cancel_once(
     let q = schema.flat_table("tasks_queue_t");
     let r = schema.flat_table("task_results_t");
     let now_text = ts(now);
-    let mut conn = pool.acquire().await?;
+    let mut conn = crate::store::bound::Guarded::new(pool.acquire().await?);
     let mut tx = conn.begin_with(BEGIN).await?;
     let mut query = QueryBuilder::<MySql>::new(format!(
         "SELECT task_lock_handle_id, task_id, CAST(task_type AS CHAR) AS task_type, task_source,
@@ -186,7 +186,7 @@ async fn retry_once(
     let r = schema.flat_table("task_results_t");
     let d = schema.flat_table("task_deps_t");
     let m = schema.flat_table("batch_jobs_t");
-    let mut conn = pool.acquire().await?;
+    let mut conn = crate::store::bound::Guarded::new(pool.acquire().await?);
     let mut tx = conn.begin_with(BEGIN).await?;
     let mut query = QueryBuilder::<MySql>::new(format!(
         "SELECT task_id FROM {r} WHERE task_status IN ({FATAL}, {CANCELLED}) AND task_payload IS NOT NULL AND "
@@ -360,7 +360,7 @@ impl Control for MySqlPool {
     async fn reschedule(&self, schema: &Schema, id: Uuid, at: DateTime<Utc>) -> Result<bool> {
         let pool = self;
         // Matched rows, not changed ones: a job due already at `at` counts.
-        let mut conn = pool.acquire().await?;
+        let mut conn = crate::store::bound::Guarded::new(pool.acquire().await?);
         let mut tx = conn.begin_with(BEGIN).await?;
         let waiting: Option<i64> = sqlx::query_scalar(&format!(
             "SELECT task_lock_handle_id FROM {} WHERE task_id = ? AND task_locked_by IS NULL
