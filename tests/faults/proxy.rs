@@ -184,16 +184,10 @@ impl Switch {
             watch::channel(false).0,
         )
     }
-    /// Stops every byte, keeping the connections open (`thaw` lets them pass again).
+    /// Stops every byte for good, keeping the connections open.
     pub(crate) fn freeze(&self) {
         self.2.send_replace(true);
         *self.1.lock().unwrap() = Some(Vec::new());
-    }
-    /// Lets bytes pass again after `freeze`.
-    #[allow(dead_code)]
-    pub(crate) fn thaw(&self) {
-        *self.1.lock().unwrap() = None;
-        self.2.send_replace(false);
     }
     /// Waits while frozen.
     async fn passing(&self) {

@@ -345,24 +345,10 @@ pub(crate) mod hooks {
     }
 
     /// `options` with the hooks.
-    #[cfg(feature = "postgres")]
-    pub(crate) fn postgres(
-        options: sqlx::postgres::PgPoolOptions,
+    pub(crate) fn on<DB: sqlx::Database>(
+        options: sqlx::pool::PoolOptions<DB>,
         bound: Duration,
-    ) -> sqlx::postgres::PgPoolOptions {
-        options
-            .before_acquire(|_, meta| Box::pin(async move { Ok(!before_the_move(meta.age)) }))
-            .after_release(move |conn, meta| {
-                Box::pin(async move { Ok(take_back(conn, meta.age, bound).await) })
-            })
-    }
-
-    /// `options` with the hooks.
-    #[cfg(feature = "mysql")]
-    pub(crate) fn mysql(
-        options: sqlx::mysql::MySqlPoolOptions,
-        bound: Duration,
-    ) -> sqlx::mysql::MySqlPoolOptions {
+    ) -> sqlx::pool::PoolOptions<DB> {
         options
             .before_acquire(|_, meta| Box::pin(async move { Ok(!before_the_move(meta.age)) }))
             .after_release(move |conn, meta| {

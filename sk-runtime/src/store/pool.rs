@@ -151,7 +151,7 @@ impl Pool {
                 probe::<sqlx::MySqlConnection>(&url)
                     .await
                     .map_err(connect_error)?;
-                let options = super::bound::hooks::mysql(
+                let options = super::bound::hooks::on(
                     sqlx::mysql::MySqlPoolOptions::new(),
                     super::bound::CALL_TIMEOUT,
                 );

@@ -175,6 +175,21 @@ impl Worker {
         });
 
         let mut producer = tokio::spawn(producer::run(shared.clone(), tx.clone()));
+        #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
+        let mut tasks = vec![
+            producer.abort_handle(),
+            completer.abort_handle(),
+            heartbeat.abort_handle(),
+            listener.abort_handle(),
+            scheduler.abort_handle(),
+            maintenance.abort_handle(),
+        ];
+        #[cfg(feature = "postgres")]
+        tasks.extend(
+            publisher
+                .as_ref()
+                .map(tokio::task::JoinHandle::abort_handle),
+        );
         // None of the three ends before the stop: the producer returns once stopping, the
         // completer once every sender is gone, the heartbeat once `background` is
         // cancelled. One that ends sooner panicked; the worker cannot go on without it
@@ -197,25 +212,7 @@ impl Worker {
             shared.stopping.cancel();
             shared.cancel_jobs();
             background.cancel();
-            for task in [
-                &producer,
-                &completer,
-                &heartbeat,
-                &listener,
-                &scheduler,
-                &maintenance,
-            ] {
-                task.abort();
-            }
-            #[cfg(feature = "postgres")]
-            if let Some(publisher) = &publisher {
-                publisher.abort();
-            }
-            for entry in shared.running().values() {
-                if let Some(abort) = &entry.abort {
-                    abort.abort();
-                }
-            }
+            abort_all(&shared, &tasks);
             return Err(crate::Error::WorkerTask { task, cause });
         }
         tracing::info!(worker = %shared.store.worker_id(), "sk: stopping; no more claims");
@@ -224,21 +221,6 @@ impl Worker {
         let deadline = tokio::time::Instant::now() + shared.config.grace_period + STOP_SLACK;
         shared.stopping.cancel();
         shared.cancel_jobs();
-        #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
-        let mut tasks = vec![
-            producer.abort_handle(),
-            completer.abort_handle(),
-            heartbeat.abort_handle(),
-            listener.abort_handle(),
-            scheduler.abort_handle(),
-            maintenance.abort_handle(),
-        ];
-        #[cfg(feature = "postgres")]
-        tasks.extend(
-            publisher
-                .as_ref()
-                .map(tokio::task::JoinHandle::abort_handle),
-        );
         let ending = async {
             // The producer returns at its next idle point, never in the middle of a claim,
             // so every job it claimed is known to the running map below.
@@ -270,15 +252,7 @@ impl Worker {
                 crate::clock::shown(shared.config.grace_period),
                 shared.store.address()
             );
-            shared.cancel_jobs();
-            for task in tasks {
-                task.abort();
-            }
-            for entry in shared.running().values() {
-                if let Some(abort) = &entry.abort {
-                    abort.abort();
-                }
-            }
+            abort_all(&shared, &tasks);
         }
         tracing::info!(worker = %shared.store.worker_id(), "sk: worker stopped");
         Ok(())
@@ -288,6 +262,19 @@ impl Worker {
 impl Worker {
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+}
+
+/// Aborts the worker's `tasks` and every job's run: no claim, heartbeat or handler goes
+/// on, and the leases this worker holds run out on their own.
+fn abort_all(shared: &Shared, tasks: &[tokio::task::AbortHandle]) {
+    for task in tasks {
+        task.abort();
+    }
+    for entry in shared.running().values() {
+        if let Some(abort) = &entry.abort {
+            abort.abort();
+        }
     }
 }
 

@@ -137,7 +137,7 @@ pub(crate) fn primary_pool_from(
     hosts: Hosts,
     first: usize,
 ) -> Result<PgPool> {
-    let options = crate::store::bound::hooks::postgres(options, crate::bounds::CALL_TIMEOUT);
+    let options = crate::store::bound::hooks::on(options, crate::bounds::CALL_TIMEOUT);
     // sqlx's own slow-statement warning prints a statement whole (sk's completion is
     // ~7 KB); sk reports a slow call itself, by name, when it passes its bound.
     let hosts = Hosts(
