@@ -646,6 +646,63 @@ async fn a_job_continues_the_trace_that_enqueued_it() {
     db.drop().await;
 }
 
+/// Each job's span is a child of the span the worker runs in, not of the job whose end
+/// freed its slot (it was: at concurrency 1 each job's span nested in the one before,
+/// and a log line named every job before it).
+#[tokio::test]
+async fn each_jobs_span_is_a_child_of_the_workers() {
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing::Instrument as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+
+    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("sk-test")));
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let db = TestDb::new().await;
+    let ids = Traced::enqueue_many(&db.pool, (0..4).map(|_| Traced::new().with_queue("spans")))
+        .await
+        .unwrap();
+    let w = worker(&db, &[Traced::TASK_TYPE])
+        .queues(["spans"])
+        .concurrency(1)
+        .build()
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(
+        w.run_until(async move {
+            let _ = stopped.await;
+        })
+        .instrument(tracing::info_span!("app.worker")),
+    );
+    for id in &ids {
+        db.wait_job(*id, T, |r| r.status() == JobStatus::Processed)
+            .await;
+    }
+    let _ = stop.send(());
+    run.await.unwrap().unwrap();
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let worker_span = spans
+        .iter()
+        .find(|s| s.name == "app.worker")
+        .expect("the worker's span");
+    let jobs: Vec<_> = spans.iter().filter(|s| s.name == "sk.job").collect();
+    assert_eq!(jobs.len(), ids.len(), "a span per job");
+    for job in jobs {
+        assert_eq!(
+            job.parent_span_id,
+            worker_span.span_context.span_id(),
+            "a job's span is the worker's child"
+        );
+    }
+    db.drop().await;
+}
+
 /// The CSRF token of the dashboard at `url`, from a form of its queues page (a queue with
 /// a job has one).
 async fn csrf(url: &str) -> String {

@@ -77,7 +77,6 @@ pub(crate) fn database_moved() {
 }
 
 /// A receiver of the moves of this process's pools to another host (`database_moved`).
-#[cfg(feature = "postgres")]
 pub(crate) fn moves() -> tokio::sync::watch::Receiver<u64> {
     MOVED.subscribe()
 }

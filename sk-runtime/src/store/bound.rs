@@ -109,6 +109,85 @@ pub(crate) fn abandoning() -> bool {
     ABANDONING.with(Cell::get)
 }
 
+/// Notes that a call did not answer in time though it ran under no bound of its own
+/// (the primary's watch): returning connections are checked under a bound from now.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) fn missed() {
+    stamp(&MISSED);
+}
+
+/// Bumped when a pool of this process moved away from a primary that had stopped
+/// answering (`postgres::primary`'s watch): [`bounded`] calls still waiting are dropped.
+/// Not at every move: at a start on a standby, or after a primary that refuses
+/// connections, the calls in flight are not waiting on a silent host.
+static LEFT_SILENT: LazyLock<tokio::sync::watch::Sender<u64>> =
+    LazyLock::new(|| tokio::sync::watch::channel(0).0);
+
+/// The host of the last [`left_silent_host`], which the calls it cut were waiting on.
+static LEFT_FROM: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// What a call cut by [`left_silent_host`] says of its outcome.
+pub(crate) const MOVED_AWAY: &str = "the primary moved to another host meanwhile";
+
+/// Notes that a pool of this process moved away from `from`, a primary that stopped
+/// answering.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) fn left_silent_host(from: String) {
+    *LEFT_FROM
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = from;
+    LEFT_SILENT.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// Whether `e` is a call cut by a move away from a silent primary: its caller logs it at
+/// DEBUG, the move itself being said once, at WARN, by the watch.
+pub(crate) fn cut_by_a_move(e: &Error) -> bool {
+    matches!(e, Error::TimedOut { outcome: Some(o), .. } if o == MOVED_AWAY)
+}
+
+/// `tracing::warn!`, or `debug!` when the error `$e` is a call cut by a move away from a
+/// silent primary ([`cut_by_a_move`]).
+macro_rules! warn_unless_moved {
+    ($e:expr, $($arg:tt)+) => {
+        if $crate::store::bound::cut_by_a_move($e) {
+            tracing::debug!($($arg)+)
+        } else {
+            tracing::warn!($($arg)+)
+        }
+    };
+}
+pub(crate) use warn_unless_moved;
+
+/// The error of a call that waited `started.elapsed()` (or its whole `bound`, unless
+/// `moved`) and was dropped.
+fn cut(
+    call: &'static str,
+    bound: Duration,
+    address: impl FnOnce() -> String,
+    moved: Option<Instant>,
+) -> Error {
+    match moved {
+        Some(started) => Error::TimedOut {
+            call,
+            address: LEFT_FROM
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+            // To the millisecond: sub-millisecond digits say nothing here.
+            bound: Duration::from_millis(
+                u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            ),
+            outcome: Some(MOVED_AWAY.to_owned()),
+        },
+        None => Error::TimedOut {
+            call,
+            address: address(),
+            bound,
+            outcome: None,
+        },
+    }
+}
+
 /// Notes that a pool of this process moved to another primary: the connections opened
 /// before now are to the old one.
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
@@ -141,26 +220,29 @@ impl Bounded for std::result::Result<(), super::ProbeFailure> {
 
 /// `future`, or within `bound` an [`Error::TimedOut`] naming `call` and `address`; a
 /// call past its bound is dropped at once, and what it held marked abandoned
-/// ([`abandoning`]).
+/// ([`abandoning`]). So is a call still waiting when a pool of this process moves away
+/// from a primary that stopped answering ([`left_silent_host`]): it waits on that host,
+/// which may never answer, and its caller can try again on the new one now rather than
+/// at the end of the bound.
 pub(crate) async fn bounded<R: Bounded>(
     call: &'static str,
     bound: Duration,
     address: impl FnOnce() -> String,
     future: impl Future<Output = R>,
 ) -> R {
+    let mut moves = LEFT_SILENT.subscribe();
+    moves.borrow_and_update();
+    let started = Instant::now();
     let mut future = Box::pin(future);
-    match tokio::time::timeout(bound, &mut future).await {
-        Ok(result) => result,
-        Err(_) => {
-            abandon(future);
-            R::timed_out(Error::TimedOut {
-                call,
-                address: address(),
-                bound,
-                outcome: None,
-            })
-        }
-    }
+    let moved = tokio::select! {
+        ended = tokio::time::timeout(bound, &mut future) => match ended {
+            Ok(result) => return result,
+            Err(_) => false,
+        },
+        Ok(()) = moves.changed() => true,
+    };
+    abandon(future);
+    R::timed_out(cut(call, bound, address, moved.then_some(started)))
 }
 
 /// `task` run on a task of its own and waited for at most `bound`: past it, the caller
@@ -169,29 +251,55 @@ pub(crate) async fn bounded<R: Bounded>(
 /// futures are not safe to drop midway (MySQL's `BEGIN` cut after it was sent leaves the
 /// server in a transaction sqlx does not know of, and the connection goes back to its
 /// pool that way), so such a call is let finish, late, rather than dropped.
+///
+/// It runs on until the primary moves away from its host, no longer: its connection is
+/// then to the old host, which may never answer, and would hold a slot of its pool for
+/// as long as the kernel keeps the socket (a pool full of them was a worker stalled
+/// after a failover). Aborted then, the task drops its connection, which its pool closes
+/// rather than hands out (`hooks`: opened before the move); only PostgreSQL pools move.
+/// A move away from a host that stopped answering ([`left_silent_host`]) ends the wait
+/// at once, as in [`bounded`].
 pub(crate) async fn detached<T: Send + 'static>(
     call: &'static str,
     bound: Duration,
     address: impl FnOnce() -> String,
     task: impl Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
+    let mut moves = crate::bus::moves();
+    moves.borrow_and_update();
+    let mut silent = LEFT_SILENT.subscribe();
+    silent.borrow_and_update();
+    let started = Instant::now();
     let mut running = tokio::spawn(task);
-    match tokio::time::timeout(bound, &mut running).await {
-        Ok(Ok(result)) => result,
-        Ok(Err(join)) => Err(Error::invalid(
-            call,
-            format!("its task ended without a result: {join}"),
-        )),
-        Err(_) => {
-            stamp(&MISSED);
-            Err(Error::TimedOut {
-                call,
-                address: address(),
-                bound,
-                outcome: None,
-            })
-        }
+    let moved = tokio::select! {
+        ended = tokio::time::timeout(bound, &mut running) => match ended {
+            Ok(Ok(result)) => return result,
+            Ok(Err(join)) => {
+                return Err(Error::invalid(
+                    call,
+                    format!("its task ended without a result: {join}"),
+                ))
+            }
+            Err(_) => false,
+        },
+        Ok(()) = silent.changed() => true,
+    };
+    stamp(&MISSED);
+    if moved {
+        running.abort();
+    } else {
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = &mut running => {}
+                changed = moves.changed() => {
+                    if changed.is_ok() {
+                        running.abort();
+                    }
+                }
+            }
+        });
     }
+    Err(cut(call, bound, address, moved.then_some(started)))
 }
 
 /// The bound of an enqueue of one job.
@@ -344,12 +452,16 @@ pub(crate) mod hooks {
         matches!(tokio::time::timeout(bound, conn.ping()).await, Ok(Ok(())))
     }
 
-    /// `options` with the hooks.
+    /// `options` with the hooks, and sqlx's slow-acquire warning at DEBUG.
     pub(crate) fn on<DB: sqlx::Database>(
         options: sqlx::pool::PoolOptions<DB>,
         bound: Duration,
     ) -> sqlx::pool::PoolOptions<DB> {
         options
+            // A slow acquire is what a move or a silent host costs every task at once:
+            // sk says so once, in the error of the call that could not get a
+            // connection, not sqlx in a line per task.
+            .acquire_slow_level(log::LevelFilter::Debug)
             .before_acquire(|_, meta| Box::pin(async move { Ok(!before_the_move(meta.age)) }))
             .after_release(move |conn, meta| {
                 Box::pin(async move { Ok(take_back(conn, meta.age, bound).await) })

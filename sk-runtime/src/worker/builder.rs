@@ -539,8 +539,9 @@ impl WorkerBuilder {
         }
         if let Some(url) = &c.listen_on {
             #[cfg(feature = "postgres")]
-            let parsed = url
-                .parse::<sqlx::postgres::PgConnectOptions>()
+            // One URL, or a host list as `primary_pool` takes.
+            let parsed = crate::store::postgres::primary::Hosts::parse(url)
+                .map(|_| ())
                 .map_err(|e| e.to_string());
             #[cfg(not(feature = "postgres"))]
             let parsed: std::result::Result<(), String> = Err(String::new());
@@ -734,6 +735,7 @@ impl WorkerBuilder {
                 failure_log: Mutex::default(),
                 stopping: CancellationToken::new(),
                 jobs_cancel: CancellationToken::new(),
+                span: std::sync::OnceLock::new(),
                 metrics: Metrics::default(),
             }),
         })

@@ -128,8 +128,11 @@ fn start(
         return;
     };
     // The handler's own log lines carry the job's id, type, queue, attempt, tenant and
-    // correlation id.
+    // correlation id. Its parent is the worker's span, not the current one: a job
+    // started in the slot another job's end freed would nest in that job's span, and its
+    // lines would name every job before it.
     let span = tracing::info_span!(
+        parent: shared.span.get().and_then(tracing::Span::id),
         "sk.job",
         id = %job.task_id,
         task_type = %job.task_type,

@@ -21,6 +21,14 @@ pub(super) async fn run(
         .config
         .heartbeat
         .expect("build() sets the heartbeat interval");
+    // At a move of the primary, the runs stuck on the old host are given up at once,
+    // not at the next beat: a beat comes a third of the lease later (10 s by default),
+    // and may itself wait on the old host for its bound.
+    tokio::spawn(give_up_at_moves(
+        shared.clone(),
+        stop.clone(),
+        completions.clone(),
+    ));
     let mut depth_read: Option<std::time::Instant> = None;
     let mut queues_known = Vec::new();
     loop {
@@ -47,6 +55,27 @@ pub(super) async fn run(
                     Ok(counts) => crate::telemetry::depth(&counts, &mut queues_known),
                     Err(e) => tracing::debug!("sk: cannot read the queue depth: {e}"),
                 }
+            }
+        }
+    }
+}
+
+/// Runs [`give_up`] at each move of a pool of this process to another host, until `stop`.
+async fn give_up_at_moves(
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    completions: WeakUnboundedSender<Completion>,
+) {
+    let mut moves = crate::bus::moves();
+    moves.borrow_and_update();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            changed = moves.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                give_up(&shared, &completions);
             }
         }
     }
@@ -85,7 +114,8 @@ async fn extend(shared: &Shared) {
                 }
             }
         }
-        Err(e) => tracing::warn!(
+        Err(e) => crate::store::bound::warn_unless_moved!(
+            &e,
             jobs = leases.len(),
             "sk: heartbeat failed; leases run out at the latest {:?} after the last success unless it recovers: {e}",
             shared.config.lease

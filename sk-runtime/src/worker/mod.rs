@@ -122,6 +122,7 @@ impl Worker {
         G: Future<Output = ()>,
     {
         let shared = self.shared;
+        let _ = shared.span.set(tracing::Span::current());
         let mut stop = std::pin::pin!(stop);
         tokio::select! {
             ready = wait_for_database(&shared) => ready?,

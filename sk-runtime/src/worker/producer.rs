@@ -172,7 +172,8 @@ pub(super) async fn run(shared: Arc<Shared>, completions: UnboundedSender<Comple
                 errors += 1;
                 Metrics::add(&shared.metrics.claim_errors, 1);
                 let wait = crate::retry::database_backoff(errors);
-                tracing::warn!(
+                crate::store::bound::warn_unless_moved!(
+                    &e,
                     "sk: claim failed (attempt {errors}), retrying in {}: {e}",
                     crate::clock::shown(wait)
                 );

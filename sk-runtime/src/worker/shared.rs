@@ -73,6 +73,9 @@ pub(crate) struct Shared {
     /// list at its start and its end, per job.
     pub(crate) jobs_cancel: CancellationToken,
     pub(crate) metrics: Metrics,
+    /// The span the worker runs in (`Worker::run` instrumented by the application), the
+    /// parent of each job's span.
+    pub(crate) span: std::sync::OnceLock<tracing::Span>,
 }
 
 /// Finished jobs that may wait for their results to be written, beyond the concurrency

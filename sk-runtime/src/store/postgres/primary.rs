@@ -111,9 +111,14 @@ impl Hosts {
 /// when the pool is first used), and from then on following the primary through
 /// failovers. A URL of one host gives a plain lazy pool.
 ///
-/// `options` keep their settings but one: sk sets their `after_connect`, which refuses a
-/// connection to a read-only host. Call it within a Tokio runtime: the watch is a task of
-/// its own, which ends when the pool is closed.
+/// `options` keep their settings but these, which sk sets: `after_connect` refuses a
+/// connection to a read-only host; `before_acquire` and `after_release` close, instead
+/// of handing out again, a connection opened before the primary moved or one that does
+/// not answer a ping within [`CALL_TIMEOUT`](crate::bounds::CALL_TIMEOUT) in the minute
+/// after a call missed its bound; sqlx's slow-acquire warning goes to DEBUG, and its
+/// statement logging is off (sk names a call past its bound itself, without the
+/// statement's text). Call it within a Tokio runtime: the watch is a task of its own,
+/// which ends when the pool is closed.
 ///
 /// ```no_run
 /// # async fn f() -> sk_runtime::Result<()> {
@@ -186,12 +191,26 @@ async fn watch(pool: PgPool, hosts: Hosts, first: usize, moved: Arc<Notify>) {
     let mut held: Option<PgConnection> = None;
     // Said once per outage, not at every look.
     let mut said = false;
+    // The current host stopped answering (its probe timed out) since it last answered.
+    let mut silent = false;
     while !pool.is_closed() {
         let still = match held.as_mut() {
-            Some(conn) => matches!(
-                tokio::time::timeout(ANSWER_WITHIN, writable(conn)).await,
-                Ok(Ok(true))
-            ),
+            Some(conn) => match tokio::time::timeout(ANSWER_WITHIN, writable(conn)).await {
+                Ok(Ok(true)) => {
+                    silent = false;
+                    true
+                }
+                Ok(_) => false,
+                Err(_) => {
+                    // The host stopped answering: from now the pool's returning
+                    // connections are pinged under a bound, not sqlx's own ping, which
+                    // would wait on a silent host for as long as the kernel keeps the
+                    // socket, holding the connection's slot.
+                    crate::store::bound::missed();
+                    silent = true;
+                    false
+                }
+            },
             None => false,
         };
         if !still {
@@ -203,8 +222,9 @@ async fn watch(pool: PgPool, hosts: Hosts, first: usize, moved: Arc<Notify>) {
             found.sort_by_key(|(i, _)| (*i + hosts.0.len() - current) % hosts.0.len());
             if let Some((i, conn)) = found.into_iter().next() {
                 if i != current {
+                    let from = address(&hosts.0[current]);
                     tracing::warn!(
-                        from = %address(&hosts.0[current]),
+                        from = %from,
                         to = %address(&hosts.0[i]),
                         "sk: the writable PostgreSQL host moved; new connections go to the new one"
                     );
@@ -213,6 +233,10 @@ async fn watch(pool: PgPool, hosts: Hosts, first: usize, moved: Arc<Notify>) {
                     // The connections open now are to the old host: none is handed out
                     // again (`bound::hooks`).
                     crate::store::bound::moved();
+                    if std::mem::take(&mut silent) {
+                        // The calls still waiting on it would wait for their bound.
+                        crate::store::bound::left_silent_host(from);
+                    }
                     crate::bus::database_moved();
                 }
                 held = Some(conn);

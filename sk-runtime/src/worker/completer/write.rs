@@ -335,7 +335,8 @@ where
             Err(e) => {
                 failures += 1;
                 let wait = crate::retry::database_backoff(failures);
-                tracing::warn!(
+                crate::store::bound::warn_unless_moved!(
+                    &e,
                     "sk: cannot {what} (attempt {failures}), retrying in {}: {e}",
                     crate::clock::shown(wait)
                 );

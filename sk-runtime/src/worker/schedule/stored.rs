@@ -27,7 +27,10 @@ pub(super) async fn load_stored(
         Ok(rows) => rows,
         Err(e) => {
             let e = shared.store.explained(e).await;
-            tracing::warn!("sk: cannot read the stored schedules: {e}");
+            crate::store::bound::warn_unless_moved!(
+                &e,
+                "sk: cannot read the stored schedules: {e}"
+            );
             return;
         }
     };
