@@ -4,9 +4,13 @@
 //! ```text
 //! DATABASE_URL=... sk-fault-worker --id w1 --concurrency 16 --lease-ms 1000 --grace-ms 5000 --poll-ms 100 \
 //!     [--start-timeout-ms 0] [--job burn|effect|stepped|chaos] [--history FILE] [--clock-jump-ms 0]
-//!     [--retention-ms 604800000]
+//!     [--retention-ms 604800000] [--enqueue FILE] [--listen-on URL]
 //! ```
 //! Stops gracefully on SIGTERM/SIGINT; logs to stderr.
+//!
+//! `--enqueue FILE` makes it an enqueuer instead of a worker (PostgreSQL): one `effect_pg`
+//! job of `--poll-ms` a call, a call every 5 ms, each outcome a line of FILE (`ok ID MS`
+//! or `err MS ERROR`, MS the call's duration), until SIGTERM.
 //!
 //! `--job chaos` runs the jobs of the chaos schedule (`sk_tests::chaos`), which append each
 //! run's start and end to the `--history` file. With `--clock-jump-ms`, SIGUSR1 sets the
@@ -48,13 +52,17 @@ async fn effect_pg(
 ) -> Result<(), JobError> {
     log_run(&ctx, &log).await?;
     sqlx::query("INSERT INTO fault_effects (task_id) VALUES ($1)")
+        .persistent(false)
         .bind(ctx.id())
         .execute(&mut **tx)
         .await?;
     tokio::time::sleep(Duration::from_millis(millis)).await;
     // A statement of the application's after the work: on a host that went silent
     // meanwhile, it waits with no bound of sk's (`faults::silence`).
-    sqlx::query("SELECT 1").execute(&mut **tx).await?;
+    sqlx::query("SELECT 1")
+        .persistent(false)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
@@ -314,12 +322,18 @@ async fn log_run(ctx: &JobContext, log: &RunLog) -> Result<(), JobError> {
     let insert = "INSERT INTO fault_runs (task_id, attempt, pid) VALUES ($1, $2, $3)";
     match log {
         RunLog::Postgres(pool) => {
+            // In a transaction of its own and unnamed (not persistent), as through a
+            // transaction pooler (`failover`'s PgBouncers): outside a transaction, the
+            // statement's parse and its execution may reach two server connections.
+            let mut tx = pool.begin().await?;
             sqlx::query(insert)
+                .persistent(false)
                 .bind(ctx.id())
                 .bind(ctx.attempt())
                 .bind(pid)
-                .execute(pool)
+                .execute(&mut *tx)
                 .await?;
+            tx.commit().await?;
         }
         RunLog::Sqlite(pool) => {
             // The start time in sk's own form on SQLite, to compare with its times.
@@ -369,6 +383,10 @@ struct Args {
     clock_jump_ms: i64,
     /// `WorkerBuilder::result_retention` (0: no record of plain successes).
     retention: Option<Duration>,
+    /// Enqueue instead of work, each outcome a line of this file.
+    enqueue: Option<String>,
+    /// `WorkerBuilder::listen_on`: direct hosts to LISTEN on past a transaction pooler.
+    listen_on: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -384,6 +402,8 @@ fn parse_args() -> Result<Args, String> {
         history: None,
         clock_jump_ms: 0,
         retention: None,
+        enqueue: None,
+        listen_on: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -407,6 +427,8 @@ fn parse_args() -> Result<Args, String> {
             "--job" => args.job = value.clone(),
             "--history" => args.history = Some(value.clone()),
             "--retention-ms" => args.retention = Some(ms()?),
+            "--enqueue" => args.enqueue = Some(value.clone()),
+            "--listen-on" => args.listen_on = Some(value.clone()),
             "--clock-jump-ms" => {
                 args.clock_jump_ms = value.parse().map_err(|e| format!("{flag} {value}: {e}"))?
             }
@@ -448,6 +470,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         )?;
         (pool.clone().into(), RunLog::Postgres(pool))
     };
+    if let (Some(path), RunLog::Postgres(pool)) = (&args.enqueue, &log) {
+        return enqueue_until_stopped(pool, path, args.poll).await;
+    }
     let task_types = match (args.job.as_str(), &log) {
         ("burn", _) => vec![<Burn as sk_runtime::Job>::TASK_TYPE],
         ("stepped", _) => vec![<Stepped as sk_runtime::Job>::TASK_TYPE],
@@ -472,6 +497,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(keep) = args.retention {
         builder = builder.result_retention(keep);
+    }
+    if let Some(url) = &args.listen_on {
+        builder = builder.listen_on(url.clone());
     }
     if let Some(path) = &args.history {
         let file = std::fs::OpenOptions::new()
@@ -500,6 +528,33 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .build()?
         .run()
         .await?;
+    Ok(())
+}
+
+/// The enqueuer of `--enqueue`: a job a call until SIGTERM, each outcome a line of `path`.
+async fn enqueue_until_stopped(
+    pool: &sqlx::PgPool,
+    path: &str,
+    millis: Duration,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut file = File::create(path).map_err(|e| format!("enqueue log {path}: {e}"))?;
+    let mut term = signal(SignalKind::terminate())?;
+    loop {
+        let asked = std::time::Instant::now();
+        // Each call to its end (its own bound): a stop between calls only.
+        let outcome = EffectPg::new(millis.as_millis() as u64).enqueue(pool).await;
+        let ms = asked.elapsed().as_millis();
+        match outcome {
+            Ok(id) => writeln!(file, "ok {id} {ms}")?,
+            Err(e) => writeln!(file, "err {ms} {}", e.to_string().replace('\n', " "))?,
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(5)) => {}
+            _ = term.recv() => break,
+        }
+    }
+    file.sync_all()?;
     Ok(())
 }
 

@@ -2,12 +2,15 @@
 //! `sk_tests::cluster`) whose primary host dies (its `pg_autoctl` and its PostgreSQL
 //! killed with SIGKILL) in the middle of a burn-down while jobs are being enqueued. The
 //! workers, the enqueuer and the test's own pool reach the cluster through one URL that
-//! lists both hosts; sk's pool follows the writable one (`sk_runtime::primary_pool`).
+//! lists both hosts; sk's pool follows the writable one (`sk_runtime::primary_pool`). One
+//! of the workers reaches the nodes through a PgBouncer each (transaction pooling), listed
+//! the same way.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sk_tests::cluster::{Cluster, DEMOTE_WAIT};
+use sk_tests::pgbouncer::PgBouncer;
 
 use super::*;
 
@@ -66,10 +69,20 @@ async fn a_failover_to_a_synchronous_standby_loses_and_doubles_nothing() {
         "--job",
         "effect",
     ];
+    // One worker straight to the nodes, the other through a PgBouncer per node (in
+    // transaction mode: its LISTEN straight to the nodes, `listen_on` with the same list).
     let url = cluster.url();
+    let bouncers = [0, 1].map(|i| PgBouncer::start(&format!("127.0.0.1:{}", cluster.port(i)), 20));
+    let bounced = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/postgres?target_session_attrs=read-write\
+         &sslmode=disable&statement-cache-capacity=0",
+        bouncers[0].port, bouncers[1].port
+    );
+    let mut bounced_args = args.to_vec();
+    bounced_args.extend(["--listen-on", &url]);
     let mut workers = [
         Proc::spawn(&url, "failover-a", &args),
-        Proc::spawn(&url, "failover-b", &args),
+        Proc::spawn(&bounced, "failover-b", &bounced_args),
     ];
     wait_processed(&db, 3_000, Duration::from_secs(120)).await;
 
@@ -189,6 +202,25 @@ async fn a_failover_to_a_synchronous_standby_loses_and_doubles_nothing() {
     )
     .await;
 
+    // Both went on after the failover, the one behind the PgBouncers too.
+    for w in &workers {
+        let after = db
+            .scalar(
+                &format!(
+                    "SELECT count(*) FROM fault_runs WHERE pid = {} AND started_at > CAST($1 AS timestamptz)",
+                    w.pid()
+                ),
+                Some(&since),
+            )
+            .await
+            .expect("a count");
+        assert!(
+            after > 0,
+            "{} ran jobs after the failover: {}",
+            w.id,
+            w.log_text()
+        );
+    }
     let mut said = std::collections::BTreeSet::new();
     for w in &mut workers {
         assert!(w.alive(), "{} survived the failover", w.id);

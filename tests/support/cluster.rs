@@ -261,6 +261,21 @@ impl Cluster {
         self.nodes.iter().position(|n| i32::from(n.port) == port)
     }
 
+    /// Whether the monitor has node `i` as unhealthy now (its last health check failed).
+    pub async fn unhealthy(&self, i: usize) -> bool {
+        let Ok(mut c) = sqlx::PgConnection::connect(&self.monitor_admin_url()).await else {
+            return false;
+        };
+        let health: Option<i32> =
+            sqlx::query_scalar("SELECT health FROM pgautofailover.node WHERE nodeport = $1")
+                .bind(i32::from(self.nodes[i].port))
+                .fetch_optional(&mut c)
+                .await
+                .ok()
+                .flatten();
+        health == Some(0)
+    }
+
     /// The monitor's events, oldest first, as `time node: description`.
     pub async fn events(&self) -> Vec<String> {
         let mut c = sqlx::PgConnection::connect(&self.monitor_admin_url())
@@ -336,6 +351,39 @@ impl Cluster {
         kill_service(node);
     }
 
+    /// Freezes node `i` as a host that stops answering: its `pg_autoctl` and its
+    /// PostgreSQL stopped (SIGSTOP), their sockets open, nothing answered, no session
+    /// ended. [`Cluster::kill`] then ends it as a fenced host.
+    pub fn freeze(&mut self, i: usize) {
+        signal_service(&self.nodes[i], "-STOP");
+    }
+
+    /// The port node `i` listens on.
+    pub fn port(&self, i: usize) -> u16 {
+        self.nodes[i].port
+    }
+
+    /// Lets clients from `cidr` in on both nodes (trust, as the rest): an entry in each
+    /// node's `pg_hba.conf` (a standby copied from the primary later has it too) and a
+    /// reload. pg_auto_failover's own entries admit 127.0.0.1 only.
+    pub async fn allow_from(&self, cidr: &str) {
+        use std::io::Write as _;
+        for (i, node) in self.nodes.iter().enumerate() {
+            let mut hba = std::fs::OpenOptions::new()
+                .append(true)
+                .open(node.pgdata.join("pg_hba.conf"))
+                .unwrap();
+            writeln!(hba, "host all all {cidr} trust").unwrap();
+            let mut c = sqlx::PgConnection::connect(&self.node_url(i))
+                .await
+                .unwrap();
+            sqlx::query("SELECT pg_reload_conf()")
+                .execute(&mut c)
+                .await
+                .unwrap();
+        }
+    }
+
     /// A `pg_autoctl` command as the user PostgreSQL runs as, with the cluster's
     /// environment (its configuration under the cluster's directory).
     fn autoctl_command(&self, args: &[&str]) -> Command {
@@ -399,6 +447,23 @@ impl Drop for Cluster {
     }
 }
 
+/// `signal` (as `kill` takes it) to a service's process group, its postmaster and the
+/// postmaster's children.
+fn signal_service(service: &Service, signal: &str) {
+    if let Some(child) = &service.child {
+        let _ = Command::new("kill")
+            .args([signal, "--", &format!("-{}", child.id())])
+            .status();
+    }
+    if let Some(pid) = std::fs::read_to_string(service.pgdata.join("postmaster.pid"))
+        .ok()
+        .and_then(|text| text.lines().next().map(|l| l.trim().to_owned()))
+    {
+        let _ = Command::new("kill").args([signal, &pid]).status();
+        let _ = Command::new("pkill").args([signal, "-P", &pid]).status();
+    }
+}
+
 /// SIGKILL to a service's PostgreSQL children, its process group, and any PostgreSQL
 /// process of its data directory that left the group.
 fn kill_service(service: &mut Service) {
@@ -407,9 +472,26 @@ fn kill_service(service: &mut Service) {
     let postmaster = std::fs::read_to_string(service.pgdata.join("postmaster.pid"))
         .ok()
         .and_then(|text| text.lines().next().map(|l| l.trim().to_owned()));
-    if let Some(pid) = postmaster {
-        let _ = Command::new("pkill").args(["-KILL", "-P", &pid]).status();
+    if let Some(pid) = &postmaster {
+        let _ = Command::new("pkill").args(["-KILL", "-P", pid]).status();
     }
+    // Each process of the group, to wait for below.
+    let group: Vec<String> = service
+        .child
+        .as_ref()
+        .and_then(|child| {
+            let out = Command::new("pgrep")
+                .args(["-g", &child.id().to_string()])
+                .output()
+                .ok()?;
+            Some(
+                String::from_utf8_lossy(&out.stdout)
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect(),
+            )
+        })
+        .unwrap_or_default();
     if let Some(mut child) = service.child.take() {
         let _ = Command::new("kill")
             .args(["-KILL", "--", &format!("-{}", child.id())])
@@ -424,6 +506,18 @@ fn kill_service(service: &mut Service) {
             &format!("-D {}( |$)", service.pgdata.display()),
         ])
         .status();
+    // Gone, reaped too: a `pg_autoctl` started again at once otherwise finds the
+    // killed one's pid in its pid file still taken (a zombie not yet reaped: seen after
+    // a frozen node was killed) and refuses to start.
+    let start = std::time::Instant::now();
+    while group
+        .iter()
+        .chain(&postmaster)
+        .any(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        && start.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Debian's pg_auto_failover, installed where it is missing.

@@ -4,6 +4,7 @@
 
 pub mod chaos;
 pub mod cluster;
+pub mod netns;
 pub mod pgbouncer;
 
 use std::future::Future;
