@@ -265,6 +265,103 @@ async fn exited(child: &mut Child, within: Duration) -> Option<Duration> {
     None
 }
 
+/// A worker process in the namespace: transaction jobs, 16 at a time, sk's default lease
+/// (the fault worker's own is 1 s) and call bound.
+fn spawn_worker(args: &Args, links: &Links, url: &str, log: &Path, id: &str) -> Child {
+    let grace = GRACE.as_millis().to_string();
+    spawn(
+        args,
+        links.ns(),
+        url,
+        log,
+        &[
+            "--id",
+            id,
+            "--job",
+            "effect",
+            "--concurrency",
+            "16",
+            "--grace-ms",
+            &grace,
+            "--lease-ms",
+            "30000",
+        ],
+    )
+}
+
+/// The enqueuer's outcomes: the acknowledged ids, the failed calls, the longest call in
+/// milliseconds.
+fn read_enqueue_log(path: &Path) -> (Vec<Uuid>, usize, u64) {
+    let (mut ids, mut failed, mut longest_ms) = (Vec::new(), 0, 0u64);
+    for line in std::fs::read_to_string(path).unwrap().lines() {
+        let mut words = line.split(' ');
+        match (words.next(), words.next(), words.next()) {
+            (Some("ok"), Some(id), Some(ms)) => {
+                ids.push(id.parse().unwrap());
+                longest_ms = longest_ms.max(ms.parse().unwrap());
+            }
+            (Some("err"), Some(ms), _) => {
+                failed += 1;
+                longest_ms = longest_ms.max(ms.parse().unwrap());
+            }
+            _ => panic!("an enqueue log line {line:?}"),
+        }
+    }
+    (ids, failed, longest_ms)
+}
+
+/// Per worker pid, its first handler start recorded after `frozen_at`, in seconds after
+/// `silent_at`; waits for every one.
+async fn first_starts(
+    pool: &PgPool,
+    pids: &[i32],
+    silent_at: DateTime<Utc>,
+    frozen_at: DateTime<Utc>,
+) -> Vec<f64> {
+    let mut resumed_s = vec![f64::NAN; pids.len()];
+    let waiting = Instant::now();
+    while resumed_s.iter().any(|s| s.is_nan()) {
+        for (i, pid) in pids.iter().enumerate() {
+            if resumed_s[i].is_nan() {
+                let first: Option<f64> = sqlx::query_scalar(
+                    "SELECT extract(epoch FROM min(started_at) - $1)::float8 FROM fault_runs
+                      WHERE pid = $2 AND started_at > $3",
+                )
+                .bind(silent_at)
+                .bind(pid)
+                .bind(frozen_at)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+                if let Some(s) = first {
+                    resumed_s[i] = s;
+                }
+            }
+        }
+        assert!(
+            waiting.elapsed() < Duration::from_secs(300),
+            "a worker never resumed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    resumed_s
+}
+
+/// The WARN and ERROR lines of each log, and the longest line of all.
+fn log_figures(logs: &[PathBuf]) -> (Vec<usize>, usize) {
+    let (mut counts, mut longest) = (Vec::new(), 0);
+    for log in logs {
+        let text = std::fs::read_to_string(log).unwrap();
+        counts.push(
+            text.lines()
+                .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+                .count(),
+        );
+        longest = longest.max(text.lines().map(str::len).max().unwrap_or(0));
+    }
+    (counts, longest)
+}
+
 async fn round_of(
     args: &Args,
     cluster: &mut Cluster,
@@ -282,35 +379,13 @@ async fn round_of(
         .await
         .unwrap();
     let primary = cluster.primary().await.expect("a primary");
-    let grace = GRACE.as_millis().to_string();
     let worker_logs: Vec<PathBuf> = (0..args.workers)
         .map(|i| dir.join(format!("round{round}-w{i}.log")))
         .collect();
     let mut workers: Vec<Child> = worker_logs
         .iter()
         .enumerate()
-        .map(|(i, log)| {
-            let id = format!("sf-r{round}-w{i}");
-            spawn(
-                args,
-                links.ns(),
-                url,
-                log,
-                &[
-                    "--id",
-                    &id,
-                    "--job",
-                    "effect",
-                    "--concurrency",
-                    "16",
-                    "--grace-ms",
-                    &grace,
-                    // sk's default lease (the fault worker's is 1 s).
-                    "--lease-ms",
-                    "30000",
-                ],
-            )
-        })
+        .map(|(i, log)| spawn_worker(args, links, url, log, &format!("sf-r{round}-w{i}")))
         .collect();
     let enqueue_log = dir.join(format!("round{round}-enqueued.txt"));
     let mut enqueuer = spawn(
@@ -363,31 +438,7 @@ async fn round_of(
         .map_or(f64::INFINITY, |took| took.as_secs_f64());
     let pool = on_primary(cluster).await;
     let pids: Vec<i32> = workers.iter().map(|w| w.id() as i32).collect();
-    let mut resumed_s = vec![f64::NAN; pids.len()];
-    while resumed_s.iter().any(|s| s.is_nan()) {
-        for (i, pid) in pids.iter().enumerate() {
-            if resumed_s[i].is_nan() {
-                let first: Option<f64> = sqlx::query_scalar(
-                    "SELECT extract(epoch FROM min(started_at) - $1)::float8 FROM fault_runs
-                      WHERE pid = $2 AND started_at > $3",
-                )
-                .bind(silent_at)
-                .bind(pid)
-                .bind(frozen_at)
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-                if let Some(s) = first {
-                    resumed_s[i] = s;
-                }
-            }
-        }
-        assert!(
-            silenced.elapsed() < Duration::from_secs(300),
-            "a worker never resumed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let resumed_s = first_starts(&pool, &pids, silent_at, frozen_at).await;
 
     // A little more enqueueing on the new primary, then every job to its end.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -395,23 +446,9 @@ async fn round_of(
     exited(&mut enqueuer, Duration::from_secs(30))
         .await
         .expect("the enqueuer stopped");
-    let lines = std::fs::read_to_string(&enqueue_log).unwrap();
-    let (mut enqueued, mut failed, mut longest_ms) = (0, 0, 0u64);
-    for line in lines.lines() {
-        let mut words = line.split(' ');
-        match (words.next(), words.next(), words.next()) {
-            (Some("ok"), Some(id), Some(ms)) => {
-                ids.push(id.parse().unwrap());
-                enqueued += 1;
-                longest_ms = longest_ms.max(ms.parse().unwrap());
-            }
-            (Some("err"), Some(ms), _) => {
-                failed += 1;
-                longest_ms = longest_ms.max(ms.parse().unwrap());
-            }
-            _ => panic!("an enqueue log line {line:?}"),
-        }
-    }
+    let (acknowledged, failed, longest_ms) = read_enqueue_log(&enqueue_log);
+    let enqueued = acknowledged.len();
+    ids.extend(acknowledged);
     let done_sql =
         "SELECT count(*) FROM sk_task_results_t WHERE task_status = 3 AND task_id = ANY($1)";
     let waiting = Instant::now();
@@ -444,16 +481,7 @@ async fn round_of(
     )
     .await;
     pool.close().await;
-    let (mut log_lines, mut longest_line) = (Vec::new(), 0);
-    for log in &worker_logs {
-        let text = std::fs::read_to_string(log).unwrap();
-        log_lines.push(
-            text.lines()
-                .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
-                .count(),
-        );
-        longest_line = longest_line.max(text.lines().map(str::len).max().unwrap_or(0));
-    }
+    let (log_lines, longest_line) = log_figures(&worker_logs);
 
     // The old primary fenced, its link back, and rejoined as the standby.
     cluster.kill(primary);

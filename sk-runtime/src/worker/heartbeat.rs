@@ -24,9 +24,12 @@ pub(super) async fn run(
     // At a move of the primary, the runs stuck on the old host are given up at once,
     // not at the next beat: a beat comes a third of the lease later (10 s by default),
     // and may itself wait on the old host for its bound.
+    // It ends with this task, however this one ends (its guard is dropped with it).
+    let moves_stop = stop.child_token();
+    let _moves_guard = moves_stop.clone().drop_guard();
     tokio::spawn(give_up_at_moves(
         shared.clone(),
-        stop.clone(),
+        moves_stop,
         completions.clone(),
     ));
     let mut depth_read: Option<std::time::Instant> = None;
