@@ -447,6 +447,13 @@ impl Drop for Cluster {
     }
 }
 
+/// The pid of a service's postmaster, from its data directory's `postmaster.pid`.
+fn postmaster_pid(service: &Service) -> Option<String> {
+    std::fs::read_to_string(service.pgdata.join("postmaster.pid"))
+        .ok()
+        .and_then(|text| text.lines().next().map(|l| l.trim().to_owned()))
+}
+
 /// `signal` (as `kill` takes it) to a service's process group, its postmaster and the
 /// postmaster's children.
 fn signal_service(service: &Service, signal: &str) {
@@ -455,10 +462,7 @@ fn signal_service(service: &Service, signal: &str) {
             .args([signal, "--", &format!("-{}", child.id())])
             .status();
     }
-    if let Some(pid) = std::fs::read_to_string(service.pgdata.join("postmaster.pid"))
-        .ok()
-        .and_then(|text| text.lines().next().map(|l| l.trim().to_owned()))
-    {
+    if let Some(pid) = postmaster_pid(service) {
         let _ = Command::new("kill").args([signal, &pid]).status();
         let _ = Command::new("pkill").args([signal, "-P", &pid]).status();
     }
@@ -469,9 +473,7 @@ fn signal_service(service: &Service, signal: &str) {
 fn kill_service(service: &mut Service) {
     // The postmaster's children first: killed after it, some (the monitor's health
     // check worker, its logger) were seen to live on, orphaned.
-    let postmaster = std::fs::read_to_string(service.pgdata.join("postmaster.pid"))
-        .ok()
-        .and_then(|text| text.lines().next().map(|l| l.trim().to_owned()));
+    let postmaster = postmaster_pid(service);
     if let Some(pid) = &postmaster {
         let _ = Command::new("pkill").args(["-KILL", "-P", pid]).status();
     }
