@@ -8,7 +8,8 @@ on_backends! {
     /// the lease, partitions both ways and one way, terminated connections, the server
     /// restarted, clocks moved ahead; on SQLite the process faults: kills, pauses,
     /// clocks); the whole history is checked afterwards. `CHAOS_SECONDS` sets how long
-    /// faults are injected (default 30), `FAULT_SEED` replays a schedule.
+    /// faults are injected (default 20; the long runs are
+    /// `examples/chaos.rs`), `FAULT_SEED` replays a schedule.
     fn chaos_schedule_history_checks_out => chaos_on [postgres, mysql, sqlite]
 }
 
@@ -22,7 +23,7 @@ where
     let seconds: u64 = std::env::var("CHAOS_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(30);
+        .unwrap_or(20);
     let dir = log_dir().join(format!("chaos-{label}"));
     let _ = std::fs::remove_dir_all(&dir);
     let config = sk_tests::chaos::Config {

@@ -51,8 +51,9 @@ async fn waiting(client: &Client, queue: &str) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insight_reads_the_replica_and_actions_go_to_the_primary() {
-    let _serial = SERIAL.lock().await;
+    // The cluster starts beside the fault test before this one (see `failover`).
     let cluster = Cluster::start(true).await;
+    let _serial = SERIAL.lock().await;
     let db = Db::<sqlx::Postgres>::on(&cluster.url()).await;
     db.execute(super::fault_runs::<sqlx::Postgres>()).await;
     let standby = 1 - cluster.primary().await.expect("a primary");
