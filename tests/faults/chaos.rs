@@ -8,8 +8,8 @@ on_backends! {
     /// the lease, partitions both ways and one way, terminated connections, the server
     /// restarted, clocks moved ahead; on SQLite the process faults: kills, pauses,
     /// clocks); the whole history is checked afterwards. `CHAOS_SECONDS` sets how long
-    /// faults are injected (default 20; the long runs are
-    /// `examples/chaos.rs`), `FAULT_SEED` replays a schedule.
+    /// faults are injected (default 20; the long runs are `tests/examples/chaos.rs`),
+    /// `FAULT_SEED` replays a schedule.
     fn chaos_schedule_history_checks_out => chaos_on [postgres, mysql, sqlite]
 }
 
